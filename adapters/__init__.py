@@ -1,0 +1,1 @@
+"""Outbound (and inbound) adapters: the transport edge of a business host."""

@@ -1,0 +1,246 @@
+"""The outbound adapter contract.
+
+An adapter belongs to one item and is shared by that item's ``pool_size`` workers. The worker
+opens each attempt with :meth:`OutboundAdapter.begin_attempt`, giving the attempt's deadline
+(monotonic seconds) and the message's idempotency key; the operation then calls the adapter's
+transport method (``HttpAdapter.send``, ``SoapAdapter.invoke``), which must finish — connect,
+send and the whole response — before that deadline or raise
+:class:`~engine.errors.ResponseTimeout`. :meth:`end_attempt` reports which server was used.
+Attempt state is thread-local because workers share the adapter.
+
+Those transport methods all go through :meth:`OutboundAdapter.call`, the template method: it
+picks a server (failover, §3.4), opens the deadline scope, turns third-party exceptions into
+Encore's errors (here and nowhere else), and calls the subclass's one transport method,
+:meth:`OutboundAdapter._transmit`, once per server tried.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from adapters.credentials import Credentials, resolve_credentials
+from adapters.deadline import TryScope, try_scope
+from adapters.failover import ServerPool
+from adapters.settings import (COMMON_SETTINGS, DEFAULT_CONNECT_TIMEOUT,
+                               DEFAULT_RESPONSE_TIMEOUT)
+from engine.clock import Clock, SystemClock
+from engine.errors import (AdapterError, AdapterNotReady, ConfigurationError, NotSent,
+                           ResponseTimeout)
+from engine.settings import Setting, validate_settings
+
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_RESPONSE_TIMEOUT", "AttemptContext",
+           "InvalidRequest", "OutboundAdapter"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AttemptContext:
+    """What the worker tells the adapter about the attempt in progress."""
+
+    deadline: float  # monotonic seconds by which the whole attempt must end
+    idempotency_key: str  # one stable key per message, the same on every attempt
+    message_id: int | None = None
+
+
+class InvalidRequest(NotSent):
+    """The request cannot be sent as given (unknown SOAP operation, arguments that do not
+    fit the WSDL). Nothing was sent; sending it again would fail the same way."""
+
+    outcome = "error"
+    retryable = False
+
+
+class OutboundAdapter(ABC):
+    """Base of every outbound adapter. Subclasses declare ``SETTINGS``.
+
+    ``settings`` may hold the host's settings too: the adapter keeps and validates only the
+    keys it declares (CamelCase aliases included) and fills in the defaults of the others.
+    """
+
+    SETTINGS: ClassVar[tuple[Setting, ...]] = COMMON_SETTINGS
+
+    def __init__(self, settings: Mapping[str, Any], *, item_name: str = "", pool_size: int = 1,
+                 env: Mapping[str, str] | None = None, clock: Clock | None = None) -> None:
+        self.settings = self._own_settings(settings, item_name)
+        self.item_name = item_name
+        self.pool_size = pool_size
+        self.env: Mapping[str, str] = env if env is not None else {}
+        self.clock: Clock = clock or SystemClock()
+        self.credentials: Credentials | None = None
+        self._servers: ServerPool | None = None
+        self._local = threading.local()
+
+    @classmethod
+    def _own_settings(cls, settings: Mapping[str, Any], item: str) -> dict[str, Any]:
+        names = {n for s in cls.SETTINGS for n in s.names()}
+        return validate_settings(item, {k: v for k, v in settings.items() if k in names},
+                                 cls.SETTINGS)
+
+    @property
+    def response_timeout(self) -> float:
+        """Seconds for a whole attempt."""
+        return float(self.settings.get("response_timeout", DEFAULT_RESPONSE_TIMEOUT))
+
+    @property
+    def idempotent(self) -> bool:
+        """False: an outcome-unknown failure must not be re-sent (§3.4)."""
+        return bool(self.settings["idempotent"])
+
+    @property
+    def on_unknown_outcome(self) -> str:
+        """``"error"`` or ``"suspend"``: the fate of an outcome-unknown non-idempotent message."""
+        return str(self.settings["on_unknown_outcome"])
+
+    @property
+    def retry_on_status(self) -> tuple[int, ...]:
+        """HTTP statuses for which the adapter asks for a retry."""
+        return tuple(self.settings["retry_on_status"])
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> list[str]:
+        """Prepare the transport. Returns warnings to record as ``Warning`` events.
+
+        Raises :class:`~engine.errors.AdapterNotReady` when it cannot start yet (a WSDL that
+        cannot be loaded, a certificate file not there yet): the worker tries again later.
+        Raises :class:`~engine.errors.ConfigurationError` when its settings cannot work.
+        """
+        name = self.settings.get("credentials")
+        if name:
+            self.credentials = resolve_credentials(name, self.env, item=self.item_name)
+        for key in ("ca_bundle", "client_cert", "client_key"):
+            path = self.settings.get(key)
+            if path and not os.path.isfile(path):
+                raise AdapterNotReady(f"item {self.item_name!r}: {key} {path!r} is not a "
+                                      "readable file")
+        self._open()
+        servers = self._targets()
+        if not servers:
+            raise ConfigurationError("no server to send to; set url or servers",
+                                     item=self.item_name, key="servers")
+        self._servers = ServerPool(servers, cooldown=float(self.settings["bad_server_cooldown"]),
+                                   clock=self.clock, item_name=self.item_name)
+        warnings = []
+        if not self.settings["ssl_verify"]:
+            warnings.append(f"TLS certificate verification is off for item {self.item_name!r} "
+                            "(ssl_verify = false): its servers' identity is not checked")
+        return warnings
+
+    def stop(self) -> None:
+        """Release connections."""
+
+    # -- attempts -------------------------------------------------------------------------
+
+    def begin_attempt(self, ctx: AttemptContext) -> None:
+        self._local.ctx = ctx
+        self._local.server = None
+
+    def end_attempt(self) -> str | None:
+        """Close the attempt; return the server it used (for ``message_attempt.server``)."""
+        server = getattr(self._local, "server", None)
+        self._local.ctx = None
+        self._local.server = None
+        return server
+
+    def current_attempt(self) -> AttemptContext:
+        """The attempt in progress, or one with a fresh deadline when called outside the worker."""
+        ctx = getattr(self._local, "ctx", None)
+        if ctx is None:
+            ctx = AttemptContext(deadline=self.clock.monotonic() + self.response_timeout,
+                                 idempotency_key="")
+        return ctx
+
+    def note_server(self, server: str | None) -> None:
+        self._local.server = server
+
+    def attempt_headers(self) -> dict[str, str]:
+        """HTTP headers every request of the current attempt carries (the idempotency key)."""
+        header, key = self.settings["idempotency_header"], self.current_attempt().idempotency_key
+        return {header: key} if header and key else {}
+
+    # -- the template method --------------------------------------------------------------
+
+    def call(self, request: Any) -> Any:
+        """Send ``request`` within the current attempt's deadline and return the answer.
+
+        Goes to the first healthy server; a *not sent* failure moves on to the next server at
+        once while time is left; any other failure ends the attempt. Every
+        :class:`~engine.errors.AdapterError` raised names its ``server``.
+        """
+        if self._servers is None:
+            raise AdapterNotReady(f"item {self.item_name!r}: the adapter is not started")
+        ctx = self.current_attempt()
+        tried: list[str] = []
+        while (server := self._servers.pick(exclude=tried)) is not None:
+            tried.append(server)
+            self.note_server(server)
+            try:
+                result = self._try_server(server, request, ctx)
+            except AdapterError as err:
+                self._settle_error(err, server)
+                if not self._fail_over(err, ctx, tried):
+                    raise
+                log.info("item %s: %s not sent (%s); trying the next server",
+                         self.item_name, server, err)
+                continue
+            self._servers.mark_good(server)
+            return result
+        raise AssertionError("unreachable: a pool always offers a first server")
+
+    def _try_server(self, server: str, request: Any, ctx: AttemptContext) -> Any:
+        with try_scope(ctx.deadline, self.clock.monotonic) as scope:
+            try:
+                result = self._transmit(server, request, scope)
+            except AdapterError:
+                raise
+            except Exception as exc:  # third-party: translated here, and only here
+                err = self._classify(exc, scope, server)
+                if err is None:
+                    raise
+                raise err from exc
+            if scope.expired():  # a response completed after the deadline is discarded
+                raise ResponseTimeout(f"the response from {server} came after the response "
+                                      f"timeout of {self.response_timeout:g} seconds")
+        return result
+
+    def _settle_error(self, err: AdapterError, server: str) -> None:
+        err.server = server
+        if self.credentials is not None:
+            err.text = self.credentials.redact(err.text)
+            err.args = (err.text,)
+        if err.retryable and self._servers is not None:
+            self._servers.mark_bad(server)
+
+    def _fail_over(self, err: AdapterError, ctx: AttemptContext, tried: list[str]) -> bool:
+        assert self._servers is not None
+        return (isinstance(err, NotSent) and err.retryable
+                and self._servers.pick(exclude=tried) is not None
+                and ctx.deadline > self.clock.monotonic())
+
+    # -- what subclasses provide ----------------------------------------------------------
+
+    @abstractmethod
+    def _open(self) -> None:
+        """Build the transport (sessions, clients) from the settings; called by :meth:`start`."""
+
+    @abstractmethod
+    def _targets(self) -> list[str]:
+        """The URLs to fail over across, in order of preference (after the transport is ready)."""
+
+    @abstractmethod
+    def _transmit(self, server: str, request: Any, scope: TryScope) -> Any:
+        """Send ``request`` to ``server`` once, under ``scope``'s deadline; return the answer.
+
+        May raise :class:`~engine.errors.AdapterError` itself (a status, a fault) or let
+        third-party exceptions out for :meth:`_classify`.
+        """
+
+    @abstractmethod
+    def _classify(self, exc: Exception, scope: TryScope, server: str) -> AdapterError | None:
+        """Encore's error for a third-party exception, or None to let it through unchanged."""

@@ -1,0 +1,181 @@
+"""A true deadline for one HTTP exchange (design §3.1 rule 1).
+
+``requests`` and ``urllib3`` only know per-socket-operation timeouts: a server that sends one
+byte every 0.2 s never trips a 1-second read timeout. Here every socket read and write of a
+request made inside a :func:`try_scope` first sets the socket's timeout to the time left
+before the deadline, and fails at once when none is left. That bounds the status line, the
+headers and the complete body, through any amount of trickling.
+
+The scope also records whether any byte of the request was written (``sent``): the one fact
+that tells a *not sent* failure from an *outcome unknown* one.
+
+The hooks are urllib3 connection and pool subclasses installed into the item's own
+``requests`` adapter (:class:`DeadlineHTTPAdapter`); nothing global is patched.
+"""
+from __future__ import annotations
+
+import http.client
+import io
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+
+class DeadlineExceeded(TimeoutError):
+    """No time left before the attempt's deadline. A ``TimeoutError`` (= ``socket.timeout``),
+    so urllib3 reports it as its usual read timeout and closes the connection."""
+
+
+@dataclass
+class TryScope:
+    """One try of one server inside an attempt: its deadline and whether the request left."""
+
+    deadline: float  # monotonic seconds
+    monotonic: Callable[[], float]
+    sent: bool = False  # True once any byte of the request was written to the socket
+    status_code: int | None = None  # of the last response received in this try
+    headers: dict[str, str] | None = None  # of the last response received in this try
+
+    def remaining(self) -> float:
+        """Seconds left before the deadline; ≤ 0 when it has passed."""
+        return self.deadline - self.monotonic()
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0
+
+    def time_left(self) -> float:
+        """Seconds left, or raise :class:`DeadlineExceeded` when none are."""
+        left = self.remaining()
+        if left <= 0:
+            raise DeadlineExceeded("the attempt's deadline has passed")
+        return left
+
+
+_local = threading.local()
+
+
+@contextmanager
+def try_scope(deadline: float, monotonic: Callable[[], float]) -> Iterator[TryScope]:
+    """Bind a :class:`TryScope` to this thread for requests made inside the block."""
+    scope = TryScope(deadline=deadline, monotonic=monotonic)
+    previous = getattr(_local, "scope", None)
+    _local.scope = scope
+    try:
+        yield scope
+    finally:
+        _local.scope = previous
+
+
+def current_scope() -> TryScope | None:
+    """The scope bound to this thread, if any."""
+    return getattr(_local, "scope", None)
+
+
+class _DeadlineSocketIO(socket.SocketIO):
+    """A socket reader that sets the socket timeout to the time left before every read."""
+
+    def __init__(self, sock: socket.socket, scope: TryScope) -> None:
+        super().__init__(sock, "rb")
+        self._scope = scope
+
+    def readinto(self, b: Any) -> int | None:
+        self._sock.settimeout(self._scope.time_left())
+        return super().readinto(b)
+
+
+class _DeadlineSocket:
+    """Stands in for the socket handed to ``http.client.HTTPResponse``, which only calls
+    ``makefile``; the file it gets reads under the deadline."""
+
+    def __init__(self, sock: socket.socket, scope: TryScope) -> None:
+        self._sock = sock
+        self._scope = scope
+
+    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
+        raw = _DeadlineSocketIO(self._sock, self._scope)
+        # As socket.makefile does: the open file keeps the descriptor alive when
+        # http.client closes its own reference to the socket ("Connection: close").
+        self._sock._io_refs += 1  # type: ignore[attr-defined]
+        return io.BufferedReader(raw)
+
+
+class _DeadlineHTTPResponse(http.client.HTTPResponse):
+    def __init__(self, sock: Any, debuglevel: int = 0, method: str | None = None,
+                 url: str | None = None) -> None:
+        scope = current_scope()
+        if scope is not None:
+            sock = _DeadlineSocket(sock, scope)
+        super().__init__(sock, debuglevel, method, url)
+
+
+class _DeadlineConnectionMixin:
+    """Marks the scope ``sent`` on the first write and bounds every write by the deadline."""
+
+    response_class = _DeadlineHTTPResponse
+    sock: socket.socket | None
+    _in_connect = False
+
+    def connect(self) -> None:
+        # A proxy tunnel's CONNECT goes through send() too; it is not the request.
+        self._in_connect = True
+        try:
+            super().connect()  # type: ignore[misc]
+        finally:
+            self._in_connect = False
+
+    def send(self, data: Any) -> None:
+        scope = current_scope()
+        if scope is not None and not self._in_connect:
+            if self.sock is None:  # connect first, so a connect failure stays "not sent"
+                self.connect()
+            assert self.sock is not None
+            self.sock.settimeout(scope.time_left())
+            scope.sent = True
+        super().send(data)  # type: ignore[misc]
+
+
+class DeadlineHTTPConnection(_DeadlineConnectionMixin, HTTPConnection):
+    pass
+
+
+class DeadlineHTTPSConnection(_DeadlineConnectionMixin, HTTPSConnection):
+    pass
+
+
+class DeadlineHTTPConnectionPool(HTTPConnectionPool):
+    ConnectionCls = DeadlineHTTPConnection
+
+
+class DeadlineHTTPSConnectionPool(HTTPSConnectionPool):
+    ConnectionCls = DeadlineHTTPSConnection
+
+    def _validate_conn(self, conn: Any) -> None:
+        # urllib3 would warn on every unverified request; an item with ssl_verify = false
+        # reports that once, as a Warning event at start, instead.
+        HTTPConnectionPool._validate_conn(self, conn)
+        if conn.is_closed:
+            conn.connect()
+
+
+_POOL_CLASSES = {"http": DeadlineHTTPConnectionPool, "https": DeadlineHTTPSConnectionPool}
+
+
+class DeadlineHTTPAdapter(HTTPAdapter):
+    """A ``requests`` transport adapter whose connections honour :class:`TryScope`."""
+
+    def init_poolmanager(self, connections: int, maxsize: int, block: bool = False,
+                         **pool_kwargs: Any) -> None:
+        super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
+        self.poolmanager.pool_classes_by_scheme = dict(_POOL_CLASSES)
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        manager.pool_classes_by_scheme = dict(_POOL_CLASSES)
+        return manager

@@ -1,0 +1,99 @@
+"""HttpAdapter: plain HTTP calls through the item's own connection pool (``requests``)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapters.base import OutboundAdapter
+from adapters.deadline import TryScope
+from adapters.failover import join_path, rebase
+from adapters.session import ItemSession, classify_transport_error, status_error
+from adapters.settings import COMMON_SETTINGS, http_url
+from engine.clock import Clock
+from engine.errors import AdapterError, AdapterNotReady, ConfigurationError
+from engine.settings import Setting
+
+__all__ = ["HttpAdapter", "HttpResponse"]
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    """A complete response with a status below 400."""
+
+    status: int
+    headers: dict[str, str]
+    body: str
+
+
+@dataclass(frozen=True)
+class _Request:
+    method: str
+    path: str
+    headers: dict[str, str] = field(default_factory=dict)
+    json: Any = None
+    body: str | bytes | None = None
+
+
+class HttpAdapter(OutboundAdapter):
+    """Sends requests to ``url`` (or to each of ``servers`` in turn) + a path.
+
+    A status ≥ 400 raises :class:`~engine.errors.HttpStatusError`, retryable when the status
+    is in ``retry_on_status``. ``credentials`` give HTTP Basic authentication.
+    """
+
+    SETTINGS = (
+        Setting(name="url", kind=str, default=None, check=http_url,
+                help="the endpoint; with servers, their origins replace its own"),
+        *COMMON_SETTINGS,
+    )
+
+    def __init__(self, settings: Mapping[str, Any], *, item_name: str = "", pool_size: int = 1,
+                 env: Mapping[str, str] | None = None, clock: Clock | None = None) -> None:
+        super().__init__(settings, item_name=item_name, pool_size=pool_size, env=env,
+                         clock=clock)
+        if not self.settings["url"] and not self.settings["servers"]:
+            raise ConfigurationError("an HTTP item needs url (or servers), an http:// or "
+                                     "https:// URL", item=item_name, key="url")
+        self._session: ItemSession | None = None
+
+    def send(self, method: str, path: str = "", *, headers: Mapping[str, str] | None = None,
+             json: Any = None, body: str | bytes | None = None) -> HttpResponse:
+        """Send ``method`` to the chosen server + ``path`` ("" or "/" = the URL itself).
+
+        ``json`` is serialised as the body; otherwise ``body`` is sent as it is.
+        """
+        return self.call(_Request(method.upper(), path, dict(headers or {}), json, body))
+
+    def _open(self) -> None:
+        auth = None
+        if self.credentials is not None:
+            auth = (self.credentials.username, self.credentials.password)
+        self._session = ItemSession.from_settings(self.settings, pool_size=self.pool_size,
+                                                  hosts=len(self._targets()), auth=auth)
+
+    def stop(self) -> None:
+        if self._session is not None:
+            self._session.close()
+
+    def _targets(self) -> list[str]:
+        url, servers = self.settings["url"], self.settings["servers"]
+        if not servers:
+            return [url]
+        return [rebase(url, s) if url else s for s in servers]
+
+    def _transmit(self, server: str, request: _Request, scope: TryScope) -> HttpResponse:
+        if self._session is None:
+            raise AdapterNotReady(f"item {self.item_name!r}: the adapter is not started")
+        url = join_path(server, request.path)
+        headers = {**request.headers, **self.attempt_headers()}
+        response = self._session.request(request.method, url, scope, headers=headers,
+                                         data=request.body, json=request.json)
+        if response.status_code >= 400:
+            raise status_error(response, self.retry_on_status, url)
+        return HttpResponse(status=response.status_code, headers=dict(response.headers),
+                            body=response.content.decode(response.encoding or "utf-8",
+                                                         errors="replace"))
+
+    def _classify(self, exc: Exception, scope: TryScope, server: str) -> AdapterError | None:
+        return classify_transport_error(exc, scope, server, self.response_timeout)

@@ -1,0 +1,173 @@
+"""The item's own HTTP client: one ``requests.Session`` and connection pool per item (seed
+004), requests bounded by the attempt's deadline, bodies read in full under a size limit,
+and the one table that turns ``requests``/``urllib3`` exceptions into Encore's classification.
+"""
+from __future__ import annotations
+
+import http.client
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import requests
+import urllib3.exceptions
+
+from adapters.deadline import DeadlineExceeded, DeadlineHTTPAdapter, TryScope
+from engine.errors import (AdapterError, ConnectFailed, ConnectionReset, HttpStatusError,
+                           ResponseRejected, ResponseTimeout)
+
+CHUNK_BYTES = 16 * 1024  # bytes read per step while streaming a body
+DEFAULT_MAX_RESPONSE_BYTES = 10 * 1024 * 1024  # bytes, decoded body
+SNIPPET_CHARS = 200  # characters of an error body quoted in an HttpStatusError
+
+
+class ItemSession:
+    """One item's connections, TLS and proxy settings.
+
+    ``pool_size`` connections per host are kept (one per worker); a request never waits for a
+    free connection, since that wait would count against the attempt's deadline.
+    """
+
+    def __init__(self, *, pool_size: int, hosts: int = 1, connect_timeout: float,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                 ssl_verify: bool = True, ca_bundle: str | None = None,
+                 client_cert: str | None = None, client_key: str | None = None,
+                 proxy: str | None = None, auth: tuple[str, str] | None = None) -> None:
+        self.connect_timeout = connect_timeout  # seconds, connect phase only
+        self.max_response_bytes = max_response_bytes
+        self.requests = requests.Session()
+        self.requests.trust_env = False  # the item's settings decide, not the process env
+        adapter = DeadlineHTTPAdapter(pool_connections=max(hosts, 1),
+                                      pool_maxsize=max(pool_size, 1), pool_block=False)
+        self.requests.mount("http://", adapter)
+        self.requests.mount("https://", adapter)
+        self.requests.verify = ca_bundle if (ssl_verify and ca_bundle) else ssl_verify
+        if client_cert:
+            self.requests.cert = (client_cert, client_key) if client_key else client_cert
+        if proxy:
+            self.requests.proxies = {"http": proxy, "https": proxy}
+        if auth is not None:
+            self.requests.auth = auth
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], *, pool_size: int, hosts: int = 1,
+                      auth: tuple[str, str] | None = None) -> ItemSession:
+        """The session an adapter's validated ``settings`` describe."""
+        return cls(pool_size=pool_size, hosts=hosts,
+                   connect_timeout=float(settings["connect_timeout"]),
+                   max_response_bytes=int(settings["max_response_bytes"]),
+                   ssl_verify=bool(settings["ssl_verify"]), ca_bundle=settings["ca_bundle"],
+                   client_cert=settings["client_cert"], client_key=settings["client_key"],
+                   proxy=settings["proxy"], auth=auth)
+
+    def request(self, method: str, url: str, scope: TryScope, *,
+                headers: Mapping[str, str] | None = None, data: Any = None, json: Any = None,
+                allow_redirects: bool = False) -> requests.Response:
+        """Send a request and read the whole body before ``scope``'s deadline.
+
+        Returns the response with ``content`` filled in. Raises :class:`ResponseRejected`
+        when the body exceeds ``max_response_bytes``; transport failures come out as the
+        ``requests``/``urllib3`` exceptions, for :func:`classify_transport_error`.
+        """
+        connect = min(self.connect_timeout, scope.time_left())
+        response = self.requests.request(
+            method, url, headers=dict(headers or {}), data=data, json=json, stream=True,
+            timeout=(connect, scope.time_left()), allow_redirects=allow_redirects)
+        scope.status_code, scope.headers = response.status_code, dict(response.headers)
+        try:
+            body = read_body(response, self.max_response_bytes)
+        finally:
+            response.close()
+        response._content = body  # what .content / .text return from now on
+        response._content_consumed = True
+        return response
+
+    def close(self) -> None:
+        self.requests.close()
+
+
+def read_body(response: requests.Response, limit: int) -> bytes:
+    """The decoded body, read chunk by chunk (each socket read bounded by the deadline)."""
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ResponseRejected(
+            f"response refused: Content-Length {declared} exceeds max_response_bytes {limit}")
+    parts: list[bytes] = []
+    total = 0
+    for chunk in response.raw.stream(CHUNK_BYTES, decode_content=True):
+        total += len(chunk)
+        if total > limit:
+            raise ResponseRejected(
+                f"response refused: body exceeds max_response_bytes {limit}")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def status_error(response: requests.Response, retry_on_status: Collection[int],
+                 url: str) -> HttpStatusError:
+    """An :class:`HttpStatusError` for a response with status ≥ 400."""
+    status = response.status_code
+    snippet = response.text[:SNIPPET_CHARS].strip() if response.content else ""
+    text = f"HTTP {status} {response.reason or ''} from {url}".replace("  ", " ")
+    if snippet:
+        text += f": {snippet}"
+    return HttpStatusError(text, code=str(status), status_code=status,
+                           headers=dict(response.headers), retryable=status in retry_on_status)
+
+
+_TRANSPORT_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError,
+                     http.client.HTTPException, OSError)
+
+
+def classify_transport_error(exc: BaseException, scope: TryScope, url: str,
+                             response_timeout: float) -> AdapterError | None:
+    """Encore's error for a transport exception, or None if ``exc`` is not one.
+
+    Nothing written yet → :class:`ConnectFailed` (not sent); written and the deadline passed
+    or a read timed out → :class:`ResponseTimeout`; written and the connection broke →
+    :class:`ConnectionReset` (both *outcome unknown*).
+    """
+    if not isinstance(exc, _TRANSPORT_ERRORS):
+        return None
+    reason = describe(exc)
+    if not scope.sent:
+        return ConnectFailed(f"could not connect to {url}: {reason}")
+    if scope.expired() or _is_timeout(exc):
+        return ResponseTimeout(
+            f"no complete response from {url} within the response timeout "
+            f"of {response_timeout:g} seconds")
+    return ConnectionReset(f"connection to {url} broke after the request was sent: {reason}")
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it wraps: causes, contexts, urllib3 reasons, requests' first arg."""
+    seen: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        item = todo.pop(0)
+        if item is None or any(item is s for s in seen):
+            continue
+        seen.append(item)
+        inner = item.args[0] if item.args and isinstance(item.args[0], BaseException) else None
+        todo += [getattr(item, "reason", None) if isinstance(getattr(item, "reason", None),
+                                                            BaseException) else None,
+                 inner, item.__cause__, item.__context__]
+    return seen
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    timeouts = (TimeoutError, requests.Timeout, urllib3.exceptions.TimeoutError)
+    return any(isinstance(e, timeouts) for e in _chain(exc))
+
+
+def describe(exc: BaseException) -> str:
+    """A short reason: the innermost cause's text, without urllib3's pool preamble."""
+    chain = _chain(exc)
+    for item in reversed(chain):
+        if isinstance(item, DeadlineExceeded):
+            return str(item)
+    root = chain[-1]
+    text = str(root) or type(root).__name__
+    if ": " in text and "Connection" in text.split(": ", 1)[0]:  # "<HTTPConnection ...>: x"
+        text = text.split(": ", 1)[1]
+    return text
+

@@ -1,0 +1,95 @@
+"""The settings every outbound adapter accepts (design §4), and their validators.
+
+Each validator returns the cleaned value or raises ``ValueError`` with what is allowed;
+:class:`engine.settings.Setting` turns that into a :class:`ConfigurationError` naming the item
+and the key.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+from engine.settings import Setting
+
+DEFAULT_RESPONSE_TIMEOUT = 30.0  # seconds, whole attempt
+DEFAULT_CONNECT_TIMEOUT = 5.0  # seconds, connect phase only
+DEFAULT_BAD_SERVER_COOLDOWN = 60.0  # seconds a failed server is skipped
+DEFAULT_RETRY_ON_STATUS = (429, 502, 503, 504)  # HTTP statuses that ask for a retry
+DEFAULT_MAX_RESPONSE_BYTES = 10 * 1024 * 1024  # bytes, decoded body
+
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110)
+
+
+def http_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{value!r} is not allowed; expected an http:// or https:// URL "
+                         "like 'https://host:8443/path'")
+    return value
+
+
+def url_list(value: list[Any] | tuple[Any, ...]) -> tuple[str, ...]:
+    if not value or not all(isinstance(v, str) for v in value):
+        raise ValueError("expected a non-empty list of http:// or https:// base URLs, "
+                         "like ['https://a:8443', 'https://b:8443']")
+    return tuple(http_url(v) for v in value)
+
+
+def status_list(value: list[Any] | tuple[Any, ...]) -> tuple[int, ...]:
+    if not all(type(v) is int and 100 <= v <= 599 for v in value):
+        raise ValueError(f"{list(value)!r} is not allowed; expected a list of HTTP status "
+                         "codes (integers 100–599), like [429, 502, 503, 504]")
+    return tuple(value)
+
+
+def header_name(value: str) -> str:
+    if value and not _TOKEN.match(value):
+        raise ValueError(f"{value!r} is not allowed; expected an HTTP header name like "
+                         "'Idempotency-Key', or \"\" for none")
+    return value
+
+
+def positive(value: float) -> float:
+    if value <= 0:
+        raise ValueError(f"{value!r} is out of range; expected a number of seconds > 0")
+    return float(value)
+
+
+def not_empty(value: str) -> str:
+    if not value.strip():
+        raise ValueError("expected a non-empty string")
+    return value
+
+
+COMMON_SETTINGS: tuple[Setting, ...] = (
+    Setting(name="response_timeout", kind=float, default=DEFAULT_RESPONSE_TIMEOUT, minimum=0,
+            help="seconds for a whole attempt: connect, send and the complete response"),
+    Setting(name="connect_timeout", kind=float, default=DEFAULT_CONNECT_TIMEOUT,
+            check=positive, help="seconds for the connect phase (never past the deadline)"),
+    Setting(name="servers", kind=(list, tuple), default=(), check=url_list,
+            help="base URLs to fail over across, in order of preference"),
+    Setting(name="bad_server_cooldown", kind=float, default=DEFAULT_BAD_SERVER_COOLDOWN,
+            minimum=0, help="seconds a failed server is skipped; 0 = never skip"),
+    Setting(name="idempotent", kind=bool, default=True,
+            help="false: a request that may have been processed is never re-sent"),
+    Setting(name="idempotency_header", kind=str, default="", check=header_name,
+            help='HTTP header carrying the message\'s stable key; "" = none'),
+    Setting(name="on_unknown_outcome", kind=str, default="error", choices=("error", "suspend"),
+            help="what a non-idempotent item does with an outcome-unknown failure"),
+    Setting(name="retry_on_status", kind=(list, tuple), default=DEFAULT_RETRY_ON_STATUS,
+            check=status_list, help="HTTP statuses that ask for a retry"),
+    Setting(name="credentials", kind=str, default=None, check=not_empty,
+            help="a credentials name, resolved from the environment or the credentials file"),
+    Setting(name="ssl_verify", kind=bool, default=True, help="verify TLS certificates"),
+    Setting(name="ca_bundle", kind=str, default=None, check=not_empty,
+            help="path of a PEM file of CA certificates to trust"),
+    Setting(name="client_cert", kind=str, default=None, check=not_empty,
+            help="path of a PEM client certificate (may include its key)"),
+    Setting(name="client_key", kind=str, default=None, check=not_empty,
+            help="path of the client certificate's PEM key"),
+    Setting(name="max_response_bytes", kind=int, default=DEFAULT_MAX_RESPONSE_BYTES, minimum=1,
+            help="bytes; a larger (decoded) response body is refused"),
+    Setting(name="proxy", kind=str, default=None, check=http_url,
+            help="URL of an HTTP proxy for every request"),
+)

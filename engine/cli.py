@@ -1,0 +1,252 @@
+"""The ``encore`` command line (DESIGN.md §7)."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import click
+
+from engine import report
+from engine.client import send_message, wait_for
+from engine.clock import utcnow
+from engine.errors import EncoreError
+from engine.production import ProductionConfig, find_production_file, load_production
+from engine.store import queries
+from engine.store.database import DEFAULT_DATABASE_URL
+from engine.store.sql import SqlStore
+
+EVENT_TYPES = click.Choice(["Assert", "Error", "Warning", "Info", "Trace", "Alert"])
+
+
+class Context:
+    """Lazily loads the production file and opens the store for a command."""
+
+    def __init__(self, production_option: str | None) -> None:
+        self.option = production_option
+        self._production: ProductionConfig | None = None
+        self._store: SqlStore | None = None
+
+    @property
+    def production(self) -> ProductionConfig:
+        if self._production is None:
+            self._production = load_production(find_production_file(self.option, os.environ))
+        return self._production
+
+    def database_url(self) -> str:
+        """The production's database; without a production file, $ENCORE_DATABASE_URL."""
+        path = find_production_file(self.option, os.environ)
+        if path.exists() or self.option:
+            return self.production.database
+        return os.environ.get("ENCORE_DATABASE_URL", DEFAULT_DATABASE_URL)
+
+    @property
+    def store(self) -> SqlStore:
+        if self._store is None:
+            self._store = SqlStore(self.database_url())
+        return self._store
+
+
+pass_ctx = click.make_pass_decorator(Context)
+
+
+class EncoreGroup(click.Group):
+    """Turns Encore's own errors into one clear line and exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except EncoreError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+
+
+@click.group(cls=EncoreGroup)
+@click.option("-p", "--production", "production", metavar="PATH",
+              help="production file (default: $ENCORE_PRODUCTION, else ./production.toml)")
+@click.option("-v", "--verbose", is_flag=True, help="log debug detail to stderr")
+@click.pass_context
+def main(ctx: click.Context, production: str | None, verbose: bool) -> None:
+    """Encore: call SOAP and HTTP services reliably from a long-running daemon."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    ctx.obj = Context(production)
+
+
+@main.command()
+@pass_ctx
+def run(ctx: Context) -> None:
+    """Run the production in the foreground (SIGTERM/SIGINT: graceful stop)."""
+    from engine.daemon import Daemon
+
+    Daemon(ctx.production, store=ctx.store).run()
+
+
+@main.command()
+@click.argument("target")
+@click.option("--body", required=True, help="the request as JSON")
+@click.option("--wait", "wait", type=float, default=None, metavar="S",
+              help="wait up to S seconds and print the response; non-zero exit on error")
+@pass_ctx
+def send(ctx: Context, target: str, body: str, wait: float | None) -> None:
+    """Enqueue a message for TARGET and print its id."""
+    message_id = send_message(ctx.store, ctx.production, target, body)
+    click.echo(message_id)
+    if wait is None:
+        return
+    row = wait_for(ctx.store, message_id, wait)
+    if row is None:
+        click.echo(f"error: message {message_id} not finished after {wait:g} s "
+                   "(is `encore run` running?)", err=True)
+        sys.exit(2)
+    if row.status != "Completed":
+        click.echo(f"error: message {message_id} ended {row.status}: {row.error_text}", err=True)
+        sys.exit(1)
+    response = ctx.store.get_message(row.corresponding_id) if row.corresponding_id else None
+    click.echo(response.body if response is not None else "null")
+
+
+@main.command("log")
+@click.option("--type", "type_", type=EVENT_TYPES, help="only events of this type")
+@click.option("--item", help="only events of this item (config name)")
+@click.option("--message", "message_id", type=int, help="only events of this message")
+@click.option("--session", "session_id", type=int, help="only events of this session")
+@click.option("--since", help="10m, 2h, 3d or an ISO time")
+@click.option("--limit", type=int, default=None, help="only the newest N events")
+@click.option("--follow", is_flag=True, help="keep printing new events")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+@pass_ctx
+def log_command(ctx: Context, type_: str | None, item: str | None, message_id: int | None,
+                session_id: int | None, since: str | None, limit: int | None, follow: bool,
+                as_json: bool) -> None:
+    """Print the event log, newest last."""
+    flt = queries.EventFilter(type=type_, item=item, message_id=message_id,
+                              session_id=session_id, since=parse_since(since), limit=limit)
+    rows = queries.events(ctx.store, flt)
+    _print_events(rows, as_json, header=True)
+    last_id = rows[-1]["id"] if rows else 0
+    while follow:
+        time.sleep(0.5)
+        rows = queries.events(ctx.store, queries.EventFilter(
+            type=type_, item=item, message_id=message_id, session_id=session_id,
+            after_id=last_id))
+        _print_events(rows, as_json, header=False)
+        last_id = rows[-1]["id"] if rows else last_id
+
+
+def _print_events(rows: list[dict[str, Any]], as_json: bool, *, header: bool) -> None:
+    if as_json:
+        for row in rows:
+            click.echo(report.json_line(row))
+        return
+    if not rows:
+        return
+    text = report.table(("id", "time (UTC)", "type", "item", "message", "text"),
+                        [(r["id"], r["time_logged"], r["type"], r["config_name"],
+                          r["message_id"], r["text"]) for r in rows])
+    click.echo(text if header else "\n".join(text.splitlines()[1:]))
+    sys.stdout.flush()
+
+
+@main.command()
+@click.option("--status", help="only messages in this status")
+@click.option("--item", help="only messages for this item")
+@click.option("--session", "session_id", type=int, help="only messages of this session")
+@click.option("--limit", type=int, default=None, help="only the newest N messages")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+@pass_ctx
+def messages(ctx: Context, status: str | None, item: str | None, session_id: int | None,
+             limit: int | None, as_json: bool) -> None:
+    """List message headers, newest last."""
+    rows = queries.messages(ctx.store, status=status, item=item, session_id=session_id,
+                            limit=limit)
+    if as_json:
+        for row in rows:
+            click.echo(report.json_line(row))
+        return
+    click.echo(report.table(
+        ("id", "session", "kind", "target", "status", "attempts", "retry", "next attempt",
+         "created (UTC)", "error"),
+        [(r["id"], r["session_id"], r["kind"], r["target"], r["status"], r["attempts"],
+          r["retry_needed"], r["next_attempt_at"], r["time_created"], r["error_text"])
+         for r in rows]))
+
+
+@main.command()
+@pass_ctx
+def status(ctx: Context) -> None:
+    """Items, queue depths, retries, last errors, and the daemons alive."""
+    production, store = ctx.production, ctx.store
+    stats, overrides = queries.queue_stats(store), store.item_overrides()
+    now = utcnow()
+    rows = []
+    for item in production.items:
+        s = stats.get(item.name, {})
+        oldest = s.get("oldest")
+        last_error = s.get("last_error")
+        rows.append((item.name, "yes" if overrides.get(item.name, item.enabled) else "no",
+                     item.pool_size, s.get("queued", 0),
+                     f"{(now - oldest).total_seconds():.0f}s" if oldest else "-",
+                     s.get("retrying", 0), last_error[1] if last_error else "-"))
+    click.echo(f"production {production.name} on {_safe_url(store.url)}")
+    click.echo(report.table(("item", "enabled", "pool", "queued", "oldest", "retrying",
+                             "last error"), rows))
+    alive_after = now - timedelta(seconds=production.lease_seconds)
+    daemons = queries.daemons(store)
+    click.echo("")
+    click.echo(report.table(("daemon", "host", "pid", "started (UTC)", "heartbeat (UTC)", "alive"),
+                            [(d["id"], d["host"], d["pid"], d["started_at"], d["heartbeat_at"],
+                              d["heartbeat_at"] >= alive_after) for d in daemons])
+               if daemons else "no daemon running")
+
+
+@main.group()
+def db() -> None:
+    """Database schema commands."""
+
+
+@db.command()
+@pass_ctx
+def upgrade(ctx: Context) -> None:
+    """Create or upgrade the tables (Alembic upgrade to head)."""
+    ctx.store.upgrade()
+    click.echo(f"database {_safe_url(ctx.store.url)} is at the latest schema")
+
+
+def parse_since(text: str | None) -> datetime | None:
+    """``10m``, ``2h``, ``3d``, ``45s`` ago, or an ISO time (UTC if no zone)."""
+    if not text:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if text[-1:] in units and text[:-1].replace(".", "", 1).isdigit():
+        return utcnow() - timedelta(seconds=float(text[:-1]) * units[text[-1]])
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"{text!r}: use 10m, 2h, 3d or an ISO time",
+                                 param_hint="--since") from exc
+    return value if value.tzinfo else value.replace(tzinfo=utcnow().tzinfo)
+
+
+def _safe_url(url: str) -> str:
+    """The database URL without its password."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _register_optional_commands() -> None:
+    from engine.simulate import simulate_command
+
+    main.add_command(simulate_command)
+
+
+_register_optional_commands()
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

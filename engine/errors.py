@@ -1,0 +1,167 @@
+"""The error hierarchy of Encore.
+
+One root, :class:`EncoreError`, and one family per concern. Adapter errors carry the
+classification that the retry engine needs (§3.4 of the design): whether the request surely
+never reached the server (*not sent*), may have been processed (*outcome unknown*), or was
+answered with an error (*answered*).
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+
+class EncoreError(Exception):
+    """Root of every error Encore raises on purpose."""
+
+
+class ConfigurationError(EncoreError):
+    """A production file, item or setting is wrong. The text says where and how to fix it."""
+
+    def __init__(self, text: str, *, item: str | None = None, key: str | None = None) -> None:
+        where = []
+        if item is not None:
+            where.append(f"item {item!r}")
+        if key is not None:
+            where.append(f"setting {key!r}")
+        prefix = (", ".join(where) + ": ") if where else ""
+        super().__init__(prefix + text)
+        self.item = item
+        self.key = key
+
+
+class StoreError(EncoreError):
+    """The database refused or lost an operation."""
+
+
+class MessageError(EncoreError):
+    """A message body is malformed or its target is unknown; nothing was enqueued."""
+
+
+class OperatorError(EncoreError):
+    """An operator action does not fit the message's current status."""
+
+
+class Delivery(str, enum.Enum):
+    """How far a failed request got. Decides whether re-sending it is safe."""
+
+    NOT_SENT = "not_sent"  # surely never reached the server
+    UNKNOWN = "outcome_unknown"  # left us; the server may have processed it
+    ANSWERED = "answered"  # the server answered with an error
+
+
+class AdapterError(EncoreError):
+    """A failed call through an outbound adapter.
+
+    ``outcome`` is the value stored in ``message_attempt.outcome``; ``retryable`` is the
+    adapter's request for a retry (it sets the message's retry-needed flag); ``code`` is what
+    ``E#<code>`` in ``reply_code_actions`` matches (an HTTP status, a SOAP fault code).
+    """
+
+    outcome = "error"
+    delivery = Delivery.ANSWERED
+    retryable = False
+
+    def __init__(
+        self,
+        text: str,
+        *,
+        server: str | None = None,
+        code: str | None = None,
+        status_code: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(text)
+        self.text = text
+        self.server = server
+        self.code = code
+        self.status_code = status_code
+        self.headers: Mapping[str, str] = dict(headers or {})
+        if retryable is not None:
+            self.retryable = retryable
+
+    def __reduce__(self) -> tuple[Any, ...]:  # keep keyword context when pickled
+        return (_rebuild, (type(self), self.text, self.__dict__))
+
+
+def _rebuild(cls: type[AdapterError], text: str, state: dict[str, Any]) -> AdapterError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, text)
+    err.__dict__.update(state)
+    return err
+
+
+class NotSent(AdapterError):
+    """The request surely never reached the server; re-sending is always safe."""
+
+    delivery = Delivery.NOT_SENT
+    retryable = True
+
+
+class ConnectFailed(NotSent):
+    """DNS failure, connection refused, connect timeout or TLS handshake failure."""
+
+    outcome = "connect_error"
+
+
+class OutcomeUnknown(AdapterError):
+    """The request left; no complete answer came back. The server may have processed it."""
+
+    delivery = Delivery.UNKNOWN
+    retryable = True
+
+
+class ResponseTimeout(OutcomeUnknown):
+    """No complete response before the attempt's deadline (ResponseTimeout)."""
+
+    outcome = "timeout"
+
+
+class ConnectionReset(OutcomeUnknown):
+    """The connection broke after the request was sent."""
+
+    outcome = "reset"
+
+
+class Answered(AdapterError):
+    """The server answered, with an error."""
+
+    delivery = Delivery.ANSWERED
+
+
+class HttpStatusError(Answered):
+    """An HTTP status the operation does not accept. Retryable when in ``retry_on_status``."""
+
+    outcome = "http_status"
+
+
+class RemoteFault(Answered):
+    """A SOAP fault. Never retried as if it were a transport error."""
+
+    outcome = "fault"
+
+    def __init__(self, text: str, *, fault_code: str | None = None, **kw: Any) -> None:
+        kw.setdefault("code", fault_code)
+        super().__init__(text, **kw)
+        self.fault_code = fault_code
+
+
+class ResponseRejected(Answered):
+    """A response refused for safety: too large, or XML with a DTD or entities."""
+
+    outcome = "error"
+
+
+class Retry(Exception):
+    """Raised by an operation to ask for a retry. Control flow, not an error."""
+
+    def __init__(self, reason: str = "retry requested by the operation") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class AdapterNotReady(EncoreError):
+    """An adapter could not start (e.g. its WSDL cannot be loaded). The item keeps its
+    messages queued and tries again every ``retry_interval``."""

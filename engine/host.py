@@ -1,0 +1,119 @@
+"""Business hosts: the classes users subclass.
+
+A :class:`BusinessOperation` takes messages from its item's queue and calls a remote system
+through its adapter. Subclasses implement :meth:`BusinessOperation.on_message`; the worker
+runs it once per attempt, with the retry settings of the item deciding what happens after a
+failure (DESIGN.md §3).
+"""
+from __future__ import annotations
+
+import sys
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar, Protocol
+
+from adapters.base import OutboundAdapter
+from engine.message import JsonMessage, Message
+from engine.retry import RETRY_SETTINGS
+from engine.settings import Setting
+
+
+class EventSink(Protocol):
+    """Where hosts write events (the SQL event log, or a list in tests)."""
+
+    def write(self, type_: str, text: str, **context: Any) -> None: ...
+
+
+HOST_SETTINGS: tuple[Setting, ...] = (
+    *RETRY_SETTINGS,
+    Setting(name="trace", kind=bool, default=False, help="write a Trace event per attempt"),
+    Setting(name="retry_mode", kind=str, default="blocking", choices=("blocking", "requeue"),
+            help="blocking: a retrying message holds its worker (FIFO); "
+                 "requeue: park it until its next attempt and serve others"),
+)
+
+
+class BusinessHost(ABC):
+    """Common base of hosts: a config name, validated settings, hooks and event helpers."""
+
+    SETTINGS: ClassVar[tuple[Setting, ...]] = ()
+
+    def __init__(self, name: str, settings: Mapping[str, Any], *,
+                 events: EventSink | None = None) -> None:
+        self.name = name
+        self.settings = dict(settings)
+        self.events = events
+        self.message_id: int | None = None  # the message in hand, for event context
+        self.session_id: int | None = None
+
+    @classmethod
+    def declared_settings(cls) -> tuple[Setting, ...]:
+        """Every setting an item of this class accepts."""
+        return cls.SETTINGS
+
+    def on_init(self) -> None:
+        """Called once when the item starts."""
+
+    def on_tear_down(self) -> None:
+        """Called once when the item stops."""
+
+    # -- event-log helpers ---------------------------------------------------------------
+    def log_info(self, text: str) -> None:
+        self._log("Info", text)
+
+    def log_warning(self, text: str) -> None:
+        self._log("Warning", text)
+
+    def log_error(self, text: str, *, exc: BaseException | None = None) -> None:
+        stack = "".join(traceback.format_exception(exc)) if exc is not None else None
+        self._log("Error", text, stack=stack)
+
+    def log_trace(self, text: str) -> None:
+        self._log("Trace", text)
+
+    def log_alert(self, text: str) -> None:
+        self._log("Alert", text)
+
+    def _log(self, type_: str, text: str, *, stack: str | None = None) -> None:
+        if self.events is None:
+            return
+        caller = sys._getframe(2).f_code.co_name
+        self.events.write(type_, text, config_name=self.name, message_id=self.message_id,
+                          session_id=self.session_id, source_class=type(self).__qualname__,
+                          source_method=caller, stack=stack)
+
+
+class BusinessOperation(BusinessHost):
+    """An outbound host. Implement :meth:`on_message`.
+
+    Per attempt the worker resets ``retry`` and ``suspend_message`` to False and sets
+    ``retry_count`` (1 for the first attempt). Set ``self.retry = True`` or raise
+    :class:`engine.Retry` to ask for a retry; ``self.suspend_message = True`` to suspend.
+    """
+
+    SETTINGS = HOST_SETTINGS
+    adapter_class: ClassVar[type[OutboundAdapter] | None] = None
+    request_class: ClassVar[type[Message]] = JsonMessage
+
+    def __init__(self, name: str, settings: Mapping[str, Any], *,
+                 events: EventSink | None = None, adapter: OutboundAdapter | None = None) -> None:
+        super().__init__(name, settings, events=events)
+        self.adapter = adapter
+        self.retry = False
+        self.suspend_message = False
+        self.retry_count = 0
+
+    @classmethod
+    def declared_settings(cls) -> tuple[Setting, ...]:
+        adapter = cls.adapter_class.SETTINGS if cls.adapter_class is not None else ()
+        return (*cls.SETTINGS, *adapter)
+
+    @abstractmethod
+    def on_message(self, request: Any) -> Any:
+        """Handle one request; return the response (a Message, a JSON-able value, or None)."""
+
+    def on_failure_timeout(self, request: Any) -> Any:
+        """Called when the FailureTimeout runs out. Return a response to complete the message
+        instead of failing it, or set ``self.retry = True`` to keep retrying; None: fail."""
+        return None

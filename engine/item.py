@@ -1,0 +1,165 @@
+"""ItemRunner: one item's adapter, host instances and ``pool_size`` worker threads.
+
+Each item has its own queue, workers and connection pool, so a slow item never delays
+another (seed 004). A worker claims the oldest due message, delivers it, and claims the next;
+when its queue is empty it waits for ``poll_interval`` or until the next parked message is due.
+A failing dependency (the database, a WSDL that will not load) is logged and retried later;
+it never kills the worker.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+
+from adapters.base import OutboundAdapter
+from engine.clock import Clock
+from engine.errors import AdapterNotReady, EncoreError
+from engine.host import BusinessOperation
+from engine.production import ItemConfig
+from engine.retry import ReplyCodeActions, RetryPolicy
+from engine.store.sql import SqlStore
+from engine.worker import MessageWorker
+
+log = logging.getLogger(__name__)
+
+STORE_RETRY_DELAY = 1.0  # seconds a worker waits after a database error
+
+
+class ItemRunner:
+    """Runs one business operation item inside a daemon."""
+
+    def __init__(self, item: ItemConfig, *, store: SqlStore, clock: Clock, owner: str,
+                 lease_seconds: float, poll_interval: float,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.item = item
+        self.store = store
+        self.clock = clock
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        self.poll_interval = poll_interval
+        self.env = env or {}
+        self.stop_event = threading.Event()
+        self.wakeup = threading.Event()
+        self.policy = RetryPolicy.from_settings(item.settings)
+        self.reply_codes = ReplyCodeActions.parse(item.settings["reply_code_actions"])
+        self.adapter = self._build_adapter()
+        self.hosts: list[BusinessOperation] = []
+        self.threads: list[threading.Thread] = []
+        self._ready = False
+        self._ready_lock = threading.Lock()
+        self._next_start_try = 0.0
+
+    def _build_adapter(self) -> OutboundAdapter | None:
+        cls = getattr(self.item.cls, "adapter_class", None)
+        if cls is None:
+            return None
+        return cls(self.item.settings, item_name=self.item.name, pool_size=self.item.pool_size,
+                   env=self.env, clock=self.clock)
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        """Create the host instances and start the workers."""
+        for index in range(self.item.pool_size):
+            host = self.item.cls(self.item.name, self.item.settings, events=self.store.events,
+                                 adapter=self.adapter)
+            host.on_init()
+            self.hosts.append(host)
+            thread = threading.Thread(target=self._work, args=(host,), daemon=True,
+                                      name=f"{self.item.name}-{index + 1}")
+            self.threads.append(thread)
+        self._try_start_adapter()
+        for thread in self.threads:
+            thread.start()
+
+    def request_stop(self) -> None:
+        """Stop intake: workers finish the attempt in hand and claim nothing more."""
+        self.stop_event.set()
+        self.wakeup.set()
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the workers; True if all stopped."""
+        deadline = self.clock.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(max(deadline - self.clock.monotonic(), 0.0))
+        alive = [t.name for t in self.threads if t.is_alive()]
+        if alive:
+            log.warning("item %s: workers %s still busy at shutdown; their attempts will be "
+                        "treated as outcome unknown on the next start", self.item.name, alive)
+            return False
+        for host in self.hosts:
+            _quietly(host.on_tear_down)
+        if self.adapter is not None:
+            _quietly(self.adapter.stop)
+        return True
+
+    # -- the worker loop -----------------------------------------------------------------
+    def _work(self, host: BusinessOperation) -> None:
+        worker = MessageWorker(host, store=self.store, clock=self.clock, policy=self.policy,
+                               reply_codes=self.reply_codes, stop=self.stop_event,
+                               requeue=self.item.settings["retry_mode"] == "requeue",
+                               trace=bool(self.item.settings["trace"]))
+        while not self.stop_event.is_set():
+            try:
+                self._work_once(worker)
+            except EncoreError as exc:
+                log.error("item %s: %s; trying again in %.0f s", self.item.name, exc,
+                          STORE_RETRY_DELAY)
+                self.stop_event.wait(STORE_RETRY_DELAY)
+            except Exception:  # noqa: BLE001 - a worker never dies of one message
+                log.exception("item %s: unexpected error in worker", self.item.name)
+                self.stop_event.wait(STORE_RETRY_DELAY)
+
+    def _work_once(self, worker: MessageWorker) -> None:
+        if not self._try_start_adapter() or not self._enabled():
+            self._idle(self.poll_interval)
+            return
+        row = self.store.claim_next(self.item.name, owner=self.owner, now=self.clock.now(),
+                                    lease_seconds=self.lease_seconds)
+        if row is None:
+            self._idle(self._idle_time())
+            return
+        worker.deliver(row)
+
+    def _idle(self, seconds: float) -> None:
+        self.wakeup.wait(seconds)
+        self.wakeup.clear()
+
+    def _idle_time(self) -> float:
+        due = self.store.next_due_time(self.item.name)
+        if due is None:
+            return self.poll_interval
+        return min(max((due - self.clock.now()).total_seconds(), 0.0), self.poll_interval)
+
+    def _enabled(self) -> bool:
+        return self.store.item_overrides().get(self.item.name, self.item.enabled)
+
+    def _try_start_adapter(self) -> bool:
+        """Start the adapter once; if it cannot start, try again every retry_interval."""
+        if self._ready or self.adapter is None:
+            return True
+        with self._ready_lock:
+            if self._ready or self.clock.monotonic() < self._next_start_try:
+                return self._ready
+            try:
+                warnings = self.adapter.start()
+            except AdapterNotReady as exc:
+                self._next_start_try = self.clock.monotonic() + self.policy.retry_interval
+                self.store.events.write("Error", f"adapter not ready, messages stay queued; "
+                                        f"trying again in {self.policy.retry_interval:g} s: {exc}",
+                                        config_name=self.item.name, source_class="ItemRunner",
+                                        source_method="start")
+                return False
+            for text in warnings:
+                self.store.events.write("Warning", text, config_name=self.item.name,
+                                        source_class=type(self.adapter).__name__,
+                                        source_method="start")
+            self._ready = True
+            return True
+
+
+def _quietly(func: object) -> None:
+    try:
+        func()  # type: ignore[operator]
+    except Exception:  # noqa: BLE001 - tear-down must not stop the shutdown
+        log.exception("error during tear-down")

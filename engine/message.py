@@ -1,0 +1,134 @@
+"""Messages: dataclasses serialised as JSON.
+
+A message class is a dataclass subclassing :class:`Message`. It is stored by name
+(``module:Class`` in ``message_header.body_class``) and its fields as a JSON object in
+``message_header.body``. Operations that take any JSON object use :class:`JsonMessage`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import typing
+from collections.abc import Mapping
+from typing import Any, ClassVar, TypeVar
+
+from engine.errors import MessageError
+
+M = TypeVar("M", bound="Message")
+
+
+@dataclasses.dataclass
+class Message:
+    """Base of message classes. Subclasses are ``@dataclass`` with JSON-friendly fields."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), default=str)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return f"{cls.__module__}:{cls.__qualname__}"
+
+    @classmethod
+    def from_dict(cls: type[M], data: Any) -> M:
+        """Build from a decoded JSON object; refuse unknown or missing fields and wrong types."""
+        if not isinstance(data, Mapping):
+            raise MessageError(f"{cls.__name__}: body must be a JSON object, "
+                               f"got {type(data).__name__}")
+        names = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - set(names))
+        if unknown:
+            raise MessageError(f"{cls.__name__}: unknown field(s) {', '.join(unknown)}; "
+                               f"allowed: {', '.join(names) or 'none'}")
+        hints = typing.get_type_hints(cls)
+        for name, field in names.items():
+            required = (field.default is dataclasses.MISSING
+                        and field.default_factory is dataclasses.MISSING)
+            if required and name not in data:
+                raise MessageError(f"{cls.__name__}: missing required field {name!r}")
+            if name in data and not _fits(data[name], hints.get(name, Any)):
+                raise MessageError(f"{cls.__name__}: field {name!r} must be "
+                                   f"{_type_text(hints[name])}, got {type(data[name]).__name__}")
+        return cls(**dict(data))
+
+    @classmethod
+    def from_json(cls: type[M], text: str) -> M:
+        return cls.from_dict(decode_json(text))
+
+
+@dataclasses.dataclass
+class JsonMessage(Message):
+    """Any JSON object, kept as it is."""
+
+    data: dict[str, Any] = dataclasses.field(default_factory=dict)
+    open_fields: ClassVar[bool] = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.data)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> JsonMessage:  # type: ignore[override]
+        if not isinstance(data, Mapping):
+            raise MessageError(f"body must be a JSON object, got {type(data).__name__}")
+        return cls(data=dict(data))
+
+
+def decode_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise MessageError(f"body is not valid JSON: {exc}") from exc
+
+
+def load_message_class(name: str) -> type[Message]:
+    """Resolve ``module:Class`` to a Message subclass."""
+    module_name, _, attr = name.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise MessageError(f"message class {name!r} cannot be loaded: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, Message)):
+        raise MessageError(f"{name!r} is not an engine.Message subclass")
+    return cls
+
+
+def decode_message(body_class: str | None, body: str | None) -> Message:
+    """The message stored as (``body_class``, ``body``)."""
+    cls = load_message_class(body_class) if body_class else JsonMessage
+    return cls.from_json(body or "{}")
+
+
+def encode_response(response: Any) -> tuple[str | None, str | None]:
+    """(body_class, JSON body) for what an operation returned (None: no response)."""
+    if response is None:
+        return None, None
+    if isinstance(response, Message):
+        return type(response).class_name(), response.to_json()
+    return JsonMessage.class_name(), json.dumps(response, separators=(",", ":"), default=str)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint) or hint
+    if hint is Any or origin is typing.Union or origin is getattr(__import__("types"), "UnionType"):
+        args = typing.get_args(hint)
+        return hint is Any or any(_fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if origin in (list, tuple):
+        return isinstance(value, list)
+    if origin in (dict, Mapping):
+        return isinstance(value, dict)
+    if origin is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(origin, type):
+        return isinstance(value, origin)
+    return True
+
+
+def _type_text(hint: Any) -> str:
+    return getattr(hint, "__name__", str(hint))

@@ -1,0 +1,326 @@
+"""Backoff strategies: when the next attempt starts (§3.3 of the design, seed 002).
+
+Each strategy is a small frozen dataclass with one method, ``next_start(state, rng)``, that
+returns the monotonic time (seconds) at which attempt *k+1* may start, or ``None`` to give up.
+Strategies only compute; :class:`~engine.retry.policy.RetryPolicy` decides and the worker
+sleeps. :func:`backoff_from_settings` is the one place where configuration shorthand
+(``backoff = "exponential"``, ``"module:function"``, ...) becomes a strategy.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from engine.clock import utcnow
+from engine.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from engine.retry.policy import AttemptState
+
+FULL_JITTER = "full"
+BACKOFF_NAMES = ("fixed", "exponential", "retry_after")
+RETRY_AFTER_UNITS = ("seconds", "milliseconds")
+
+_DEFAULT_RNG = random.Random()
+
+
+class Backoff(Protocol):
+    """What a backoff strategy offers the retry policy."""
+
+    def next_start(self, state: AttemptState, rng: random.Random | None = None) -> float | None:
+        """Monotonic time (seconds) the next attempt starts, never before ``state.ended``;
+        ``None`` = give up. ``rng`` draws the jitter (None: a module-wide generator)."""
+
+
+class DelayFunction(Protocol):
+    """A user's delay function: ``get_delay(attempt, *, elapsed, error, status_code, headers)``.
+
+    It may declare only the keywords it needs. Returns seconds to wait after the failed
+    attempt ends (a number or a ``timedelta``; negative counts as 0), or ``None`` to give up.
+    """
+
+    def __call__(self, attempt: int, /, **context: Any) -> float | timedelta | None: ...
+
+
+def _uniform(rng: random.Random | None, low: float, high: float) -> float:
+    """A draw from [low, high]; no draw at all when the window is empty (keeps rng streams stable)."""
+    if high <= low:
+        return low
+    return (rng or _DEFAULT_RNG).uniform(low, high)
+
+
+def _check_jitter(jitter: float | str) -> None:
+    if jitter == FULL_JITTER:
+        return
+    if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not jitter >= 0:
+        raise ValueError(f"jitter must be seconds ≥ 0 or {FULL_JITTER!r}, got {jitter!r}")
+
+
+def _jitter_for(jitter: float | str, delay: float, rng: random.Random | None) -> float:
+    """Added jitter: uniform in [0, jitter] seconds, or [0, delay] for ``"full"``."""
+    window = delay if jitter == FULL_JITTER else float(jitter)
+    return _uniform(rng, 0.0, window)
+
+
+@dataclass(frozen=True)
+class FixedBackoff:
+    """Ensemble's RetryInterval: attempt *k+1* starts ``interval`` seconds after attempt *k*
+    *started*, or at once when attempt *k* took longer. ``interval`` 0 = retry at once."""
+
+    interval: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not self.interval >= 0:
+            raise ValueError(f"interval must be seconds ≥ 0, got {self.interval!r}")
+
+    def next_start(self, state: AttemptState, rng: random.Random | None = None) -> float | None:
+        return max(state.ended, state.started + self.interval)
+
+
+@dataclass(frozen=True)
+class ExponentialBackoff:
+    """Delay ``min(base · multiplier^(k−1), cap)`` after attempt *k* ends, plus jitter.
+
+    ``jitter`` is a window in seconds (0 = none) from which a uniform amount is added, or
+    ``"full"``: the whole delay is drawn from [0, delay] instead. ``cap`` bounds the delay
+    before jitter; ``base`` 0 means no delay.
+    """
+
+    base: float = 1.0
+    multiplier: float = 2.0
+    cap: float = 60.0
+    jitter: float | str = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("base", "multiplier", "cap"):
+            value = getattr(self, name)
+            if not value >= 0:
+                raise ValueError(f"{name} must be ≥ 0, got {value!r}")
+        _check_jitter(self.jitter)
+
+    def raw_delay(self, attempt: int) -> float:
+        """The delay after attempt ``attempt`` before jitter, in seconds (capped)."""
+        if self.base == 0:
+            return 0.0
+        try:
+            grown = self.base * self.multiplier ** (attempt - 1)
+        except OverflowError:
+            grown = math.inf
+        return min(grown, self.cap)
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """The delay after attempt ``attempt``, jitter included, in seconds."""
+        raw = self.raw_delay(attempt)
+        if self.jitter == FULL_JITTER:
+            return _uniform(rng, 0.0, raw)
+        return raw + _jitter_for(self.jitter, raw, rng)
+
+    def next_start(self, state: AttemptState, rng: random.Random | None = None) -> float | None:
+        return state.ended + self.delay(state.attempt, rng)
+
+
+@dataclass(frozen=True)
+class RetryAfterBackoff:
+    """The server's ``Retry-After`` header, plus jitter; ``fallback`` without the header.
+
+    The header is read case-insensitively from the error's ``headers``: a number (seconds, or
+    milliseconds with ``unit="milliseconds"``) or an HTTP date, measured from ``now()`` (an
+    injectable wall clock, aware UTC). ``jitter`` adds uniform [0, jitter] seconds (0 = none);
+    ``"full"`` widens the window to the header's delay, so the start lies in [d, 2d] and never
+    before the time the server asked for.
+    """
+
+    unit: str = "seconds"
+    jitter: float | str = 0.0
+    fallback: ExponentialBackoff = field(default_factory=ExponentialBackoff)
+    now: Callable[[], datetime] = field(default=utcnow, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.unit not in RETRY_AFTER_UNITS:
+            raise ValueError(f"unit must be one of {RETRY_AFTER_UNITS}, got {self.unit!r}")
+        _check_jitter(self.jitter)
+
+    def retry_after(self, error: BaseException | None) -> float | None:
+        """The delay the header asks for, in seconds, before jitter; ``None`` when the error
+        carries no usable ``Retry-After`` (then ``fallback`` applies)."""
+        value = _header(error, "retry-after")
+        if value is None:
+            return None
+        return parse_retry_after(value, unit=self.unit, now=self.now())
+
+    def next_start(self, state: AttemptState, rng: random.Random | None = None) -> float | None:
+        delay = self.retry_after(state.error)
+        if delay is None:
+            return self.fallback.next_start(state, rng)
+        return state.ended + delay + _jitter_for(self.jitter, delay, rng)
+
+
+def _header(error: BaseException | None, name: str) -> str | None:
+    headers = getattr(error, "headers", None)
+    if not isinstance(headers, Mapping):
+        return None
+    for key, value in headers.items():
+        if str(key).lower() == name:
+            return str(value)
+    return None
+
+
+def parse_retry_after(value: str, *, unit: str = "seconds", now: datetime) -> float | None:
+    """Seconds to wait for a ``Retry-After`` value; ``None`` if it is neither a non-negative
+    number nor an HTTP date. A date in the past gives 0; ``unit`` applies to numbers only."""
+    text = value.strip()
+    try:
+        number = float(text)
+    except ValueError:
+        return _date_delay(text, now)
+    if not math.isfinite(number) or number < 0:
+        return None
+    return number / 1000.0 if unit == "milliseconds" else number
+
+
+def _date_delay(text: str, now: datetime) -> float | None:
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when is None:  # older Pythons return None instead of raising
+        return None
+    if when.tzinfo is None:  # "-0000": UTC with no offset information
+        when = when.replace(tzinfo=timezone.utc)
+    return max((when - now).total_seconds(), 0.0)
+
+
+@dataclass(frozen=True)
+class FunctionBackoff:
+    """A user's :class:`DelayFunction`: the delay runs from the end of the failed attempt.
+
+    The function gets the attempt number positionally and, of ``elapsed`` (seconds since the
+    first attempt started), ``error``, ``status_code`` and ``headers``, only the keywords its
+    signature accepts. It returns ``None`` to give up.
+    """
+
+    func: DelayFunction
+    _accepts: frozenset[str] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not callable(self.func):
+            raise TypeError(f"delay function must be callable, got {self.func!r}")
+        object.__setattr__(self, "_accepts", _keyword_names(self.func))
+
+    def next_start(self, state: AttemptState, rng: random.Random | None = None) -> float | None:
+        context = {"elapsed": state.ended - state.first_started, "error": state.error,
+                   "status_code": state.status_code, "headers": state.headers}
+        kwargs = {k: v for k, v in context.items() if self._accepts is None or k in self._accepts}
+        delay = self.func(state.attempt, **kwargs)
+        if delay is None:
+            return None
+        return state.ended + max(_seconds(delay, self.func), 0.0)
+
+
+def _keyword_names(func: Callable[..., Any]) -> frozenset[str] | None:
+    """Names ``func`` takes by keyword; ``None`` when it takes ``**kwargs`` (all of them)."""
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):  # no introspectable signature: pass the attempt only
+        return frozenset()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+
+def _seconds(delay: Any, func: Callable[..., Any]) -> float:
+    if isinstance(delay, timedelta):
+        return delay.total_seconds()
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or math.isnan(delay):
+        name = getattr(func, "__qualname__", repr(func))
+        raise TypeError(f"delay function {name} returned {delay!r}; expected seconds or None")
+    return float(delay)
+
+
+def resolve_function(spec: str) -> Callable[..., Any]:
+    """Import ``"module:function"`` (the function part may be dotted). ``ValueError`` says
+    which part failed: the form, the import, the attribute, or that it is not callable."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name.strip() or not attr.strip():
+        raise ValueError(f"expected 'module:function', got {spec!r}")
+    try:
+        target: Any = importlib.import_module(module_name.strip())
+    except ImportError as exc:
+        raise ValueError(f"cannot import module {module_name!r} of {spec!r}: {exc}") from exc
+    except Exception as exc:  # a user module that fails while importing
+        raise ValueError(f"importing module {module_name!r} of {spec!r} failed: "
+                         f"{type(exc).__name__}: {exc}") from exc
+    for part in attr.strip().split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError as exc:
+            raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from exc
+    if not callable(target):
+        raise ValueError(f"{spec!r} is not callable (it is a {type(target).__name__})")
+    return target
+
+
+def check_backoff(value: str) -> str:
+    """``Setting.check`` for ``backoff``: a strategy name, or a ``module:function`` that
+    resolves now. Returns the value; ``ValueError`` names what failed."""
+    text = value.strip()
+    if ":" in text:
+        resolve_function(text)
+        return text
+    if text not in BACKOFF_NAMES:
+        raise ValueError(f"unknown backoff {value!r}; expected one of "
+                         + ", ".join(repr(n) for n in BACKOFF_NAMES) + " or 'module:function'")
+    return text
+
+
+def check_jitter(value: float | str) -> float | str:
+    """``Setting.check`` for ``jitter``: seconds ≥ 0, or the string ``"full"``."""
+    if isinstance(value, str):
+        if value.strip().lower() == FULL_JITTER:
+            return FULL_JITTER
+        raise ValueError(f"expected seconds ≥ 0 or {FULL_JITTER!r}, got {value!r}")
+    _check_jitter(value)
+    return value
+
+
+def backoff_from_settings(settings: Mapping[str, Any]) -> Backoff:
+    """The strategy that validated ``settings`` (snake_case keys) ask for.
+
+    ``backoff`` is ``"fixed"`` (uses ``retry_interval``), ``"exponential"``, ``"retry_after"``,
+    ``"module:function"``, or already a strategy object. Missing keys take their defaults.
+    Raises :class:`ConfigurationError` naming the ``backoff`` setting.
+    """
+    kind = settings.get("backoff", "fixed")
+    if not isinstance(kind, str):
+        if callable(getattr(kind, "next_start", None)):
+            return kind
+        raise ConfigurationError(f"expected a strategy name or 'module:function', got {kind!r}",
+                                 key="backoff")
+    try:
+        return _build(check_backoff(kind), settings)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(str(exc), key="backoff") from exc
+
+
+def _build(kind: str, settings: Mapping[str, Any]) -> Backoff:
+    if kind == "fixed":
+        return FixedBackoff(float(settings.get("retry_interval", 5.0)))
+    jitter = check_jitter(settings.get("jitter", 0.0))
+    exponential = ExponentialBackoff(
+        base=float(settings.get("backoff_base", 1.0)),
+        multiplier=float(settings.get("backoff_multiplier", 2.0)),
+        cap=float(settings.get("backoff_max", 60.0)),
+        jitter=jitter)
+    if kind == "exponential":
+        return exponential
+    if kind == "retry_after":
+        return RetryAfterBackoff(unit=settings.get("retry_after_unit", "seconds"),
+                                 jitter=jitter, fallback=exponential)
+    return FunctionBackoff(resolve_function(kind))

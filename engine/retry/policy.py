@@ -1,0 +1,251 @@
+"""The retry policy: after a failed attempt, retry at T, give up, or suspend (§3.1, §3.4).
+
+:class:`RetryPolicy` is immutable and only decides; it never sleeps, logs or touches a
+message. The worker (or ``encore simulate``, on a virtual clock) acts on the
+:class:`Decision`. All times are monotonic seconds.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from engine.errors import Delivery
+from engine.retry.backoff import (
+    RETRY_AFTER_UNITS, Backoff, FixedBackoff, RetryAfterBackoff, backoff_from_settings,
+    check_backoff, check_jitter)
+from engine.retry.reply_codes import DEFAULT_REPLY_CODE_ACTIONS, check_reply_code_actions
+from engine.settings import Setting
+
+FOREVER = -1  # failure_timeout: retry forever
+UNKNOWN_OUTCOME_CHOICES = ("error", "suspend")
+UNKNOWN_OUTCOME_REASON = ("outcome unknown: the request may have been processed by the server; "
+                          "it was not re-sent because the item is not idempotent")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptState:
+    """What happened in attempt *k*. Times are monotonic seconds.
+
+    ``first_started`` is s_1 (FailureTimeout counts from it, across restarts), ``started`` s_k,
+    ``ended`` f_k. ``error`` is what the attempt raised (None: no exception, e.g. the
+    operation asked for a retry); its ``status_code`` and ``headers`` are read when present.
+    """
+
+    attempt: int
+    first_started: float
+    started: float
+    ended: float
+    error: BaseException | None = None
+
+    def __post_init__(self) -> None:
+        if self.attempt < 1:
+            raise ValueError(f"attempt numbers start at 1, got {self.attempt}")
+        if self.ended < self.started:
+            raise ValueError(f"attempt ended ({self.ended}) before it started ({self.started})")
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds from the start of the first attempt to the end of this one (f_k − s_1)."""
+        return self.ended - self.first_started
+
+    @property
+    def status_code(self) -> int | None:
+        """The error's HTTP status; None when it has none."""
+        return getattr(self.error, "status_code", None)
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """The error's response headers; empty when it has none."""
+        headers = getattr(self.error, "headers", None)
+        return headers if isinstance(headers, Mapping) else {}
+
+
+class Action(str, enum.Enum):
+    """What the worker does next."""
+
+    RETRY = "retry"
+    GIVE_UP = "give_up"  # message ends in Error
+    SUSPEND = "suspend"  # message ends in Suspended, for an operator
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The policy's answer. ``at`` is the monotonic time the next attempt starts (RETRY only,
+    else None); ``reason`` is human text for GIVE_UP / SUSPEND, written in the give-up event."""
+
+    action: Action
+    at: float | None = None
+    reason: str = ""
+
+
+def _give_up(reason: str) -> Decision:
+    return Decision(Action.GIVE_UP, reason=reason)
+
+
+def _seconds(value: float) -> str:
+    return f"{round(value, 3):g}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """When to retry a failed message, and when to stop.
+
+    - ``retry_interval``: seconds between attempt starts for the default fixed backoff.
+    - ``failure_timeout``: seconds from the first attempt's start after which a failed attempt
+      is not retried; ``-1`` = retry forever; ``0`` = a single attempt.
+    - ``backoff``: the strategy; ``None`` = ``FixedBackoff(retry_interval)``.
+    - ``max_attempts``: most attempts in all; ``0`` = unlimited.
+    - ``strict``: FailureTimeout is a hard budget (no attempt starts after it and deadlines
+      are clipped to it); off = Ensemble behaviour.
+    - ``idempotent``: False = an outcome-unknown failure is never re-sent.
+    - ``on_unknown_outcome``: for those, ``"error"`` (give up) or ``"suspend"``.
+    """
+
+    retry_interval: float = 5.0
+    failure_timeout: float = 15.0
+    backoff: Backoff = None  # type: ignore[assignment]  # None → FixedBackoff(retry_interval)
+    max_attempts: int = 0
+    strict: bool = False
+    idempotent: bool = True
+    on_unknown_outcome: str = "error"
+
+    def __post_init__(self) -> None:
+        if self.backoff is None:
+            object.__setattr__(self, "backoff", FixedBackoff(self.retry_interval))
+        if not self.retry_interval >= 0:
+            raise ValueError(f"retry_interval must be seconds ≥ 0, got {self.retry_interval!r}")
+        if not (self.failure_timeout >= 0 or self.failure_timeout == FOREVER):
+            raise ValueError(f"failure_timeout must be ≥ 0 or -1, got {self.failure_timeout!r}")
+        if self.max_attempts < 0:
+            raise ValueError(f"max_attempts must be ≥ 0 (0 = unlimited), got {self.max_attempts}")
+        if self.on_unknown_outcome not in UNKNOWN_OUTCOME_CHOICES:
+            raise ValueError(f"on_unknown_outcome must be one of {UNKNOWN_OUTCOME_CHOICES}, "
+                             f"got {self.on_unknown_outcome!r}")
+
+    def new(self, **changes: Any) -> RetryPolicy:
+        """A copy with ``changes`` applied (the policy itself never changes)."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def bounded(self) -> bool:
+        """True unless ``failure_timeout`` is -1 (retry forever)."""
+        return self.failure_timeout != FOREVER
+
+    def deadline(self, *, first_started: float, started: float, response_timeout: float) -> float:
+        """When an attempt started at ``started`` must be over: ``started + response_timeout``,
+        clipped to ``first_started + failure_timeout`` when ``strict`` and the budget is not -1
+        (with ``failure_timeout`` 0 the single attempt then gets no time at all)."""
+        end = started + response_timeout
+        if self.strict and self.bounded:
+            end = min(end, first_started + self.failure_timeout)
+        return end
+
+    def decide(self, state: AttemptState, *, retry_needed: bool,
+               rng: random.Random | None = None) -> Decision:
+        """Decide after failed attempt ``state`` (rules 4, 5 of §3.1 and §3.4).
+
+        ``retry_needed`` is the message's retry-needed flag; ``rng`` draws jitter (None: a
+        module-wide generator). A RETRY's ``at`` is never before ``state.ended``.
+        """
+        refusal = self._refusal(state, retry_needed)
+        if refusal is not None:
+            return refusal
+        return self._schedule(state, rng)
+
+    def _refusal(self, state: AttemptState, retry_needed: bool) -> Decision | None:
+        if not retry_needed:
+            return _give_up("not retryable")
+        if getattr(state.error, "delivery", None) == Delivery.UNKNOWN and not self.idempotent:
+            action = Action.SUSPEND if self.on_unknown_outcome == "suspend" else Action.GIVE_UP
+            return Decision(action, reason=UNKNOWN_OUTCOME_REASON)
+        if self.max_attempts > 0 and state.attempt >= self.max_attempts:
+            return _give_up(f"max attempts ({self.max_attempts}) reached")
+        if self.bounded and state.elapsed >= self.failure_timeout:
+            return _give_up(f"{self._exceeded()} after {_attempts(state.attempt)} "
+                            f"in {_seconds(state.elapsed)} seconds")
+        return None
+
+    def _schedule(self, state: AttemptState, rng: random.Random | None) -> Decision:
+        refusal = self._retry_after_refusal(state)
+        if refusal is not None:
+            return refusal
+        at = self.backoff.next_start(state, rng)
+        if at is None:
+            return _give_up("the delay function gave up")
+        at = max(at, state.ended)
+        if self.bounded and isinstance(self.backoff, RetryAfterBackoff):
+            at = min(at, self._budget_end(state))  # jitter must not push past the budget
+        if self.strict and self.bounded and at >= self._budget_end(state):
+            return _give_up(f"{self._exceeded()}: the next attempt would start "
+                            f"{_seconds(at - state.first_started)} seconds after the first")
+        return Decision(Action.RETRY, at=at)
+
+    def _retry_after_refusal(self, state: AttemptState) -> Decision | None:
+        if not (self.bounded and isinstance(self.backoff, RetryAfterBackoff)):
+            return None
+        wait = self.backoff.retry_after(state.error)
+        left = self._budget_end(state) - state.ended
+        if wait is None or wait <= left:
+            return None
+        return _give_up(f"Retry-After of {_seconds(wait)} seconds is longer than the "
+                        f"{_seconds(left)} seconds left of the FailureTimeout of "
+                        f"{self.failure_timeout:g} seconds")
+
+    def _budget_end(self, state: AttemptState) -> float:
+        return state.first_started + self.failure_timeout
+
+    def _exceeded(self) -> str:
+        return f"FailureTimeout of {self.failure_timeout:g} seconds exceeded"
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> RetryPolicy:
+        """The policy for validated ``settings`` (snake_case keys, as returned by
+        ``validate_settings`` with :data:`RETRY_SETTINGS`); missing keys take defaults.
+        ``idempotent`` and ``on_unknown_outcome`` (declared by adapters) are read if present."""
+        return cls(
+            retry_interval=float(settings.get("retry_interval", 5.0)),
+            failure_timeout=float(settings.get("failure_timeout", 15.0)),
+            backoff=backoff_from_settings(settings),
+            max_attempts=int(settings.get("max_attempts", 0)),
+            strict=bool(settings.get("strict_failure_timeout", False)),
+            idempotent=bool(settings.get("idempotent", True)),
+            on_unknown_outcome=str(settings.get("on_unknown_outcome", "error")))
+
+
+def _attempts(n: int) -> str:
+    return f"{n} attempt" + ("" if n == 1 else "s")
+
+
+RETRY_SETTINGS: tuple[Setting, ...] = (
+    Setting(name="retry_interval", kind=float, default=5.0, minimum=0,
+            help="seconds from the start of one attempt to the start of the next (fixed backoff)"),
+    Setting(name="failure_timeout", kind=float, default=15.0, minimum=0, allow=(FOREVER,),
+            help="seconds after the first attempt's start when retrying stops; "
+                 "-1 = retry forever, 0 = a single attempt"),
+    Setting(name="backoff", kind=str, default="fixed", check=check_backoff,
+            help="'fixed', 'exponential', 'retry_after' or 'module:function'"),
+    Setting(name="backoff_base", kind=float, default=1.0, minimum=0,
+            help="seconds: the first exponential delay"),
+    Setting(name="backoff_multiplier", kind=float, default=2.0, minimum=1,
+            help="growth factor of the exponential delay per attempt"),
+    Setting(name="backoff_max", kind=float, default=60.0, minimum=0,
+            help="seconds: the longest backoff delay before jitter"),
+    Setting(name="jitter", kind=(float, str), default=0.0, minimum=0, check=check_jitter,
+            help="seconds of random delay added (0 = none), or 'full' for full jitter"),
+    Setting(name="retry_after_unit", kind=str, default="seconds", choices=RETRY_AFTER_UNITS,
+            help="unit of a numeric Retry-After header"),
+    Setting(name="max_attempts", kind=int, default=0, minimum=0,
+            help="most attempts per message; 0 = unlimited"),
+    Setting(name="strict_failure_timeout", kind=bool, default=False,
+            help="make failure_timeout a hard budget: no attempt starts after it"),
+    Setting(name="reply_code_actions", kind=str, default=DEFAULT_REPLY_CODE_ACTIONS,
+            check=check_reply_code_actions,
+            help="Ensemble reply code actions, e.g. 'E#503=R,E=F'"),
+)

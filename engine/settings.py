@@ -1,0 +1,134 @@
+"""Declared settings and their validation.
+
+Hosts and adapters declare the settings they accept as a tuple of :class:`Setting`; the
+production loader checks an item's ``[items.settings]`` table against those declarations, so
+a misspelt key, a wrong type or an out-of-range value is refused at load time with a message
+that names the item, the key and what is allowed.
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.errors import ConfigurationError
+
+_MISSING: Any = object()
+
+
+def camel_case(name: str) -> str:
+    """``response_timeout`` → ``ResponseTimeout`` (Ensemble's spelling)."""
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Setting:
+    """One accepted setting.
+
+    ``kind`` is a type or tuple of types (``float`` also accepts ints); ``minimum`` /
+    ``choices`` bound the value; ``check`` is an extra validator that returns the cleaned
+    value or raises ``ValueError`` with a reason.
+    """
+
+    name: str
+    kind: type | tuple[type, ...]
+    default: Any = None
+    help: str = ""
+    minimum: float | None = None
+    allow: tuple[Any, ...] = ()  # values accepted besides the range (e.g. -1 = forever)
+    choices: tuple[Any, ...] = ()
+    check: Callable[[Any], Any] | None = None
+    aliases: tuple[str, ...] = field(default=())
+
+    def names(self) -> tuple[str, ...]:
+        return (self.name, camel_case(self.name), *self.aliases)
+
+    def describe(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        kinds = self.kind if isinstance(self.kind, tuple) else (self.kind,)
+        text = " or ".join(_kind_name(k) for k in kinds)
+        if self.minimum is not None:
+            text += f" ≥ {self.minimum:g}"
+        if self.allow:
+            text += " (or " + ", ".join(repr(a) for a in self.allow) + ")"
+        return text
+
+    def clean(self, value: Any, item: str) -> Any:
+        """Return ``value`` validated and normalised, or raise :class:`ConfigurationError`."""
+        if value in self.allow and type(value) is not bool:
+            return value
+        if value is self.default or (value is None and self.default is None):
+            return value  # already clean: re-validating a filled-in default
+        if not _is_kind(value, self.kind):
+            raise ConfigurationError(
+                f"expected {self.describe()}, got {type(value).__name__} {value!r}",
+                item=item, key=self.name)
+        if self.choices and value not in self.choices:
+            raise ConfigurationError(
+                f"{value!r} is not allowed; expected {self.describe()}", item=item, key=self.name)
+        if self.minimum is not None and isinstance(value, (int, float)) and value < self.minimum:
+            raise ConfigurationError(
+                f"{value!r} is out of range; expected {self.describe()}", item=item, key=self.name)
+        if self.check is not None:
+            try:
+                value = self.check(value)
+            except ValueError as exc:
+                raise ConfigurationError(str(exc), item=item, key=self.name) from exc
+        return value
+
+
+def _kind_name(kind: type) -> str:
+    return {float: "number", int: "integer", str: "string", bool: "true/false",
+            list: "list", dict: "table"}.get(kind, kind.__name__)
+
+
+def _is_kind(value: Any, kind: type | tuple[type, ...]) -> bool:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool):
+        return bool in kinds
+    if isinstance(value, int) and float in kinds:
+        return True
+    return isinstance(value, kinds)
+
+
+def _normalise_key(key: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", key.lower())
+
+
+def validate_settings(item: str, raw: Mapping[str, Any],
+                      declared: Iterable[Setting]) -> dict[str, Any]:
+    """Check ``raw`` against ``declared``; return every declared name with its value.
+
+    Unknown keys are refused with the closest valid key suggested; CamelCase aliases are
+    accepted; a key given twice (e.g. ``response_timeout`` and ``ResponseTimeout``) is refused.
+    """
+    by_name: dict[str, Setting] = {}
+    for setting in declared:
+        for name in setting.names():
+            by_name[name] = setting
+    result: dict[str, Any] = {}
+    seen: dict[str, str] = {}
+    for key, value in raw.items():
+        setting = by_name.get(key)
+        if setting is None:
+            raise ConfigurationError(_unknown_key_text(key, by_name), item=item, key=key)
+        if setting.name in seen:
+            raise ConfigurationError(
+                f"given twice, as {seen[setting.name]!r} and {key!r}", item=item, key=setting.name)
+        seen[setting.name] = key
+        result[setting.name] = setting.clean(value, item)
+    for setting in by_name.values():
+        result.setdefault(setting.name, copy.deepcopy(setting.default))
+    return result
+
+
+def _unknown_key_text(key: str, by_name: Mapping[str, Setting]) -> str:
+    canonical = sorted({s.name for s in by_name.values()})
+    folded = {_normalise_key(n): by_name[n].name for n in by_name}
+    guess = difflib.get_close_matches(_normalise_key(key), list(folded), n=1, cutoff=0.6)
+    hint = f" Did you mean {folded[guess[0]]!r}?" if guess else ""
+    return f"unknown setting.{hint} Allowed: {', '.join(canonical)}"

@@ -1,0 +1,97 @@
+"""The SQL tables (DESIGN.md §6). Users query these directly: names are public."""
+from __future__ import annotations
+
+from sqlalchemy import (BigInteger, Boolean, Column, DateTime, ForeignKey, Index, Integer,
+                        MetaData, String, Table, Text)
+
+metadata = MetaData()
+
+# BigInteger ids on PostgreSQL; SQLite only auto-increments a plain INTEGER primary key.
+_Id = BigInteger().with_variant(Integer(), "sqlite")
+_Time = DateTime(timezone=True)
+
+EVENT_TYPES = ("Assert", "Error", "Warning", "Info", "Trace", "Alert")
+MESSAGE_STATUSES = ("Created", "Queued", "Delivered", "Completed", "Error", "Suspended",
+                    "Discarded", "Aborted", "Deferred")
+FINAL_STATUSES = ("Completed", "Error", "Discarded", "Aborted")
+ATTEMPT_OUTCOMES = ("ok", "timeout", "connect_error", "reset", "http_status", "fault", "error")
+
+event_log = Table(
+    "event_log", metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("time_logged", _Time, nullable=False),
+    Column("type", String(10), nullable=False),
+    Column("config_name", String(200)),
+    Column("job", String(200)),
+    Column("message_id", _Id),
+    Column("session_id", _Id),
+    Column("source_class", String(200)),
+    Column("source_method", String(200)),
+    Column("text", Text, nullable=False),
+    Column("stack", Text),
+    Index("ix_event_log_message", "message_id"),
+    Index("ix_event_log_config_time", "config_name", "time_logged"),
+)
+
+message_header = Table(
+    "message_header", metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("session_id", _Id),
+    Column("source", String(200)),
+    Column("target", String(200), nullable=False),
+    Column("kind", String(10), nullable=False),  # request | response
+    Column("body_class", String(300)),
+    Column("body", Text),  # JSON
+    Column("status", String(12), nullable=False),
+    Column("is_error", Boolean, nullable=False, default=False),
+    Column("error_text", Text),
+    Column("time_created", _Time, nullable=False),
+    Column("time_processed", _Time),
+    Column("time_completed", _Time),
+    Column("corresponding_id", _Id),
+    Column("retry_needed", Boolean, nullable=False, default=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("first_attempt_at", _Time),
+    Column("next_attempt_at", _Time),
+    # Claim of the daemon working on it: who, and until when (renewed by its heartbeat).
+    Column("claimed_by", String(100)),
+    Column("lease_expires_at", _Time),
+    Index("ix_message_header_queue", "target", "status", "id"),
+    Index("ix_message_header_session", "session_id"),
+)
+
+message_attempt = Table(
+    "message_attempt", metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("message_id", _Id, ForeignKey("message_header.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("server", String(500)),
+    Column("started_at", _Time, nullable=False),
+    Column("ended_at", _Time),  # NULL while in flight
+    Column("outcome", String(20)),
+    Column("status_code", Integer),
+    Column("error_text", Text),
+    Index("ix_message_attempt_message", "message_id", "attempt"),
+)
+
+# Items disabled by an operator or by reply code action D override the production file.
+item_state = Table(
+    "item_state", metadata,
+    Column("config_name", String(200), primary_key=True),
+    Column("enabled", Boolean, nullable=False),
+    Column("reason", Text),
+    Column("updated_at", _Time, nullable=False),
+)
+
+# One row per running daemon; `heartbeat_at` tells whether it is alive.
+daemon = Table(
+    "daemon", metadata,
+    Column("id", String(100), primary_key=True),
+    Column("host", String(200), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("production", String(200)),
+    Column("started_at", _Time, nullable=False),
+    Column("heartbeat_at", _Time, nullable=False),
+    Column("items", Text),
+)

@@ -1,0 +1,96 @@
+"""Read-only queries for the command line (``encore log``, ``messages``, ``status``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+
+from engine.clock import as_utc
+from engine.store.models import FINAL_STATUSES, daemon, event_log, message_header
+from engine.store.sql import SqlStore
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventFilter:
+    type: str | None = None
+    item: str | None = None
+    message_id: int | None = None
+    session_id: int | None = None
+    since: datetime | None = None
+    after_id: int | None = None
+    limit: int | None = None
+
+
+def events(store: SqlStore, flt: EventFilter) -> list[dict[str, Any]]:
+    """Events matching ``flt``, oldest first (the newest ``limit`` ones when limited)."""
+    c = event_log.c
+    query = select(event_log)
+    for column, value in ((c.type, flt.type), (c.config_name, flt.item),
+                          (c.message_id, flt.message_id), (c.session_id, flt.session_id)):
+        if value is not None:
+            query = query.where(column == value)
+    if flt.since is not None:
+        query = query.where(c.time_logged >= flt.since)
+    if flt.after_id is not None:
+        query = query.where(c.id > flt.after_id)
+    query = query.order_by(c.id.desc())
+    if flt.limit:
+        query = query.limit(flt.limit)
+    with store.engine.connect() as conn:
+        rows = [_plain(r) for r in conn.execute(query).mappings()]
+    return rows[::-1]
+
+
+def messages(store: SqlStore, *, status: str | None = None, item: str | None = None,
+             session_id: int | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """Message headers, oldest first (the newest ``limit`` ones when limited)."""
+    c = message_header.c
+    query = select(message_header)
+    for column, value in ((c.status, status), (c.target, item), (c.session_id, session_id)):
+        if value is not None:
+            query = query.where(column == value)
+    query = query.order_by(c.id.desc())
+    if limit:
+        query = query.limit(limit)
+    with store.engine.connect() as conn:
+        rows = [_plain(r) for r in conn.execute(query).mappings()]
+    return rows[::-1]
+
+
+def queue_stats(store: SqlStore) -> dict[str, dict[str, Any]]:
+    """Per item: queued count, oldest queued time, messages in retry, last error text."""
+    c = message_header.c
+    with store.engine.connect() as conn:
+        queued = conn.execute(
+            select(c.target, func.count(), func.min(c.time_created))
+            .where(c.kind == "request", c.status.in_(("Queued", "Delivered")))
+            .group_by(c.target)).all()
+        retrying = dict(conn.execute(
+            select(c.target, func.count()).where(c.retry_needed.is_(True),
+                                                 c.status.not_in(FINAL_STATUSES))
+            .group_by(c.target)).all())
+        errors = conn.execute(
+            select(event_log.c.config_name, event_log.c.text, event_log.c.time_logged)
+            .where(event_log.c.type == "Error").order_by(event_log.c.id.desc()).limit(200)).all()
+    stats: dict[str, dict[str, Any]] = {}
+    for target, count, oldest in queued:
+        stats.setdefault(target, {})
+        stats[target].update(queued=count, oldest=as_utc(oldest))
+    for target, count in retrying.items():
+        stats.setdefault(target, {})["retrying"] = count
+    for name, text, when in errors:
+        if name is not None:
+            stats.setdefault(name, {}).setdefault("last_error", (as_utc(when), text))
+    return stats
+
+
+def daemons(store: SqlStore) -> list[dict[str, Any]]:
+    with store.engine.connect() as conn:
+        return [_plain(r) for r in conn.execute(select(daemon).order_by(daemon.c.started_at))
+                .mappings()]
+
+
+def _plain(row: Any) -> dict[str, Any]:
+    return {k: as_utc(v) if isinstance(v, datetime) else v for k, v in row.items()}

@@ -1,0 +1,308 @@
+"""SqlStore: the message queue, attempts and claims, on SQLite or PostgreSQL.
+
+Every method is one short transaction named after what it does. Claims are single
+``UPDATE … WHERE id = (SELECT … LIMIT 1 [FOR UPDATE SKIP LOCKED]) RETURNING`` statements, so
+several workers and several daemons can share a queue without taking a message twice.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, and_, func, or_, select, update
+from sqlalchemy.exc import SQLAlchemyError
+
+from engine.clock import as_utc, utcnow
+from engine.errors import StoreError
+from engine.store import migrate
+from engine.store.database import create_db_engine
+from engine.store.eventlog import SqlEventLog
+from engine.store.models import daemon, item_state, message_attempt, message_header
+
+_TIME_COLUMNS = ("time_created", "time_processed", "time_completed", "first_attempt_at",
+                 "next_attempt_at", "lease_expires_at")
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    """A ``message_header`` row as read from the store (timestamps aware UTC)."""
+
+    id: int
+    session_id: int | None
+    source: str | None
+    target: str
+    kind: str
+    body_class: str | None
+    body: str | None
+    status: str
+    is_error: bool
+    error_text: str | None
+    time_created: datetime
+    time_processed: datetime | None
+    time_completed: datetime | None
+    corresponding_id: int | None
+    retry_needed: bool
+    attempts: int
+    first_attempt_at: datetime | None
+    next_attempt_at: datetime | None
+    claimed_by: str | None
+    lease_expires_at: datetime | None
+
+    @classmethod
+    def from_mapping(cls, row: Any) -> MessageRow:
+        data = {f.name: row[f.name] for f in fields(cls)}
+        for name in _TIME_COLUMNS:
+            data[name] = as_utc(data[name])
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    """A ``message_attempt`` row."""
+
+    id: int
+    message_id: int
+    attempt: int
+    server: str | None
+    started_at: datetime
+    ended_at: datetime | None
+    outcome: str | None
+    status_code: int | None
+    error_text: str | None
+
+    @classmethod
+    def from_mapping(cls, row: Any) -> AttemptRow:
+        data = {f.name: row[f.name] for f in fields(cls)}
+        data["started_at"] = as_utc(data["started_at"])
+        data["ended_at"] = as_utc(data["ended_at"])
+        return cls(**data)
+
+
+class SqlStore:
+    """The durable store of one production. ``url`` is an SQLAlchemy URL."""
+
+    def __init__(self, url: str, *, engine: Engine | None = None) -> None:
+        self.url = url
+        self.engine = engine or create_db_engine(url)
+        self.events = SqlEventLog(self.engine)
+        self._skip_locked = self.engine.dialect.name == "postgresql"
+
+    # -- schema --------------------------------------------------------------------------
+    def upgrade(self) -> None:
+        """Create or upgrade every table (Alembic, to head)."""
+        migrate.upgrade(self.engine)
+
+    def check_schema(self) -> None:
+        """Raise StoreError unless the database is at the revision this code knows."""
+        current, head = migrate.current_revision(self.engine), migrate.head_revision(self.engine)
+        if current != head:
+            raise StoreError(f"database schema is at {current or 'nothing'}, this Encore needs "
+                             f"{head}: run `encore db upgrade`")
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    # -- intake --------------------------------------------------------------------------
+    def enqueue(self, *, target: str, body_class: str | None, body: str, source: str | None = None,
+                session_id: int | None = None, now: datetime | None = None) -> int:
+        """Commit a new request for ``target`` and return its id. Starts a session if
+        ``session_id`` is None (the session id is then the message's own id)."""
+        now = now or utcnow()
+        with self._tx() as conn:
+            new_id = conn.execute(message_header.insert().values(
+                session_id=session_id, source=source, target=target, kind="request",
+                body_class=body_class, body=body, status="Queued", is_error=False,
+                time_created=now, retry_needed=False, attempts=0,
+            ).returning(message_header.c.id)).scalar_one()
+            if session_id is None:
+                conn.execute(update(message_header).where(message_header.c.id == new_id)
+                             .values(session_id=new_id))
+        return int(new_id)
+
+    # -- claims --------------------------------------------------------------------------
+    def claim_next(self, target: str, *, owner: str, now: datetime,
+                   lease_seconds: float) -> MessageRow | None:
+        """Take the oldest due message of ``target``: queued and due, or abandoned by a
+        daemon whose lease expired. Marks it ``Delivered`` and leases it to ``owner``."""
+        h = message_header.c
+        due = or_(
+            and_(h.status == "Queued", or_(h.next_attempt_at.is_(None), h.next_attempt_at <= now)),
+            and_(h.status == "Delivered", h.lease_expires_at < now),
+        )
+        pick = select(h.id).where(h.target == target, h.kind == "request", due) \
+            .order_by(h.id).limit(1)
+        if self._skip_locked:
+            pick = pick.with_for_update(skip_locked=True)
+        stmt = (update(message_header).where(h.id == pick.scalar_subquery())
+                .values(status="Delivered", claimed_by=owner,
+                        lease_expires_at=now + timedelta(seconds=lease_seconds),
+                        time_processed=func.coalesce(h.time_processed, now))
+                .returning(*message_header.c))
+        with self._tx() as conn:
+            row = conn.execute(stmt).mappings().first()
+        return MessageRow.from_mapping(row) if row else None
+
+    def renew_leases(self, owner: str, *, now: datetime, lease_seconds: float) -> int:
+        """Extend every lease ``owner`` holds; returns how many."""
+        h = message_header.c
+        with self._tx() as conn:
+            return conn.execute(update(message_header)
+                                .where(h.claimed_by == owner, h.status == "Delivered")
+                                .values(lease_expires_at=now + timedelta(seconds=lease_seconds))
+                                ).rowcount
+
+    def next_due_time(self, target: str) -> datetime | None:
+        """When the earliest parked message of ``target`` becomes due (None: none parked)."""
+        h = message_header.c
+        with self.engine.connect() as conn:
+            value = conn.execute(select(func.min(h.next_attempt_at)).where(
+                h.target == target, h.status == "Queued", h.next_attempt_at.is_not(None))
+            ).scalar()
+        return as_utc(value)
+
+    # -- attempts ------------------------------------------------------------------------
+    def begin_attempt(self, message_id: int, attempt: int, *, started_at: datetime) -> int:
+        """Record that attempt ``attempt`` starts now (before anything is sent)."""
+        h = message_header.c
+        with self._tx() as conn:
+            conn.execute(update(message_header).where(h.id == message_id).values(
+                attempts=attempt, next_attempt_at=None,
+                first_attempt_at=func.coalesce(h.first_attempt_at, started_at)))
+            return int(conn.execute(message_attempt.insert().values(
+                message_id=message_id, attempt=attempt, started_at=started_at,
+            ).returning(message_attempt.c.id)).scalar_one())
+
+    def end_attempt(self, attempt_id: int, *, ended_at: datetime, outcome: str,
+                    server: str | None = None, status_code: int | None = None,
+                    error_text: str | None = None) -> None:
+        with self._tx() as conn:
+            conn.execute(update(message_attempt).where(message_attempt.c.id == attempt_id).values(
+                ended_at=ended_at, outcome=outcome, server=server, status_code=status_code,
+                error_text=error_text))
+
+    def open_attempt(self, message_id: int) -> AttemptRow | None:
+        """The attempt of ``message_id`` that never ended (in flight at a crash), if any."""
+        a = message_attempt.c
+        with self.engine.connect() as conn:
+            row = conn.execute(select(message_attempt).where(
+                a.message_id == message_id, a.ended_at.is_(None)).order_by(a.attempt.desc())
+            ).mappings().first()
+        return AttemptRow.from_mapping(row) if row else None
+
+    def attempts(self, message_id: int) -> list[AttemptRow]:
+        a = message_attempt.c
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(message_attempt).where(a.message_id == message_id)
+                                .order_by(a.attempt)).mappings().all()
+        return [AttemptRow.from_mapping(r) for r in rows]
+
+    # -- outcomes ------------------------------------------------------------------------
+    def schedule_retry(self, message_id: int, *, next_attempt_at: datetime, release: bool) -> None:
+        """Persist the retry-needed flag and the next attempt time. ``release`` parks the
+        message back in the queue (requeue mode, or a stop during a blocking wait)."""
+        values: dict[str, Any] = {"retry_needed": True, "next_attempt_at": next_attempt_at}
+        if release:
+            values.update(status="Queued", claimed_by=None, lease_expires_at=None)
+        self._update(message_id, **values)
+
+    def release(self, message_id: int) -> None:
+        """Put a claimed message back in its queue as it is (graceful stop)."""
+        self._update(message_id, status="Queued", claimed_by=None, lease_expires_at=None)
+
+    def complete(self, message_id: int, *, response_class: str | None, response_body: str | None,
+                 now: datetime) -> int | None:
+        """Mark the request ``Completed``; store its response (if any) linked both ways."""
+        h = message_header.c
+        with self._tx() as conn:
+            req = conn.execute(select(h.session_id, h.target, h.source)
+                               .where(h.id == message_id)).first()
+            response_id = None
+            if response_body is not None and req is not None:
+                response_id = conn.execute(message_header.insert().values(
+                    session_id=req.session_id, source=req.target, target=req.source or "",
+                    kind="response", body_class=response_class, body=response_body,
+                    status="Completed", is_error=False, time_created=now, time_processed=now,
+                    time_completed=now, corresponding_id=message_id, retry_needed=False,
+                    attempts=0).returning(h.id)).scalar_one()
+            conn.execute(update(message_header).where(h.id == message_id).values(
+                status="Completed", is_error=False, retry_needed=False, next_attempt_at=None,
+                time_completed=now, corresponding_id=response_id, claimed_by=None,
+                lease_expires_at=None))
+        return response_id
+
+    def finish(self, message_id: int, *, status: str, error_text: str, now: datetime) -> None:
+        """End a message in ``Error``, ``Suspended``, ``Discarded`` or ``Aborted``."""
+        self._update(message_id, status=status, is_error=status == "Error", error_text=error_text,
+                     retry_needed=False, next_attempt_at=None, time_completed=now,
+                     claimed_by=None, lease_expires_at=None)
+
+    def get_message(self, message_id: int) -> MessageRow | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(message_header).where(message_header.c.id == message_id)
+                               ).mappings().first()
+        return MessageRow.from_mapping(row) if row else None
+
+    # -- items and daemons ---------------------------------------------------------------
+    def set_item_enabled(self, name: str, enabled: bool, *, reason: str | None,
+                         now: datetime) -> None:
+        """Override the production file's ``enabled`` for item ``name``."""
+        with self._tx() as conn:
+            conn.execute(item_state.delete().where(item_state.c.config_name == name))
+            conn.execute(item_state.insert().values(config_name=name, enabled=enabled,
+                                                    reason=reason, updated_at=now))
+
+    def item_overrides(self) -> dict[str, bool]:
+        """Items whose enabled state an operator (or action D) has set."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(item_state.c.config_name, item_state.c.enabled)).all()
+        return {name: bool(enabled) for name, enabled in rows}
+
+    def register_daemon(self, daemon_id: str, *, host: str, pid: int, production: str,
+                        items: str, now: datetime) -> None:
+        with self._tx() as conn:
+            conn.execute(daemon.insert().values(id=daemon_id, host=host, pid=pid,
+                                                production=production, started_at=now,
+                                                heartbeat_at=now, items=items))
+
+    def heartbeat(self, daemon_id: str, *, now: datetime, lease_seconds: float) -> None:
+        """Mark ``daemon_id`` alive and extend the leases on the messages it holds."""
+        with self._tx() as conn:
+            conn.execute(update(daemon).where(daemon.c.id == daemon_id)
+                         .values(heartbeat_at=now))
+        self.renew_leases(daemon_id, now=now, lease_seconds=lease_seconds)
+
+    def unregister_daemon(self, daemon_id: str) -> None:
+        with self._tx() as conn:
+            conn.execute(daemon.delete().where(daemon.c.id == daemon_id))
+
+    # -- helpers -------------------------------------------------------------------------
+    def _update(self, message_id: int, **values: Any) -> None:
+        with self._tx() as conn:
+            conn.execute(update(message_header).where(message_header.c.id == message_id)
+                         .values(**values))
+
+    def _tx(self) -> Any:
+        return _Transaction(self.engine)
+
+
+class _Transaction:
+    """``engine.begin()`` that turns SQLAlchemy errors into StoreError with the cause."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._cm = engine.begin()
+
+    def __enter__(self) -> Any:
+        try:
+            return self._cm.__enter__()
+        except SQLAlchemyError as exc:
+            raise StoreError(f"database unavailable: {exc}") from exc
+
+    def __exit__(self, *exc_info: Any) -> bool:
+        try:
+            self._cm.__exit__(*exc_info)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"database error: {exc}") from exc
+        if exc_info[0] is not None and issubclass(exc_info[0], SQLAlchemyError):
+            raise StoreError(f"database error: {exc_info[1]}") from exc_info[1]
+        return False

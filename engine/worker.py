@@ -1,0 +1,269 @@
+"""Delivering one message: attempts, the retry-needed flag, and what follows a failure.
+
+This is the retry engine's acting half (DESIGN.md §3.1): the policy decides (retry at T, give
+up because R), the worker acts — it runs ``on_message`` once per attempt, records every
+attempt, writes the events of rule 6, and waits (blocking mode) or parks the message
+(requeue mode) until the next attempt. ``encore simulate`` runs this same code on a virtual
+clock.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import random
+import threading
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from adapters.base import AttemptContext
+from engine.clock import Clock
+from engine.errors import AdapterError, OutcomeUnknown, Retry
+from engine.host import BusinessOperation
+from engine.message import decode_message, encode_response
+from engine.retry import Action, AttemptState, Decision, ReplyCodeActions, RetryPolicy
+from engine.retry.reply_codes import Actions
+from engine.store.sql import MessageRow, SqlStore
+
+log = logging.getLogger(__name__)
+
+NO_DEADLINE = float("inf")
+CRASH_TEXT = "outcome unknown: the daemon stopped while this attempt was in flight"
+
+
+class Result(str, enum.Enum):
+    """How a delivery left the message."""
+
+    COMPLETED = "Completed"
+    ERROR = "Error"
+    SUSPENDED = "Suspended"
+    PARKED = "Parked"  # requeue mode: back in the queue until next_attempt_at
+    RELEASED = "Released"  # stop requested during a wait: back in the queue
+    DISABLED = "Disabled"  # reply code action D: item disabled, message back in the queue
+
+
+@dataclass
+class _Attempt:
+    number: int
+    started: float
+    ended: float
+    response: Any = None
+    error: BaseException | None = None
+    server: str | None = None
+
+
+def error_text(error: BaseException | None) -> str:
+    if error is None:
+        return "the operation asked for a retry"
+    return f"{type(error).__name__}: {error}"
+
+
+def outcome_of(error: BaseException | None) -> str:
+    return error.outcome if isinstance(error, AdapterError) else "error"
+
+
+class MessageWorker:
+    """Delivers claimed messages for one host instance (one worker of an item)."""
+
+    def __init__(self, host: BusinessOperation, *, store: SqlStore, clock: Clock,
+                 policy: RetryPolicy, reply_codes: ReplyCodeActions, requeue: bool = False,
+                 trace: bool = False, stop: threading.Event | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.host = host
+        self.store = store
+        self.clock = clock
+        self.policy = policy
+        self.reply_codes = reply_codes
+        self.requeue = requeue
+        self.trace = trace
+        self.stop = stop or threading.Event()
+        self.rng = rng or random.Random()
+
+    # -- the delivery loop ---------------------------------------------------------------
+    def deliver(self, row: MessageRow) -> Result:
+        """Run attempts for the claimed message ``row`` until it ends, parks or is released."""
+        self.host.message_id, self.host.session_id = row.id, row.session_id
+        request = decode_message(row.body_class, row.body)
+        first_started = self._first_started(row)
+        number = row.attempts
+        open_attempt = self.store.open_attempt(row.id)
+        if open_attempt is not None:  # in flight when its daemon died: outcome unknown
+            result = self._recover_in_flight(row, open_attempt, first_started)
+            if isinstance(result, Result):
+                return result
+            first_started = result
+        while True:
+            number += 1
+            attempt = self._run_attempt(row, request, number, first_started)
+            if first_started is None:
+                first_started = attempt.started
+            result = self._after_attempt(row, request, attempt, first_started)
+            if result is not None:
+                return result
+
+    def _first_started(self, row: MessageRow) -> float | None:
+        """s_1 on this process's monotonic clock, from the stored first-attempt time."""
+        if row.first_attempt_at is None:
+            return None
+        elapsed = (self.clock.now() - row.first_attempt_at).total_seconds()
+        return self.clock.monotonic() - elapsed
+
+    def _run_attempt(self, row: MessageRow, request: Any, number: int,
+                     first_started: float | None) -> _Attempt:
+        host, adapter = self.host, self.host.adapter
+        host.retry, host.suspend_message, host.retry_count = False, False, number
+        started = self.clock.monotonic()
+        attempt_id = self.store.begin_attempt(row.id, number, started_at=self.clock.now())
+        attempt = _Attempt(number=number, started=started, ended=started)
+        if adapter is not None:
+            deadline = self.policy.deadline(first_started=first_started or started,
+                                            started=started,
+                                            response_timeout=adapter.response_timeout)
+            adapter.begin_attempt(AttemptContext(deadline=deadline, message_id=row.id,
+                                                 idempotency_key=idempotency_key(row)))
+        try:
+            attempt.response = host.on_message(request)
+        except Exception as exc:  # noqa: BLE001 - every failure of user code is recorded
+            attempt.error = exc
+        finally:
+            attempt.server = adapter.end_attempt() if adapter is not None else None
+        attempt.ended = self.clock.monotonic()
+        failed = attempt.error is not None or host.retry or host.suspend_message
+        err = attempt.error
+        self.store.end_attempt(
+            attempt_id, ended_at=self.clock.now(), server=attempt.server,
+            outcome=outcome_of(err) if failed else "ok",
+            status_code=getattr(err, "status_code", None),
+            error_text=error_text(err) if failed else None)
+        if self.trace:
+            self.host.log_trace(f"attempt {number}"
+                                f"{' to ' + attempt.server if attempt.server else ''}: "
+                                f"{outcome_of(err) if failed else 'ok'} in "
+                                f"{attempt.ended - attempt.started:.3f} s")
+        return attempt
+
+    # -- after an attempt ----------------------------------------------------------------
+    def _after_attempt(self, row: MessageRow, request: Any, attempt: _Attempt,
+                       first_started: float) -> Result | None:
+        host = self.host
+        failed = attempt.error is not None or host.retry or host.suspend_message
+        if not failed:
+            return self._complete(row, attempt.response, attempt.number)
+        err = attempt.error
+        actions = self._reply_actions(err)
+        if actions.warn:
+            host.log_warning(f"attempt {attempt.number} failed: {error_text(err)}")
+        if actions.complete:
+            return self._complete(row, None, attempt.number)
+        if attempt.number == 1:
+            unexpected = err is not None and not isinstance(err, (AdapterError, Retry))
+            host.log_error(f"attempt 1 failed: {error_text(err)}", exc=err if unexpected else None)
+        if host.suspend_message or actions.suspend:
+            return self._end(row, Result.SUSPENDED, f"suspended after attempt {attempt.number}: "
+                             f"{error_text(err)}")
+        retry_needed = (host.retry or isinstance(err, Retry) or actions.retry
+                        or (isinstance(err, AdapterError) and err.retryable))
+        if actions.disable and not actions.retry:
+            return self._disable(row, err)
+        state = AttemptState(attempt=attempt.number, first_started=first_started,
+                             started=attempt.started, ended=attempt.ended, error=err)
+        decision = self.policy.decide(state, retry_needed=retry_needed, rng=self.rng)
+        if decision.action is Action.GIVE_UP and "FailureTimeout" in decision.reason:
+            decision = self._failure_timeout_hook(row, request, state, decision)
+            if isinstance(decision, Result):
+                return decision
+        return self._act(row, decision, state, actions)
+
+    def _reply_actions(self, err: BaseException | None) -> Actions:
+        if err is None or isinstance(err, Retry):
+            return Actions()
+        return self.reply_codes.evaluate(err)
+
+    def _act(self, row: MessageRow, decision: Decision, state: AttemptState,
+             actions: Actions) -> Result | None:
+        last = error_text(state.error)
+        if decision.action is Action.SUSPEND:
+            return self._end(row, Result.SUSPENDED, f"{decision.reason}; last error: {last}")
+        if decision.action is Action.GIVE_UP:
+            if actions.disable:
+                return self._disable(row, state.error)
+            return self._end(row, Result.ERROR, f"giving up after {state.attempt} attempt"
+                             f"{'s' if state.attempt > 1 else ''}: {decision.reason}; "
+                             f"last error: {last}")
+        assert decision.at is not None
+        return self._wait_for(row, decision.at)
+
+    def _wait_for(self, row: MessageRow, at: float) -> Result | None:
+        """Persist the retry state, then wait for ``at`` (blocking) or park (requeue)."""
+        delay = max(at - self.clock.monotonic(), 0.0)
+        next_at = self.clock.now() + timedelta(seconds=delay)
+        self.store.schedule_retry(row.id, next_attempt_at=next_at, release=self.requeue)
+        if self.requeue:
+            return Result.PARKED
+        if self.clock.sleep(delay, self.stop):
+            self.store.release(row.id)
+            return Result.RELEASED
+        return None
+
+    def _failure_timeout_hook(self, row: MessageRow, request: Any, state: AttemptState,
+                              decision: Decision) -> Decision | Result:
+        self.host.retry = False
+        response = self.host.on_failure_timeout(request)
+        if response is not None:
+            self.host.log_info("on_failure_timeout supplied a response")
+            return self._complete(row, response, state.attempt)
+        if self.host.retry:
+            at = self.policy.backoff.next_start(state, self.rng)
+            return Decision(Action.RETRY, at=state.ended if at is None else at)
+        return decision
+
+    def _recover_in_flight(self, row: MessageRow, open_attempt: Any,
+                           first_started: float | None) -> Result | float:
+        now = self.clock.monotonic()
+        self.store.end_attempt(open_attempt.id, ended_at=self.clock.now(), outcome="error",
+                               error_text=CRASH_TEXT)
+        if open_attempt.attempt == 1:
+            self.host.log_error(f"attempt 1 failed: {CRASH_TEXT}")
+        first = now if first_started is None else first_started
+        if not self.policy.idempotent:
+            return self._end(row, Result.SUSPENDED, f"{CRASH_TEXT}; the request may have been "
+                             "processed, so it is not re-sent (the item is not idempotent); "
+                             "resend or discard it")
+        started = now - (self.clock.now() - open_attempt.started_at).total_seconds()
+        state = AttemptState(attempt=open_attempt.attempt, first_started=first, started=started,
+                             ended=now, error=OutcomeUnknown(CRASH_TEXT))
+        decision = self.policy.decide(state, retry_needed=True, rng=self.rng)
+        result = self._act(row, decision, state, Actions())
+        return first if result is None else result
+
+    # -- endings -------------------------------------------------------------------------
+    def _complete(self, row: MessageRow, response: Any, number: int) -> Result:
+        body_class, body = encode_response(response)
+        self.store.complete(row.id, response_class=body_class, response_body=body,
+                            now=self.clock.now())
+        if number > 1:
+            self.host.log_info(f"completed on attempt {number} after {number - 1} failed "
+                               f"attempt{'s' if number > 2 else ''}")
+        return Result.COMPLETED
+
+    def _end(self, row: MessageRow, result: Result, text: str) -> Result:
+        self.store.finish(row.id, status=result.value, error_text=text, now=self.clock.now())
+        if result is Result.ERROR:
+            self.host.log_error(text)
+        else:
+            self.host.log_warning(text)
+        return result
+
+    def _disable(self, row: MessageRow, err: BaseException | None) -> Result:
+        reason = f"disabled by reply code action D after: {error_text(err)}"
+        self.store.set_item_enabled(self.host.name, False, reason=reason, now=self.clock.now())
+        self.store.release(row.id)
+        self.host.log_warning(f"item {reason}; message {row.id} is back at the front of its queue")
+        return Result.DISABLED
+
+
+def idempotency_key(row: MessageRow) -> str:
+    """One stable key per message, the same on every attempt and after a restart."""
+    return str(uuid.uuid5(uuid.NAMESPACE_OID, f"encore:{row.id}:{row.time_created.isoformat()}"))
+

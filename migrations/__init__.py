@@ -1,0 +1,1 @@
+"""Alembic environment and revisions for Encore's tables (run with ``encore db upgrade``)."""

@@ -1,0 +1,53 @@
+"""Fixtures shared by the whole suite: one store fixture over every database.
+
+PostgreSQL tests need ``ENCORE_TEST_POSTGRES_URL`` (a database they may wipe). Without it
+they skip; CI sets it, so there they run — and fail if the server is not there.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from engine.store.database import normalise_url
+from engine.store.sql import SqlStore
+
+POSTGRES_ENV = "ENCORE_TEST_POSTGRES_URL"
+
+
+def postgres_url() -> str:
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        pytest.skip(f"PostgreSQL tests need {POSTGRES_ENV} (CI sets it)")
+    return normalise_url(url)
+
+
+def reset_postgres(url: str) -> None:
+    """Drop every table of the test database (a clean slate for one test)."""
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database: a SQLite file, or the wiped PostgreSQL test database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'encore.db'}"
+    url = postgres_url()
+    reset_postgres(url)
+    return url
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[SqlStore]:
+    """A store at the latest schema, on every database."""
+    s = SqlStore(database_url)
+    s.upgrade()
+    yield s
+    s.dispose()

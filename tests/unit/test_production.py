@@ -1,0 +1,92 @@
+"""Loading and validating production files."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.errors import ConfigurationError
+from engine.production import find_production_file, load_production, parse_production
+
+GOOD = """
+[production]
+name = "Demo"
+
+[[items]]
+name = "Payments"
+class = "tests.unit.sample_ops:StubOperation"
+pool_size = 2
+[items.settings]
+ResponseTimeout = 7
+retry_interval = 10
+FailureTimeout = 30
+"""
+
+
+def parse(text: str, env: dict[str, str] | None = None):
+    return parse_production(text, env=env or {})
+
+
+def test_a_good_file_loads_with_aliases_and_defaults() -> None:
+    prod = parse(GOOD)
+    item = prod.item("Payments")
+    assert prod.name == "Demo"
+    assert prod.database == "sqlite:///encore.db"
+    assert item.pool_size == 2
+    assert item.settings["response_timeout"] == 7
+    assert item.settings["failure_timeout"] == 30
+    assert item.settings["max_attempts"] == 0  # a default filled in
+    assert item.settings["retry_mode"] == "blocking"
+
+
+def test_the_environment_overrides_the_database_url() -> None:
+    prod = parse(GOOD, {"ENCORE_DATABASE_URL": "postgresql+psycopg://x/y"})
+    assert prod.database == "postgresql+psycopg://x/y"
+
+
+@pytest.mark.parametrize(("edit", "expected"), [
+    # a misspelt setting names the item and suggests the right key
+    (("ResponseTimeout = 7", "respons_timeout = 7"),
+     ["'Payments'", "'respons_timeout'", "Did you mean 'response_timeout'?"]),
+    # a wrong type says what is expected
+    (("retry_interval = 10", 'retry_interval = "ten"'), ["'retry_interval'", "expected number"]),
+    # a value out of range says the range
+    (("FailureTimeout = 30", "FailureTimeout = -5"), ["'failure_timeout'", "-5", "(or -1)"]),
+    # a class that does not import names the key
+    (("tests.unit.sample_ops:StubOperation", "nowhere:Thing"), ["setting 'class'", "'nowhere'"]),
+    # a class that is not a host is refused
+    (("tests.unit.sample_ops:StubOperation", "pathlib:Path"), ["not a BusinessOperation"]),
+    # a pool of zero workers is refused
+    (("pool_size = 2", "pool_size = 0"), ["'pool_size'", "out of range"]),
+    # an unknown item key suggests the right one
+    (("pool_size = 2", "poolsize = 2"), ["Did you mean 'pool_size'?"]),
+    # the same setting under two spellings
+    (("retry_interval = 10", "retry_interval = 10\nRetryInterval = 3"), ["given twice"]),
+    # a malformed reply_code_actions gives the position
+    (("retry_interval = 10", 'reply_code_actions = "E=Q"'), ["'reply_code_actions'", "3"]),
+])
+def test_bad_files_are_refused_with_a_message_that_names_the_problem(
+        edit: tuple[str, str], expected: list[str]) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        parse(GOOD.replace(*edit))
+    for fragment in expected:
+        assert fragment in str(info.value)
+
+
+def test_duplicate_item_names_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match="duplicate item name"):
+        parse(GOOD + GOOD.split("\n", 4)[4])
+
+
+def test_invalid_toml_is_refused_with_the_parser_message() -> None:
+    with pytest.raises(ConfigurationError, match="not valid TOML"):
+        parse("[production\n")
+
+
+def test_the_production_file_is_found_by_option_then_environment_then_default(
+        tmp_path: Path) -> None:
+    assert find_production_file("x.toml", {"ENCORE_PRODUCTION": "y.toml"}) == Path("x.toml")
+    assert find_production_file(None, {"ENCORE_PRODUCTION": "y.toml"}) == Path("y.toml")
+    assert find_production_file(None, {}) == Path("production.toml")
+    with pytest.raises(ConfigurationError, match="cannot read production file"):
+        load_production(tmp_path / "missing.toml", {})

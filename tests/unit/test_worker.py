@@ -1,0 +1,277 @@
+"""The worker's retry behaviour on a virtual clock: exact timelines, events, flags."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from engine.clock import VirtualClock
+from engine.errors import HttpStatusError, RemoteFault, ResponseTimeout
+from engine.host import BusinessOperation
+from engine.retry import ReplyCodeActions, RetryPolicy
+from engine.settings import validate_settings
+from engine.store import queries
+from engine.store.sql import SqlStore
+from engine.testing import ServerBehaviour, SimulatedOperation, SimulatedServerAdapter, StubAdapter
+from engine.worker import MessageWorker, Result
+from tests.unit.sample_ops import RetryTwiceOperation, StubOperation
+
+SEED = {"response_timeout": 7, "retry_interval": 10, "failure_timeout": 30}
+
+
+@pytest.fixture
+def store() -> Iterator[SqlStore]:
+    s = SqlStore("sqlite://")
+    s.upgrade()
+    yield s
+    s.dispose()
+
+
+class Harness:
+    """One item's worker on a virtual clock against an in-memory store."""
+
+    def __init__(self, store: SqlStore, cls: type[BusinessOperation], settings: dict[str, Any],
+                 adapter_factory: Any = None) -> None:
+        self.store, self.clock = store, VirtualClock()
+        self.settings = validate_settings("Item", settings, cls.declared_settings())
+        adapter = adapter_factory(self.settings, self.clock) if adapter_factory else None
+        if adapter is not None:
+            adapter.start()
+        self.host = cls("Item", self.settings, events=store.events, adapter=adapter)
+        self.worker = MessageWorker(
+            self.host, store=store, clock=self.clock,
+            policy=RetryPolicy.from_settings(self.settings),
+            reply_codes=ReplyCodeActions.parse(self.settings["reply_code_actions"]),
+            requeue=self.settings["retry_mode"] == "requeue", trace=self.settings["trace"])
+
+    def send(self, body: str = '{"text": "hi"}') -> int:
+        return self.store.enqueue(target="Item", body_class=None, body=body, now=self.clock.now())
+
+    def deliver_next(self) -> Result:
+        row = self.store.claim_next("Item", owner="t", now=self.clock.now(), lease_seconds=3600)
+        assert row is not None, "nothing to deliver"
+        return self.worker.deliver(row)
+
+    def offsets(self, message_id: int) -> list[tuple[float, float, str]]:
+        return [((a.started_at - self.clock.start).total_seconds(),
+                 (a.ended_at - self.clock.start).total_seconds(), a.outcome)
+                for a in self.store.attempts(message_id)]
+
+    def events(self, type_: str | None = None) -> list[str]:
+        return [e["text"] for e in queries.events(self.store, queries.EventFilter(type=type_))]
+
+
+def simulated(delay: float, servers: int = 1, **kw: Any) -> Any:
+    def factory(settings: dict[str, Any], clock: VirtualClock) -> SimulatedServerAdapter:
+        return SimulatedServerAdapter(settings, behaviour=ServerBehaviour(delay=delay, **kw),
+                                      servers=servers, clock=clock)
+    return factory
+
+
+def stub(script: Any) -> Any:
+    def factory(settings: dict[str, Any], clock: VirtualClock) -> StubAdapter:
+        adapter = StubAdapter(settings, clock=clock)
+        adapter.script = script
+        return adapter
+    return factory
+
+
+def test_the_seed_timeline_holds_exactly(store: SqlStore) -> None:
+    h = Harness(store, SimulatedOperation, SEED, simulated(8))
+    mid = h.send()
+    assert h.deliver_next() is Result.ERROR
+    assert h.offsets(mid) == [(0, 7, "timeout"), (10, 17, "timeout"), (20, 27, "timeout"),
+                              (30, 37, "timeout")]
+    row = store.get_message(mid)
+    assert row.status == "Error" and row.is_error and row.attempts == 4
+    assert (row.time_completed - h.clock.start).total_seconds() == 37
+    errors = h.events("Error")
+    assert len(errors) == 2
+    assert "attempt 1 failed" in errors[0]
+    assert "FailureTimeout of 30 seconds exceeded" in errors[1] and "ResponseTimeout" in errors[1]
+    assert h.host.adapter.total_requests == 4
+
+
+def test_the_retry_state_is_persisted_while_waiting(store: SqlStore) -> None:
+    h = Harness(store, SimulatedOperation, SEED, simulated(8))
+    mid = h.send()
+    seen: list[tuple[bool, float | None]] = []
+    real_sleep = h.clock.sleep
+
+    def spying_sleep(seconds: float, stop: Any = None) -> bool:
+        row = store.get_message(mid)
+        seen.append((row.retry_needed, (row.next_attempt_at - h.clock.start).total_seconds()))
+        return real_sleep(seconds, stop)
+
+    h.clock.sleep = spying_sleep  # type: ignore[method-assign]
+    h.deliver_next()
+    assert seen == [(True, 10), (True, 20), (True, 30)]
+
+
+def test_seed_003_fails_over_three_servers_and_gives_up_at_40(store: SqlStore) -> None:
+    settings = {"response_timeout": 10, "retry_interval": 0, "failure_timeout": 35}
+    h = Harness(store, SimulatedOperation, settings, simulated(11, servers=3))
+    mid = h.send()
+    h.deliver_next()
+    assert [o[0] for o in h.offsets(mid)] == [0, 10, 20, 30]
+    assert [a.server for a in store.attempts(mid)] == ["A", "B", "C", "A"]
+    assert (store.get_message(mid).time_completed - h.clock.start).total_seconds() == 40
+
+
+def test_a_non_idempotent_item_never_resends_an_outcome_unknown_request(store: SqlStore) -> None:
+    settings = {"response_timeout": 10, "retry_interval": 0, "failure_timeout": 35,
+                "idempotent": False}
+    h = Harness(store, SimulatedOperation, settings, simulated(11, servers=3))
+    mid = h.send()
+    assert h.deliver_next() is Result.ERROR
+    assert h.offsets(mid) == [(0, 10, "timeout")]
+    assert "may have been processed" in h.events("Error")[-1]
+
+
+def test_on_unknown_outcome_suspend_leaves_the_message_for_an_operator(store: SqlStore) -> None:
+    settings = {**SEED, "idempotent": False, "on_unknown_outcome": "suspend"}
+    h = Harness(store, SimulatedOperation, settings, simulated(8))
+    mid = h.send()
+    assert h.deliver_next() is Result.SUSPENDED
+    assert store.get_message(mid).status == "Suspended"
+
+
+def test_success_after_retries_writes_one_info_event(store: SqlStore) -> None:
+    h = Harness(store, RetryTwiceOperation, {"retry_interval": 2, "failure_timeout": 60})
+    mid = h.send()
+    assert h.deliver_next() is Result.COMPLETED
+    assert [o[0] for o in h.offsets(mid)] == [0, 2, 4]
+    assert h.events("Info") == ["completed on attempt 3 after 2 failed attempts"]
+    assert len(h.events("Error")) == 1
+    row = store.get_message(mid)
+    response = store.get_message(row.corresponding_id)
+    assert response.body == '{"attempt":3}' and not row.retry_needed
+
+
+def test_failure_timeout_zero_means_a_single_attempt(store: SqlStore) -> None:
+    h = Harness(store, SimulatedOperation, {**SEED, "failure_timeout": 0}, simulated(8))
+    mid = h.send()
+    h.deliver_next()
+    assert len(h.offsets(mid)) == 1
+
+
+def test_a_soap_fault_is_not_retried_under_the_default_reply_code_actions(
+        store: SqlStore) -> None:
+    h = Harness(store, StubOperation, SEED, stub([RemoteFault("Client: bad", fault_code="Client")]))
+    mid = h.send()
+    assert h.deliver_next() is Result.ERROR
+    assert len(store.attempts(mid)) == 1
+    assert "not retryable" in h.events("Error")[-1]
+
+
+@pytest.mark.parametrize(("actions", "status", "events"), [
+    # C: an error treated as completed
+    ("E#404=C", "Completed", {}),
+    # S: suspend at once
+    ("E#404=S", "Suspended", {"Warning": 1}),
+    # R: retry until the failure timeout, then Error (not Completed, unlike Ensemble)
+    ("E#404=R", "Error", {"Error": 2}),
+    # W only rules are evaluated first and add a warning; the default E=F then fails
+    ("E*not found=W", "Error", {"Warning": 1, "Error": 2}),
+])
+def test_reply_code_actions_decide_what_an_answered_error_does(
+        store: SqlStore, actions: str, status: str, events: dict[str, int]) -> None:
+    error = HttpStatusError("HTTP 404 not found", code="404", status_code=404)
+    h = Harness(store, StubOperation, {**SEED, "reply_code_actions": actions},
+                stub(lambda call: error))
+    mid = h.send()
+    h.deliver_next()
+    assert store.get_message(mid).status == status
+    for type_, count in events.items():
+        assert len(h.events(type_)) == count, h.events()
+
+
+def test_reply_code_action_d_disables_the_item_and_keeps_the_message_first(
+        store: SqlStore) -> None:
+    error = HttpStatusError("HTTP 503", code="503", status_code=503, retryable=False)
+    h = Harness(store, StubOperation, {**SEED, "reply_code_actions": "E#503=D"},
+                stub(lambda call: error))
+    first, _second = h.send(), h.send()
+    assert h.deliver_next() is Result.DISABLED
+    assert store.item_overrides() == {"Item": False}
+    row = store.get_message(first)
+    assert row.status == "Queued"
+    nxt = store.claim_next("Item", owner="t", now=h.clock.now(), lease_seconds=10)
+    assert nxt.id == first
+
+
+def test_requeue_mode_parks_the_message_until_its_next_attempt(store: SqlStore) -> None:
+    h = Harness(store, SimulatedOperation, {**SEED, "retry_mode": "requeue"}, simulated(8))
+    mid = h.send()
+    assert h.deliver_next() is Result.PARKED
+    row = store.get_message(mid)
+    assert row.status == "Queued" and row.retry_needed
+    assert (row.next_attempt_at - h.clock.start).total_seconds() == 10
+    assert store.claim_next("Item", owner="t", now=h.clock.now(), lease_seconds=9) is None
+    while (row := store.get_message(mid)).status == "Queued":
+        h.clock.advance_to((row.next_attempt_at - h.clock.start).total_seconds())
+        h.deliver_next()
+    assert store.get_message(mid).status == "Error"
+    assert [o[0] for o in h.offsets(mid)] == [0, 10, 20, 30]
+
+
+def test_trace_writes_one_trace_event_per_attempt(store: SqlStore) -> None:
+    h = Harness(store, SimulatedOperation, {**SEED, "trace": True}, simulated(8))
+    h.send()
+    h.deliver_next()
+    assert len(h.events("Trace")) == 4
+
+
+def test_an_attempt_in_flight_at_a_crash_is_resent_only_when_idempotent(store: SqlStore) -> None:
+    for idempotent, expected in ((True, "Completed"), (False, "Suspended")):
+        h = Harness(store, StubOperation, {**SEED, "idempotent": idempotent}, stub(["ok"]))
+        mid = h.send()
+        row = store.claim_next("Item", owner="dead", now=h.clock.now(), lease_seconds=1)
+        store.begin_attempt(mid, 1, started_at=h.clock.now())  # then the daemon died
+        h.clock.advance(5)
+        assert h.deliver_next().value == expected
+        attempts = store.attempts(mid)
+        assert attempts[0].error_text.startswith("outcome unknown")
+        assert len(attempts) == (2 if idempotent else 1)
+        assert row is not None
+
+
+def test_failure_timeout_counts_from_the_original_first_attempt_after_a_restart(
+        store: SqlStore) -> None:
+    h = Harness(store, SimulatedOperation, SEED, simulated(8))
+    mid = h.send()
+    row = store.claim_next("Item", owner="dead", now=h.clock.now(), lease_seconds=1)
+    aid = store.begin_attempt(mid, 1, started_at=h.clock.now())
+    h.clock.advance(7)
+    store.end_attempt(aid, ended_at=h.clock.now(), outcome="timeout")
+    store.schedule_retry(mid, next_attempt_at=h.clock.start + timedelta(seconds=10), release=True)
+    h.clock.advance_to(25)  # the restart comes late: attempts resume at 25 and 35
+    h.deliver_next()
+    assert [o[0] for o in h.offsets(mid)] == [0, 25]
+    assert row is not None
+    assert "FailureTimeout of 30 seconds exceeded" in h.events("Error")[-1]
+    assert len(h.events("Error")) == 1  # the first failure was logged by the dead daemon
+
+
+class HookOperation(SimulatedOperation):
+    def on_failure_timeout(self, request: Any) -> Any:
+        return {"fallback": True}
+
+
+def test_on_failure_timeout_may_supply_a_response(store: SqlStore) -> None:
+    h = Harness(store, HookOperation, SEED, simulated(8))
+    mid = h.send()
+    assert h.deliver_next() is Result.COMPLETED
+    assert store.get_message(store.get_message(mid).corresponding_id).body == '{"fallback":true}'
+
+
+def test_the_deadline_given_to_the_adapter_is_the_attempt_start_plus_response_timeout(
+        store: SqlStore) -> None:
+    h = Harness(store, StubOperation, SEED, stub([ResponseTimeout("t"), "ok"]))
+    h.send()
+    h.deliver_next()
+    calls = h.host.adapter.calls
+    assert [c.attempt_deadline - c.started for c in calls] == [7, 7]
+    assert calls[0].idempotency_key == calls[1].idempotency_key != ""
