@@ -178,6 +178,17 @@ def messages(ctx: Context, status: str | None, item: str | None, session_id: int
 
 
 @main.command()
+@click.argument("ident", type=int, metavar="ID")
+@pass_ctx
+def trace(ctx: Context, ident: int) -> None:
+    """The visual trace of the session of message ID (or of session ID)."""
+    from engine.trace import trace_lines
+
+    for line in trace_lines(ctx.store, ident):
+        click.echo(line)
+
+
+@main.command()
 @pass_ctx
 def status(ctx: Context) -> None:
     """Items, queue depths, retries, last errors, and the daemons alive."""
@@ -241,9 +252,11 @@ def _safe_url(url: str) -> str:
 
 
 def _register_optional_commands() -> None:
+    from engine.demo import demo
     from engine.simulate import simulate_command
 
     main.add_command(simulate_command)
+    main.add_command(demo)
 
 
 _register_optional_commands()

@@ -1,0 +1,90 @@
+"""The command line, driven as a user would: real processes, a real SQLite database."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.daemon import encore
+
+PRODUCTION = """
+[production]
+name = "CliTest"
+database = "sqlite:///{db}"
+
+[[items]]
+name = "Echo"
+class = "tests.unit.sample_ops:EchoOperation"
+"""
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "production.toml").write_text(PRODUCTION.format(db=tmp_path / "e.db"))
+    encore("db", "upgrade", cwd=tmp_path)
+    return tmp_path
+
+
+def test_send_prints_the_id_of_the_committed_message(workdir: Path) -> None:
+    out = encore("send", "Echo", "--body", '{"text": "hi"}', cwd=workdir).stdout
+    rows = [json.loads(line) for line in
+            encore("messages", "--json", cwd=workdir).stdout.splitlines()]
+    assert [(r["id"], r["status"], r["target"]) for r in rows] == [(int(out), "Queued", "Echo")]
+
+
+@pytest.mark.parametrize(("target", "body", "expected"), [
+    # malformed JSON
+    ("Echo", '{"text": ', "not valid JSON"),
+    # a field the request class does not have
+    ("Echo", '{"txt": "hi"}', "unknown field(s) txt"),
+    # a field of the wrong type
+    ("Echo", '{"text": 5}', "field 'text' must be str"),
+    # a target that is not in the production
+    ("Nobody", '{"text": "hi"}', "unknown target 'Nobody'"),
+])
+def test_send_refuses_bad_input_and_enqueues_nothing(workdir: Path, target: str, body: str,
+                                                      expected: str) -> None:
+    result = encore("send", target, "--body", body, cwd=workdir, check=False)
+    assert result.returncode == 1
+    assert expected in result.stderr
+    assert encore("messages", "--json", cwd=workdir).stdout == ""
+
+
+def test_a_bad_production_file_is_refused_naming_the_item_and_key(tmp_path: Path) -> None:
+    (tmp_path / "p.toml").write_text(PRODUCTION.format(db=tmp_path / "e.db")
+                                     + "pool_size = 0\n")
+    result = encore("-p", str(tmp_path / "p.toml"), "status", cwd=tmp_path, check=False)
+    assert result.returncode == 1
+    assert "item 'Echo', setting 'pool_size'" in result.stderr
+
+
+def test_the_production_file_is_found_through_the_environment(workdir: Path,
+                                                               tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {"ENCORE_PRODUCTION": str(workdir / "production.toml")}
+    assert "CliTest" in encore("status", cwd=elsewhere, env=env).stdout
+
+
+def test_simulate_prints_the_seed_timeline_as_json(tmp_path: Path) -> None:
+    out = encore("simulate", "--response-timeout", "7", "--retry-interval", "10",
+                 "--failure-timeout", "30", "--server-delay", "8", "--json", cwd=tmp_path).stdout
+    events = json.loads(out)
+    starts = [e["t"] for e in events if e["event"] == "attempt_start"]
+    late = [e["t"] for e in events if e["event"] == "late_response"]
+    (give_up,) = [e for e in events if e["event"] == "give_up"]
+    assert starts == [0, 10, 20, 30]
+    assert late == [8, 18, 28, 38]
+    assert (give_up["t"], give_up["attempt"]) == (37, 4)
+
+
+def test_simulate_reproduces_the_failover_seed(tmp_path: Path) -> None:
+    args = ["simulate", "--response-timeout", "10", "--retry-interval", "0",
+            "--failure-timeout", "35", "--server-delay", "11", "--servers", "3", "--json"]
+    events = json.loads(encore(*args, cwd=tmp_path).stdout)
+    starts = [(e["t"], e["server"]) for e in events if e["event"] == "attempt_start"]
+    assert starts == [(0, 0), (10, 1), (20, 2), (30, 0)]
+    assert [e["t"] for e in events if e["event"] == "give_up"] == [40]
+    events = json.loads(encore(*args, "--no-idempotent", cwd=tmp_path).stdout)
+    assert [e["t"] for e in events if e["event"] == "give_up"] == [10]
