@@ -1,9 +1,11 @@
 """The daemon: runs a production until told to stop.
 
-``tick()`` does the housekeeping that is due (heartbeat, lease renewal) and returns the
-seconds until it is due again; ``run()`` waits on an event with that timeout. Signal handlers
-only set events. Shutdown stops intake first, then waits for the workers with one overall
-timeout (``shutdown_timeout``).
+``tick()`` does the housekeeping that is due (heartbeat and lease renewal, queue alerts) and
+returns the seconds until it is due again; ``run()`` waits on an event with that timeout.
+Signal handlers only set events. Shutdown stops intake first, then waits for the workers with
+one overall timeout (``shutdown_timeout``); messages still in hand go back to their queue,
+and their open attempts count as outcome unknown on the next start. SIGHUP reloads the
+production file: changed items restart, the others keep running.
 """
 from __future__ import annotations
 
@@ -16,13 +18,18 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from engine.alerts import AlertingEventLog, ThresholdAlarm
 from engine.clock import Clock, SystemClock
+from engine.errors import EncoreError
 from engine.host import BusinessOperation
 from engine.item import ItemRunner
-from engine.production import ProductionConfig
+from engine.production import ItemConfig, ProductionConfig, load_production
+from engine.store import queries
 from engine.store.sql import SqlStore
 
 log = logging.getLogger(__name__)
+
+HOUSEKEEPING_INTERVAL = 1.0  # seconds between queue-alert checks (at most)
 
 
 class Daemon:
@@ -34,39 +41,92 @@ class Daemon:
         self.store = store or SqlStore(production.database)
         self.clock = clock or SystemClock()
         self.env = os.environ if env is None else env
-        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.host = socket.gethostname()
+        self.id = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.wake = threading.Event()
         self.stop_requested = threading.Event()
+        self.reload_requested = threading.Event()
         self.runners: dict[str, ItemRunner] = {}
+        self.events = AlertingEventLog(self.store.events, self.store, production)
+        self._alarms: dict[tuple[str, str], ThresholdAlarm] = {}
+        self._next_heartbeat = 0.0
 
     @property
     def heartbeat_interval(self) -> float:
         return self.production.lease_seconds / 3
 
+    # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
-        """Check the schema, register this daemon and start every operation item."""
+        """Check the schema, reclaim the work of dead daemons of this host, register, and
+        start every operation item."""
         self.store.check_schema()
-        operations = [i for i in self.production.items if issubclass(i.cls, BusinessOperation)]
-        self.store.register_daemon(self.id, host=socket.gethostname(), pid=os.getpid(),
+        self._reap_dead_local_daemons()
+        self.store.register_daemon(self.id, host=self.host, pid=os.getpid(),
                                    production=self.production.name,
-                                   items=",".join(i.name for i in operations),
+                                   items=",".join(i.name for i in self._operations()),
                                    now=self.clock.now())
-        for item in operations:
-            runner = ItemRunner(item, store=self.store, clock=self.clock, owner=self.id,
-                                lease_seconds=self.production.lease_seconds,
-                                poll_interval=self.production.poll_interval, env=self.env)
-            self.runners[item.name] = runner
-            runner.start()
+        for item in self._operations():
+            self._start_item(item)
         log.info("production %s started: %d item(s), daemon %s", self.production.name,
                  len(self.runners), self.id)
 
+    def _operations(self) -> list[ItemConfig]:
+        return [i for i in self.production.items if issubclass(i.cls, BusinessOperation)]
+
+    def _start_item(self, item: ItemConfig) -> None:
+        runner = ItemRunner(item, store=self.store, clock=self.clock, owner=self.id,
+                            lease_seconds=self.production.lease_seconds,
+                            poll_interval=self.production.poll_interval, env=self.env,
+                            events=self.events)
+        self.runners[item.name] = runner
+        runner.start()
+
+    def _reap_dead_local_daemons(self) -> None:
+        """A daemon of this host whose process is gone (kill -9) holds claims that would
+        otherwise wait for their leases to expire: release them now."""
+        for daemon_id, pid in self.store.local_daemons(self.host):
+            if _process_alive(pid):
+                continue
+            released = self.store.release_claims(daemon_id)
+            self.store.unregister_daemon(daemon_id)
+            log.warning("daemon %s (pid %d) died; %d message(s) it held are back in their "
+                        "queues", daemon_id, pid, released)
+
     def tick(self) -> float:
-        """Heartbeat and lease renewal; returns seconds until the next tick."""
+        """Do the housekeeping that is due; return seconds until the next tick."""
+        now = self.clock.monotonic()
         try:
-            self.store.heartbeat(self.id, now=self.clock.now(),
-                                 lease_seconds=self.production.lease_seconds)
-        except Exception as exc:  # noqa: BLE001 - a failing database never kills the loop
-            log.error("heartbeat failed: %s", exc)
-        return self.heartbeat_interval
+            if now >= self._next_heartbeat:
+                self.store.heartbeat(self.id, now=self.clock.now(),
+                                     lease_seconds=self.production.lease_seconds)
+                self._next_heartbeat = now + self.heartbeat_interval
+            self.check_queue_alerts()
+        except EncoreError as exc:  # a failing database never kills the loop
+            log.error("housekeeping failed: %s", exc)
+        return min(HOUSEKEEPING_INTERVAL, max(self._next_heartbeat - now, 0.0))
+
+    def check_queue_alerts(self) -> None:
+        """``queue_count_alert`` / ``queue_wait_alert``: one Alert per crossing."""
+        watched = [i for i in self._operations()
+                   if i.settings["queue_count_alert"] or i.settings["queue_wait_alert"]]
+        if not watched:
+            return
+        stats, now = queries.queue_stats(self.store), self.clock.now()
+        for item in watched:
+            s = stats.get(item.name, {})
+            depth = s.get("queued", 0)
+            wait = (now - s["oldest"]).total_seconds() if s.get("oldest") else 0.0
+            for kind, threshold, value, text in (
+                    ("count", item.settings["queue_count_alert"], depth,
+                     f"queue of {item.name} holds {depth} messages "
+                     f"(queue_count_alert = {item.settings['queue_count_alert']})"),
+                    ("wait", item.settings["queue_wait_alert"], wait,
+                     f"oldest message of {item.name} has waited {wait:.0f} s "
+                     f"(queue_wait_alert = {item.settings['queue_wait_alert']:g} s)")):
+                alarm = self._alarms.setdefault((item.name, kind), ThresholdAlarm(threshold))
+                if alarm.crossed(value):
+                    self.events.write("Alert", text, config_name=item.name,
+                                      source_class="Daemon", source_method="check_queue_alerts")
 
     def stop(self) -> bool:
         """Stop intake, wait for in-flight attempts (one overall timeout), unregister.
@@ -77,20 +137,52 @@ class Daemon:
         clean = all([runner.join(max(deadline - self.clock.monotonic(), 0.0))
                      for runner in self.runners.values()])
         try:
+            if not clean:
+                self.store.release_claims(self.id)
             self.store.unregister_daemon(self.id)
-        except Exception as exc:  # noqa: BLE001
+        except EncoreError as exc:
             log.error("could not unregister daemon: %s", exc)
         log.info("production %s stopped%s", self.production.name,
-                 "" if clean else " (some attempts were cut short)")
+                 "" if clean else " (attempts cut short count as outcome unknown)")
         return clean
 
+    # -- reload --------------------------------------------------------------------------
+    def reload(self) -> None:
+        """Re-read the production file; restart changed items, keep the others running."""
+        if self.production.path is None:
+            log.warning("reload requested, but the production did not come from a file")
+            return
+        try:
+            new = load_production(self.production.path, self.env)
+        except EncoreError as exc:
+            log.error("reload refused, the production keeps running unchanged: %s", exc)
+            return
+        old_items = {i.name: i for i in self._operations()}
+        self.production = new
+        self.events.production = new
+        new_items = {i.name: i for i in self._operations()}
+        for name, item in old_items.items():
+            if new_items.get(name) != item:
+                runner = self.runners.pop(name)
+                runner.request_stop()
+                runner.join(new.shutdown_timeout)
+        for name, item in new_items.items():
+            if name not in self.runners:
+                self._start_item(item)
+        log.info("production reloaded from %s: %d item(s) running", new.path, len(self.runners))
+
+    # -- the loop ------------------------------------------------------------------------
     def run(self) -> None:
-        """Run until SIGTERM or SIGINT (or :attr:`stop_requested` is set)."""
+        """Run until SIGTERM or SIGINT; SIGHUP reloads the production file."""
         self._install_signal_handlers()
         self.start()
         try:
-            while not self.stop_requested.wait(self.tick()):
-                pass
+            while not self.stop_requested.is_set():
+                self.wake.wait(self.tick())
+                self.wake.clear()
+                if self.reload_requested.is_set() and not self.stop_requested.is_set():
+                    self.reload_requested.clear()
+                    self.reload()
         finally:
             self.stop()
 
@@ -98,9 +190,21 @@ class Daemon:
         if threading.current_thread() is not threading.main_thread():
             return
 
-        def request_stop(signum: int, _frame: Any) -> None:
-            log.info("received %s: stopping", signal.Signals(signum).name)
-            self.stop_requested.set()
+        def request(signum: int, _frame: Any) -> None:
+            log.info("received %s", signal.Signals(signum).name)
+            flag = self.reload_requested if signum == signal.SIGHUP else self.stop_requested
+            flag.set()
+            self.wake.set()
 
-        signal.signal(signal.SIGTERM, request_stop)
-        signal.signal(signal.SIGINT, request_stop)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, request)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

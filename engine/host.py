@@ -31,6 +31,15 @@ HOST_SETTINGS: tuple[Setting, ...] = (
     Setting(name="retry_mode", kind=str, default="blocking", choices=("blocking", "requeue"),
             help="blocking: a retrying message holds its worker (FIFO); "
                  "requeue: park it until its next attempt and serve others"),
+    Setting(name="alert_on_error", kind=bool, default=False,
+            help="write an Alert event when a message fails"),
+    Setting(name="alert_retry_grace_period", kind=float, default=0.0, minimum=0,
+            help="seconds after a first failure during which no alert is raised if a retry "
+                 "may still succeed; 0 = alert at the first failure"),
+    Setting(name="queue_count_alert", kind=int, default=0, minimum=0,
+            help="Alert when this many messages are queued; 0 = never"),
+    Setting(name="queue_wait_alert", kind=float, default=0.0, minimum=0,
+            help="Alert when the oldest queued message has waited this many seconds; 0 = never"),
 )
 
 

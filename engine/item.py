@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from adapters.base import OutboundAdapter
 from engine.clock import Clock
 from engine.errors import AdapterNotReady, EncoreError
-from engine.host import BusinessOperation
+from engine.host import BusinessOperation, EventSink
 from engine.production import ItemConfig
 from engine.retry import ReplyCodeActions, RetryPolicy
 from engine.store.sql import SqlStore
@@ -31,7 +31,7 @@ class ItemRunner:
 
     def __init__(self, item: ItemConfig, *, store: SqlStore, clock: Clock, owner: str,
                  lease_seconds: float, poll_interval: float,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, events: EventSink | None = None) -> None:
         self.item = item
         self.store = store
         self.clock = clock
@@ -39,6 +39,7 @@ class ItemRunner:
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
         self.env = env or {}
+        self.events: EventSink = events or store.events
         self.stop_event = threading.Event()
         self.wakeup = threading.Event()
         self.policy = RetryPolicy.from_settings(item.settings)
@@ -61,7 +62,7 @@ class ItemRunner:
     def start(self) -> None:
         """Create the host instances and start the workers."""
         for index in range(self.item.pool_size):
-            host = self.item.cls(self.item.name, self.item.settings, events=self.store.events,
+            host = self.item.cls(self.item.name, self.item.settings, events=self.events,
                                  adapter=self.adapter)
             host.on_init()
             self.hosts.append(host)
@@ -98,7 +99,9 @@ class ItemRunner:
         worker = MessageWorker(host, store=self.store, clock=self.clock, policy=self.policy,
                                reply_codes=self.reply_codes, stop=self.stop_event,
                                requeue=self.item.settings["retry_mode"] == "requeue",
-                               trace=bool(self.item.settings["trace"]))
+                               trace=bool(self.item.settings["trace"]),
+                               alert_on_error=bool(self.item.settings["alert_on_error"]),
+                               alert_grace=float(self.item.settings["alert_retry_grace_period"]))
         while not self.stop_event.is_set():
             try:
                 self._work_once(worker)
@@ -145,13 +148,13 @@ class ItemRunner:
                 warnings = self.adapter.start()
             except AdapterNotReady as exc:
                 self._next_start_try = self.clock.monotonic() + self.policy.retry_interval
-                self.store.events.write("Error", f"adapter not ready, messages stay queued; "
+                self.events.write("Error", f"adapter not ready, messages stay queued; "
                                         f"trying again in {self.policy.retry_interval:g} s: {exc}",
                                         config_name=self.item.name, source_class="ItemRunner",
                                         source_method="start")
                 return False
             for text in warnings:
-                self.store.events.write("Warning", text, config_name=self.item.name,
+                self.events.write("Warning", text, config_name=self.item.name,
                                         source_class=type(self.adapter).__name__,
                                         source_method="start")
             self._ready = True

@@ -31,6 +31,14 @@ PRODUCTION_SETTINGS: tuple[Setting, ...] = (
             help="seconds an idle worker waits before looking at its queue again"),
     Setting(name="shutdown_timeout", kind=float, default=30.0, minimum=0,
             help="seconds a stop waits for attempts in flight"),
+    Setting(name="metrics_port", kind=int, default=0, minimum=0,
+            help="port of the Prometheus metrics and /healthz endpoint; 0 = none"),
+    Setting(name="metrics_host", kind=str, default="127.0.0.1",
+            help="address the metrics endpoint listens on (loopback by default)"),
+    Setting(name="alert_item", kind=str, default="",
+            help="item that receives every Alert as a message (e.g. an HTTP webhook); '' = none"),
+    Setting(name="retention_days", kind=float, default=0, minimum=0,
+            help="days finished messages are kept before the scheduler purges them; 0 = forever"),
 )
 
 ITEM_KEYS: tuple[Setting, ...] = (
@@ -64,6 +72,10 @@ class ProductionConfig:
     lease_seconds: float = 30.0
     poll_interval: float = 0.5
     shutdown_timeout: float = 30.0
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
+    retention_days: float = 0
+    alert_item: str = ""
     path: Path | None = None
 
     def item(self, name: str) -> ItemConfig:
@@ -104,11 +116,17 @@ def parse_production(text: str, *, env: Mapping[str, str],
                                  "expected [production] and [[items]]")
     prod = validate_settings("[production]", doc.get("production", {}), PRODUCTION_SETTINGS)
     items = _load_items(doc.get("items", []))
+    if prod["alert_item"] and prod["alert_item"] not in {i.name for i in items}:
+        raise ConfigurationError(f"alert_item {prod['alert_item']!r} is not an item of the "
+                                 f"production", item="[production]", key="alert_item")
     database = env.get("ENCORE_DATABASE_URL") or prod["database"]
     return ProductionConfig(name=prod["name"], database=database, items=items,
                             lease_seconds=prod["lease_seconds"],
                             poll_interval=prod["poll_interval"],
-                            shutdown_timeout=prod["shutdown_timeout"], path=path)
+                            shutdown_timeout=prod["shutdown_timeout"],
+                            metrics_port=prod["metrics_port"], metrics_host=prod["metrics_host"],
+                            retention_days=prod["retention_days"],
+                            alert_item=prod["alert_item"], path=path)
 
 
 def _load_items(raw_items: Any) -> tuple[ItemConfig, ...]:

@@ -69,7 +69,8 @@ class MessageWorker:
     def __init__(self, host: BusinessOperation, *, store: SqlStore, clock: Clock,
                  policy: RetryPolicy, reply_codes: ReplyCodeActions, requeue: bool = False,
                  trace: bool = False, stop: threading.Event | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, alert_on_error: bool = False,
+                 alert_grace: float = 0.0) -> None:
         self.host = host
         self.store = store
         self.clock = clock
@@ -79,6 +80,10 @@ class MessageWorker:
         self.trace = trace
         self.stop = stop or threading.Event()
         self.rng = rng or random.Random()
+        self.alert_on_error = alert_on_error
+        self.alert_grace = alert_grace  # seconds after the first failure without alerts
+        self._first_failure: float | None = None  # of the message in hand
+        self._alerted = False
 
     # -- the delivery loop ---------------------------------------------------------------
     def deliver(self, row: MessageRow) -> Result:
@@ -86,6 +91,7 @@ class MessageWorker:
         self.host.message_id, self.host.session_id = row.id, row.session_id
         request = decode_message(row.body_class, row.body)
         first_started = self._first_started(row)
+        self._first_failure, self._alerted = first_started if row.retry_needed else None, False
         number = row.attempts
         open_attempt = self.store.open_attempt(row.id)
         if open_attempt is not None:  # in flight when its daemon died: outcome unknown
@@ -173,7 +179,20 @@ class MessageWorker:
             decision = self._failure_timeout_hook(row, request, state, decision)
             if isinstance(decision, Result):
                 return decision
+        self._maybe_alert(state, final=decision.action is not Action.RETRY)
         return self._act(row, decision, state, actions)
+
+    def _maybe_alert(self, state: AttemptState, *, final: bool) -> None:
+        """alert_on_error: alert once per message, unless a retry may still succeed within
+        the grace period that started at its first failure."""
+        if self._first_failure is None:
+            self._first_failure = state.ended
+        if not self.alert_on_error or self._alerted:
+            return
+        if final or state.ended - self._first_failure >= self.alert_grace:
+            self._alerted = True
+            self.host.log_alert(f"attempt {state.attempt} failed"
+                                f"{' (giving up)' if final else ''}: {error_text(state.error)}")
 
     def _reply_actions(self, err: BaseException | None) -> Actions:
         if err is None or isinstance(err, Retry):
@@ -188,8 +207,7 @@ class MessageWorker:
         if decision.action is Action.GIVE_UP:
             if actions.disable:
                 return self._disable(row, state.error)
-            return self._end(row, Result.ERROR, f"giving up after {state.attempt} attempt"
-                             f"{'s' if state.attempt > 1 else ''}: {decision.reason}; "
+            return self._end(row, Result.ERROR, f"giving up: {decision.reason}; "
                              f"last error: {last}")
         assert decision.at is not None
         return self._wait_for(row, decision.at)

@@ -112,13 +112,19 @@ class _HttpServer(ThreadingHTTPServer):
     owner: HttpTestServer
 
     def finish_request(self, request: Any, client_address: Any) -> None:
+        self.owner.connections += 1
         tls = self.owner.tls
-        if tls is not None:
-            try:
-                request = tls.wrap_socket(request, server_side=True)
-            except (ssl.SSLError, OSError):
-                return  # the client refused our certificate, or we refused theirs
-        super().finish_request(request, client_address)
+        if tls is None:
+            super().finish_request(request, client_address)
+            return
+        try:  # wrapping detaches ``request``: the TLS socket is ours to close
+            secure = tls.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return  # the client refused our certificate, or we refused theirs
+        try:
+            super().finish_request(secure, client_address)
+        finally:
+            secure.close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], (ConnectionError, ssl.SSLError, OSError)):
@@ -134,6 +140,7 @@ class _Loopback:
     def __init__(self) -> None:
         self.stopping = threading.Event()
         self.requests: list[Recorded] = []
+        self.connections = 0  # TCP connections accepted (HttpTestServer)
         self.url = ""
 
     @property

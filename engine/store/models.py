@@ -57,6 +57,8 @@ message_header = Table(
     Column("claimed_by", String(100)),
     Column("lease_expires_at", _Time),
     Index("ix_message_header_queue", "target", "status", "id"),
+    Index("ix_message_header_due", "target", "status", "next_attempt_at"),
+    Index("ix_message_header_claim", "claimed_by"),
     Index("ix_message_header_session", "session_id"),
 )
 

@@ -272,6 +272,22 @@ class SqlStore:
                          .values(heartbeat_at=now))
         self.renew_leases(daemon_id, now=now, lease_seconds=lease_seconds)
 
+    def release_claims(self, owner: str) -> int:
+        """Put every message ``owner`` holds back in its queue (its daemon stopped or died).
+        Attempts left open stay open: the next delivery treats them as outcome unknown."""
+        h = message_header.c
+        with self._tx() as conn:
+            return conn.execute(update(message_header)
+                                .where(h.claimed_by == owner, h.status == "Delivered")
+                                .values(status="Queued", claimed_by=None, lease_expires_at=None)
+                                ).rowcount
+
+    def local_daemons(self, host: str) -> list[tuple[str, int]]:
+        """(id, pid) of the daemons registered from ``host``."""
+        with self.engine.connect() as conn:
+            return [(r.id, r.pid) for r in conn.execute(
+                select(daemon.c.id, daemon.c.pid).where(daemon.c.host == host))]
+
     def unregister_daemon(self, daemon_id: str) -> None:
         with self._tx() as conn:
             conn.execute(daemon.delete().where(daemon.c.id == daemon_id))

@@ -59,6 +59,9 @@ def upgrade() -> None:
         sa.Column("lease_expires_at", _Time),
     )
     op.create_index("ix_message_header_queue", "message_header", ["target", "status", "id"])
+    op.create_index("ix_message_header_due", "message_header",
+                    ["target", "status", "next_attempt_at"])
+    op.create_index("ix_message_header_claim", "message_header", ["claimed_by"])
     op.create_index("ix_message_header_session", "message_header", ["session_id"])
     op.create_table(
         "message_attempt",

@@ -1,0 +1,272 @@
+"""Operator actions on messages and items, and the purge of old messages (DESIGN.md §7).
+
+Each action is one transaction that checks the message's status in the same statement that
+changes it (``UPDATE … WHERE id = :id AND status IN (…)``), so it can never take a message
+from under a daemon that claimed it a moment earlier: the claim wins, the action is refused
+with an :class:`~engine.errors.OperatorError` that says why and what would be allowed.
+Every action writes an event on the message (or the item) in that same transaction.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, exists, func, or_, select, update
+
+from engine.clock import as_utc
+from engine.errors import OperatorError
+from engine.store.models import (FINAL_STATUSES, event_log, message_attempt,
+                                 message_header)
+from engine.store.sql import MessageRow, SqlStore
+
+log = logging.getLogger(__name__)
+
+RESENDABLE_STATUSES = (*FINAL_STATUSES, "Suspended")
+SUSPENDABLE_STATUSES = ("Queued",)
+DISCARDABLE_STATUSES = ("Queued", "Suspended")
+RESEND_SOURCE_PREFIX = "resend:"  # message_header.source of a resent copy: "resend:<original id>"
+PURGE_BATCH = 500  # requests deleted per transaction, so a daemon is never blocked for long
+_SOURCE_CLASS = "Operator"
+
+
+def resent_from(source: str | None) -> int | None:
+    """The original's id if ``source`` marks a resent message, else None."""
+    if source and source.startswith(RESEND_SOURCE_PREFIX):
+        tail = source[len(RESEND_SOURCE_PREFIX):]
+        return int(tail) if tail.isdigit() else None
+    return None
+
+
+# -- messages ----------------------------------------------------------------------------
+def resend(store: SqlStore, message_id: int, *, now: datetime, target: str | None = None,
+           known_items: Collection[str] | None = None) -> int:
+    """Queue a copy of request ``message_id`` (same body, body class and session) for its
+    target, or for ``target``; return the new message's id. The original is left as it is
+    and gets an ``Info`` event naming the copy. ``known_items`` (None: not checked) are the
+    items of the production; a target outside them is refused."""
+    h = message_header.c
+    with store._tx() as conn:
+        row = _message(conn, message_id, lock=True)
+        _require(row, message_id, RESENDABLE_STATUSES, "resent")
+        new_target = target or row.target
+        if known_items is not None and new_target not in known_items:
+            raise OperatorError(f"message {message_id} cannot be resent to {new_target!r}: "
+                                f"no such item in the production (items: "
+                                f"{', '.join(sorted(known_items)) or 'none'})")
+        new_id = int(conn.execute(message_header.insert().values(
+            session_id=row.session_id or row.id, source=f"{RESEND_SOURCE_PREFIX}{message_id}",
+            target=new_target, kind="request", body_class=row.body_class, body=row.body,
+            status="Queued", is_error=False, time_created=now, retry_needed=False, attempts=0,
+        ).returning(h.id)).scalar_one())
+        where = "" if new_target == row.target else f" to {new_target}"
+        _event(conn, "Info", f"resent by an operator as message {new_id}{where}", row,
+               method="resend", now=now)
+    return new_id
+
+
+def suspend(store: SqlStore, message_id: int, *, now: datetime) -> None:
+    """Suspend a ``Queued`` request (also one parked until its next retry): no worker takes
+    it until an operator resends or discards it. Refused in any other status."""
+    changed = _transition(store, message_id, SUSPENDABLE_STATUSES, "suspended", now=now,
+                          values={"status": "Suspended"}, event=("Warning",
+                                                                 "suspended by an operator"))
+    log.info("message %d suspended (was %s)", message_id, changed.status)
+
+
+def discard(store: SqlStore, message_id: int, *, now: datetime) -> None:
+    """End a ``Queued`` or ``Suspended`` request in ``Discarded``; it is never delivered."""
+    changed = _transition(store, message_id, DISCARDABLE_STATUSES, "discarded", now=now,
+                          values={"status": "Discarded"}, event=("Info",
+                                                                 "discarded by an operator"))
+    log.info("message %d discarded (was %s)", message_id, changed.status)
+
+
+def suspended_messages(store: SqlStore, *, item: str | None = None) -> list[dict[str, Any]]:
+    """Suspended requests, oldest first: id, session_id, target, attempts, error_text,
+    time_created and suspended_at (all of ``item`` only, unless it is None)."""
+    h = message_header.c
+    query = select(h.id, h.session_id, h.target, h.attempts, h.error_text, h.time_created,
+                   h.time_completed.label("suspended_at")) \
+        .where(h.kind == "request", h.status == "Suspended").order_by(h.id)
+    if item is not None:
+        query = query.where(h.target == item)
+    with store.engine.connect() as conn:
+        return [{k: as_utc(v) if isinstance(v, datetime) else v for k, v in r.items()}
+                for r in conn.execute(query).mappings()]
+
+
+# -- items -------------------------------------------------------------------------------
+def enable_item(store: SqlStore, item: str, *, known_items: Collection[str],
+                now: datetime) -> None:
+    """Let ``item`` take messages again (overrides the production file's ``enabled``)."""
+    _set_enabled(store, item, True, reason=None, known_items=known_items, now=now)
+
+
+def disable_item(store: SqlStore, item: str, *, known_items: Collection[str],
+                 reason: str | None, now: datetime) -> None:
+    """Stop ``item`` taking messages; its queue keeps filling. Attempts in flight finish."""
+    _set_enabled(store, item, False, reason=reason, known_items=known_items, now=now)
+
+
+def _set_enabled(store: SqlStore, item: str, enabled: bool, *, reason: str | None,
+                 known_items: Collection[str], now: datetime) -> None:
+    if item not in known_items:
+        raise OperatorError(f"no item named {item!r} in the production (items: "
+                            f"{', '.join(sorted(known_items)) or 'none'})")
+    store.set_item_enabled(item, enabled, reason=reason, now=now)
+    text = f"item {'enabled' if enabled else 'disabled'} by an operator"
+    store.events.write("Info", f"{text}: {reason}" if reason else text, config_name=item,
+                       source_class=_SOURCE_CLASS,
+                       source_method="enable" if enabled else "disable", now=now)
+
+
+# -- purge -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PurgeCounts:
+    """Rows removed (or, for a dry run, that would be removed) by :func:`purge`."""
+
+    requests: int = 0
+    responses: int = 0
+    attempts: int = 0
+    events: int = 0
+
+    @property
+    def messages(self) -> int:
+        return self.requests + self.responses
+
+    def __add__(self, other: PurgeCounts) -> PurgeCounts:
+        return PurgeCounts(self.requests + other.requests, self.responses + other.responses,
+                           self.attempts + other.attempts, self.events + other.events)
+
+
+def purge(store: SqlStore, older_than: timedelta, now: datetime, *,
+          dry_run: bool = False) -> PurgeCounts:
+    """Delete finished requests (Completed, Error, Discarded, Aborted) that ended before
+    ``now - older_than``, with their responses, attempts and events, and events older than
+    that which belong to no message. Queued, Delivered and Suspended messages and their
+    events are kept. ``dry_run`` counts without deleting. Works in batches of
+    :data:`PURGE_BATCH` requests, one transaction each."""
+    cutoff = as_utc(now) - older_than
+    total, after = PurgeCounts(), 0
+    while True:
+        with store._tx() as conn:
+            ids = _old_requests(conn, cutoff, after)
+            if ids:
+                total += _purge_messages(conn, ids, dry_run)
+        if len(ids) < PURGE_BATCH:
+            break
+        after = ids[-1]
+    total += _purge_orphan_events(store, cutoff, dry_run)
+    log.info("purge before %s%s: %s", cutoff.isoformat(), " (dry run)" if dry_run else "", total)
+    return total
+
+
+def _old_requests(conn: Connection, cutoff: datetime, after: int) -> list[int]:
+    h = message_header.c
+    return list(conn.execute(
+        select(h.id).where(h.kind == "request", h.status.in_(FINAL_STATUSES),
+                           h.time_completed < cutoff, h.id > after)
+        .order_by(h.id).limit(PURGE_BATCH)).scalars())
+
+
+def _purge_messages(conn: Connection, request_ids: Sequence[int], dry_run: bool) -> PurgeCounts:
+    h = message_header.c
+    linked = select(h.corresponding_id).where(h.id.in_(request_ids))
+    response_ids = list(conn.execute(select(h.id).where(
+        h.kind == "response",
+        or_(h.corresponding_id.in_(request_ids), h.id.in_(linked.scalar_subquery())))
+    ).scalars())
+    ids = [*request_ids, *response_ids]
+    attempts = _delete_or_count(conn, message_attempt, message_attempt.c.message_id.in_(ids),
+                                dry_run)
+    events = _delete_or_count(conn, event_log, event_log.c.message_id.in_(ids), dry_run)
+    _delete_or_count(conn, message_header, h.id.in_(ids), dry_run)
+    return PurgeCounts(len(request_ids), len(response_ids), attempts, events)
+
+
+def _purge_orphan_events(store: SqlStore, cutoff: datetime, dry_run: bool) -> PurgeCounts:
+    e, h = event_log.c, message_header.c
+    orphan = (e.time_logged < cutoff) & or_(
+        e.message_id.is_(None), ~exists().where(h.id == e.message_id))
+    removed = 0
+    while True:
+        with store._tx() as conn:
+            if dry_run:
+                return PurgeCounts(events=conn.execute(
+                    select(func.count()).select_from(event_log).where(orphan)).scalar_one())
+            batch = select(e.id).where(orphan).limit(PURGE_BATCH * 4).scalar_subquery()
+            count = conn.execute(event_log.delete().where(e.id.in_(batch))).rowcount
+        removed += count
+        if count < PURGE_BATCH * 4:
+            return PurgeCounts(events=removed)
+
+
+def _delete_or_count(conn: Connection, table: Any, where: Any, dry_run: bool) -> int:
+    if dry_run:
+        return int(conn.execute(select(func.count()).select_from(table).where(where))
+                   .scalar_one())
+    return int(conn.execute(table.delete().where(where)).rowcount)
+
+
+# -- helpers -----------------------------------------------------------------------------
+def _transition(store: SqlStore, message_id: int, allowed: Sequence[str], verb: str, *,
+                now: datetime, values: dict[str, Any], event: tuple[str, str]) -> MessageRow:
+    """Move a request from one of ``allowed`` to a final state in one conditional UPDATE;
+    returns the row as it was. Raises OperatorError (nothing changed) if it no longer fits."""
+    h = message_header.c
+    with store._tx() as conn:
+        before = _message(conn, message_id, lock=True)
+        _require(before, message_id, allowed, verb)
+        changed = conn.execute(update(message_header).where(
+            h.id == message_id, h.kind == "request", h.status == before.status,
+            h.status.in_(allowed)).values(
+            retry_needed=False, next_attempt_at=None, time_completed=now, claimed_by=None,
+            lease_expires_at=None, **values)).rowcount
+        if changed != 1:  # taken by a daemon between our read and our write
+            _require(_message(conn, message_id, lock=False), message_id, allowed, verb)
+        _event(conn, event[0], event[1], before, method=verb.rstrip("ed") or verb, now=now)
+    assert before is not None
+    return before
+
+
+def _message(conn: Connection, message_id: int, *, lock: bool) -> MessageRow | None:
+    query = select(message_header).where(message_header.c.id == message_id)
+    if lock:  # PostgreSQL row lock; SQLite transactions already hold the write lock
+        query = query.with_for_update()
+    row = conn.execute(query).mappings().first()
+    return MessageRow.from_mapping(row) if row else None
+
+
+def _require(row: MessageRow | None, message_id: int, allowed: Sequence[str], verb: str) -> None:
+    """Refuse unless ``row`` is a request in one of ``allowed`` statuses."""
+    if row is None:
+        raise OperatorError(f"message {message_id} does not exist")
+    if row.kind != "request":
+        of = f" to request {row.corresponding_id}" if row.corresponding_id else ""
+        raise OperatorError(f"message {message_id} is a response{of}; only requests can be "
+                            f"{verb}")
+    if row.status in allowed:
+        return
+    what = _either(allowed)
+    if row.status == "Delivered":
+        raise OperatorError(f"message {message_id} is Delivered: it is being delivered by "
+                            f"daemon {row.claimed_by or '?'}; try again when its attempt ends "
+                            f"(only {what} messages can be {verb})")
+    raise OperatorError(f"message {message_id} is {row.status}; only {what} messages can be "
+                        f"{verb}")
+
+
+def _either(statuses: Sequence[str]) -> str:
+    return statuses[0] if len(statuses) == 1 else \
+        f"{', '.join(statuses[:-1])} or {statuses[-1]}"
+
+
+def _event(conn: Connection, type_: str, text: str, row: MessageRow, *, method: str,
+           now: datetime) -> None:
+    conn.execute(event_log.insert().values(
+        time_logged=now, type=type_, config_name=row.target, message_id=row.id,
+        session_id=row.session_id, source_class=_SOURCE_CLASS, source_method=method,
+        text=text))

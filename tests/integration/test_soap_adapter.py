@@ -1,0 +1,240 @@
+"""SoapAdapter against a real spyne service and a raw SOAP responder: faults, failover
+(seed 003, scaled ÷20), the deadline, hostile XML, WSDL loading and the idempotency header."""
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+from zeep.helpers import serialize_object
+
+from adapters.base import AttemptContext, InvalidRequest
+from adapters.soap import SoapAdapter
+from engine.errors import (AdapterNotReady, ConnectFailed, Delivery, HttpStatusError,
+                           RemoteFault, ResponseRejected, ResponseTimeout)
+from tests.servers import (HttpTestServer, SoapTestServer, respond, sequence, soap_envelope,
+                           soap_fault, soap_reply, soap_wsdl, soap_xml, trickle)
+
+TIMEOUT = 0.5  # seconds: the response timeout (the seed's 10 s, scaled)
+SERVER_DELAY = 0.55  # seconds each slow server takes (the seed's 11 s, scaled)
+
+XXE = soap_envelope(
+    f'<echoResponse xmlns="urn:encore:test"><echoResult>&xxe;</echoResult></echoResponse>',
+    prolog='<!DOCTYPE soap:Envelope [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>\n')
+BILLION_LAUGHS = soap_envelope(
+    '<echoResponse xmlns="urn:encore:test"><echoResult>&lol9;</echoResult></echoResponse>',
+    prolog="<!DOCTYPE lolz [<!ENTITY lol \"lol\">"
+           + "".join(f'<!ENTITY lol{i} "{("&lol" + (str(i - 1) if i > 1 else "") + ";") * 10}">'
+                     for i in range(1, 10))
+           + "]>\n")
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def started(settings: dict) -> SoapAdapter:
+    adapter = SoapAdapter({"response_timeout": TIMEOUT, **settings}, item_name="Payments")
+    adapter.start()
+    return adapter
+
+
+def attempt(adapter: SoapAdapter, key: str = "msg-1", timeout: float = TIMEOUT) -> None:
+    adapter.begin_attempt(AttemptContext(deadline=time.monotonic() + timeout,
+                                         idempotency_key=key))
+
+
+def raw_soap(post_route) -> HttpTestServer:
+    """A server offering the static echo WSDL at /soap?wsdl and ``post_route`` for calls."""
+    return HttpTestServer({"GET /soap": soap_wsdl("/soap"), "POST /soap": post_route})
+
+
+@pytest.fixture
+def spyne() -> Iterator[SoapTestServer]:
+    with SoapTestServer("A") as srv:
+        yield srv
+
+
+# -- calls and faults ---------------------------------------------------------------------
+
+def test_an_operation_returns_zeep_s_result(spyne):
+    adapter = started({"wsdl": spyne.wsdl})
+    attempt(adapter)
+    assert serialize_object(adapter.invoke("echo", {"text": "hi"})) == "A:hi"
+    assert adapter.end_attempt() == spyne.url + "/"
+    assert adapter.operations == ("echo", "refuse")
+
+
+def test_a_spyne_fault_is_a_remote_fault_that_is_not_retried(spyne):
+    adapter = started({"wsdl": spyne.wsdl})
+    attempt(adapter)
+    with pytest.raises(RemoteFault, match="refused: no") as caught:
+        adapter.invoke("refuse", {"text": "no"})
+    err = caught.value
+    assert err.fault_code is not None and err.fault_code.endswith("Client.Refused")
+    assert err.code == err.fault_code and not err.retryable
+    assert err.delivery is Delivery.ANSWERED and err.server == spyne.url + "/"
+
+
+def test_a_soap_fault_inside_an_http_500_is_a_remote_fault():
+    with raw_soap(soap_xml(500, soap_fault("soap:Server.Busy", "ledger locked"))) as srv:
+        adapter = started({"wsdl": srv.url + "/soap?wsdl"})
+        attempt(adapter)
+        with pytest.raises(RemoteFault, match="ledger locked") as caught:
+            adapter.invoke("echo", {"text": "x"})
+    assert caught.value.fault_code == "soap:Server.Busy" and not caught.value.retryable
+
+
+def test_an_http_503_without_a_fault_is_a_retryable_status_error():
+    with raw_soap(respond(503, "<html>down</html>", headers={"Retry-After": "2"},
+                          content_type="text/html")) as srv:
+        adapter = started({"wsdl": srv.url + "/soap?wsdl"})
+        attempt(adapter)
+        with pytest.raises(HttpStatusError) as caught:
+            adapter.invoke("echo", {"text": "x"})
+    assert (caught.value.status_code, caught.value.retryable) == (503, True)
+    assert caught.value.headers["Retry-After"] == "2"
+
+
+def test_an_unknown_operation_names_the_available_ones(spyne):
+    adapter = started({"wsdl": spyne.wsdl})
+    with pytest.raises(InvalidRequest, match="'pay'; the WSDL offers: echo, refuse") as caught:
+        adapter.invoke("pay", {})
+    assert not caught.value.retryable and spyne.posts == []
+
+
+def test_arguments_that_do_not_fit_are_refused_before_sending(spyne):
+    adapter = started({"wsdl": spyne.wsdl})
+    attempt(adapter)
+    with pytest.raises(InvalidRequest, match="unexpected keyword argument 'amount'"):
+        adapter.invoke("echo", {"amount": 3})
+    assert spyne.posts == []
+
+
+# -- failover (seed 003) -------------------------------------------------------------------
+
+def test_slow_servers_are_marked_bad_and_attempts_go_a_b_c_then_a_again():
+    with SoapTestServer("A", delay=SERVER_DELAY) as a, \
+            SoapTestServer("B", delay=SERVER_DELAY) as b, \
+            SoapTestServer("C", delay=SERVER_DELAY) as c:
+        adapter = started({"wsdl": a.wsdl, "servers": [a.url, b.url, c.url]})
+        used = []
+        for _ in range(4):  # what the worker does, with retry_interval = 0
+            attempt(adapter)
+            began = time.monotonic()
+            with pytest.raises(ResponseTimeout) as caught:
+                adapter.invoke("echo", {"text": "pay"})
+            assert time.monotonic() - began < TIMEOUT + 0.4
+            assert caught.value.delivery is Delivery.UNKNOWN
+            used.append(adapter.end_attempt())
+        posts = (len(a.posts), len(b.posts), len(c.posts))
+    assert used == [a.url + "/", b.url + "/", c.url + "/", a.url + "/"]
+    assert posts == (2, 1, 1)  # one request per attempt: a timeout is not re-sent at once
+
+
+def test_a_not_sent_failure_moves_to_the_next_server_within_the_attempt(spyne):
+    dead = f"http://127.0.0.1:{closed_port()}"
+    adapter = started({"wsdl": spyne.wsdl, "servers": [dead, spyne.url]})
+    attempt(adapter)
+    assert serialize_object(adapter.invoke("echo", {"text": "x"})) == "A:x"
+    assert adapter.end_attempt() == spyne.url + "/"
+
+
+def test_when_every_server_refuses_the_last_connect_failure_is_raised():
+    dead = [f"http://127.0.0.1:{closed_port()}" for _ in range(2)]
+    with raw_soap(soap_xml(200, soap_reply("x"))) as srv:
+        adapter = started({"wsdl": srv.url + "/soap?wsdl", "servers": dead})
+        attempt(adapter)
+        with pytest.raises(ConnectFailed) as caught:
+            adapter.invoke("echo", {"text": "x"})
+    assert caught.value.server == dead[1] + "/soap"
+
+
+# -- the deadline and hostile responses ----------------------------------------------------
+
+def test_a_trickling_soap_server_is_cut_at_the_deadline():
+    with raw_soap(trickle(soap_reply("slow").encode())) as srv:
+        adapter = started({"wsdl": srv.url + "/soap?wsdl"})
+        attempt(adapter)
+        began = time.monotonic()
+        with pytest.raises(ResponseTimeout):
+            adapter.invoke("echo", {"text": "x"})
+        assert time.monotonic() - began < TIMEOUT + 0.5
+
+
+@pytest.mark.parametrize("xml", [
+    XXE,  # an external entity reading a local file
+    BILLION_LAUGHS,  # nested entities expanding to a billion "lol"s
+])
+def test_xml_with_a_dtd_or_entities_is_refused(xml):
+    with raw_soap(soap_xml(200, xml)) as srv:
+        adapter = started({"wsdl": srv.url + "/soap?wsdl"})
+        attempt(adapter)
+        with pytest.raises(ResponseRejected, match="DTD") as caught:
+            adapter.invoke("echo", {"text": "x"})
+    assert "root:" not in str(caught.value) and "lollol" not in str(caught.value)
+    assert not caught.value.retryable
+
+
+def test_a_response_larger_than_max_response_bytes_is_refused():
+    big = soap_reply("y" * 20_000)
+    with raw_soap(soap_xml(200, big)) as srv:
+        adapter = started({"wsdl": srv.url + "/soap?wsdl", "max_response_bytes": 10_000})
+        attempt(adapter)
+        with pytest.raises(ResponseRejected, match="max_response_bytes"):
+            adapter.invoke("echo", {"text": "x"})
+
+
+# -- the WSDL ---------------------------------------------------------------------------------
+
+def test_an_unreachable_wsdl_leaves_the_adapter_not_ready_with_the_reason():
+    adapter = SoapAdapter({"wsdl": f"http://127.0.0.1:{closed_port()}/?wsdl"})
+    with pytest.raises(AdapterNotReady, match="cannot load the WSDL .* refused"):
+        adapter.start()
+    with pytest.raises(AdapterNotReady):
+        adapter.invoke("echo", {"text": "x"})
+
+
+def test_a_wsdl_that_appears_later_loads_on_the_next_start():
+    with HttpTestServer({"GET /soap": sequence(respond(404), soap_wsdl("/soap")),
+                         "POST /soap": soap_xml(200, soap_reply("late"))}) as srv:
+        adapter = SoapAdapter({"wsdl": srv.url + "/soap?wsdl"})
+        with pytest.raises(AdapterNotReady, match="HTTP 404"):
+            adapter.start()
+        adapter.start()
+        attempt(adapter)
+        assert adapter.invoke("echo", {"text": "x"}) == "late"
+
+
+def test_a_trickling_wsdl_is_given_up_within_the_response_timeout():
+    with HttpTestServer({"GET /soap": trickle(b"<definitions/>" * 10)}) as srv:
+        adapter = SoapAdapter({"wsdl": srv.url + "/soap?wsdl", "response_timeout": TIMEOUT})
+        began = time.monotonic()
+        with pytest.raises(AdapterNotReady):
+            adapter.start()
+        assert time.monotonic() - began < TIMEOUT + 0.5
+
+
+def test_a_wsdl_with_a_dtd_is_refused():
+    wsdl = '<?xml version="1.0"?><!DOCTYPE d [<!ENTITY e "x">]><definitions/>'
+    with HttpTestServer({"GET /soap": respond(200, wsdl, content_type="text/xml")}) as srv:
+        with pytest.raises(AdapterNotReady, match="DTD"):
+            SoapAdapter({"wsdl": srv.url + "/soap?wsdl"}).start()
+
+
+# -- idempotency ------------------------------------------------------------------------------
+
+def test_every_attempt_carries_the_same_idempotency_key_as_an_http_header():
+    with raw_soap(sequence(soap_xml(503, "busy"), soap_xml(200, soap_reply("ok")))) as srv:
+        adapter = started({"wsdl": srv.url + "/soap?wsdl",
+                           "idempotency_header": "Idempotency-Key"})
+        attempt(adapter, key="msg-7")
+        with pytest.raises(HttpStatusError):
+            adapter.invoke("echo", {"text": "x"})
+        attempt(adapter, key="msg-7")
+        assert adapter.invoke("echo", {"text": "x"}) == "ok"
+    keys = [r.headers.get("Idempotency-Key") for r in srv.requests if r.method == "POST"]
+    assert keys == ["msg-7", "msg-7"]
