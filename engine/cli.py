@@ -253,10 +253,12 @@ def _safe_url(url: str) -> str:
 
 def _register_optional_commands() -> None:
     from engine.demo import demo
+    from engine.operator_cli import register
     from engine.simulate import simulate_command
 
     main.add_command(simulate_command)
     main.add_command(demo)
+    register(main)
 
 
 _register_optional_commands()

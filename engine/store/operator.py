@@ -70,18 +70,18 @@ def resend(store: SqlStore, message_id: int, *, now: datetime, target: str | Non
 def suspend(store: SqlStore, message_id: int, *, now: datetime) -> None:
     """Suspend a ``Queued`` request (also one parked until its next retry): no worker takes
     it until an operator resends or discards it. Refused in any other status."""
-    changed = _transition(store, message_id, SUSPENDABLE_STATUSES, "suspended", now=now,
-                          values={"status": "Suspended"}, event=("Warning",
-                                                                 "suspended by an operator"))
-    log.info("message %d suspended (was %s)", message_id, changed.status)
+    _transition(store, message_id, SUSPENDABLE_STATUSES, "suspended", now=now,
+                values={"status": "Suspended"},
+                event=("Warning", "suspended by an operator", "suspend"))
+    log.info("message %d suspended", message_id)
 
 
 def discard(store: SqlStore, message_id: int, *, now: datetime) -> None:
     """End a ``Queued`` or ``Suspended`` request in ``Discarded``; it is never delivered."""
-    changed = _transition(store, message_id, DISCARDABLE_STATUSES, "discarded", now=now,
-                          values={"status": "Discarded"}, event=("Info",
-                                                                 "discarded by an operator"))
-    log.info("message %d discarded (was %s)", message_id, changed.status)
+    _transition(store, message_id, DISCARDABLE_STATUSES, "discarded", now=now,
+                values={"status": "Discarded"},
+                event=("Info", "discarded by an operator", "discard"))
+    log.info("message %d discarded", message_id)
 
 
 def suspended_messages(store: SqlStore, *, item: str | None = None) -> list[dict[str, Any]]:
@@ -213,23 +213,22 @@ def _delete_or_count(conn: Connection, table: Any, where: Any, dry_run: bool) ->
 
 # -- helpers -----------------------------------------------------------------------------
 def _transition(store: SqlStore, message_id: int, allowed: Sequence[str], verb: str, *,
-                now: datetime, values: dict[str, Any], event: tuple[str, str]) -> MessageRow:
-    """Move a request from one of ``allowed`` to a final state in one conditional UPDATE;
-    returns the row as it was. Raises OperatorError (nothing changed) if it no longer fits."""
+                now: datetime, values: dict[str, Any], event: tuple[str, str, str]) -> None:
+    """Move a request out of one of the ``allowed`` statuses with one conditional UPDATE and
+    record ``event`` (type, text, method) on it. If a daemon claimed the message first, the
+    UPDATE matches nothing and OperatorError says why; nothing is changed."""
     h = message_header.c
     with store._tx() as conn:
-        before = _message(conn, message_id, lock=True)
-        _require(before, message_id, allowed, verb)
-        changed = conn.execute(update(message_header).where(
-            h.id == message_id, h.kind == "request", h.status == before.status,
-            h.status.in_(allowed)).values(
+        row = conn.execute(update(message_header).where(
+            h.id == message_id, h.kind == "request", h.status.in_(allowed)).values(
             retry_needed=False, next_attempt_at=None, time_completed=now, claimed_by=None,
-            lease_expires_at=None, **values)).rowcount
-        if changed != 1:  # taken by a daemon between our read and our write
+            lease_expires_at=None, **values).returning(*message_header.c)).mappings().first()
+        if row is None:
             _require(_message(conn, message_id, lock=False), message_id, allowed, verb)
-        _event(conn, event[0], event[1], before, method=verb.rstrip("ed") or verb, now=now)
-    assert before is not None
-    return before
+            raise OperatorError(f"message {message_id} changed status while it was being "
+                                f"{verb}; try again")
+        type_, text, method = event
+        _event(conn, type_, text, MessageRow.from_mapping(row), method=method, now=now)
 
 
 def _message(conn: Connection, message_id: int, *, lock: bool) -> MessageRow | None:
