@@ -79,8 +79,9 @@ class OutboundAdapter(ABC):
     @classmethod
     def _own_settings(cls, settings: Mapping[str, Any], item: str) -> dict[str, Any]:
         names = {n for s in cls.SETTINGS for n in s.names()}
-        return validate_settings(item, {k: v for k, v in settings.items() if k in names},
-                                 cls.SETTINGS)
+        # None is "not set": what a loader that already filled in the defaults hands over.
+        mine = {k: v for k, v in settings.items() if k in names and v is not None}
+        return validate_settings(item, mine, cls.SETTINGS)
 
     @property
     def response_timeout(self) -> float:
@@ -123,7 +124,7 @@ class OutboundAdapter(ABC):
         servers = self._targets()
         if not servers:
             raise ConfigurationError("no server to send to; set url or servers",
-                                     item=self.item_name, key="servers")
+                                     item=self.item_name or None, key="servers")
         self._servers = ServerPool(servers, cooldown=float(self.settings["bad_server_cooldown"]),
                                    clock=self.clock, item_name=self.item_name)
         warnings = []

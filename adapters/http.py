@@ -8,7 +8,7 @@ from typing import Any
 from adapters.base import OutboundAdapter
 from adapters.deadline import TryScope
 from adapters.failover import join_path, rebase
-from adapters.session import ItemSession, classify_transport_error, status_error
+from adapters.session import ItemSession, classify_transport_error, status_error, text_of
 from adapters.settings import COMMON_SETTINGS, http_url
 from engine.clock import Clock
 from engine.errors import AdapterError, AdapterNotReady, ConfigurationError
@@ -32,7 +32,7 @@ class _Request:
     path: str
     headers: dict[str, str] = field(default_factory=dict)
     json: Any = None
-    body: str | bytes | None = None
+    body: bytes | None = None
 
 
 class HttpAdapter(OutboundAdapter):
@@ -54,18 +54,21 @@ class HttpAdapter(OutboundAdapter):
                          clock=clock)
         if not self.settings["url"] and not self.settings["servers"]:
             raise ConfigurationError("an HTTP item needs url (or servers), an http:// or "
-                                     "https:// URL", item=item_name, key="url")
+                                     "https:// URL", item=item_name or None, key="url")
         self._session: ItemSession | None = None
 
     def send(self, method: str, path: str = "", *, headers: Mapping[str, str] | None = None,
              json: Any = None, body: str | bytes | None = None) -> HttpResponse:
         """Send ``method`` to the chosen server + ``path`` ("" or "/" = the URL itself).
 
-        ``json`` is serialised as the body; otherwise ``body`` is sent as it is.
+        ``json`` is serialised as the body; otherwise ``body`` is sent as it is (a ``str``
+        as UTF-8).
         """
-        return self.call(_Request(method.upper(), path, dict(headers or {}), json, body))
+        data = body.encode("utf-8") if isinstance(body, str) else body
+        return self.call(_Request(method.upper(), path, dict(headers or {}), json, data))
 
     def _open(self) -> None:
+        self.stop()  # a start() after a failed one
         auth = None
         if self.credentials is not None:
             auth = (self.credentials.username, self.credentials.password)
@@ -75,6 +78,7 @@ class HttpAdapter(OutboundAdapter):
     def stop(self) -> None:
         if self._session is not None:
             self._session.close()
+            self._session = None
 
     def _targets(self) -> list[str]:
         url, servers = self.settings["url"], self.settings["servers"]
@@ -92,8 +96,7 @@ class HttpAdapter(OutboundAdapter):
         if response.status_code >= 400:
             raise status_error(response, self.retry_on_status, url)
         return HttpResponse(status=response.status_code, headers=dict(response.headers),
-                            body=response.content.decode(response.encoding or "utf-8",
-                                                         errors="replace"))
+                            body=text_of(response))
 
     def _classify(self, exc: Exception, scope: TryScope, server: str) -> AdapterError | None:
         return classify_transport_error(exc, scope, server, self.response_timeout)

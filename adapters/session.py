@@ -5,6 +5,7 @@ and the one table that turns ``requests``/``urllib3`` exceptions into Encore's c
 from __future__ import annotations
 
 import http.client
+import ssl
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -88,7 +89,8 @@ class ItemSession:
 def read_body(response: requests.Response, limit: int) -> bytes:
     """The decoded body, read chunk by chunk (each socket read bounded by the deadline)."""
     declared = response.headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > limit:
+    has_body = response.request.method != "HEAD"
+    if has_body and declared.isdigit() and int(declared) > limit:
         raise ResponseRejected(
             f"response refused: Content-Length {declared} exceeds max_response_bytes {limit}")
     parts: list[bytes] = []
@@ -106,12 +108,17 @@ def status_error(response: requests.Response, retry_on_status: Collection[int],
                  url: str) -> HttpStatusError:
     """An :class:`HttpStatusError` for a response with status ≥ 400."""
     status = response.status_code
-    snippet = response.text[:SNIPPET_CHARS].strip() if response.content else ""
+    snippet = text_of(response)[:SNIPPET_CHARS].strip()
     text = f"HTTP {status} {response.reason or ''} from {url}".replace("  ", " ")
     if snippet:
         text += f": {snippet}"
     return HttpStatusError(text, code=str(status), status_code=status,
                            headers=dict(response.headers), retryable=status in retry_on_status)
+
+
+def text_of(response: requests.Response) -> str:
+    """The body as text: the declared charset, else UTF-8; undecodable bytes replaced."""
+    return response.content.decode(response.encoding or "utf-8", errors="replace")
 
 
 _TRANSPORT_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError,
@@ -129,7 +136,7 @@ def classify_transport_error(exc: BaseException, scope: TryScope, url: str,
     if not isinstance(exc, _TRANSPORT_ERRORS):
         return None
     reason = describe(exc)
-    if not scope.sent:
+    if not scope.sent or _is_tls_refusal(exc):
         return ConnectFailed(f"could not connect to {url}: {reason}")
     if scope.expired() or _is_timeout(exc):
         return ResponseTimeout(
@@ -152,6 +159,13 @@ def _chain(exc: BaseException) -> list[BaseException]:
                                                             BaseException) else None,
                  inner, item.__cause__, item.__context__]
     return seen
+
+
+def _is_tls_refusal(exc: BaseException) -> bool:
+    """A TLS alert: the server's TLS layer refused us before any HTTP was processed. With
+    TLS 1.3 a refused client certificate shows only on the first read, after the send."""
+    return any(isinstance(e, ssl.SSLError) and "ALERT" in str(getattr(e, "reason", ""))
+               for e in _chain(exc))
 
 
 def _is_timeout(exc: BaseException) -> bool:

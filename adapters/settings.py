@@ -30,8 +30,8 @@ def http_url(value: str) -> str:
 
 
 def url_list(value: list[Any] | tuple[Any, ...]) -> tuple[str, ...]:
-    if not value or not all(isinstance(v, str) for v in value):
-        raise ValueError("expected a non-empty list of http:// or https:// base URLs, "
+    if not all(isinstance(v, str) for v in value):
+        raise ValueError("expected a list of http:// or https:// base URLs, "
                          "like ['https://a:8443', 'https://b:8443']")
     return tuple(http_url(v) for v in value)
 

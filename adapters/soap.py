@@ -7,6 +7,7 @@ with DTDs, entities and external references forbidden (no XXE, no billion laughs
 """
 from __future__ import annotations
 
+import http.client
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,16 +15,16 @@ from typing import Any
 
 import lxml.etree
 import requests
+import urllib3.exceptions
 import zeep
 import zeep.exceptions
 from zeep.proxy import ServiceProxy
 from zeep.wsse.username import UsernameToken
 
 from adapters.base import InvalidRequest, OutboundAdapter
-from adapters.deadline import TryScope, current_scope, try_scope
+from adapters.deadline import TryScope, try_scope
 from adapters.failover import rebase
-from adapters.session import (ItemSession, classify_transport_error, describe,
-                              status_error)
+from adapters.session import ItemSession, classify_transport_error, describe
 from adapters.settings import COMMON_SETTINGS, not_empty
 from adapters.soap_transport import DeadlineTransport
 from engine.errors import (AdapterError, AdapterNotReady, ConfigurationError, HttpStatusError,
@@ -34,7 +35,8 @@ __all__ = ["SoapAdapter"]
 
 log = logging.getLogger(__name__)
 
-_LOAD_ERRORS = (requests.RequestException, OSError, zeep.exceptions.Error, lxml.etree.Error,
+_LOAD_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError,
+                http.client.HTTPException, OSError, zeep.exceptions.Error, lxml.etree.Error,
                 ValueError, AdapterError)
 _FORBIDDEN_XML = (zeep.exceptions.DTDForbidden, zeep.exceptions.EntitiesForbidden,
                   zeep.exceptions.ExternalReferenceForbidden)
@@ -66,7 +68,7 @@ class SoapAdapter(OutboundAdapter):
         super().__init__(settings, **kwargs)
         if not self.settings["wsdl"]:
             raise ConfigurationError("a SOAP item needs wsdl, the URL or path of its WSDL",
-                                     item=self.item_name, key="wsdl")
+                                     item=self.item_name or None, key="wsdl")
         self._session: ItemSession | None = None
         self._client: zeep.Client | None = None
         self._services: dict[str, ServiceProxy] = {}
@@ -92,21 +94,23 @@ class SoapAdapter(OutboundAdapter):
     # -- transport ------------------------------------------------------------------------
 
     def _open(self) -> None:
+        self.stop()  # a start() after a failed one
         basic = self.credentials is not None and self.settings["auth"] == "basic"
         auth = (self.credentials.username, self.credentials.password) if basic else None
         hosts = max(len(self.settings["servers"]), 1) + 1  # the WSDL's host too
         self._session = ItemSession.from_settings(self.settings, pool_size=self.pool_size,
                                                   hosts=hosts, auth=auth)
         self._client = self._load_client(self._session)
-        default = self._default_port(self._client)
-        binding, address = default._binding, default._binding_options.get("address")
+        binding, address = self._default_binding(self._client)
         self._operations = tuple(sorted(binding.all()))
         targets = ([rebase(address or s, s) for s in self.settings["servers"]]
                    or ([address] if address else []))
         if not targets:
             raise ConfigurationError("the WSDL gives no service address; set servers",
-                                     item=self.item_name, key="servers")
+                                     item=self.item_name or None, key="servers")
         self._services = {t: self._client.create_service(binding.name, t) for t in targets}
+        log.info("item %s: WSDL loaded; operations %s; servers %s", self.item_name,
+                 ", ".join(self._operations), ", ".join(targets))
 
     def _load_client(self, session: ItemSession) -> zeep.Client:
         wsse = None
@@ -124,38 +128,27 @@ class SoapAdapter(OutboundAdapter):
             raise AdapterNotReady(f"item {self.item_name!r}: cannot load the WSDL {wsdl}: "
                                   f"{_load_reason(exc)}") from exc
 
-    @staticmethod
-    def _default_port(client: zeep.Client) -> ServiceProxy:
-        try:
-            return client.service
-        except ValueError:  # no <service> in the WSDL: the first binding, no address
-            binding = next(iter(client.wsdl.bindings.values()))
-            return client.create_service(binding.name, "")
+    def _default_binding(self, client: zeep.Client) -> tuple[Any, str | None]:
+        """The binding and address of the first port of the first service, as zeep's
+        ``client.service`` picks them; without a service, the first binding and no address."""
+        for service in client.wsdl.services.values():
+            for port in service.ports.values():
+                return port.binding, port.binding_options.get("address")
+        for binding in client.wsdl.bindings.values():
+            return binding, None
+        raise ConfigurationError("the WSDL defines no binding", item=self.item_name or None,
+                                 key="wsdl")
 
     def stop(self) -> None:
         if self._session is not None:
             self._session.close()
+        self._session, self._client, self._services = None, None, {}
 
     def _targets(self) -> list[str]:
         return list(self._services)
 
     def _transmit(self, server: str, request: _Call, scope: TryScope) -> Any:
         return self._services[server][request.operation](**request.args)
-
-    def post(self, address: str, message: bytes | str, headers: Mapping[str, str]
-             ) -> requests.Response:
-        """The HTTP POST of one SOAP call: idempotency header added, body read under the
-        deadline; a status ≥ 400 that is no SOAP fault raises HttpStatusError."""
-        assert self._session is not None
-        scope = current_scope()
-        if scope is None:  # zeep used directly, outside invoke()
-            with try_scope(self.current_attempt().deadline, self.clock.monotonic) as scope:
-                return self.post(address, message, headers)
-        response = self._session.request("POST", address, scope, data=message,
-                                         headers={**headers, **self.attempt_headers()})
-        if response.status_code >= 400 and not _may_be_fault(response):
-            raise status_error(response, self.retry_on_status, address)
-        return response
 
     # -- classification -------------------------------------------------------------------
 
@@ -184,13 +177,10 @@ class SoapAdapter(OutboundAdapter):
             return HttpStatusError(f"HTTP {status} from {server} without a SOAP fault",
                                    code=str(status), status_code=status,
                                    headers=scope.headers, retryable=status in self.retry_on_status)
-        return ResponseRejected(f"response from {server} (HTTP {status}) is not valid SOAP XML")
-
-
-def _may_be_fault(response: requests.Response) -> bool:
-    """SOAP faults come as 500 (SOAP 1.1 and 1.2) or 400 (SOAP 1.2 Sender) with XML."""
-    kind = response.headers.get("Content-Type", "").lower()
-    return response.status_code in (400, 500) and "xml" in kind and bool(response.content)
+        cause = exc.__context__  # zeep raises TransportError while handling a parse error
+        reason = f": {cause}" if isinstance(cause, zeep.exceptions.XMLSyntaxError) else ""
+        return ResponseRejected(f"response from {server} (HTTP {status}) refused: "
+                                f"not well-formed SOAP XML{reason}")
 
 
 def _load_reason(exc: BaseException) -> str:

@@ -10,9 +10,10 @@ from engine.errors import (AdapterError, ConfigurationError, EncoreError, Messag
                            StoreError)
 from engine.host import BusinessHost, BusinessOperation
 from engine.message import JsonMessage, Message
+from engine.service import BusinessService
 
 __all__ = [
-    "AdapterError", "BusinessHost", "BusinessOperation", "Clock", "ConfigurationError",
+    "AdapterError", "BusinessHost", "BusinessOperation", "BusinessService", "Clock", "ConfigurationError",
     "EncoreError", "JsonMessage", "Message", "MessageError", "Retry", "StoreError",
     "SystemClock", "VirtualClock",
 ]

@@ -1,8 +1,9 @@
 """The daemon: runs a production until told to stop.
 
-``tick()`` does the housekeeping that is due (heartbeat and lease renewal, queue alerts) and
-returns the seconds until it is due again; ``run()`` waits on an event with that timeout.
-Signal handlers only set events. Shutdown stops intake first, then waits for the workers with
+Operation items run on their own worker threads (:class:`~engine.item.ItemRunner`); business
+services and the housekeeping — heartbeat and lease renewal, queue alerts, purge for
+``retention_days`` — run on one :class:`~engine.scheduler.ProductionScheduler`. ``run()``
+only waits for signals; the handlers only set events. Shutdown stops intake first, then waits for the workers with
 one overall timeout (``shutdown_timeout``); messages still in hand go back to their queue,
 and their open attempts count as outcome unknown on the next start. SIGHUP reloads the
 production file: changed items restart, the others keep running.
@@ -15,6 +16,7 @@ import signal
 import socket
 import threading
 import uuid
+from datetime import timedelta
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,12 +26,17 @@ from engine.errors import EncoreError
 from engine.host import BusinessOperation
 from engine.item import ItemRunner
 from engine.production import ItemConfig, ProductionConfig, load_production
+from engine.metrics import Metrics, MetricsServer
+from engine.scheduler import ProductionScheduler
 from engine.store import queries
+from engine.store.operator import purge
 from engine.store.sql import SqlStore
 
 log = logging.getLogger(__name__)
 
-HOUSEKEEPING_INTERVAL = 1.0  # seconds between queue-alert checks (at most)
+QUEUE_ALERT_INTERVAL = 1.0  # seconds between queue-alert checks
+PURGE_INTERVAL = 3600.0  # seconds between purges for retention_days
+SIGNAL_POLL = 1.0  # seconds the main loop sleeps between looks at its flags
 
 
 class Daemon:
@@ -49,7 +56,10 @@ class Daemon:
         self.runners: dict[str, ItemRunner] = {}
         self.events = AlertingEventLog(self.store.events, self.store, production)
         self._alarms: dict[tuple[str, str], ThresholdAlarm] = {}
-        self._next_heartbeat = 0.0
+        self.metrics = Metrics()
+        self.scheduler = ProductionScheduler(production, store=self.store, clock=self.clock,
+                                             events=self.events)
+        self.metrics_server: MetricsServer | None = None
 
     @property
     def heartbeat_interval(self) -> float:
@@ -67,8 +77,50 @@ class Daemon:
                                    now=self.clock.now())
         for item in self._operations():
             self._start_item(item)
+        self._start_scheduler()
+        self._start_metrics()
         log.info("production %s started: %d item(s), daemon %s", self.production.name,
                  len(self.runners), self.id)
+
+    def _start_scheduler(self) -> None:
+        self.scheduler.add_housekeeping("heartbeat", self.heartbeat_interval, self.heartbeat)
+        self.scheduler.add_housekeeping("queue_alerts", QUEUE_ALERT_INTERVAL,
+                                        self.check_queue_alerts)
+        if self.production.retention_days > 0:
+            self.scheduler.add_housekeeping("purge", PURGE_INTERVAL, self.purge)
+        self.scheduler.start()
+
+    def _start_metrics(self) -> None:
+        if not self.production.metrics_port:
+            return
+        self.metrics.set_queue_depth_source(self._queue_depths)
+        self.metrics_server = MetricsServer(self.metrics, host=self.production.metrics_host,
+                                            port=self.production.metrics_port, health=self.health)
+        self.metrics_server.start()
+        log.info("metrics and /healthz on %s", self.metrics_server.url)
+
+    def _queue_depths(self) -> dict[str, int]:
+        stats = queries.queue_stats(self.store)
+        return {i.name: stats.get(i.name, {}).get("queued", 0) for i in self._operations()}
+
+    def health(self) -> tuple[bool, str]:
+        """(healthy, reason): the database answers and every worker thread is alive."""
+        try:
+            queries.daemons(self.store)
+        except EncoreError as exc:
+            return False, f"database unavailable: {exc}"
+        dead = [t.name for r in self.runners.values() for t in r.threads if not t.is_alive()]
+        if dead and not self.stop_requested.is_set():
+            return False, f"worker threads stopped: {', '.join(dead)}"
+        return True, "ok"
+
+    def purge(self) -> None:
+        """Delete finished messages older than ``retention_days``."""
+        counts = purge(self.store, timedelta(days=self.production.retention_days),
+                       self.clock.now())
+        if counts.messages:
+            log.info("purged %d finished message(s) older than %g days", counts.messages,
+                     self.production.retention_days)
 
     def _operations(self) -> list[ItemConfig]:
         return [i for i in self.production.items if issubclass(i.cls, BusinessOperation)]
@@ -77,7 +129,7 @@ class Daemon:
         runner = ItemRunner(item, store=self.store, clock=self.clock, owner=self.id,
                             lease_seconds=self.production.lease_seconds,
                             poll_interval=self.production.poll_interval, env=self.env,
-                            events=self.events)
+                            events=self.events, metrics=self.metrics)
         self.runners[item.name] = runner
         runner.start()
 
@@ -92,18 +144,10 @@ class Daemon:
             log.warning("daemon %s (pid %d) died; %d message(s) it held are back in their "
                         "queues", daemon_id, pid, released)
 
-    def tick(self) -> float:
-        """Do the housekeeping that is due; return seconds until the next tick."""
-        now = self.clock.monotonic()
-        try:
-            if now >= self._next_heartbeat:
-                self.store.heartbeat(self.id, now=self.clock.now(),
-                                     lease_seconds=self.production.lease_seconds)
-                self._next_heartbeat = now + self.heartbeat_interval
-            self.check_queue_alerts()
-        except EncoreError as exc:  # a failing database never kills the loop
-            log.error("housekeeping failed: %s", exc)
-        return min(HOUSEKEEPING_INTERVAL, max(self._next_heartbeat - now, 0.0))
+    def heartbeat(self) -> None:
+        """Mark this daemon alive and renew the leases of the messages it holds."""
+        self.store.heartbeat(self.id, now=self.clock.now(),
+                             lease_seconds=self.production.lease_seconds)
 
     def check_queue_alerts(self) -> None:
         """``queue_count_alert`` / ``queue_wait_alert``: one Alert per crossing."""
@@ -129,13 +173,16 @@ class Daemon:
                                       source_class="Daemon", source_method="check_queue_alerts")
 
     def stop(self) -> bool:
-        """Stop intake, wait for in-flight attempts (one overall timeout), unregister.
-        Returns True when every worker stopped in time."""
+        """Stop intake (services first, then workers), wait for in-flight attempts with one
+        overall timeout, unregister. Returns True when every worker stopped in time."""
+        deadline = self.clock.monotonic() + self.production.shutdown_timeout
         for runner in self.runners.values():
             runner.request_stop()
-        deadline = self.clock.monotonic() + self.production.shutdown_timeout
+        clean = self.scheduler.shutdown(wait=True, timeout=self.production.shutdown_timeout)
         clean = all([runner.join(max(deadline - self.clock.monotonic(), 0.0))
-                     for runner in self.runners.values()])
+                     for runner in self.runners.values()]) and clean
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
         try:
             if not clean:
                 self.store.release_claims(self.id)
@@ -178,7 +225,7 @@ class Daemon:
         self.start()
         try:
             while not self.stop_requested.is_set():
-                self.wake.wait(self.tick())
+                self.wake.wait(SIGNAL_POLL)
                 self.wake.clear()
                 if self.reload_requested.is_set() and not self.stop_requested.is_set():
                     self.reload_requested.clear()

@@ -16,6 +16,7 @@ from adapters.base import OutboundAdapter
 from engine.clock import Clock
 from engine.errors import AdapterNotReady, EncoreError
 from engine.host import BusinessOperation, EventSink
+from engine.metrics import Metrics
 from engine.production import ItemConfig
 from engine.retry import ReplyCodeActions, RetryPolicy
 from engine.store.sql import SqlStore
@@ -31,7 +32,8 @@ class ItemRunner:
 
     def __init__(self, item: ItemConfig, *, store: SqlStore, clock: Clock, owner: str,
                  lease_seconds: float, poll_interval: float,
-                 env: Mapping[str, str] | None = None, events: EventSink | None = None) -> None:
+                 env: Mapping[str, str] | None = None, events: EventSink | None = None,
+                 metrics: Metrics | None = None) -> None:
         self.item = item
         self.store = store
         self.clock = clock
@@ -40,6 +42,7 @@ class ItemRunner:
         self.poll_interval = poll_interval
         self.env = env or {}
         self.events: EventSink = events or store.events
+        self.metrics = metrics
         self.stop_event = threading.Event()
         self.wakeup = threading.Event()
         self.policy = RetryPolicy.from_settings(item.settings)
@@ -101,7 +104,8 @@ class ItemRunner:
                                requeue=self.item.settings["retry_mode"] == "requeue",
                                trace=bool(self.item.settings["trace"]),
                                alert_on_error=bool(self.item.settings["alert_on_error"]),
-                               alert_grace=float(self.item.settings["alert_retry_grace_period"]))
+                               alert_grace=float(self.item.settings["alert_retry_grace_period"]),
+                               metrics=self.metrics)
         while not self.stop_event.is_set():
             try:
                 self._work_once(worker)

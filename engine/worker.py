@@ -22,6 +22,7 @@ from engine.clock import Clock
 from engine.errors import AdapterError, OutcomeUnknown, Retry
 from engine.host import BusinessOperation
 from engine.message import decode_message, encode_response
+from engine.metrics import Metrics
 from engine.retry import Action, AttemptState, Decision, ReplyCodeActions, RetryPolicy
 from engine.retry.reply_codes import Actions
 from engine.store.sql import MessageRow, SqlStore
@@ -70,7 +71,7 @@ class MessageWorker:
                  policy: RetryPolicy, reply_codes: ReplyCodeActions, requeue: bool = False,
                  trace: bool = False, stop: threading.Event | None = None,
                  rng: random.Random | None = None, alert_on_error: bool = False,
-                 alert_grace: float = 0.0) -> None:
+                 alert_grace: float = 0.0, metrics: Metrics | None = None) -> None:
         self.host = host
         self.store = store
         self.clock = clock
@@ -82,6 +83,7 @@ class MessageWorker:
         self.rng = rng or random.Random()
         self.alert_on_error = alert_on_error
         self.alert_grace = alert_grace  # seconds after the first failure without alerts
+        self.metrics = metrics
         self._first_failure: float | None = None  # of the message in hand
         self._alerted = False
 
@@ -142,6 +144,9 @@ class MessageWorker:
             outcome=outcome_of(err) if failed else "ok",
             status_code=getattr(err, "status_code", None),
             error_text=error_text(err) if failed else None)
+        if self.metrics is not None:
+            self.metrics.observe_attempt(host.name, outcome_of(err) if failed else "ok",
+                                         attempt.ended - attempt.started)
         if self.trace:
             self.host.log_trace(f"attempt {number}"
                                 f"{' to ' + attempt.server if attempt.server else ''}: "
@@ -267,6 +272,8 @@ class MessageWorker:
 
     def _end(self, row: MessageRow, result: Result, text: str) -> Result:
         self.store.finish(row.id, status=result.value, error_text=text, now=self.clock.now())
+        if self.metrics is not None and result is Result.ERROR:
+            self.metrics.give_up(self.host.name)
         if result is Result.ERROR:
             self.host.log_error(text)
         else:

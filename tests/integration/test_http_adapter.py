@@ -7,16 +7,17 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from email.utils import format_datetime
 from datetime import datetime, timedelta, timezone
+from email.utils import format_datetime
 from pathlib import Path
 
 import pytest
 
 from adapters.base import AttemptContext
 from adapters.http import HttpAdapter, HttpResponse
-from engine.errors import (ConfigurationError, ConnectFailed, ConnectionReset, Delivery,
-                           HttpStatusError, ResponseRejected, ResponseTimeout)
+from engine.errors import (AdapterNotReady, ConfigurationError, ConnectFailed, ConnectionReset,
+                           Delivery, HttpStatusError, ResponseRejected, ResponseTimeout)
+from engine.settings import validate_settings
 from tests.servers import (HttpTestServer, TlsFiles, make_tls, reset_after_request, respond,
                            sequence, trickle)
 
@@ -279,7 +280,6 @@ def test_a_client_certificate_is_presented(tls):
 
 
 def test_a_missing_ca_bundle_file_keeps_the_adapter_not_ready(tmp_path: Path):
-    from engine.errors import AdapterNotReady
     adapter = HttpAdapter({"url": "https://127.0.0.1:9", "ca_bundle": str(tmp_path / "no.pem")})
     with pytest.raises(AdapterNotReady, match="ca_bundle"):
         adapter.start()
@@ -289,7 +289,8 @@ def test_a_missing_ca_bundle_file_keeps_the_adapter_not_ready(tmp_path: Path):
 
 @pytest.mark.parametrize("settings, allowed", [
     ({"url": "ftp://x"}, "http:// or https:// URL"),  # wrong scheme
-    ({"servers": []}, "non-empty list"),  # no server at all
+    ({"servers": []}, "needs url"),  # no server at all
+    ({"servers": ["https://a", 3]}, "list of http:// or https:// base URLs"),  # not a URL
     ({"url": "http://x", "on_unknown_outcome": "retry"}, "'error', 'suspend'"),  # bad choice
     ({"url": "http://x", "retry_on_status": [429, 700]}, "100–599"),  # not a status
     ({"url": "http://x", "idempotency_header": "Idem Key"}, "HTTP header name"),  # a space
@@ -300,6 +301,13 @@ def test_a_wrong_setting_is_refused_naming_what_is_allowed(settings, allowed):
     with pytest.raises(ConfigurationError) as caught:
         HttpAdapter(settings, item_name="Payments")
     assert allowed in str(caught.value) and "Payments" in str(caught.value)
+
+
+def test_settings_already_validated_by_the_loader_are_accepted_as_they_are():
+    declared = HttpAdapter.SETTINGS
+    loaded = validate_settings("Payments", {"url": "http://x", "ResponseTimeout": 7}, declared)
+    assert loaded["credentials"] is None and loaded["servers"] == ()
+    assert HttpAdapter(loaded, item_name="Payments").settings == loaded
 
 
 def test_host_settings_beside_adapter_settings_are_left_to_the_host():

@@ -165,15 +165,15 @@ def test_a_trickling_soap_server_is_cut_at_the_deadline():
         assert time.monotonic() - began < TIMEOUT + 0.5
 
 
-@pytest.mark.parametrize("xml", [
-    XXE,  # an external entity reading a local file
-    BILLION_LAUGHS,  # nested entities expanding to a billion "lol"s
+@pytest.mark.parametrize("xml, reason", [
+    (XXE, "DTD"),  # an external entity reading a local file: refused for its DTD
+    (BILLION_LAUGHS, "amplification"),  # nested entities: libxml2 stops the expansion first
 ])
-def test_xml_with_a_dtd_or_entities_is_refused(xml):
+def test_xml_with_a_dtd_or_entities_is_refused(xml, reason):
     with raw_soap(soap_xml(200, xml)) as srv:
         adapter = started({"wsdl": srv.url + "/soap?wsdl"})
         attempt(adapter)
-        with pytest.raises(ResponseRejected, match="DTD") as caught:
+        with pytest.raises(ResponseRejected, match=f"refused.*{reason}") as caught:
             adapter.invoke("echo", {"text": "x"})
     assert "root:" not in str(caught.value) and "lollol" not in str(caught.value)
     assert not caught.value.retryable

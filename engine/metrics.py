@@ -1,0 +1,279 @@
+"""Prometheus metrics and a health check, served over HTTP without extra dependencies.
+
+:class:`Metrics` is a thread-safe in-process registry that workers feed
+(:meth:`Metrics.observe_attempt`, :meth:`Metrics.give_up`) and that renders the Prometheus
+text exposition format, version 0.0.4. :class:`MetricsServer` serves it at ``GET /metrics``
+and a health check at ``GET /healthz`` from a daemon thread, on loopback by default.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+__all__ = ["CONTENT_TYPE", "DEFAULT_BUCKETS", "Metrics", "MetricsServer"]
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Upper bounds (seconds) of the attempt-duration histogram; +Inf is always added.
+DEFAULT_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+HealthCheck = Callable[[], tuple[bool, str]]
+
+
+class Metrics:
+    """Counters, a gauge and a histogram per item, rendered for Prometheus.
+
+    - ``encore_queue_depth{item}`` (gauge): read from the source given to
+      :meth:`set_queue_depth_source` at each scrape;
+    - ``encore_attempts_total{item,outcome}`` (counter): one per attempt, by outcome
+      (``ok``, ``timeout``, ``connect_error``, …);
+    - ``encore_give_ups_total{item}`` (counter): messages that ended in ``Error`` after
+      their retries ran out;
+    - ``encore_attempt_seconds{item}`` (histogram): attempt durations in seconds.
+    """
+
+    def __init__(self, buckets: Iterable[float] = DEFAULT_BUCKETS) -> None:
+        self.buckets = tuple(sorted(float(b) for b in buckets if not math.isinf(b)))
+        self._lock = threading.Lock()
+        self._attempts: dict[tuple[str, str], int] = {}
+        self._give_ups: dict[str, int] = {}
+        self._histograms: dict[str, _Histogram] = {}
+        self._queue_depth: Callable[[], Mapping[str, int]] | None = None
+
+    def observe_attempt(self, item: str, outcome: str, seconds: float) -> None:
+        """Count one attempt of ``item`` that ended with ``outcome`` after ``seconds``
+        (negative values count as 0)."""
+        seconds = max(float(seconds), 0.0)
+        with self._lock:
+            key = (item, outcome)
+            self._attempts[key] = self._attempts.get(key, 0) + 1
+            histogram = self._histograms.get(item)
+            if histogram is None:
+                histogram = self._histograms[item] = _Histogram(self.buckets)
+            histogram.observe(seconds)
+
+    def give_up(self, item: str) -> None:
+        """Count one message of ``item`` that gave up."""
+        with self._lock:
+            self._give_ups[item] = self._give_ups.get(item, 0) + 1
+
+    def set_queue_depth_source(self, source: Callable[[], Mapping[str, int]] | None) -> None:
+        """``source()`` returns the queue depth per item; it is called at each scrape,
+        outside the registry's lock. None: no queue depth samples."""
+        self._queue_depth = source
+
+    def render(self) -> str:
+        """Every metric in the Prometheus text exposition format 0.0.4."""
+        depths = self._read_queue_depths()
+        with self._lock:
+            attempts = sorted(self._attempts.items())
+            give_ups = sorted(self._give_ups.items())
+            histograms = [(item, self._histograms[item].copy())
+                          for item in sorted(self._histograms)]
+        out: list[str] = []
+        _header(out, "encore_queue_depth", "gauge", "Messages waiting in the item's queue.")
+        for item, depth in sorted(depths.items()):
+            out.append(f"encore_queue_depth{_labels(item=item)} {_number(depth)}")
+        _header(out, "encore_attempts_total", "counter", "Attempts, by item and outcome.")
+        for (item, outcome), count in attempts:
+            out.append(f"encore_attempts_total{_labels(item=item, outcome=outcome)} "
+                       f"{_number(count)}")
+        _header(out, "encore_give_ups_total", "counter",
+                "Messages that ended in Error after their retries ran out.")
+        for item, count in give_ups:
+            out.append(f"encore_give_ups_total{_labels(item=item)} {_number(count)}")
+        _header(out, "encore_attempt_seconds", "histogram", "Duration of attempts in seconds.")
+        for item, histogram in histograms:
+            cumulative = 0
+            for bound, count in zip((*self.buckets, math.inf), histogram.counts):
+                cumulative += count
+                out.append(f"encore_attempt_seconds_bucket{_labels(item=item, le=_number(bound))}"
+                           f" {_number(cumulative)}")
+            out.append(f"encore_attempt_seconds_sum{_labels(item=item)} "
+                       f"{_number(histogram.total)}")
+            out.append(f"encore_attempt_seconds_count{_labels(item=item)} "
+                       f"{_number(cumulative)}")
+        return "\n".join(out) + "\n"
+
+    def _read_queue_depths(self) -> Mapping[str, int]:
+        source = self._queue_depth
+        if source is None:
+            return {}
+        try:
+            return dict(source())
+        except Exception:  # noqa: BLE001 - a scrape still answers when the database is down
+            log.exception("could not read queue depths for the metrics")
+            return {}
+
+
+class _Histogram:
+    """Per-bucket counts (not cumulative; the last one is +Inf) and the sum."""
+
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        index = len(self.buckets)
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                index = i
+                break
+        self.counts[index] += 1
+        self.total += value
+
+    def copy(self) -> _Histogram:
+        twin = _Histogram(self.buckets)
+        twin.counts, twin.total = list(self.counts), self.total
+        return twin
+
+
+def _header(out: list[str], name: str, kind: str, text: str) -> None:
+    help_text = text.replace("\\", "\\\\").replace("\n", "\\n")
+    out.append(f"# HELP {name} {help_text}")
+    out.append(f"# TYPE {name} {kind}")
+
+
+def _labels(**labels: str) -> str:
+    inner = ",".join(f'{key}="{_escape(str(value))}"' for key, value in labels.items())
+    return "{" + inner + "}"
+
+
+def _escape(value: str) -> str:
+    """Label value escaping of the text format: backslash, double quote, line feed."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    """A sample value as Prometheus writes it (Go float syntax: +Inf, -Inf, NaN)."""
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+class MetricsServer:
+    """Serves ``GET /metrics`` (Prometheus text 0.0.4) and ``GET /healthz`` from a daemon
+    thread. ``port=0`` picks a free port (see :attr:`url`); ``host`` defaults to loopback.
+
+    ``health()`` returns ``(ok, reason)``: 200 with ``reason`` (``"ok"`` when empty) when ok,
+    else 503 with the reason; None = always healthy. Anything else answers 404.
+    """
+
+    def __init__(self, metrics: Metrics, host: str = "127.0.0.1", port: int = 0,
+                 health: HealthCheck | None = None) -> None:
+        self.metrics = metrics
+        self.host = host
+        self.port = port
+        self.health = health
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the running server (the actual port when 0 was asked)."""
+        if self._server is None:
+            raise RuntimeError("the metrics server is not started")
+        host, port = self._server.server_address[:2]
+        return f"http://[{host}]:{port}" if ":" in str(host) else f"http://{host}:{port}"
+
+    def start(self) -> None:
+        """Bind and serve in a daemon thread. Raises OSError if the address is taken."""
+        if self._server is not None:
+            raise RuntimeError("the metrics server is already started")
+        server = _Server((self.host, self.port), _Handler, owner=self)
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="encore-metrics", daemon=True)
+        self._thread.start()
+        log.info("metrics and health check at %s/metrics, %s/healthz", self.url, self.url)
+
+    def stop(self) -> None:
+        """Stop serving and close the socket. Safe to call twice."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def __enter__(self) -> MetricsServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def check_health(self) -> tuple[bool, str]:
+        """The health callback's answer; a callback that raises means unhealthy."""
+        if self.health is None:
+            return True, "ok"
+        try:
+            ok, reason = self.health()
+        except Exception as exc:  # noqa: BLE001 - a broken check is an unhealthy daemon
+            log.exception("health check failed")
+            return False, f"health check failed: {type(exc).__name__}: {exc}"
+        return bool(ok), str(reason or ("ok" if ok else "unhealthy"))
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *,
+                 owner: MetricsServer) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.owner = owner
+        super().__init__(address, handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("metrics request from %s failed", client_address, exc_info=True)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = "encore-metrics"
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        path = urlsplit(self.path).path
+        owner = self.server.owner
+        if path == "/metrics":
+            try:
+                body = owner.metrics.render()
+            except Exception:  # noqa: BLE001
+                log.exception("could not render the metrics")
+                self._reply(500, "could not render the metrics\n")
+                return
+            self._reply(200, body, content_type=CONTENT_TYPE)
+        elif path == "/healthz":
+            ok, reason = owner.check_health()
+            self._reply(200 if ok else 503, reason + "\n")
+        else:
+            self._reply(404, "not found: try /metrics or /healthz\n")
+
+    def _reply(self, status: int, text: str, *,
+               content_type: str = "text/plain; charset=utf-8") -> None:
+        data = text.encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        log.debug("metrics %s - %s", self.address_string(), format % args)

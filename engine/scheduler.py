@@ -1,0 +1,360 @@
+"""The production's scheduler: business-service polls and the daemon's housekeeping.
+
+APScheduler triggers decide *when* a job fires — an ``IntervalTrigger`` for a service's
+``call_interval``, a ``CronTrigger`` for its ``schedule``, an ``IntervalTrigger`` for each
+housekeeping job. The same jobs run two ways:
+
+- in real time, :meth:`ProductionScheduler.start` hands them to an APScheduler 3
+  ``BackgroundScheduler`` (memory job store only: the production file is the source of truth,
+  so nothing is persisted or shared);
+- on any clock, :meth:`ProductionScheduler.run_due` runs what is due at a given time, using
+  ``trigger.get_next_fire_time(prev, now)`` as APScheduler does, so tests advance a
+  :class:`~engine.clock.VirtualClock` and assert exact fire times.
+
+Use one way or the other for a given scheduler, not both. Every job has ``max_instances=1``
+and ``coalesce=True``: a slow job never overlaps itself, and fire times missed meanwhile
+collapse into one run. An exception in a job is written to the event log as an ``Error``
+event (with the stack) and never stops the scheduler.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.jobstores.memory import MemoryJobStore
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from engine.clock import Clock, SystemClock, utcnow
+from engine.errors import EncoreError
+from engine.host import EventSink
+from engine.production import ProductionConfig
+from engine.service import DEFAULT_CALL_INTERVAL, BusinessService, parse_schedule
+from engine.store.sql import SqlStore
+
+__all__ = ["ProductionScheduler", "ScheduledJob"]
+
+log = logging.getLogger(__name__)
+
+SPARE_WORKERS = 2  # threads beyond one per job, for jobs added after start()
+
+
+@dataclass(eq=False)
+class ScheduledJob:
+    """One job: what runs (``action``), how its trigger is made, and its run state.
+
+    ``item`` is the service's config name (None for housekeeping). ``next_run_time`` and
+    ``last_run_time`` are aware UTC; ``runs`` counts executions, ``failures`` those that
+    raised. In real time these are updated as jobs run; ``next_run_time`` is kept only by
+    :meth:`ProductionScheduler.run_due`.
+    """
+
+    name: str
+    action: Callable[[], object]
+    make_trigger: Callable[[datetime], BaseTrigger]
+    item: str | None = None
+    leader_only: bool = False
+    trigger: BaseTrigger | None = None
+    next_run_time: datetime | None = None
+    last_run_time: datetime | None = None
+    runs: int = 0
+    failures: int = 0
+
+
+class ProductionScheduler:
+    """Runs every business service of ``production`` on its schedule, plus housekeeping.
+
+    A :class:`BusinessService` instance is built for every service item (with ``store``,
+    ``production`` and ``clock``); items disabled in the file or by an operator
+    (``item_state``) are skipped when they fire, as operations' workers skip them.
+    ``leader``, when given, is asked before each service job (and each housekeeping job added
+    with ``leader_only=True``): False skips that fire — daemons sharing one database can pass
+    a lease check so that scheduled work runs once across them.
+    """
+
+    def __init__(self, production: ProductionConfig | None = None, *,
+                 store: SqlStore | None = None, clock: Clock | None = None,
+                 events: EventSink | None = None,
+                 leader: Callable[[], bool] | None = None) -> None:
+        self.production = production
+        self.store = store
+        self.clock: Clock = clock or SystemClock()
+        self.events = events if events is not None else (store.events if store else None)
+        self.leader = leader
+        self.services: dict[str, BusinessService] = {}
+        self._enabled_in_file: dict[str, bool] = {}
+        self._jobs: dict[str, ScheduledJob] = {}
+        self._lock = threading.RLock()
+        self._opened = False
+        self._background: BackgroundScheduler | None = None
+        self._idle = threading.Condition()
+        self._active: set[str] = set()  # names of the jobs running now
+        self._stopping = False  # set by shutdown(): no job starts any more
+        for item in production.items if production is not None else ():
+            if issubclass(item.cls, BusinessService):
+                service = item.cls(item.name, item.settings, events=self.events, store=store,
+                                   production=production, clock=self.clock)
+                self.add_service(service, enabled=item.enabled)
+
+    # -- jobs ----------------------------------------------------------------------------
+    @property
+    def jobs(self) -> list[ScheduledJob]:
+        """Every job, in the order they were added."""
+        with self._lock:
+            return list(self._jobs.values())
+
+    def job(self, name: str) -> ScheduledJob:
+        """The job called ``name`` (``service:<item>`` or ``housekeeping:<name>``)."""
+        with self._lock:
+            return self._jobs[name]
+
+    def add_service(self, service: BusinessService, *, enabled: bool = True) -> ScheduledJob:
+        """Poll ``service`` every ``call_interval`` seconds, or on its cron ``schedule``.
+
+        ``enabled`` is the production file's flag; an operator override in the store wins.
+        """
+        schedule = service.settings.get("schedule") or ""
+        make_trigger: Callable[[datetime], BaseTrigger]
+        if schedule:
+            make_trigger = functools.partial(_cron, schedule)
+        else:
+            seconds = float(service.settings.get("call_interval") or DEFAULT_CALL_INTERVAL)
+            make_trigger = functools.partial(_interval, seconds)
+        with self._lock:
+            self.services[service.name] = service
+            self._enabled_in_file[service.name] = enabled
+        return self._add(ScheduledJob(
+            name=f"service:{service.name}", item=service.name, leader_only=True,
+            action=functools.partial(self._process_input, service), make_trigger=make_trigger))
+
+    def add_housekeeping(self, name: str, seconds: float, func: Callable[[], object], *,
+                         leader_only: bool = False) -> ScheduledJob:
+        """Run ``func()`` every ``seconds`` seconds (> 0), first ``seconds`` from now.
+
+        ``leader_only``: run only when the scheduler's ``leader`` check says so (e.g. a purge
+        that one daemon is enough for; a heartbeat runs on every daemon).
+        """
+        if seconds <= 0:
+            raise ValueError(f"housekeeping job {name!r}: seconds must be > 0, got {seconds!r}")
+        return self._add(ScheduledJob(name=f"housekeeping:{name}", action=func,
+                                      leader_only=leader_only,
+                                      make_trigger=functools.partial(_interval, float(seconds))))
+
+    def _add(self, job: ScheduledJob) -> ScheduledJob:
+        with self._lock:
+            if job.name in self._jobs:
+                raise ValueError(f"a job called {job.name!r} is already scheduled")
+            now = self.clock.now()
+            job.trigger = job.make_trigger(now)
+            job.next_run_time = job.trigger.get_next_fire_time(None, now)
+            self._jobs[job.name] = job
+            if self._background is not None:
+                self._submit(self._background, job)
+        return job
+
+    # -- running on a given clock ----------------------------------------------------------
+    def due_jobs(self, now: datetime) -> list[ScheduledJob]:
+        """Jobs whose next fire time is at or before ``now`` (aware), earliest first."""
+        with self._lock:
+            due = [j for j in self._jobs.values()
+                   if j.next_run_time is not None and j.next_run_time <= now]
+        return sorted(due, key=lambda j: (j.next_run_time, j.name))
+
+    def run_due(self, now: datetime) -> int:
+        """Run every job that is due at ``now``, once each however many fire times it missed
+        (coalesce), in the calling thread; return how many ran (skipped fires not counted).
+
+        Calls the services' ``on_init`` first if :meth:`open` has not run yet. Not for a
+        scheduler that was :meth:`start`-ed: that one runs its jobs in real time itself.
+        """
+        with self._lock:
+            if self._background is not None:
+                raise EncoreError("this scheduler runs in real time (start() was called); "
+                                  "run_due() is for schedulers driven by a clock")
+            self.open()
+            ran = 0
+            for job in self.due_jobs(now):
+                assert job.trigger is not None and job.next_run_time is not None
+                fire = job.next_run_time
+                while True:  # coalesce: skip to the latest fire time not after now
+                    later = job.trigger.get_next_fire_time(fire, now)
+                    if later is None or later > now:
+                        break
+                    fire = later
+                if self._execute(job):
+                    ran += 1
+                job.next_run_time = job.trigger.get_next_fire_time(fire, now)
+            return ran
+
+    def next_run_time(self) -> datetime | None:
+        """When the next job is due (None: no job will ever fire again)."""
+        with self._lock:
+            if self._background is not None:
+                times = [j.next_run_time for j in self._background.get_jobs()]
+            else:
+                times = [j.next_run_time for j in self._jobs.values()]
+        pending = [t for t in times if t is not None]
+        return min(pending) if pending else None
+
+    def seconds_until_next(self, now: datetime) -> float | None:
+        """Seconds from ``now`` until the next job is due (0 when overdue; None: never)."""
+        nxt = self.next_run_time()
+        return None if nxt is None else max((nxt - now).total_seconds(), 0.0)
+
+    # -- lifecycle -----------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        """True between :meth:`start` and :meth:`shutdown`."""
+        return self._background is not None
+
+    def open(self) -> None:
+        """Call every service's ``on_init`` (once). :meth:`start` and :meth:`run_due` call it;
+        an exception from ``on_init`` propagates, as it does for operations."""
+        with self._lock:
+            if self._opened:
+                return
+            with self._idle:
+                self._stopping = False
+            for service in self.services.values():
+                service.stop_requested.clear()
+                service.on_init()
+            self._opened = True
+
+    def start(self) -> None:
+        """Call ``on_init`` and run every job in real time in a ``BackgroundScheduler``
+        (one worker thread per job, so a slow service never delays the heartbeat)."""
+        with self._lock:
+            if self._background is not None:
+                raise EncoreError("the scheduler is already running")
+            self.open()
+            background = BackgroundScheduler(
+                timezone=timezone.utc, daemon=True,
+                jobstores={"default": MemoryJobStore()},  # never shared, never persisted
+                executors={"default": ThreadPoolExecutor(len(self._jobs) + SPARE_WORKERS)},
+                job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": None})
+            for job in self._jobs.values():
+                self._submit(background, job)
+            background.start()
+            self._background = background
+        log.info("scheduler started: %d job(s)", len(self._jobs))
+
+    def shutdown(self, wait: bool = True, timeout: float | None = None) -> bool:
+        """Stop firing jobs; return True when no job is still running.
+
+        ``wait=True`` waits for running jobs — at most ``timeout`` seconds (None: as long as
+        they take) — then calls every service's ``on_tear_down``; ``wait=False`` returns at
+        once. ``on_tear_down`` is skipped while a job is still running (call ``shutdown`` again
+        later to run it). Services see
+        :attr:`BusinessService.stop_requested` set, so a long ``on_process_input`` can end
+        early. Safe to call twice, and on a scheduler that was never started.
+        """
+        with self._lock:
+            background, self._background = self._background, None
+        for service in self.services.values():
+            service.stop_requested.set()
+        if background is not None:
+            background.shutdown(wait=False)
+            log.info("scheduler stopped")
+        with self._idle:
+            self._stopping = True
+            if wait:
+                self._idle.wait_for(lambda: not self._active, timeout)
+            busy = sorted(self._active)
+        if busy:
+            if wait:
+                log.warning("scheduler: job(s) %s still running at shutdown", ", ".join(busy))
+            return False
+        with self._lock:
+            opened, self._opened = self._opened, False
+        if opened:
+            for service in self.services.values():
+                try:
+                    service.on_tear_down()
+                except Exception:  # noqa: BLE001 - tear-down must not stop the shutdown
+                    log.exception("service %s: error in on_tear_down", service.name)
+        return True
+
+    # -- executing one job ---------------------------------------------------------------
+    def _submit(self, background: BackgroundScheduler, job: ScheduledJob) -> None:
+        background.add_job(self._execute, trigger=job.make_trigger(utcnow()), args=(job,),
+                           id=job.name, name=job.name, max_instances=1, coalesce=True,
+                           misfire_grace_time=None)
+
+    def _execute(self, job: ScheduledJob) -> bool:
+        """Run ``job`` once unless the leader check says no; never raises."""
+        if job.leader_only and self.leader is not None and not self._is_leader():
+            log.debug("job %s skipped: this daemon is not the scheduler leader", job.name)
+            return False
+        with self._idle:
+            if self._stopping:
+                return False
+            self._active.add(job.name)
+        try:
+            job.action()
+        except Exception as exc:  # noqa: BLE001 - a failing job never kills the scheduler
+            job.failures += 1
+            self._report(job, exc)
+        finally:
+            job.runs += 1
+            job.last_run_time = self.clock.now()
+            with self._idle:
+                self._active.discard(job.name)
+                self._idle.notify_all()
+        return True
+
+    def _is_leader(self) -> bool:
+        assert self.leader is not None
+        try:
+            return bool(self.leader())
+        except Exception:  # noqa: BLE001 - no leader check, no scheduled work
+            log.exception("leader check failed; skipping scheduled work")
+            return False
+
+    def _process_input(self, service: BusinessService) -> None:
+        if not self._enabled(service.name):
+            return
+        service.message_id = service.session_id = None
+        service.on_process_input()
+
+    def _enabled(self, name: str) -> bool:
+        in_file = self._enabled_in_file.get(name, True)
+        if self.store is None:
+            return in_file
+        return self.store.item_overrides().get(name, in_file)
+
+    def _report(self, job: ScheduledJob, exc: BaseException) -> None:
+        stack = "".join(traceback.format_exception(exc))
+        if job.item is not None:
+            service = self.services[job.item]
+            text = f"on_process_input failed: {type(exc).__name__}: {exc}"
+            context = {"config_name": job.item, "source_class": type(service).__qualname__,
+                       "source_method": "on_process_input"}
+        else:
+            text = f"housekeeping job {job.name!r} failed: {type(exc).__name__}: {exc}"
+            context = {"config_name": None, "source_class": type(self).__name__,
+                       "source_method": job.name}
+        if self.events is None:
+            log.error("%s\n%s", text, stack)
+            return
+        try:
+            self.events.write("Error", text, stack=stack, **context)
+        except Exception:  # noqa: BLE001 - e.g. the database is down: the log must do
+            log.exception("could not write an Error event for %s: %s", job.name, text)
+            log.error("%s\n%s", text, stack)
+
+
+def _interval(seconds: float, now: datetime) -> IntervalTrigger:
+    """Every ``seconds`` seconds, the first fire ``seconds`` after ``now``."""
+    return IntervalTrigger(seconds=seconds, start_date=now + timedelta(seconds=seconds),
+                           timezone=timezone.utc)
+
+
+def _cron(expr: str, now: datetime) -> BaseTrigger:
+    return parse_schedule(expr)

@@ -1,0 +1,234 @@
+"""Business services: inbound hosts that put messages into the production (DESIGN.md §2).
+
+A :class:`BusinessService` is polled by the production's scheduler — every ``call_interval``
+seconds, or on a cron ``schedule`` — and its :meth:`BusinessService.on_process_input` decides
+what to send: ``self.send(target, message)`` enqueues a request and returns its id;
+``self.call(target, message, timeout)`` also waits for the response.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from datetime import timezone
+from typing import Any, ClassVar
+
+from apscheduler.triggers.cron import CronTrigger
+
+from engine.client import send_message, wait_for
+from engine.clock import Clock, SystemClock
+from engine.errors import ConfigurationError, EncoreError, MessageError
+from engine.host import BusinessHost, EventSink
+from engine.message import Message, decode_message
+from engine.production import ProductionConfig
+from engine.settings import Setting
+from engine.store.sql import SqlStore
+
+__all__ = ["SERVICE_SETTINGS", "BusinessService", "CallFailed", "CallTimedOut",
+           "parse_schedule"]
+
+DEFAULT_CALL_INTERVAL = 5.0  # seconds between two calls of on_process_input
+SCHEDULE_EXAMPLE = 'schedule = "*/5 * * * *" (every 5 minutes) or "30 2 * * mon-fri"'
+
+# Crontab numbers days of the week 0-7 with 0 and 7 = Sunday; APScheduler 3 numbers them 0-6
+# from Monday. Numbers are translated to names so "1-5" means Monday to Friday, as in cron.
+_DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+
+class CallFailed(EncoreError):
+    """A request sent with :meth:`BusinessService.call` ended without a response:
+    ``status`` is its final status (``Error``, ``Suspended``, ``Discarded``, ``Aborted``)."""
+
+    def __init__(self, text: str, *, message_id: int, status: str | None) -> None:
+        super().__init__(text)
+        self.message_id = message_id
+        self.status = status
+
+
+class CallTimedOut(CallFailed):
+    """A request sent with :meth:`BusinessService.call` had not finished within the timeout.
+    It stays queued; ``status`` is the status it had when the wait ended."""
+
+
+def parse_schedule(expr: str) -> CronTrigger:
+    """A UTC :class:`CronTrigger` for a crontab expression ``"min hour day month dow"``.
+
+    Day-of-week numbers follow crontab (0 or 7 = Sunday, 1 = Monday), not APScheduler 3
+    (0 = Monday). As in APScheduler, when both day-of-month and day-of-week are restricted a
+    time must match both (crontab fires when either matches). Raises ``ValueError``.
+    """
+    fields = expr.split()
+    if len(fields) != 5:
+        raise ValueError(f"expected 5 fields (minute hour day month day-of-week), "
+                         f"got {len(fields)}")
+    minute, hour, day, month, dow = fields
+    return CronTrigger(minute=minute, hour=hour, day=day, month=month,
+                       day_of_week=_crontab_days(dow), timezone=timezone.utc)
+
+
+def _crontab_days(field: str) -> str:
+    if field == "*":
+        return "*"
+    days: set[int] = set()
+    for part in field.lower().split(","):
+        body, slash, step_text = part.partition("/")
+        step = _number(step_text, "step") if slash else 1
+        if step < 1:
+            raise ValueError(f"day-of-week {field!r}: step must be ≥ 1")
+        if body == "*":
+            low, high = 0, 6
+        elif "-" in body:
+            first, _, last = body.partition("-")
+            low, high = _day(first, field), _day(last, field)
+        else:
+            low = _day(body, field)
+            high = 6 if slash else low  # "1/2" = from Monday, every other day
+        if low > high:
+            raise ValueError(f"day-of-week {field!r}: range {body!r} runs backwards")
+        days.update(d % 7 for d in range(low, high + 1, step))
+    if len(days) == 7:
+        return "*"
+    return ",".join(_DAY_NAMES[d] for d in sorted(days))
+
+
+def _day(text: str, field: str) -> int:
+    if text in _DAY_NAMES:
+        return _DAY_NAMES.index(text)
+    value = _number(text, f"day-of-week {field!r}")
+    if not 0 <= value <= 7:
+        raise ValueError(f"day-of-week {field!r}: {value} is not 0-7 (0 and 7 = Sunday)")
+    return value
+
+
+def _number(text: str, what: str) -> int:
+    if not text.isdigit():
+        raise ValueError(f"{what}: {text!r} is not a number or a day name (sun … sat)")
+    return int(text)
+
+
+def _check_schedule(value: str) -> str:
+    expr = " ".join(value.split())
+    if not expr:
+        return ""
+    try:
+        parse_schedule(expr)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{value!r} is not a cron expression: {exc}. Expected 5 fields "
+                         f"'minute hour day month day-of-week' in UTC, e.g. "
+                         f"{SCHEDULE_EXAMPLE}; \"\" = use call_interval") from exc
+    return expr
+
+
+def _check_interval(value: float) -> float:
+    if value <= 0:
+        raise ValueError(f"{value!r} is out of range; expected a number of seconds > 0, "
+                         "e.g. call_interval = 5")
+    return float(value)
+
+
+def _check_targets(value: list[Any]) -> list[str]:
+    bad = [t for t in value if not isinstance(t, str) or not t]
+    if bad:
+        raise ValueError(f"expected a list of item names, e.g. targets = [\"Payments\"]; "
+                         f"not names: {', '.join(repr(b) for b in bad)}")
+    return list(value)
+
+
+SERVICE_SETTINGS: tuple[Setting, ...] = (
+    Setting(name="call_interval", kind=float, default=DEFAULT_CALL_INTERVAL,
+            check=_check_interval,
+            help="seconds between calls of on_process_input (when there is no schedule)"),
+    Setting(name="schedule", kind=str, default="", check=_check_schedule,
+            help="cron expression 'min hour day month dow' in UTC; \"\" = use call_interval"),
+    Setting(name="targets", kind=list, default=[], check=_check_targets,
+            help="items this service may send to; [] = any"),
+)
+
+
+class BusinessService(BusinessHost):
+    """An inbound host. Implement :meth:`on_process_input`; send with :meth:`send` or
+    :meth:`call`.
+
+    The scheduler calls ``on_process_input`` every ``call_interval`` seconds, or at the times
+    of ``schedule`` when one is set, never twice at once. ``store``, ``production`` and
+    ``clock`` are given by the scheduler; a service built without them cannot send.
+    :attr:`stop_requested` is set when the production stops: a long ``on_process_input``
+    may check it and return early.
+    """
+
+    SETTINGS: ClassVar[tuple[Setting, ...]] = SERVICE_SETTINGS
+
+    def __init__(self, name: str, settings: Mapping[str, Any], *,
+                 events: EventSink | None = None, store: SqlStore | None = None,
+                 production: ProductionConfig | None = None,
+                 clock: Clock | None = None) -> None:
+        if events is None and store is not None:
+            events = store.events
+        super().__init__(name, settings, events=events)
+        self.store = store
+        self.production = production
+        self.clock: Clock = clock or SystemClock()
+        self.stop_requested = threading.Event()
+        self.targets: tuple[str, ...] = tuple(self.settings.get("targets") or ())
+        if production is not None:
+            known = {item.name for item in production.items}
+            unknown = [t for t in self.targets if t not in known]
+            if unknown:
+                raise ConfigurationError(
+                    f"no item named {', '.join(repr(u) for u in unknown)} in the production "
+                    f"(items: {', '.join(sorted(known)) or 'none'})", item=name, key="targets")
+
+    def on_process_input(self) -> None:
+        """Called on every tick of the service's schedule. Override it: look for input
+        (a directory, a table, a remote API) and :meth:`send` what you find."""
+        raise NotImplementedError(
+            f"{type(self).__qualname__} (item {self.name!r}) must implement "
+            "on_process_input(self) -> None, e.g. `self.send(\"Payments\", {...})`")
+
+    # -- sending -------------------------------------------------------------------------
+    def send(self, target: str, message: str | dict[str, Any] | Message) -> int:
+        """Enqueue ``message`` for item ``target`` in a new session; return its id.
+
+        The body is validated against the target's request class. Raises
+        :class:`MessageError` (and enqueues nothing) for a malformed body, an unknown
+        target, or a target outside the ``targets`` setting.
+        """
+        store, production = self._attached()
+        if self.targets and target not in self.targets:
+            raise MessageError(f"service {self.name!r} may not send to {target!r}: its "
+                               f"targets setting allows {', '.join(self.targets)}")
+        return send_message(store, production, target, message, source=self.name,
+                            now=self.clock.now())
+
+    def call(self, target: str, message: str | dict[str, Any] | Message,
+             timeout: float) -> Any:
+        """Send ``message`` to ``target`` and wait up to ``timeout`` seconds for its response.
+
+        Returns the decoded response (a :class:`Message`; None when the operation returned
+        nothing). Raises :class:`CallFailed` with the message's error text when it ended
+        ``Error``, ``Suspended``, ``Discarded`` or ``Aborted``, and :class:`CallTimedOut`
+        when it had not finished in time (the message stays queued).
+        """
+        store, _ = self._attached()
+        message_id = self.send(target, message)
+        row = wait_for(store, message_id, timeout, clock=self.clock)
+        if row is None:
+            current = store.get_message(message_id)
+            raise CallTimedOut(
+                f"message {message_id} to {target!r} not finished after {timeout:g} s",
+                message_id=message_id, status=current.status if current else None)
+        if row.status != "Completed":
+            raise CallFailed(f"message {message_id} to {target!r} ended {row.status}: "
+                             f"{row.error_text or 'no error text'}",
+                             message_id=message_id, status=row.status)
+        if row.corresponding_id is None:
+            return None
+        response = store.get_message(row.corresponding_id)
+        if response is None:
+            return None
+        return decode_message(response.body_class, response.body)
+
+    def _attached(self) -> tuple[SqlStore, ProductionConfig]:
+        if self.store is None or self.production is None:
+            raise EncoreError(f"service {self.name!r} is not attached to a production: "
+                              "build it with store= and production= (the scheduler does)")
+        return self.store, self.production
