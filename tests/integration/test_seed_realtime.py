@@ -1,0 +1,55 @@
+"""The seed timeline (DESIGN.md §3.2) scaled ÷10, in real time, through the daemon against a
+real SOAP server — on SQLite and PostgreSQL. Exact times belong to the virtual-clock tests;
+here we assert the order and generous bounds."""
+from __future__ import annotations
+
+from engine.client import send_message, wait_for
+from engine.daemon import Daemon
+from engine.production import parse_production
+from engine.store import queries
+from engine.store.sql import SqlStore
+from tests.servers import SoapTestServer
+
+SERVER_DELAY = 0.8  # the seed's 8 s, ÷10
+PRODUCTION = """
+[production]
+name = "SeedRealTime"
+poll_interval = 0.05
+[[items]]
+name = "Seed"
+class = "operations.soap:SoapOperation"
+[items.settings]
+wsdl = "{wsdl}"
+response_timeout = 0.7
+retry_interval = 1.0
+failure_timeout = 3.0
+"""
+
+
+def test_the_seed_timeline_scaled_down_holds_in_real_time(store: SqlStore) -> None:
+    with SoapTestServer(delay=SERVER_DELAY) as server:
+        production = parse_production(PRODUCTION.format(wsdl=server.wsdl), env={})
+        daemon = Daemon(production, store=store, env={})
+        daemon.start()
+        try:
+            mid = send_message(store, production, "Seed",
+                               {"operation": "echo", "args": {"text": "hi"}})
+            row = wait_for(store, mid, timeout=20)
+        finally:
+            daemon.stop()
+        posts = len(server.posts)
+    assert row is not None and row.status == "Error"
+    attempts = store.attempts(mid)
+    starts = [(a.started_at - attempts[0].started_at).total_seconds() for a in attempts]
+    assert posts == 4 and len(attempts) == 4
+    assert [a.outcome for a in attempts] == ["timeout"] * 4
+    for k, start in enumerate(starts):  # about 1 s apart: 0, 1, 2, 3
+        assert k - 0.05 <= start <= k + 0.4, starts
+    for a in attempts:  # each cut at the 0.7 s deadline, not at the 0.8 s answer
+        assert 0.65 <= (a.ended_at - a.started_at).total_seconds() < 0.8
+    gave_up = (row.time_completed - attempts[0].started_at).total_seconds()
+    assert 3.65 <= gave_up <= 4.3
+    errors = queries.events(store, queries.EventFilter(type="Error", message_id=mid))
+    assert len(errors) == 2
+    assert "FailureTimeout of 3 seconds exceeded" in errors[1]["text"]
+    assert not row.retry_needed and row.attempts == 4
