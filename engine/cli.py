@@ -74,7 +74,8 @@ def main(ctx: click.Context, production: str | None, verbose: bool) -> None:
     """Encore: call SOAP and HTTP services reliably from a long-running daemon."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    for chatty in ("alembic", "apscheduler"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     ctx.obj = Context(production)
 
 
