@@ -11,12 +11,14 @@ import sys
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from adapters.base import OutboundAdapter
 from engine.message import JsonMessage, Message
 from engine.retry import RETRY_SETTINGS
 from engine.settings import Setting
+
+if TYPE_CHECKING:  # adapters import the engine; the engine only names their base class
+    from adapters.base import OutboundAdapter
 
 
 class EventSink(Protocol):

@@ -16,7 +16,6 @@ import click
 
 from engine.clock import VirtualClock
 from engine.errors import ConfigurationError
-from engine.retry import ReplyCodeActions, RetryPolicy
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.store.sql import SqlStore
@@ -57,9 +56,8 @@ def simulate(settings: dict[str, Any], behaviour: ServerBehaviour, *, servers: i
                                      item_name=ITEM)
     adapter.start()
     host = SimulatedOperation(ITEM, clean, events=store.events, adapter=adapter)
-    worker = MessageWorker(host, store=store, clock=clock, policy=RetryPolicy.from_settings(clean),
-                           reply_codes=ReplyCodeActions.parse(clean["reply_code_actions"]),
-                           rng=random.Random(seed))
+    worker = MessageWorker.from_settings(host, clean, store=store, clock=clock,
+                                         rng=random.Random(seed))
     message_id = store.enqueue(target=ITEM, body_class=None, body="{}", now=clock.now())
     row = store.claim_next(ITEM, owner="simulate", now=clock.now(), lease_seconds=3600)
     assert row is not None

@@ -13,6 +13,7 @@ import logging
 import random
 import threading
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -86,6 +87,18 @@ class MessageWorker:
         self.metrics = metrics
         self._first_failure: float | None = None  # of the message in hand
         self._alerted = False
+
+    @classmethod
+    def from_settings(cls, host: BusinessOperation, settings: Mapping[str, Any], *,
+                      store: SqlStore, clock: Clock, stop: threading.Event | None = None,
+                      rng: random.Random | None = None,
+                      metrics: Metrics | None = None) -> MessageWorker:
+        """A worker for ``host`` configured from its item's validated settings."""
+        return cls(host, store=store, clock=clock, policy=RetryPolicy.from_settings(settings),
+                   reply_codes=ReplyCodeActions.parse(settings["reply_code_actions"]),
+                   requeue=settings["retry_mode"] == "requeue", trace=bool(settings["trace"]),
+                   stop=stop, rng=rng, alert_on_error=bool(settings["alert_on_error"]),
+                   alert_grace=float(settings["alert_retry_grace_period"]), metrics=metrics)
 
     # -- the delivery loop ---------------------------------------------------------------
     def deliver(self, row: MessageRow) -> Result:

@@ -45,3 +45,75 @@ def test_the_daemon_delivers_sent_messages_and_stops_gracefully(tmp_path: Path) 
         assert [a.outcome for a in store.attempts(mid)] == ["ok"]
     assert "no daemon running" in encore("status", cwd=tmp_path).stdout
     store.dispose()
+
+
+SOAP_AND_HTTP = """
+[production]
+name = "Delivery"
+database = "{url}"
+poll_interval = 0.05
+
+[[items]]
+name = "Soap"
+class = "operations.soap:SoapOperation"
+[items.settings]
+wsdl = "{wsdl}"
+trace = true
+
+[[items]]
+name = "Http"
+class = "operations.http:HttpOperation"
+[items.settings]
+url = "{http}"
+trace = true
+"""
+
+
+def test_send_and_run_deliver_a_soap_and_an_http_message_to_real_servers(
+        tmp_path: Path) -> None:
+    from tests.servers import HttpTestServer, SoapTestServer, respond
+
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    with SoapTestServer("S") as soap, \
+            HttpTestServer({"POST /orders": respond(201, '{"order": 7}')}) as http:
+        (tmp_path / "production.toml").write_text(
+            SOAP_AND_HTTP.format(url=url, wsdl=soap.wsdl, http=http.url))
+        encore("db", "upgrade", cwd=tmp_path)
+        soap_id = int(encore("send", "Soap", "--body",
+                             '{"operation": "echo", "args": {"text": "hello"}}',
+                             cwd=tmp_path).stdout)
+        http_id = int(encore("send", "Http", "--body",
+                             '{"method": "POST", "path": "/orders", "json": {"sku": "A1"}}',
+                             cwd=tmp_path).stdout)
+        store = SqlStore(url)
+        with RunningDaemon(tmp_path) as daemon:
+            wait_until(lambda: all(store.get_message(i).status == "Completed"
+                                   for i in (soap_id, http_id)), 30, "both deliveries")
+            assert daemon.terminate() == 0
+        assert json.loads(http.requests[0].body) == {"sku": "A1"}
+        assert len(soap.posts) == 1
+    soap_reply = store.get_message(store.get_message(soap_id).corresponding_id)
+    http_reply = store.get_message(store.get_message(http_id).corresponding_id)
+    assert json.loads(soap_reply.body) == {"result": "S:hello"}
+    assert json.loads(http_reply.body)["status"] == 201
+    assert json.loads(json.loads(http_reply.body)["body"]) == {"order": 7}
+    for mid in (soap_id, http_id):
+        (attempt,) = store.attempts(mid)
+        assert attempt.outcome == "ok" and attempt.server
+        log = json.loads(encore("log", "--message", str(mid), "--json",
+                                cwd=tmp_path).stdout.splitlines()[0])
+        assert log["type"] == "Trace" and "attempt 1" in log["text"]
+    store.dispose()
+
+
+def test_the_demo_plays_the_seed_scenario_on_the_embedded_sqlite_default(
+        tmp_path: Path) -> None:
+    out = encore("demo", cwd=tmp_path).stdout
+    assert (tmp_path / "encore.db").exists()
+    store = SqlStore(f"sqlite:///{tmp_path / 'encore.db'}")
+    fast, slow = store.get_message(1), store.get_message(2)
+    assert (fast.status, slow.status, slow.attempts) == ("Completed", "Error", 4)
+    errors = [line for line in out.splitlines() if "event log: Error" in line]
+    assert len(errors) == 2 and "FailureTimeout of 3 seconds exceeded" in errors[1]
+    assert "SELECT" in out and "encore trace 2" in out
+    store.dispose()

@@ -10,7 +10,6 @@ import pytest
 from engine.clock import VirtualClock
 from engine.errors import HttpStatusError, RemoteFault, ResponseTimeout
 from engine.host import BusinessOperation
-from engine.retry import ReplyCodeActions, RetryPolicy
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.store.sql import SqlStore
@@ -40,11 +39,8 @@ class Harness:
         if adapter is not None:
             adapter.start()
         self.host = cls("Item", self.settings, events=store.events, adapter=adapter)
-        self.worker = MessageWorker(
-            self.host, store=store, clock=self.clock,
-            policy=RetryPolicy.from_settings(self.settings),
-            reply_codes=ReplyCodeActions.parse(self.settings["reply_code_actions"]),
-            requeue=self.settings["retry_mode"] == "requeue", trace=self.settings["trace"])
+        self.worker = MessageWorker.from_settings(self.host, self.settings, store=store,
+                                                  clock=self.clock)
 
     def send(self, body: str = '{"text": "hi"}') -> int:
         return self.store.enqueue(target="Item", body_class=None, body=body, now=self.clock.now())

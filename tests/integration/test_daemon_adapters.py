@@ -1,0 +1,164 @@
+"""Adapter behaviour through the daemon (DESIGN.md §3.4, §8), on SQLite and PostgreSQL:
+failover across three SOAP servers (seed 003, scaled), a WSDL that loads late, credentials
+that never reach a table or a log line, and the metrics endpoint."""
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import pytest
+import requests
+from sqlalchemy import MetaData, select
+
+from engine.client import send_message, wait_for
+from engine.daemon import Daemon
+from engine.production import ProductionConfig, parse_production
+from engine.store import queries
+from engine.store.sql import SqlStore
+from tests.servers import HttpTestServer, SoapTestServer, respond, soap_reply, soap_wsdl, soap_xml
+
+SLOW = 1.1  # seconds each failover server takes (the seed's 11 s, ÷10)
+
+
+@contextmanager
+def running(store: SqlStore, text: str, env: dict[str, str] | None = None
+            ) -> Iterator[tuple[Daemon, ProductionConfig]]:
+    if not text.startswith("[production]"):
+        text = "[production]\n" + text
+    text = text.replace("[production]\n", "[production]\npoll_interval = 0.05\n", 1)
+    production = parse_production(text, env={})
+    daemon = Daemon(production, store=store, env=env or {})
+    daemon.start()
+    try:
+        yield daemon, production
+    finally:
+        daemon.stop()
+
+
+def soap_item(name: str, servers: list[str], wsdl: str, **settings: Any) -> str:
+    extra = "".join(f"{k} = {v!r}\n".replace("'", '"').replace("True", "true")
+                    .replace("False", "false") for k, v in settings.items())
+    listed = ", ".join(f'"{s}"' for s in servers)
+    return (f'[[items]]\nname = "{name}"\nclass = "operations.soap:SoapOperation"\n'
+            f'[items.settings]\nwsdl = "{wsdl}"\nservers = [{listed}]\n{extra}')
+
+
+@pytest.mark.parametrize(("idempotent", "attempts", "servers", "give_up"), [
+    # idempotent: four attempts on A, B, C, A; give up near 4 s (4.0 - 0 >= 3.5)
+    (True, 4, ["A", "B", "C", "A"], (3.9, 4.6)),
+    # not idempotent: one attempt, error near 1 s
+    (False, 1, ["A"], (0.95, 1.5)),
+])
+def test_seed_003_failover_across_three_soap_servers(
+        store: SqlStore, idempotent: bool, attempts: int, servers: list[str],
+        give_up: tuple[float, float]) -> None:
+    with ExitStack() as stack:
+        nodes = [stack.enter_context(SoapTestServer(n, delay=SLOW)) for n in "ABC"]
+        item = soap_item("Cluster", [n.url for n in nodes], nodes[0].wsdl,
+                         response_timeout=1.0, retry_interval=0, failure_timeout=3.5,
+                         idempotent=idempotent)
+        with running(store, item) as (_, production):
+            mid = send_message(store, production, "Cluster",
+                               {"operation": "echo", "args": {"text": "pay"}})
+            row = wait_for(store, mid, timeout=20)
+        names = {n.url: n.name for n in nodes}
+    assert row is not None and row.status == "Error"
+    rows = store.attempts(mid)
+    assert [names[a.server.rstrip("/")] if a.server.rstrip("/") in names else a.server
+            for a in rows] == servers
+    elapsed = (row.time_completed - rows[0].started_at).total_seconds()
+    assert give_up[0] <= elapsed <= give_up[1]
+    if not idempotent:
+        assert "may have been processed" in row.error_text
+
+
+class Switch:
+    """A route that answers 503 until switched on, then serves the WSDL."""
+
+    def __init__(self) -> None:
+        self.on = threading.Event()
+        self.off_route, self.on_route = respond(503, "not yet"), soap_wsdl("/soap")
+
+    def __call__(self, handler: Any, record: Any) -> None:
+        (self.on_route if self.on.is_set() else self.off_route)(handler, record)
+
+
+def test_a_wsdl_that_cannot_load_keeps_messages_queued_until_it_can(store: SqlStore) -> None:
+    switch = Switch()
+    routes = {"GET /soap": switch, "POST /soap": soap_xml(200, soap_reply("late but fine"))}
+    with HttpTestServer(routes) as server:
+        item = ('[[items]]\nname = "Late"\nclass = "operations.soap:SoapOperation"\n'
+                f'[items.settings]\nwsdl = "{server.url}/soap?wsdl"\nretry_interval = 0.3\n')
+        with running(store, item) as (daemon, production):
+            mid = send_message(store, production, "Late",
+                               {"operation": "echo", "args": {"text": "x"}})
+            assert wait_for(store, mid, timeout=1.0) is None  # still queued, daemon alive
+            assert store.get_message(mid).status == "Queued"
+            switch.on.set()
+            row = wait_for(store, mid, timeout=10)
+            assert daemon.health()[0]
+    assert row is not None and row.status == "Completed"
+    errors = queries.events(store, queries.EventFilter(type="Error", item="Late"))
+    assert errors and all("not ready" in e["text"] for e in errors)
+    fetches = [r for r in server.requests if r.method == "GET"]
+    assert len(fetches) >= 2  # retried, about every retry_interval
+
+
+PASSWORD = "s3cr3t-Pa55word-9f1c"
+
+
+def test_credentials_never_reach_a_table_or_the_log(store: SqlStore,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    routes = {"/secure": respond(401, f"bad credentials for user alice, pw {PASSWORD}")}
+    env = {"ENCORE_CREDENTIALS_BANK_USERNAME": "alice",
+           "ENCORE_CREDENTIALS_BANK_PASSWORD": PASSWORD}
+    with HttpTestServer(routes) as server:
+        item = ('[[items]]\nname = "Bank"\nclass = "operations.http:HttpOperation"\n'
+                f'[items.settings]\nurl = "{server.url}"\ncredentials = "bank"\n'
+                'trace = true\nalert_on_error = true\nfailure_timeout = 0\n')
+        with running(store, item, env=env) as (_, production):
+            mid = send_message(store, production, "Bank", {"method": "GET", "path": "/secure"})
+            row = wait_for(store, mid, timeout=10)
+        assert "Authorization" in server.requests[0].headers
+    assert row is not None and row.status == "Error"
+    meta = MetaData()
+    meta.reflect(store.engine)
+    with store.engine.connect() as conn:
+        for table in meta.sorted_tables:
+            for record in conn.execute(select(table)):
+                assert PASSWORD not in repr(tuple(record)), table.name
+    assert PASSWORD not in caplog.text
+    assert "alice" in row.error_text or "401" in row.error_text
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_metrics_endpoint_reports_attempts_and_queue_depth(store: SqlStore) -> None:
+    port = free_port()
+    with HttpTestServer({"/ok": respond(200, "ok"), "/down": respond(503)}) as server:
+        item = (f"[production]\nmetrics_port = {port}\n"
+                '[[items]]\nname = "Web"\nclass = "operations.http:HttpOperation"\n'
+                f'[items.settings]\nurl = "{server.url}"\nfailure_timeout = 0\n')
+        with running(store, item) as (_, production):
+            ids = [send_message(store, production, "Web", {"method": "GET", "path": p})
+                   for p in ("/ok", "/down", "/ok")]
+            for mid in ids:
+                wait_for(store, mid, timeout=10)
+            base = f"http://127.0.0.1:{port}"
+            scrape = requests.get(base + "/metrics", timeout=5).text
+            health = requests.get(base + "/healthz", timeout=5)
+    assert 'encore_attempts_total{item="Web",outcome="ok"} 2' in scrape
+    assert 'encore_attempts_total{item="Web",outcome="http_status"} 1' in scrape
+    assert 'encore_give_ups_total{item="Web"} 1' in scrape
+    assert 'encore_queue_depth{item="Web"} 0' in scrape
+    assert 'encore_attempt_seconds_count{item="Web"} 3' in scrape
+    assert health.status_code == 200 and health.text.strip() == "ok"
