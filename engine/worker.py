@@ -138,7 +138,7 @@ class MessageWorker:
         attempt_id = self.store.begin_attempt(row.id, number, started_at=self.clock.now())
         attempt = _Attempt(number=number, started=started, ended=started)
         if adapter is not None:
-            deadline = self.policy.deadline(first_started=first_started or started,
+            deadline = self.policy.deadline(first_started=started if first_started is None else first_started,
                                             started=started,
                                             response_timeout=adapter.response_timeout)
             adapter.begin_attempt(AttemptContext(deadline=deadline, message_id=row.id,
