@@ -106,3 +106,32 @@ def test_status_shows_items_and_their_last_error(filled) -> None:
     flaky = next(line for line in out.splitlines() if line.startswith("Flaky"))
     assert "FailureTimeout" in flaky
     assert "no daemon running" in out
+
+
+def test_log_follow_prints_new_events_as_they_come(filled) -> None:
+    import select
+    import subprocess
+    import sys
+
+    from tests.acceptance.daemon import cli_env
+    tmp, _, _ = filled
+    store = SqlStore(f"sqlite:///{tmp / 'e.db'}")
+    follower = subprocess.Popen([sys.executable, "-m", "engine.cli", "log", "--follow", "--json",
+                                 "--type", "Alert"], cwd=tmp, env=cli_env(),
+                                stdout=subprocess.PIPE, text=True)
+
+    def next_line() -> dict:
+        ready, _, _ = select.select([follower.stdout], [], [], 15)
+        assert ready, "encore log --follow printed nothing"
+        return json.loads(follower.stdout.readline())
+
+    try:
+        store.events.write("Alert", "first", config_name="Fine")
+        assert next_line()["text"] == "first"
+        store.events.write("Alert", "second", config_name="Fine")  # surely after it started
+        assert next_line()["text"] == "second"
+    finally:
+        follower.terminate()
+        follower.wait(10)
+        follower.stdout.close()
+        store.dispose()
