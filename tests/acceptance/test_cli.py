@@ -88,3 +88,39 @@ def test_simulate_reproduces_the_failover_seed(tmp_path: Path) -> None:
     assert [e["t"] for e in events if e["event"] == "give_up"] == [40]
     events = json.loads(encore(*args, "--no-idempotent", cwd=tmp_path).stdout)
     assert [e["t"] for e in events if e["event"] == "give_up"] == [10]
+
+
+def timeline(tmp_path: Path, *args: str) -> list[dict]:
+    return json.loads(encore("simulate", *args, "--json", cwd=tmp_path).stdout)
+
+
+def test_simulate_follows_retry_after_from_the_end_of_each_failed_attempt(
+        tmp_path: Path) -> None:
+    events = timeline(tmp_path, "--failure-timeout", "30", "--fail-first", "2", "--status",
+                      "429", "--retry-after", "2", "--backoff", "retry_after")
+    assert [e["t"] for e in events if e["event"] == "attempt_start"] == [0, 2, 4]
+    assert events[-1]["event"] == "success"
+
+
+def test_simulate_gives_up_at_once_when_retry_after_exceeds_the_budget(tmp_path: Path) -> None:
+    events = timeline(tmp_path, "--failure-timeout", "10", "--status", "429",
+                      "--retry-after", "60", "--backoff", "retry_after")
+    assert [e["event"] for e in events] == ["attempt_start", "attempt_error", "give_up"]
+    assert events[-1]["t"] == 0
+
+
+def test_simulate_exponential_backoff_doubles_and_max_attempts_bounds_it(tmp_path: Path) -> None:
+    events = timeline(tmp_path, "--failure-timeout", "60", "--status", "503", "--backoff",
+                      "exponential", "--backoff-base", "1", "--max-attempts", "4")
+    assert [e["t"] for e in events if e["event"] == "attempt_start"] == [0, 1, 3, 7]
+    assert events[-1]["event"] == "give_up"
+
+
+def test_simulate_jitter_stays_inside_its_window(tmp_path: Path) -> None:
+    # seed 002: base 0.5 s plus a jitter window of 1.5 s → the first delay is in [0.5, 2.0]
+    for seed in ("1", "2", "3"):
+        events = timeline(tmp_path, "--failure-timeout", "60", "--fail-first", "1", "--status",
+                          "503", "--backoff", "exponential", "--backoff-base", "0.5",
+                          "--jitter", "1.5", "--seed", seed)
+        (second,) = [e["t"] for e in events if e["event"] == "attempt_start"][1:]
+        assert 0.5 <= second <= 2.0
