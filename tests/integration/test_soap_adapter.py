@@ -20,7 +20,7 @@ TIMEOUT = 0.5  # seconds: the response timeout (the seed's 10 s, scaled)
 SERVER_DELAY = 0.55  # seconds each slow server takes (the seed's 11 s, scaled)
 
 XXE = soap_envelope(
-    f'<echoResponse xmlns="urn:encore:test"><echoResult>&xxe;</echoResult></echoResponse>',
+    '<echoResponse xmlns="urn:encore:test"><echoResult>&xxe;</echoResult></echoResponse>',
     prolog='<!DOCTYPE soap:Envelope [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>\n')
 BILLION_LAUGHS = soap_envelope(
     '<echoResponse xmlns="urn:encore:test"><echoResult>&lol9;</echoResult></echoResponse>',

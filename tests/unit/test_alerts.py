@@ -1,7 +1,6 @@
 """Alerts: threshold crossings, alert_on_error with its grace period, the alert item."""
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,14 +10,6 @@ from engine.production import parse_production
 from engine.store import queries
 from engine.store.sql import SqlStore
 from tests.unit.test_worker import SEED, Harness, simulated, stub
-
-
-@pytest.fixture
-def store() -> Iterator[SqlStore]:
-    s = SqlStore("sqlite://")
-    s.upgrade()
-    yield s
-    s.dispose()
 
 
 def test_a_threshold_alarm_fires_once_per_crossing_and_rearms_below_80_percent() -> None:

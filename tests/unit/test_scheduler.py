@@ -99,14 +99,6 @@ enabled = {str(enabled).lower()}
 """, env={})
 
 
-@pytest.fixture
-def store() -> Iterator[SqlStore]:
-    s = SqlStore("sqlite://")
-    s.upgrade()
-    yield s
-    s.dispose()
-
-
 def run_for(scheduler: ProductionScheduler, clock: VirtualClock, seconds: float,
             step: float = 1.0) -> None:
     """Advance ``clock`` in ``step``-second increments, running what is due at each."""

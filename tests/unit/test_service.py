@@ -3,7 +3,7 @@ checks of call_interval / schedule / targets, and call() on a virtual clock."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -74,14 +74,6 @@ class DeliveringClock(VirtualClock):
 
 def production_with(settings: str = "") -> ProductionConfig:
     return parse_production(PRODUCTION.format(settings=settings), env={})
-
-
-@pytest.fixture
-def store() -> Iterator[SqlStore]:
-    s = SqlStore("sqlite://")
-    s.upgrade()
-    yield s
-    s.dispose()
 
 
 def make_service(store: SqlStore, production: ProductionConfig,

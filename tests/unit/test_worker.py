@@ -1,7 +1,6 @@
 """The worker's retry behaviour on a virtual clock: exact timelines, events, flags."""
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -18,14 +17,6 @@ from engine.worker import MessageWorker, Result
 from tests.unit.sample_ops import RetryTwiceOperation, StubOperation
 
 SEED = {"response_timeout": 7, "retry_interval": 10, "failure_timeout": 30}
-
-
-@pytest.fixture
-def store() -> Iterator[SqlStore]:
-    s = SqlStore("sqlite://")
-    s.upgrade()
-    yield s
-    s.dispose()
 
 
 class Harness:
