@@ -6,7 +6,6 @@ import os
 import sys
 import time
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import click
@@ -192,10 +191,11 @@ def trace(ctx: Context, ident: int) -> None:
 @main.command()
 @pass_ctx
 def status(ctx: Context) -> None:
-    """Items, queue depths, retries, last errors, and the daemons alive."""
+    """Items, queue depths, retries, last errors, and every daemon: alive or not, the items
+    it serves, and the leases it holds (leader; FIFO items it alone works)."""
     production, store = ctx.production, ctx.store
     stats, overrides = queries.queue_stats(store), store.item_overrides()
-    now = utcnow()
+    now = store.db_now()
     rows = []
     for item in production.items:
         s = stats.get(item.name, {})
@@ -208,13 +208,30 @@ def status(ctx: Context) -> None:
     click.echo(f"production {production.name} on {_safe_url(store.url)}")
     click.echo(report.table(("item", "enabled", "pool", "queued", "oldest", "retrying",
                              "last error"), rows))
-    alive_after = now - timedelta(seconds=production.lease_seconds)
-    daemons = queries.daemons(store)
     click.echo("")
-    click.echo(report.table(("daemon", "host", "pid", "started (UTC)", "heartbeat (UTC)", "alive"),
-                            [(d["id"], d["host"], d["pid"], d["started_at"], d["heartbeat_at"],
-                              d["heartbeat_at"] >= alive_after) for d in daemons])
-               if daemons else "no daemon running")
+    click.echo(_daemon_table(store, now, production.lease_seconds))
+
+
+def _daemon_table(store: SqlStore, now: datetime, lease_seconds: float) -> str:
+    daemons = queries.daemons(store)
+    if not daemons:
+        return "no daemon running"
+    alive_after = now - timedelta(seconds=lease_seconds)
+    holds: dict[str, list[str]] = {}
+    try:
+        leases = store.leases.all()
+    except EncoreError:  # a schema from before scale-out: no lease table yet
+        leases = None
+    for lease in leases or ():
+        if lease.expires_at >= now:
+            holds.setdefault(lease.owner, []).append(lease.name)
+    return report.table(
+        ("daemon", "host", "pid", "started (UTC)", "heartbeat (UTC)", "alive", "items",
+         "leases"),
+        [(d["id"], d["host"], d["pid"], d["started_at"], d["heartbeat_at"],
+          d["heartbeat_at"] >= alive_after, d["items"] or "-",
+          ", ".join(holds.get(d["id"], [])) or ("-" if leases is not None else "?"))
+         for d in daemons])
 
 
 @main.group()

@@ -3,13 +3,20 @@
 Operation items run on their own worker threads (:class:`~engine.item.ItemRunner`); business
 services and the housekeeping — heartbeat and lease renewal, queue alerts, purge for
 ``retention_days`` — run on one :class:`~engine.scheduler.ProductionScheduler`. ``run()``
-only waits for signals; the handlers only set events. Shutdown stops intake first, then waits for the workers with
-one overall timeout (``shutdown_timeout``); messages still in hand go back to their queue,
-and their open attempts count as outcome unknown on the next start. SIGHUP reloads the
-production file: changed items restart, the others keep running.
+only waits for signals; the handlers only set events. Shutdown stops intake first, then
+waits for the workers with one overall timeout (``shutdown_timeout``); messages still in hand
+go back to their queue, and their open attempts count as outcome unknown on the next start.
+SIGHUP reloads the production file: changed items restart, the others keep running.
+
+Several daemons may share one database (DESIGN.md §5, docs/scale-out.md): each claims
+messages under a lease its heartbeat renews; the ``leader`` lease decides which one runs
+business services and leader-only housekeeping; an ``item:<name>`` lease decides which one
+works a FIFO item (:mod:`engine.cluster`). On PostgreSQL a listener thread wakes the workers
+of an item as soon as any daemon announces work for it.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -21,7 +28,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.alerts import AlertingEventLog, ThresholdAlarm
-from engine.clock import Clock, SystemClock
+from engine.clock import Clock
+from engine.cluster import (LEADER, DatabaseClock, LeaseKeeper, forget_silent_daemons, is_fifo,
+                            item_lease_name, reap_dead_local_daemons)
 from engine.errors import EncoreError
 from engine.host import BusinessOperation
 from engine.item import ItemRunner
@@ -29,6 +38,7 @@ from engine.production import ItemConfig, ProductionConfig, load_production
 from engine.metrics import Metrics, MetricsServer
 from engine.scheduler import ProductionScheduler
 from engine.store import queries
+from engine.store.notify import QueueListener
 from engine.store.operator import purge
 from engine.store.sql import SqlStore
 
@@ -37,6 +47,7 @@ log = logging.getLogger(__name__)
 QUEUE_ALERT_INTERVAL = 1.0  # seconds between queue-alert checks
 PURGE_INTERVAL = 3600.0  # seconds between purges for retention_days
 SIGNAL_POLL = 1.0  # seconds the main loop sleeps between looks at its flags
+FORGET_AFTER_LEASES = 10  # a daemon silent for this many lease_seconds is taken off the list
 
 
 class Daemon:
@@ -46,7 +57,7 @@ class Daemon:
                  clock: Clock | None = None, env: Mapping[str, str] | None = None) -> None:
         self.production = production
         self.store = store or SqlStore(production.database)
-        self.clock = clock or SystemClock()
+        self.clock = clock or DatabaseClock(self.store)
         self.env = os.environ if env is None else env
         self.host = socket.gethostname()
         self.id = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -57,9 +68,13 @@ class Daemon:
         self.events = AlertingEventLog(self.store.events, self.store, production)
         self._alarms: dict[tuple[str, str], ThresholdAlarm] = {}
         self.metrics = Metrics()
+        self.leases = LeaseKeeper(self.store, self.id, clock=self.clock,
+                                  lease_seconds=production.lease_seconds,
+                                  retry_seconds=production.poll_interval)
         self.scheduler = ProductionScheduler(production, store=self.store, clock=self.clock,
-                                             events=self.events)
+                                             events=self.events, leader=self.is_leader)
         self.metrics_server: MetricsServer | None = None
+        self.listener: QueueListener | None = None
 
     @property
     def heartbeat_interval(self) -> float:
@@ -67,28 +82,61 @@ class Daemon:
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
-        """Check the schema, reclaim the work of dead daemons of this host, register, and
-        start every operation item."""
+        """Check the schema, reclaim the work of dead daemons of this host, register, take
+        the leases that are free, and start every operation item and the scheduler."""
         self.store.check_schema()
+        self._sync_clock()
         self._reap_dead_local_daemons()
         self.store.register_daemon(self.id, host=self.host, pid=os.getpid(),
                                    production=self.production.name,
                                    items=",".join(i.name for i in self._operations()),
                                    now=self.clock.now())
+        self.leases.want(LEADER)
+        for item in self._operations():
+            if is_fifo(item):
+                self.leases.want(item_lease_name(item.name))
+        self.leases.renew()
+        self._start_listening()
         for item in self._operations():
             self._start_item(item)
         self._start_scheduler()
         self._start_metrics()
-        log.info("production %s started: %d item(s), daemon %s", self.production.name,
-                 len(self.runners), self.id)
+        log.info("production %s started: %d item(s), daemon %s%s", self.production.name,
+                 len(self.runners), self.id, " (leader)" if self.is_leader() else "")
 
     def _start_scheduler(self) -> None:
         self.scheduler.add_housekeeping("heartbeat", self.heartbeat_interval, self.heartbeat)
         self.scheduler.add_housekeeping("queue_alerts", QUEUE_ALERT_INTERVAL,
-                                        self.check_queue_alerts)
+                                        self.check_queue_alerts, leader_only=True)
+        self.scheduler.add_housekeeping("forget_dead_daemons", self.production.lease_seconds,
+                                        self.forget_dead_daemons, leader_only=True)
         if self.production.retention_days > 0:
-            self.scheduler.add_housekeeping("purge", PURGE_INTERVAL, self.purge)
+            self.scheduler.add_housekeeping("purge", PURGE_INTERVAL, self.purge,
+                                            leader_only=True)
         self.scheduler.start()
+
+    def _start_listening(self) -> None:
+        """Wake an item's workers when work for it is announced: by this process (any
+        database), and by every daemon through LISTEN/NOTIFY (PostgreSQL)."""
+        self.store.add_queue_callback(self._wake)
+        if self.store.is_postgres:
+            self.listener = QueueListener(self.store.engine, self._wake,
+                                          on_reconnect=self._wake_all)
+            self.listener.start()
+
+    def _wake(self, target: str) -> None:
+        runner = self.runners.get(target)
+        if runner is not None:
+            runner.wakeup.set()
+
+    def _wake_all(self) -> None:
+        for runner in list(self.runners.values()):
+            runner.wakeup.set()
+
+    def is_leader(self) -> bool:
+        """True while this daemon holds the leader lease: its scheduler runs business
+        services and leader-only housekeeping."""
+        return self.leases.holds(LEADER)
 
     def _start_metrics(self) -> None:
         if not self.production.metrics_port:
@@ -126,28 +174,40 @@ class Daemon:
         return [i for i in self.production.items if issubclass(i.cls, BusinessOperation)]
 
     def _start_item(self, item: ItemConfig) -> None:
+        lease = None
+        if is_fifo(item):
+            name = item_lease_name(item.name)
+            self.leases.want(name)
+            lease = functools.partial(self.leases.hold, name)
         runner = ItemRunner(item, store=self.store, clock=self.clock, owner=self.id,
                             lease_seconds=self.production.lease_seconds,
                             poll_interval=self.production.poll_interval, env=self.env,
-                            events=self.events, metrics=self.metrics)
+                            events=self.events, metrics=self.metrics, lease=lease)
         self.runners[item.name] = runner
         runner.start()
 
     def _reap_dead_local_daemons(self) -> None:
-        """A daemon of this host whose process is gone (kill -9) holds claims that would
-        otherwise wait for their leases to expire: release them now."""
-        for daemon_id, pid in self.store.local_daemons(self.host):
-            if _process_alive(pid):
-                continue
-            released = self.store.release_claims(daemon_id)
-            self.store.unregister_daemon(daemon_id)
-            log.warning("daemon %s (pid %d) died; %d message(s) it held are back in their "
-                        "queues", daemon_id, pid, released)
+        """A daemon of this host whose process is gone (kill -9) holds claims and leases
+        that would otherwise wait for their expiry: release them now."""
+        reap_dead_local_daemons(self.store, self.host)
+
+    def forget_dead_daemons(self) -> None:
+        """Take daemons silent for ``FORGET_AFTER_LEASES`` lease periods off the list (their
+        leases expired long ago; this only tidies ``encore status``)."""
+        silent = FORGET_AFTER_LEASES * self.production.lease_seconds
+        forget_silent_daemons(self.store, silent_seconds=silent, now=self.clock.now())
 
     def heartbeat(self) -> None:
-        """Mark this daemon alive and renew the leases of the messages it holds."""
+        """Mark this daemon alive, renew the leases of the messages it holds, renew its
+        leader and item leases and take those that are free."""
+        self._sync_clock()
         self.store.heartbeat(self.id, now=self.clock.now(),
                              lease_seconds=self.production.lease_seconds)
+        self.leases.renew()
+
+    def _sync_clock(self) -> None:
+        if isinstance(self.clock, DatabaseClock):
+            self.clock.sync()
 
     def check_queue_alerts(self) -> None:
         """``queue_count_alert`` / ``queue_wait_alert``: one Alert per crossing."""
@@ -181,14 +241,16 @@ class Daemon:
         clean = self.scheduler.shutdown(wait=True, timeout=self.production.shutdown_timeout)
         clean = all([runner.join(max(deadline - self.clock.monotonic(), 0.0))
                      for runner in self.runners.values()]) and clean
+        self._stop_listening()
         if self.metrics_server is not None:
             self.metrics_server.stop()
         try:
             if not clean:
                 self.store.release_claims(self.id)
+            self.leases.release_all()  # after the claims: a FIFO head is back in its queue
             self.store.unregister_daemon(self.id)
         except EncoreError as exc:
-            log.error("could not unregister daemon: %s", exc)
+            log.error("could not unregister daemon (its leases will expire): %s", exc)
         log.info("production %s stopped%s", self.production.name,
                  "" if clean else " (attempts cut short count as outcome unknown)")
         return clean
@@ -213,10 +275,18 @@ class Daemon:
                 runner = self.runners.pop(name)
                 runner.request_stop()
                 runner.join(new.shutdown_timeout)
+                if runner.lease is not None:
+                    self.leases.release(item_lease_name(name))
         for name, item in new_items.items():
             if name not in self.runners:
                 self._start_item(item)
         log.info("production reloaded from %s: %d item(s) running", new.path, len(self.runners))
+
+    def _stop_listening(self) -> None:
+        self.store.remove_queue_callback(self._wake)
+        if self.listener is not None:
+            self.listener.stop()
+            self.listener = None
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> None:
@@ -245,13 +315,3 @@ class Daemon:
 
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, request)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

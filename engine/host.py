@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from engine.message import JsonMessage, Message
 from engine.retry import RETRY_SETTINGS
 from engine.settings import Setting
+from engine.window import check_window
 
 if TYPE_CHECKING:  # adapters import the engine; the engine only names their base class
     from adapters.base import OutboundAdapter
@@ -42,6 +43,9 @@ HOST_SETTINGS: tuple[Setting, ...] = (
             help="Alert when this many messages are queued; 0 = never"),
     Setting(name="queue_wait_alert", kind=float, default=0.0, minimum=0,
             help="Alert when the oldest queued message has waited this many seconds; 0 = never"),
+    Setting(name="schedule", kind=dict, default={}, check=check_window,
+            help='cron start and stop times (UTC) of the item\'s working window, e.g. '
+                 '{ start = "0 8 * * 1-5", stop = "0 18 * * 1-5" }; {} = always'),
 )
 
 

@@ -2,7 +2,10 @@
 
 Each item has its own queue, workers and connection pool, so a slow item never delays
 another (seed 004). A worker claims the oldest due message, delivers it, and claims the next;
-when its queue is empty it waits for ``poll_interval`` or until the next parked message is due.
+when its queue is empty it waits for ``poll_interval``, until the next parked message is due,
+or until :attr:`ItemRunner.wakeup` is set (the daemon sets it when work for the item is
+announced). A FIFO item shared by several daemons is given a ``lease`` check: its worker
+claims only while its daemon holds the item's lease, and only the head of the queue.
 A failing dependency (the database, a WSDL that will not load) is logged and retried later;
 it never kills the worker.
 """
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from adapters.base import OutboundAdapter
 from engine.clock import Clock
@@ -18,8 +21,8 @@ from engine.errors import AdapterNotReady, EncoreError
 from engine.host import BusinessOperation, EventSink
 from engine.metrics import Metrics
 from engine.production import ItemConfig
-from engine.retry import ReplyCodeActions, RetryPolicy
 from engine.store.sql import SqlStore
+from engine.window import ScheduleWindow
 from engine.worker import MessageWorker
 
 log = logging.getLogger(__name__)
@@ -28,12 +31,18 @@ STORE_RETRY_DELAY = 1.0  # seconds a worker waits after a database error
 
 
 class ItemRunner:
-    """Runs one business operation item inside a daemon."""
+    """Runs one business operation item inside a daemon.
+
+    ``lease``: None — every daemon works this item at once; a callable — the item is FIFO
+    across daemons: a worker claims only while ``lease()`` is True (this daemon holds the
+    item lease), and then only the head of the queue.
+    """
 
     def __init__(self, item: ItemConfig, *, store: SqlStore, clock: Clock, owner: str,
                  lease_seconds: float, poll_interval: float,
                  env: Mapping[str, str] | None = None, events: EventSink | None = None,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None,
+                 lease: Callable[[], bool] | None = None) -> None:
         self.item = item
         self.store = store
         self.clock = clock
@@ -43,13 +52,16 @@ class ItemRunner:
         self.env = env or {}
         self.events: EventSink = events or store.events
         self.metrics = metrics
+        self.lease = lease
         self.stop_event = threading.Event()
         self.wakeup = threading.Event()
-        self.policy = RetryPolicy.from_settings(item.settings)
-        self.reply_codes = ReplyCodeActions.parse(item.settings["reply_code_actions"])
+        self.retry_interval = float(item.settings["retry_interval"])
+        self.window = ScheduleWindow.from_setting(item.settings["schedule"])
         self.adapter = self._build_adapter()
         self.hosts: list[BusinessOperation] = []
         self.threads: list[threading.Thread] = []
+        self._abandoned: set[int] = set()  # messages a failed delivery left claimed
+        self._abandoned_lock = threading.Lock()
         self._ready = False
         self._ready_lock = threading.Lock()
         self._next_start_try = 0.0
@@ -99,13 +111,9 @@ class ItemRunner:
 
     # -- the worker loop -----------------------------------------------------------------
     def _work(self, host: BusinessOperation) -> None:
-        worker = MessageWorker(host, store=self.store, clock=self.clock, policy=self.policy,
-                               reply_codes=self.reply_codes, stop=self.stop_event,
-                               requeue=self.item.settings["retry_mode"] == "requeue",
-                               trace=bool(self.item.settings["trace"]),
-                               alert_on_error=bool(self.item.settings["alert_on_error"]),
-                               alert_grace=float(self.item.settings["alert_retry_grace_period"]),
-                               metrics=self.metrics)
+        worker = MessageWorker.from_settings(host, self.item.settings, store=self.store,
+                                             clock=self.clock, stop=self.stop_event,
+                                             metrics=self.metrics)
         while not self.stop_event.is_set():
             try:
                 self._work_once(worker)
@@ -118,15 +126,35 @@ class ItemRunner:
                 self.stop_event.wait(STORE_RETRY_DELAY)
 
     def _work_once(self, worker: MessageWorker) -> None:
-        if not self._try_start_adapter() or not self._enabled():
+        self._release_abandoned()
+        if not self._try_start_adapter() or not self._enabled() or not self._leased():
             self._idle(self.poll_interval)
             return
         row = self.store.claim_next(self.item.name, owner=self.owner, now=self.clock.now(),
-                                    lease_seconds=self.lease_seconds)
+                                    lease_seconds=self.lease_seconds,
+                                    fifo=self.lease is not None)
         if row is None:
             self._idle(self._idle_time())
             return
-        worker.deliver(row)
+        try:
+            worker.deliver(row)
+        except BaseException:
+            with self._abandoned_lock:
+                self._abandoned.add(row.id)
+            raise
+
+    def _release_abandoned(self) -> None:
+        """A delivery cut short by a database error leaves its message claimed by this
+        daemon, and the heartbeat would keep it so (a FIFO item would wait behind it for
+        ever): put it back in the queue; its open attempt counts as outcome unknown."""
+        with self._abandoned_lock:
+            abandoned = sorted(self._abandoned)
+        for message_id in abandoned:
+            if self.store.release_claim(message_id, self.owner):
+                log.warning("item %s: message %d is back in its queue after a failed delivery",
+                            self.item.name, message_id)
+            with self._abandoned_lock:
+                self._abandoned.discard(message_id)
 
     def _idle(self, seconds: float) -> None:
         self.wakeup.wait(seconds)
@@ -138,7 +166,13 @@ class ItemRunner:
             return self.poll_interval
         return min(max((due - self.clock.now()).total_seconds(), 0.0), self.poll_interval)
 
+    def _leased(self) -> bool:
+        return self.lease is None or self.lease()
+
     def _enabled(self) -> bool:
+        """Enabled (by the file or an operator) and inside its schedule window, if any."""
+        if self.window is not None and not self.window.is_open(self.clock.now()):
+            return False
         return self.store.item_overrides().get(self.item.name, self.item.enabled)
 
     def _try_start_adapter(self) -> bool:
@@ -151,9 +185,9 @@ class ItemRunner:
             try:
                 warnings = self.adapter.start()
             except AdapterNotReady as exc:
-                self._next_start_try = self.clock.monotonic() + self.policy.retry_interval
+                self._next_start_try = self.clock.monotonic() + self.retry_interval
                 self.events.write("Error", f"adapter not ready, messages stay queued; "
-                                        f"trying again in {self.policy.retry_interval:g} s: {exc}",
+                                        f"trying again in {self.retry_interval:g} s: {exc}",
                                         config_name=self.item.name, source_class="ItemRunner",
                                         source_method="start")
                 return False

@@ -1,4 +1,11 @@
-"""Alembic, driven from code: the migrations ship inside the installed distribution."""
+"""Alembic, driven from code: the migrations ship inside the installed distribution.
+
+Several daemons (or ``encore db upgrade`` on several hosts) may upgrade one database at once:
+on PostgreSQL the upgrade runs under a session advisory lock, so the others wait and then
+find the schema at head; on SQLite the migration's ``BEGIN IMMEDIATE`` transaction already
+serialises them. A database migrated by a newer Encore (a revision this code does not have)
+is refused, never downgraded or half-upgraded.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,9 +14,13 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import SQLAlchemyError
 
 import migrations
+from engine.errors import StoreError
+
+MIGRATION_LOCK_KEY = 0x456E636F7265  # pg_advisory_lock key held during an upgrade ("Encore")
 
 
 def alembic_config(engine: Engine) -> Config:
@@ -20,14 +31,62 @@ def alembic_config(engine: Engine) -> Config:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Apply every revision up to ``revision``."""
-    command.upgrade(alembic_config(engine), revision)
+    """Apply every revision up to ``revision``, one process at a time (see module doc).
+    Raises StoreError for a schema newer than this code."""
+    try:
+        if engine.dialect.name != "postgresql":
+            _check_known(engine)
+            command.upgrade(alembic_config(engine), revision)
+            return
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as lock:
+            lock.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+            try:
+                _check_known(engine)
+                command.upgrade(alembic_config(engine), revision)
+            finally:
+                lock.execute(text("SELECT pg_advisory_unlock(:key)"),
+                             {"key": MIGRATION_LOCK_KEY})
+    except SQLAlchemyError as exc:
+        raise StoreError(f"database upgrade failed: {exc}") from exc
+
+
+def check(engine: Engine) -> None:
+    """Raise StoreError unless the database is at this code's head revision, saying what to
+    do: ``encore db upgrade`` for an older schema, a newer Encore for a newer one."""
+    try:
+        current = current_revision(engine)
+    except SQLAlchemyError as exc:
+        raise StoreError(f"database unavailable: {exc}") from exc
+    head = head_revision(engine)
+    if current == head:
+        return
+    _check_known(engine, current)
+    raise StoreError(f"database schema is at revision {current or 'nothing (no tables)'}, "
+                     f"older than this Encore needs ({head}): run `encore db upgrade`")
 
 
 def head_revision(engine: Engine) -> str | None:
-    return ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
+    return _script(engine).get_current_head()
+
+
+def known_revisions(engine: Engine) -> set[str]:
+    """Every revision this code ships."""
+    return {rev.revision for rev in _script(engine).walk_revisions()}
 
 
 def current_revision(engine: Engine) -> str | None:
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
+
+
+def _check_known(engine: Engine, current: str | None = None) -> None:
+    current = current_revision(engine) if current is None else current
+    if current is not None and current not in known_revisions(engine):
+        raise StoreError(
+            f"database schema is at revision {current}, newer than this Encore knows (its "
+            f"latest is {head_revision(engine)}): the database was upgraded by a newer "
+            "Encore; run that version here too (do not run `encore db upgrade` with this one)")
+
+
+def _script(engine: Engine) -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config(engine))

@@ -97,3 +97,16 @@ daemon = Table(
     Column("heartbeat_at", _Time, nullable=False),
     Column("items", Text),
 )
+
+# Leases daemons sharing one database hold on work only one of them may do at a time:
+# "leader" (scheduled jobs) and "item:<config_name>" (a FIFO item, pool_size 1 with blocking
+# retries). A lease is free once `expires_at` has passed; its owner renews it on every
+# heartbeat and deletes it when it stops (DESIGN.md §5).
+lease = Table(
+    "lease", metadata,
+    Column("name", String(200), primary_key=True),
+    Column("owner", String(100), nullable=False),  # daemon.id
+    Column("acquired_at", _Time, nullable=False),
+    Column("expires_at", _Time, nullable=False),
+    Index("ix_lease_owner", "owner"),
+)

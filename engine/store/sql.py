@@ -3,10 +3,15 @@
 Every method is one short transaction named after what it does. Claims are single
 ``UPDATE … WHERE id = (SELECT … LIMIT 1 [FOR UPDATE SKIP LOCKED]) RETURNING`` statements, so
 several workers and several daemons can share a queue without taking a message twice.
+
+A transaction that puts work in a queue (a new message, one released or parked) *announces*
+its target: callbacks registered in this process run after the commit, and on PostgreSQL a
+``NOTIFY encore_queue, '<target>'`` in the same transaction reaches every daemon that listens
+(:mod:`engine.store.notify`), so idle workers wake at once instead of at their next poll.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,65 +23,12 @@ from engine.errors import StoreError
 from engine.store import migrate
 from engine.store.database import create_db_engine
 from engine.store.eventlog import SqlEventLog
+from engine.store.leases import SqlLeases
 from engine.store.models import daemon, item_state, message_attempt, message_header
+from engine.store.notify import QueueAnnouncer, QueueCallback
+from engine.store.rows import AttemptRow, MessageRow
 
-_TIME_COLUMNS = ("time_created", "time_processed", "time_completed", "first_attempt_at",
-                 "next_attempt_at", "lease_expires_at")
-
-
-@dataclass(frozen=True)
-class MessageRow:
-    """A ``message_header`` row as read from the store (timestamps aware UTC)."""
-
-    id: int
-    session_id: int | None
-    source: str | None
-    target: str
-    kind: str
-    body_class: str | None
-    body: str | None
-    status: str
-    is_error: bool
-    error_text: str | None
-    time_created: datetime
-    time_processed: datetime | None
-    time_completed: datetime | None
-    corresponding_id: int | None
-    retry_needed: bool
-    attempts: int
-    first_attempt_at: datetime | None
-    next_attempt_at: datetime | None
-    claimed_by: str | None
-    lease_expires_at: datetime | None
-
-    @classmethod
-    def from_mapping(cls, row: Any) -> MessageRow:
-        data = {f.name: row[f.name] for f in fields(cls)}
-        for name in _TIME_COLUMNS:
-            data[name] = as_utc(data[name])
-        return cls(**data)
-
-
-@dataclass(frozen=True)
-class AttemptRow:
-    """A ``message_attempt`` row."""
-
-    id: int
-    message_id: int
-    attempt: int
-    server: str | None
-    started_at: datetime
-    ended_at: datetime | None
-    outcome: str | None
-    status_code: int | None
-    error_text: str | None
-
-    @classmethod
-    def from_mapping(cls, row: Any) -> AttemptRow:
-        data = {f.name: row[f.name] for f in fields(cls)}
-        data["started_at"] = as_utc(data["started_at"])
-        data["ended_at"] = as_utc(data["ended_at"])
-        return cls(**data)
+__all__ = ["AttemptRow", "MessageRow", "SqlStore"]
 
 
 class SqlStore:
@@ -86,19 +38,30 @@ class SqlStore:
         self.url = url
         self.engine = engine or create_db_engine(url)
         self.events = SqlEventLog(self.engine)
-        self._skip_locked = self.engine.dialect.name == "postgresql"
+        self.leases = SqlLeases(self)
+        self.is_postgres = self.engine.dialect.name == "postgresql"
+        self._announcer = QueueAnnouncer(postgres=self.is_postgres)
 
     # -- schema --------------------------------------------------------------------------
     def upgrade(self) -> None:
-        """Create or upgrade every table (Alembic, to head)."""
+        """Create or upgrade every table (Alembic, to head). Safe when several processes run
+        it at once; refuses a database migrated by a newer Encore."""
         migrate.upgrade(self.engine)
 
     def check_schema(self) -> None:
-        """Raise StoreError unless the database is at the revision this code knows."""
-        current, head = migrate.current_revision(self.engine), migrate.head_revision(self.engine)
-        if current != head:
-            raise StoreError(f"database schema is at {current or 'nothing'}, this Encore needs "
-                             f"{head}: run `encore db upgrade`")
+        """Raise StoreError unless the database is at the revision this code knows: an older
+        schema asks for ``encore db upgrade``, a newer one for a newer Encore."""
+        migrate.check(self.engine)
+
+    def db_now(self) -> datetime:
+        """The database server's current time (aware UTC). SQLite has no server: its clock
+        is this host's."""
+        if not self.is_postgres:
+            return utcnow()
+        with self.engine.connect() as conn:
+            value = as_utc(conn.execute(select(func.clock_timestamp())).scalar_one())
+        assert value is not None
+        return value
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -118,23 +81,35 @@ class SqlStore:
             if session_id is None:
                 conn.execute(update(message_header).where(message_header.c.id == new_id)
                              .values(session_id=new_id))
+            self._announcer.notify(conn, [target])
+        self._announcer.call_back([target])
         return int(new_id)
 
     # -- claims --------------------------------------------------------------------------
-    def claim_next(self, target: str, *, owner: str, now: datetime,
-                   lease_seconds: float) -> MessageRow | None:
+    def claim_next(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
+                   fifo: bool = False) -> MessageRow | None:
         """Take the oldest due message of ``target``: queued and due, or abandoned by a
-        daemon whose lease expired. Marks it ``Delivered`` and leases it to ``owner``."""
+        daemon whose lease expired. Marks it ``Delivered`` and leases it to ``owner``.
+
+        ``fifo``: take only the head of the queue — the oldest message that is queued or
+        delivered — and only when it is due; None while it waits for its next attempt or is
+        held by another claim, so that nothing overtakes it (a FIFO item; its item lease makes
+        the caller the only daemon that claims it).
+        """
         h = message_header.c
         due = or_(
             and_(h.status == "Queued", or_(h.next_attempt_at.is_(None), h.next_attempt_at <= now)),
             and_(h.status == "Delivered", h.lease_expires_at < now),
         )
-        pick = select(h.id).where(h.target == target, h.kind == "request", due) \
-            .order_by(h.id).limit(1)
-        if self._skip_locked:
-            pick = pick.with_for_update(skip_locked=True)
-        stmt = (update(message_header).where(h.id == pick.scalar_subquery())
+        mine = and_(h.target == target, h.kind == "request")
+        if fifo:  # no SKIP LOCKED: a head locked for a moment must not be skipped
+            pick = select(h.id).where(mine, h.status.in_(("Queued", "Delivered"))) \
+                .order_by(h.id).limit(1)
+        else:
+            pick = select(h.id).where(mine, due).order_by(h.id).limit(1)
+            if self.is_postgres:
+                pick = pick.with_for_update(skip_locked=True)
+        stmt = (update(message_header).where(h.id == pick.scalar_subquery(), due)
                 .values(status="Delivered", claimed_by=owner,
                         lease_expires_at=now + timedelta(seconds=lease_seconds),
                         time_processed=func.coalesce(h.time_processed, now))
@@ -204,11 +179,28 @@ class SqlStore:
         values: dict[str, Any] = {"retry_needed": True, "next_attempt_at": next_attempt_at}
         if release:
             values.update(status="Queued", claimed_by=None, lease_expires_at=None)
-        self._update(message_id, **values)
+        self._update(message_id, announce=release, **values)
 
     def release(self, message_id: int) -> None:
         """Put a claimed message back in its queue as it is (graceful stop)."""
-        self._update(message_id, status="Queued", claimed_by=None, lease_expires_at=None)
+        self._update(message_id, announce=True, status="Queued", claimed_by=None,
+                     lease_expires_at=None)
+
+    def release_claim(self, message_id: int, owner: str) -> bool:
+        """Put ``message_id`` back in its queue if ``owner`` still holds its claim (a worker
+        lost track of it through a database error); True if it did."""
+        h = message_header.c
+        with self._tx() as conn:
+            target = conn.execute(update(message_header)
+                                  .where(h.id == message_id, h.status == "Delivered",
+                                         h.claimed_by == owner)
+                                  .values(status="Queued", claimed_by=None, lease_expires_at=None)
+                                  .returning(h.target)).scalar()
+            if target is not None:
+                self._announcer.notify(conn, [target])
+        if target is not None:
+            self._announcer.call_back([target])
+        return target is not None
 
     def complete(self, message_id: int, *, response_class: str | None, response_body: str | None,
                  now: datetime) -> int | None:
@@ -265,6 +257,12 @@ class SqlStore:
                                                 production=production, started_at=now,
                                                 heartbeat_at=now, items=items))
 
+    def stale_daemons(self, before: datetime) -> list[str]:
+        """Ids of the daemons whose last heartbeat is older than ``before``."""
+        with self.engine.connect() as conn:
+            return list(conn.execute(select(daemon.c.id).where(daemon.c.heartbeat_at < before))
+                        .scalars())
+
     def heartbeat(self, daemon_id: str, *, now: datetime, lease_seconds: float) -> None:
         """Mark ``daemon_id`` alive and extend the leases on the messages it holds."""
         with self._tx() as conn:
@@ -277,10 +275,14 @@ class SqlStore:
         Attempts left open stay open: the next delivery treats them as outcome unknown."""
         h = message_header.c
         with self._tx() as conn:
-            return conn.execute(update(message_header)
-                                .where(h.claimed_by == owner, h.status == "Delivered")
-                                .values(status="Queued", claimed_by=None, lease_expires_at=None)
-                                ).rowcount
+            targets = list(conn.execute(update(message_header)
+                                        .where(h.claimed_by == owner, h.status == "Delivered")
+                                        .values(status="Queued", claimed_by=None,
+                                                lease_expires_at=None)
+                                        .returning(h.target)).scalars())
+            self._announcer.notify(conn, targets)
+        self._announcer.call_back(targets)
+        return len(targets)
 
     def local_daemons(self, host: str) -> list[tuple[str, int]]:
         """(id, pid) of the daemons registered from ``host``."""
@@ -292,11 +294,33 @@ class SqlStore:
         with self._tx() as conn:
             conn.execute(daemon.delete().where(daemon.c.id == daemon_id))
 
+    # -- announcing work ------------------------------------------------------------------
+    def add_queue_callback(self, callback: QueueCallback) -> None:
+        """Call ``callback(target)`` after this process commits work for ``target``."""
+        self._announcer.add_callback(callback)
+
+    def remove_queue_callback(self, callback: QueueCallback) -> None:
+        self._announcer.remove_callback(callback)
+
+    def announce(self, targets: Iterable[str]) -> None:
+        """Tell idle workers — of this process, and on PostgreSQL of every daemon — that
+        ``targets`` may have work (e.g. a FIFO item whose lease was just given up)."""
+        names = sorted(set(targets))
+        if names and self.is_postgres:
+            with self._tx() as conn:
+                self._announcer.notify(conn, names)
+        self._announcer.call_back(names)
+
     # -- helpers -------------------------------------------------------------------------
-    def _update(self, message_id: int, **values: Any) -> None:
+    def _update(self, message_id: int, *, announce: bool = False, **values: Any) -> None:
+        h = message_header.c
         with self._tx() as conn:
-            conn.execute(update(message_header).where(message_header.c.id == message_id)
-                         .values(**values))
+            target = conn.execute(update(message_header).where(h.id == message_id)
+                                  .values(**values).returning(h.target)).scalar()
+            if announce and target is not None:
+                self._announcer.notify(conn, [target])
+        if announce and target is not None:
+            self._announcer.call_back([target])
 
     def _tx(self) -> Any:
         return _Transaction(self.engine)

@@ -1,0 +1,221 @@
+"""Several daemons on one database: who leads, who runs a FIFO item, and whose clock counts
+(DESIGN.md §5).
+
+- :class:`LeaseKeeper` holds one daemon's leases (``engine.store.leases``): ``leader`` — the
+  daemon whose scheduler runs business services and leader-only housekeeping — and
+  ``item:<name>`` for every FIFO item (``pool_size = 1`` with blocking retries), which only
+  its holder works. The heartbeat renews them; a daemon that dies loses them when they expire,
+  one that stops gives them up at once.
+- :class:`DatabaseClock` is the system clock shifted to agree with the database server, so
+  lease expiry (of messages and of these leases) compares times from one clock, whatever the
+  skew between hosts.
+
+A lease counts as held locally until ``lease_seconds`` after the start of its last successful
+renewal, minus a safety margin: a daemon that cannot reach the database stops using a lease
+before anyone else may take it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from datetime import datetime, timedelta
+
+from engine.clock import Clock, SystemClock
+from engine.errors import StoreError
+from engine.production import ItemConfig
+from engine.store.sql import SqlStore
+
+__all__ = ["LEADER", "DatabaseClock", "LeaseKeeper", "forget_silent_daemons", "is_fifo",
+           "item_lease_name", "reap_dead_local_daemons"]
+
+log = logging.getLogger(__name__)
+
+LEADER = "leader"  # name of the scheduler's lease
+LEASE_MARGIN = 0.1  # fraction of lease_seconds a lease is given up early, locally
+CLOCK_TOLERANCE = 0.005  # seconds of measured offset change ignored as jitter
+
+
+def item_lease_name(item: str) -> str:
+    """The lease that makes one daemon at a time work FIFO item ``item``."""
+    return f"item:{item}"
+
+
+def is_fifo(item: ItemConfig) -> bool:
+    """True for an item whose messages must be delivered one at a time, in order, across
+    every daemon: ``pool_size = 1`` with ``retry_mode = "blocking"``."""
+    return item.pool_size == 1 and item.settings.get("retry_mode", "blocking") == "blocking"
+
+
+class DatabaseClock:
+    """``base`` (the system clock) shifted by the measured offset to the database server's
+    clock. :meth:`sync` measures it (the daemon calls it at start and on every heartbeat);
+    on SQLite the server is this host, so the offset stays 0. Monotonic time and sleeps are
+    ``base``'s."""
+
+    def __init__(self, store: SqlStore, base: Clock | None = None) -> None:
+        self.store = store
+        self.base: Clock = base or SystemClock()
+        self.offset = 0.0  # seconds to add to the system clock
+
+    def sync(self) -> float:
+        """Measure the offset (half the round trip is credited to each way); return it.
+        Raises StoreError when the database does not answer."""
+        if not self.store.is_postgres:
+            return self.offset
+        before, started = self.base.now(), self.base.monotonic()
+        server = self.store.db_now()
+        half_trip = (self.base.monotonic() - started) / 2
+        offset = (server - (before + timedelta(seconds=half_trip))).total_seconds()
+        if abs(offset - self.offset) > CLOCK_TOLERANCE:
+            if abs(offset - self.offset) > 1.0:
+                log.info("this host's clock is %+.3f s off the database server's; "
+                         "using the server's", -offset)
+            self.offset = offset
+        return self.offset
+
+    def monotonic(self) -> float:
+        return self.base.monotonic()
+
+    def now(self) -> datetime:
+        return self.base.now() + timedelta(seconds=self.offset)
+
+    def sleep(self, seconds: float, stop: threading.Event | None = None) -> bool:
+        return self.base.sleep(seconds, stop)
+
+
+class LeaseKeeper:
+    """The leases one daemon (``owner``) wants, and which of them it holds.
+
+    :meth:`want` a lease, then :meth:`renew` (every heartbeat) takes it when it is free and
+    keeps it while held; :meth:`hold` also tries to take it, at most every ``retry_seconds``
+    (a FIFO worker asks before each claim). :meth:`holds` answers from memory.
+    """
+
+    def __init__(self, store: SqlStore, owner: str, *, clock: Clock, lease_seconds: float,
+                 retry_seconds: float) -> None:
+        self.store = store
+        self.owner = owner
+        self.clock = clock
+        self.lease_seconds = lease_seconds
+        self.retry_seconds = retry_seconds
+        self._wanted: set[str] = set()
+        self._valid_until: dict[str, float] = {}  # monotonic seconds
+        self._next_try: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def want(self, name: str) -> None:
+        """Take lease ``name`` whenever it is free, from the next :meth:`renew` or
+        :meth:`hold` on."""
+        with self._lock:
+            self._wanted.add(name)
+
+    def holds(self, name: str) -> bool:
+        """True while this daemon holds ``name`` (no database round trip)."""
+        with self._lock:
+            return self.clock.monotonic() < self._valid_until.get(name, float("-inf"))
+
+    def held(self) -> list[str]:
+        """Names of the leases held now."""
+        with self._lock:
+            names = list(self._valid_until)
+        return sorted(n for n in names if self.holds(n))
+
+    def hold(self, name: str) -> bool:
+        """True if ``name`` is held; if not, try to take it (at most every
+        ``retry_seconds``)."""
+        if self.holds(name):
+            return True
+        with self._lock:
+            if self.clock.monotonic() < self._next_try.get(name, float("-inf")):
+                return False
+            self._next_try[name] = self.clock.monotonic() + self.retry_seconds
+        return self._acquire(name)
+
+    def renew(self) -> list[str]:
+        """Renew every lease held and try to take every one wanted; return those held."""
+        with self._lock:
+            names = sorted(self._wanted)
+        for name in names:
+            self._acquire(name)
+        return self.held()
+
+    def release(self, name: str) -> None:
+        """Stop wanting ``name`` and give it up if held."""
+        with self._lock:
+            self._wanted.discard(name)
+            self._valid_until.pop(name, None)
+        try:
+            self.store.leases.release(name, self.owner)
+        except StoreError as exc:
+            log.warning("could not give up lease %s (it will expire): %s", name, exc)
+
+    def release_all(self) -> list[str]:
+        """Give up every lease (the daemon stops); return the names it held."""
+        with self._lock:
+            self._wanted.clear()
+            self._valid_until.clear()
+        return self.store.leases.release_all(self.owner)
+
+    def _acquire(self, name: str) -> bool:
+        started = self.clock.monotonic()
+        try:
+            ok = self.store.leases.acquire(name, self.owner, now=self.clock.now(),
+                                           lease_seconds=self.lease_seconds)
+        except StoreError as exc:
+            log.warning("could not renew lease %s: %s", name, exc)
+            return self.holds(name)
+        with self._lock:
+            dropped = ok and name not in self._wanted  # released meanwhile
+            ok = ok and not dropped
+            had = self.clock.monotonic() < self._valid_until.get(name, float("-inf"))
+            if ok:
+                margin = self.lease_seconds * LEASE_MARGIN
+                self._valid_until[name] = started + self.lease_seconds - margin
+            else:
+                self._valid_until.pop(name, None)
+        if dropped:
+            self.store.leases.release(name, self.owner)
+        if ok and not had:
+            log.info("daemon %s took lease %s", self.owner, name)
+        elif had and not ok:
+            log.warning("daemon %s lost lease %s to another daemon", self.owner, name)
+        return ok
+
+
+# -- daemons that are gone ----------------------------------------------------------------
+def reap_dead_local_daemons(store: SqlStore, host: str) -> None:
+    """Forget every daemon registered from ``host`` whose process is gone (kill -9): its
+    messages go back to their queues and its leases are free at once, not at expiry."""
+    for daemon_id, pid in store.local_daemons(host):
+        if not process_alive(pid):
+            forget_daemon(store, daemon_id, f"died (pid {pid})")
+
+
+def forget_silent_daemons(store: SqlStore, *, silent_seconds: float, now: datetime) -> None:
+    """Forget the daemons whose last heartbeat is more than ``silent_seconds`` before
+    ``now``: on another host, nobody can tell a dead daemon from a cut-off one sooner."""
+    for daemon_id in store.stale_daemons(now - timedelta(seconds=silent_seconds)):
+        forget_daemon(store, daemon_id, f"silent for over {silent_seconds:g} s")
+
+
+def forget_daemon(store: SqlStore, daemon_id: str, why: str) -> None:
+    """Release the claims and leases of ``daemon_id`` and take it off the ``daemon`` table.
+    Attempts it left open stay open: the next delivery treats them as outcome unknown."""
+    released = store.release_claims(daemon_id)
+    leases = store.leases.release_all(daemon_id)
+    store.unregister_daemon(daemon_id)
+    log.warning("daemon %s %s; %d message(s) it held are back in their queues%s",
+                daemon_id, why, released,
+                f", its leases released: {', '.join(leases)}" if leases else "")
+
+
+def process_alive(pid: int) -> bool:
+    """True if a process ``pid`` exists on this host (one we may not signal counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

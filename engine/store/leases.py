@@ -1,0 +1,93 @@
+"""Named leases in the ``lease`` table: how daemons sharing one database agree on who does
+what only one of them may do (DESIGN.md §5).
+
+A lease is a row ``(name, owner, acquired_at, expires_at)``. :meth:`SqlLeases.acquire` is one
+``INSERT … ON CONFLICT DO UPDATE … WHERE owner = me OR expires_at < now`` statement on both
+SQLite and PostgreSQL, so taking a free lease, renewing one's own and stealing an expired one
+are the same atomic step, and two daemons can never both succeed. Time comes from the caller
+(the daemon's clock, which follows the database server's clock).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import case, delete, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from engine.clock import as_utc
+from engine.store.models import lease
+
+if TYPE_CHECKING:
+    from engine.store.sql import SqlStore
+
+
+@dataclass(frozen=True)
+class LeaseRow:
+    """A ``lease`` row (timestamps aware UTC)."""
+
+    name: str
+    owner: str
+    acquired_at: datetime
+    expires_at: datetime
+
+
+class SqlLeases:
+    """The ``lease`` table of one store (``store.leases``)."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self._store = store
+        dialect = store.engine.dialect.name
+        self._insert: Any = postgresql.insert if dialect == "postgresql" else sqlite.insert
+
+    def acquire(self, name: str, owner: str, *, now: datetime, lease_seconds: float) -> bool:
+        """Take lease ``name`` for ``owner`` until ``now + lease_seconds``, or renew it.
+
+        True when ``owner`` holds it afterwards: it was free, had expired (``expires_at`` before
+        ``now``), or was ``owner``'s already. False when another owner holds it unexpired.
+        """
+        until = now + timedelta(seconds=lease_seconds)
+        ins = self._insert(lease).values(name=name, owner=owner, acquired_at=now,
+                                         expires_at=until)
+        c = lease.c
+        stmt = ins.on_conflict_do_update(
+            index_elements=[c.name],
+            set_={"owner": ins.excluded.owner, "expires_at": ins.excluded.expires_at,
+                  "acquired_at": case((c.owner == ins.excluded.owner, c.acquired_at),
+                                      else_=ins.excluded.acquired_at)},
+            where=or_(c.owner == owner, c.expires_at < now),
+        ).returning(c.owner)
+        with self._store._tx() as conn:
+            return conn.execute(stmt).first() is not None
+
+    def release(self, name: str, owner: str) -> bool:
+        """Give up lease ``name`` if ``owner`` holds it; True if it did."""
+        with self._store._tx() as conn:
+            return bool(conn.execute(delete(lease).where(lease.c.name == name,
+                                                         lease.c.owner == owner)).rowcount)
+
+    def release_all(self, owner: str) -> list[str]:
+        """Give up every lease of ``owner`` (its daemon stopped or died); their names."""
+        with self._store._tx() as conn:
+            return sorted(conn.execute(delete(lease).where(lease.c.owner == owner)
+                                       .returning(lease.c.name)).scalars())
+
+    def get(self, name: str) -> LeaseRow | None:
+        """Lease ``name`` as stored (it may have expired), or None."""
+        with self._store._tx() as conn:
+            row = conn.execute(select(lease).where(lease.c.name == name)).mappings().first()
+        return _row(row) if row else None
+
+    def all(self) -> list[LeaseRow]:
+        """Every stored lease, expired ones included, by name."""
+        with self._store._tx() as conn:
+            rows = conn.execute(select(lease).order_by(lease.c.name)).mappings().all()
+        return [_row(r) for r in rows]
+
+
+def _row(row: Any) -> LeaseRow:
+    acquired, expires = as_utc(row["acquired_at"]), as_utc(row["expires_at"])
+    assert acquired is not None and expires is not None
+    return LeaseRow(name=row["name"], owner=row["owner"], acquired_at=acquired,
+                    expires_at=expires)

@@ -1,0 +1,256 @@
+"""Leases, FIFO claims, work announcements and the database clock, on SQLite and PostgreSQL
+(DESIGN.md §5: several daemons on one database)."""
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from engine.clock import SystemClock, VirtualClock, utcnow
+from engine.cluster import LEADER, DatabaseClock, LeaseKeeper, item_lease_name
+from engine.errors import StoreError
+from engine.item import ItemRunner
+from engine.production import parse_production
+from engine.store.notify import QueueListener
+from engine.store.sql import SqlStore
+from tests.acceptance.daemon import wait_until
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+LEASE = 10.0  # seconds
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+# -- the lease table ---------------------------------------------------------------------
+def test_a_free_lease_is_taken_and_then_refused_to_others(store: SqlStore) -> None:
+    assert store.leases.acquire("leader", "a", now=at(0), lease_seconds=LEASE)
+    assert not store.leases.acquire("leader", "b", now=at(5), lease_seconds=LEASE)
+    row = store.leases.get("leader")
+    assert row is not None and (row.owner, row.expires_at) == ("a", at(10))
+
+
+def test_the_holder_renews_its_lease_and_keeps_its_acquired_time(store: SqlStore) -> None:
+    assert store.leases.acquire("leader", "a", now=at(0), lease_seconds=LEASE)
+    assert store.leases.acquire("leader", "a", now=at(8), lease_seconds=LEASE)
+    assert not store.leases.acquire("leader", "b", now=at(12), lease_seconds=LEASE)
+    row = store.leases.get("leader")
+    assert row is not None and (row.acquired_at, row.expires_at) == (at(0), at(18))
+
+
+def test_an_expired_lease_is_stolen(store: SqlStore) -> None:
+    assert store.leases.acquire("item:Fifo", "dead", now=at(0), lease_seconds=LEASE)
+    assert not store.leases.acquire("item:Fifo", "b", now=at(10), lease_seconds=LEASE)
+    assert store.leases.acquire("item:Fifo", "b", now=at(10.5), lease_seconds=LEASE)
+    row = store.leases.get("item:Fifo")
+    assert row is not None and (row.owner, row.acquired_at) == ("b", at(10.5))
+    assert not store.leases.acquire("item:Fifo", "dead", now=at(11), lease_seconds=LEASE)
+
+
+def test_only_the_holder_releases_a_lease_and_then_anyone_may_take_it(store: SqlStore) -> None:
+    store.leases.acquire("leader", "a", now=at(0), lease_seconds=LEASE)
+    store.leases.acquire("item:X", "a", now=at(0), lease_seconds=LEASE)
+    store.leases.acquire("item:Y", "b", now=at(0), lease_seconds=LEASE)
+    assert not store.leases.release("leader", "b")
+    assert store.leases.release("leader", "a")
+    assert store.leases.acquire("leader", "b", now=at(1), lease_seconds=LEASE)
+    assert store.leases.release_all("a") == ["item:X"]
+    assert [(r.name, r.owner) for r in store.leases.all()] == [("item:Y", "b"), ("leader", "b")]
+
+
+def test_racing_daemons_never_both_take_a_lease(store: SqlStore) -> None:
+    results: dict[str, bool] = {}
+    start = threading.Barrier(8)
+
+    def race(owner: str) -> None:
+        start.wait()
+        results[owner] = store.leases.acquire("leader", owner, now=utcnow(), lease_seconds=30)
+
+    threads = [threading.Thread(target=race, args=(f"d{i}",)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [o for o, won in results.items() if won]
+    assert len(winners) == 1
+    row = store.leases.get("leader")
+    assert row is not None and row.owner == winners[0]
+
+
+# -- LeaseKeeper: one daemon's view ------------------------------------------------------
+def keeper(store: SqlStore, owner: str, clock: VirtualClock) -> LeaseKeeper:
+    return LeaseKeeper(store, owner, clock=clock, lease_seconds=LEASE, retry_seconds=1.0)
+
+
+def test_the_leader_lease_passes_to_another_daemon_when_the_leader_goes_silent(
+        store: SqlStore) -> None:
+    clock = VirtualClock(T0)
+    a, b = keeper(store, "a", clock), keeper(store, "b", clock)
+    for k in (a, b):
+        k.want(LEADER)
+    assert a.renew() == [LEADER] and b.renew() == []
+    clock.advance(5)
+    a.renew()  # renewed until 15
+    clock.advance(8)
+    assert a.holds(LEADER) and b.renew() == []
+    clock.advance(1)  # 14: a missed its heartbeats; it stops counting on the lease early
+    assert not a.holds(LEADER)
+    clock.advance(1.5)  # 15.5: expired in the table
+    assert b.renew() == [LEADER]
+    assert a.renew() == [] and not a.holds(LEADER)
+
+
+def test_a_fifo_worker_takes_a_free_item_lease_at_most_once_per_retry_interval(
+        store: SqlStore) -> None:
+    clock = VirtualClock(T0)
+    a, b = keeper(store, "a", clock), keeper(store, "b", clock)
+    name = item_lease_name("Fifo")
+    for k in (a, b):
+        k.want(name)
+    assert a.hold(name) and not b.hold(name)
+    a.release(name)  # a stops: b may take it, but only at its next try
+    assert not b.hold(name)
+    clock.advance(1.0)
+    assert b.hold(name) and b.held() == [name]
+
+
+def test_stopping_gives_up_every_lease(store: SqlStore) -> None:
+    clock = VirtualClock(T0)
+    a = keeper(store, "a", clock)
+    a.want(LEADER)
+    a.want(item_lease_name("Fifo"))
+    a.renew()
+    assert a.release_all() == ["item:Fifo", "leader"]
+    assert store.leases.all() == [] and a.held() == []
+
+
+# -- FIFO claims -------------------------------------------------------------------------
+def enqueue(store: SqlStore, n: int, target: str = "Fifo") -> list[int]:
+    return [store.enqueue(target=target, body_class=None, body=f'{{"n": {i}}}', now=T0)
+            for i in range(n)]
+
+
+def test_a_fifo_claim_never_overtakes_a_head_held_by_another_daemon(store: SqlStore) -> None:
+    first, second = enqueue(store, 2)
+    assert store.claim_next("Fifo", owner="dead", now=at(0), lease_seconds=LEASE).id == first
+    assert store.claim_next("Fifo", owner="b", now=at(5), lease_seconds=LEASE,
+                            fifo=True) is None
+    row = store.claim_next("Fifo", owner="b", now=at(11), lease_seconds=LEASE, fifo=True)
+    assert row is not None and (row.id, row.claimed_by) == (first, "b")
+    store.complete(first, response_class=None, response_body=None, now=at(12))
+    assert store.claim_next("Fifo", owner="b", now=at(12), lease_seconds=LEASE,
+                            fifo=True).id == second
+
+
+def test_a_fifo_claim_waits_for_a_parked_head(store: SqlStore) -> None:
+    first, _ = enqueue(store, 2)
+    store.claim_next("Fifo", owner="a", now=at(0), lease_seconds=LEASE)
+    store.schedule_retry(first, next_attempt_at=at(30), release=True)  # a stopped mid-wait
+    assert store.claim_next("Fifo", owner="b", now=at(1), lease_seconds=LEASE,
+                            fifo=True) is None
+    assert store.claim_next("Fifo", owner="b", now=at(30), lease_seconds=LEASE,
+                            fifo=True).id == first
+
+
+def test_a_lost_claim_is_released_only_while_its_owner_still_holds_it(store: SqlStore) -> None:
+    (mid,) = enqueue(store, 1)
+    store.claim_next("Fifo", owner="d", now=at(0), lease_seconds=LEASE)
+    assert not store.release_claim(mid, "other")
+    assert store.release_claim(mid, "d") and store.get_message(mid).status == "Queued"
+    store.claim_next("Fifo", owner="d", now=at(0), lease_seconds=LEASE)
+    store.complete(mid, response_class=None, response_body=None, now=at(1))
+    assert not store.release_claim(mid, "d") and store.get_message(mid).status == "Completed"
+
+
+class CompleteFailsOnce(SqlStore):
+    """A store whose first ``complete`` fails, as when the database blips."""
+
+    failed = False
+
+    def complete(self, message_id: int, **kwargs: object) -> int | None:
+        if not self.failed:
+            self.failed = True
+            raise StoreError("database unavailable: connection reset")
+        return super().complete(message_id, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_fifo_item_is_not_stuck_behind_a_delivery_cut_short_by_the_database(
+        database_url: str) -> None:
+    store = CompleteFailsOnce(database_url)
+    store.upgrade()
+    production = parse_production(
+        '[[items]]\nname = "Fifo"\nclass = "tests.unit.sample_ops:EchoOperation"\n'
+        '[items.settings]\nretry_interval = 0.1\n', env={})
+    runner = ItemRunner(production.item("Fifo"), store=store, clock=SystemClock(), owner="d",
+                        lease_seconds=LEASE, poll_interval=0.05, lease=lambda: True)
+    ids = [store.enqueue(target="Fifo", body_class="tests.unit.sample_ops:Ping",
+                         body=f'{{"text": "m{i}"}}') for i in range(2)]
+    runner.start()
+    try:
+        wait_until(lambda: all(store.get_message(i).status == "Completed" for i in ids), 15,
+                   "both messages to complete")
+        assert store.failed
+        assert [a.outcome for a in store.attempts(ids[0])] == ["ok", "ok"]  # sent again
+    finally:
+        runner.request_stop()
+        runner.join(5)
+        store.dispose()
+
+
+# -- announcements -----------------------------------------------------------------------
+def test_work_is_announced_in_process_after_each_commit(store: SqlStore) -> None:
+    heard: list[str] = []
+    store.add_queue_callback(heard.append)
+    (mid,) = enqueue(store, 1, target="A")
+    store.claim_next("A", owner="d", now=at(0), lease_seconds=LEASE)
+    store.release(mid)
+    store.claim_next("A", owner="d", now=at(0), lease_seconds=LEASE)
+    assert store.release_claims("d") == 1
+    store.announce(["B", "B"])
+    store.remove_queue_callback(heard.append)
+    enqueue(store, 1, target="C")
+    assert heard == ["A", "A", "A", "B"]
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_another_process_hears_of_new_work_at_once_through_notify(store: SqlStore) -> None:
+    heard: list[tuple[str, float]] = []
+    listener = QueueListener(store.engine, lambda t: heard.append((t, time.monotonic())))
+    other = SqlStore(store.url)  # another daemon: its own engine and connections
+    listener.start()
+    try:
+        assert listener.connected.wait(5)
+        sent = time.monotonic()
+        other.enqueue(target="Fast", body_class=None, body="{}")
+        deadline = time.monotonic() + 5
+        while not heard and time.monotonic() < deadline:
+            time.sleep(0.005)
+    finally:
+        listener.stop()
+        other.dispose()
+    assert heard and heard[0][0] == "Fast"
+    assert heard[0][1] - sent < 0.5  # milliseconds in practice; generous bound
+
+
+# -- the database clock ------------------------------------------------------------------
+class SkewedClock(VirtualClock):
+    """A host whose wall clock is an hour fast; monotonic time is real."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def now(self) -> datetime:
+        return utcnow() + timedelta(hours=1)
+
+
+def test_a_daemon_clock_follows_the_database_server_on_postgresql(store: SqlStore) -> None:
+    clock = DatabaseClock(store, SkewedClock())
+    offset = clock.sync()
+    if store.is_postgres:
+        assert abs(offset + 3600) < 1
+        assert abs((clock.now() - store.db_now()).total_seconds()) < 1
+    else:  # SQLite's clock is this host's: nothing to correct
+        assert offset == 0
