@@ -15,7 +15,7 @@ import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from adapters.base import AttemptContext
@@ -26,6 +26,7 @@ from engine.message import decode_message, encode_response
 from engine.metrics import Metrics
 from engine.retry import Action, AttemptState, Decision, ReplyCodeActions, RetryPolicy
 from engine.retry.reply_codes import Actions
+from engine.store.rows import AttemptEnd
 from engine.store.sql import MessageRow, SqlStore
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,10 @@ class Result(str, enum.Enum):
 @dataclass
 class _Attempt:
     number: int
-    started: float
+    started: float  # monotonic seconds
     ended: float
+    attempt_id: int = 0
+    ended_at: datetime | None = None  # stored time of the end
     response: Any = None
     error: BaseException | None = None
     server: str | None = None
@@ -108,7 +111,8 @@ class MessageWorker:
         first_started = self._first_started(row)
         self._first_failure, self._alerted = first_started if row.retry_needed else None, False
         number = row.attempts
-        open_attempt = self.store.open_attempt(row.id)
+        # attempts > 0 only once an attempt row exists: a fresh message needs no look
+        open_attempt = self.store.open_attempt(row.id) if number else None
         if open_attempt is not None:  # in flight when its daemon died: outcome unknown
             result = self._recover_in_flight(row, open_attempt, first_started)
             if isinstance(result, Result):
@@ -135,11 +139,12 @@ class MessageWorker:
         host, adapter = self.host, self.host.adapter
         host.retry, host.suspend_message, host.retry_count = False, False, number
         started = self.clock.monotonic()
-        attempt_id = self.store.begin_attempt(row.id, number, started_at=self.clock.now())
-        attempt = _Attempt(number=number, started=started, ended=started)
+        attempt_id = self.store.begin_attempt(row.id, number, started_at=self.clock.now(),
+                                              durable=not self.policy.idempotent)
+        attempt = _Attempt(number=number, started=started, ended=started, attempt_id=attempt_id)
         if adapter is not None:
-            deadline = self.policy.deadline(first_started=started if first_started is None else first_started,
-                                            started=started,
+            s_1 = started if first_started is None else first_started
+            deadline = self.policy.deadline(first_started=s_1, started=started,
                                             response_timeout=adapter.response_timeout)
             adapter.begin_attempt(AttemptContext(deadline=deadline, message_id=row.id,
                                                  idempotency_key=idempotency_key(row)))
@@ -149,14 +154,14 @@ class MessageWorker:
             attempt.error = exc
         finally:
             attempt.server = adapter.end_attempt() if adapter is not None else None
-        attempt.ended = self.clock.monotonic()
+        attempt.ended, attempt.ended_at = self.clock.monotonic(), self.clock.now()
         failed = attempt.error is not None or host.retry or host.suspend_message
         err = attempt.error
-        self.store.end_attempt(
-            attempt_id, ended_at=self.clock.now(), server=attempt.server,
-            outcome=outcome_of(err) if failed else "ok",
-            status_code=getattr(err, "status_code", None),
-            error_text=error_text(err) if failed else None)
+        if failed:  # a success is recorded with the completion, in one transaction
+            self.store.end_attempt(attempt_id, ended_at=attempt.ended_at, server=attempt.server,
+                                   outcome=outcome_of(err),
+                                   status_code=getattr(err, "status_code", None),
+                                   error_text=error_text(err))
         if self.metrics is not None:
             self.metrics.observe_attempt(host.name, outcome_of(err) if failed else "ok",
                                          attempt.ended - attempt.started)
@@ -173,7 +178,10 @@ class MessageWorker:
         host = self.host
         failed = attempt.error is not None or host.retry or host.suspend_message
         if not failed:
-            return self._complete(row, attempt.response, attempt.number)
+            assert attempt.ended_at is not None
+            return self._complete(row, attempt.response, attempt.number,
+                                  AttemptEnd(attempt.attempt_id, attempt.ended_at,
+                                             attempt.server))
         err = attempt.error
         actions = self._reply_actions(err)
         if actions.warn:
@@ -274,10 +282,11 @@ class MessageWorker:
         return first if result is None else result
 
     # -- endings -------------------------------------------------------------------------
-    def _complete(self, row: MessageRow, response: Any, number: int) -> Result:
+    def _complete(self, row: MessageRow, response: Any, number: int,
+                  attempt: AttemptEnd | None = None) -> Result:
         body_class, body = encode_response(response)
-        self.store.complete(row.id, response_class=body_class, response_body=body,
-                            now=self.clock.now())
+        self.store.complete(row, response_class=body_class, response_body=body,
+                            now=self.clock.now(), attempt=attempt)
         if number > 1:
             self.host.log_info(f"completed on attempt {number} after {number - 1} failed "
                                f"attempt{'s' if number > 2 else ''}")

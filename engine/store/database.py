@@ -8,6 +8,7 @@ from sqlalchemy.pool import StaticPool
 
 DEFAULT_DATABASE_URL = "sqlite:///encore.db"
 SQLITE_BUSY_TIMEOUT = 30  # seconds a writer waits for the write lock
+READ_ONLY = "encore_read_only"  # execution option of connections that only read
 
 
 def normalise_url(url: str) -> str:
@@ -19,11 +20,14 @@ def normalise_url(url: str) -> str:
 
 
 def create_db_engine(url: str) -> Engine:
-    """An engine for ``url``; SQLite gets WAL and ``BEGIN IMMEDIATE`` transactions, so that
-    writers queue on the busy timeout instead of failing on a lock upgrade."""
+    """An engine for ``url``; SQLite gets WAL and ``BEGIN IMMEDIATE`` write transactions, so
+    that writers queue on the busy timeout instead of failing on a lock upgrade."""
     url = normalise_url(url)
     if not url.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        # No pre-ping: it would cost a round trip per transaction. A connection the server
+        # dropped fails one transaction (the worker retries) and SQLAlchemy then refreshes the
+        # pool.
+        return create_engine(url, pool_size=10, max_overflow=20)
     kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False,
                                                "timeout": SQLITE_BUSY_TIMEOUT}}
     if url in ("sqlite://", "sqlite:///:memory:"):
@@ -45,4 +49,7 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _sqlite_on_begin(conn: Any) -> None:
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    # Writers take the write lock up front; reads (execution option READ_ONLY) do not, so
+    # with WAL they never wait for a writer.
+    read_only = conn.get_execution_options().get(READ_ONLY, False)
+    conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")

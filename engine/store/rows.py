@@ -65,3 +65,12 @@ class AttemptRow:
         data["ended_at"] = as_utc(data["ended_at"])
         return cls(**data)
 
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    """How a successful attempt ended, recorded with the message's completion."""
+
+    attempt_id: int
+    ended_at: datetime
+    server: str | None = None

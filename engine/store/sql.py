@@ -11,22 +11,23 @@ its target: callbacks registered in this process run after the commit, and on Po
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, and_, func, or_, select, update
+from sqlalchemy import Engine, and_, bindparam, func, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from engine.clock import as_utc, utcnow
 from engine.errors import StoreError
 from engine.store import migrate
-from engine.store.database import create_db_engine
+from engine.store.database import READ_ONLY, create_db_engine
 from engine.store.eventlog import SqlEventLog
 from engine.store.leases import SqlLeases
 from engine.store.models import daemon, item_state, message_attempt, message_header
 from engine.store.notify import QueueAnnouncer, QueueCallback
-from engine.store.rows import AttemptRow, MessageRow
+from engine.store.rows import AttemptEnd, AttemptRow, MessageRow
 
 __all__ = ["AttemptRow", "MessageRow", "SqlStore"]
 
@@ -58,7 +59,7 @@ class SqlStore:
         is this host's."""
         if not self.is_postgres:
             return utcnow()
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             value = as_utc(conn.execute(select(func.clock_timestamp())).scalar_one())
         assert value is not None
         return value
@@ -96,12 +97,22 @@ class SqlStore:
         held by another claim, so that nothing overtakes it (a FIFO item; its item lease makes
         the caller the only daemon that claims it).
         """
+        stmt = self._claim_statement(fifo)
+        params = {"p_target": target, "p_owner": owner, "p_now": now,
+                  "p_expires": now + timedelta(seconds=lease_seconds)}
+        with self._tx(durable=False) as conn:  # lost in a server crash: queued again
+            row = conn.execute(stmt, params).mappings().first()
+        return MessageRow.from_mapping(row) if row else None
+
+    @functools.cache  # noqa: B019 - two statements per store, built once: the hot path
+    def _claim_statement(self, fifo: bool) -> Any:
         h = message_header.c
+        now = bindparam("p_now", type_=h.time_created.type)
         due = or_(
             and_(h.status == "Queued", or_(h.next_attempt_at.is_(None), h.next_attempt_at <= now)),
             and_(h.status == "Delivered", h.lease_expires_at < now),
         )
-        mine = and_(h.target == target, h.kind == "request")
+        mine = and_(h.target == bindparam("p_target"), h.kind == "request")
         if fifo:  # no SKIP LOCKED: a head locked for a moment must not be skipped
             pick = select(h.id).where(mine, h.status.in_(("Queued", "Delivered"))) \
                 .order_by(h.id).limit(1)
@@ -109,14 +120,11 @@ class SqlStore:
             pick = select(h.id).where(mine, due).order_by(h.id).limit(1)
             if self.is_postgres:
                 pick = pick.with_for_update(skip_locked=True)
-        stmt = (update(message_header).where(h.id == pick.scalar_subquery(), due)
-                .values(status="Delivered", claimed_by=owner,
-                        lease_expires_at=now + timedelta(seconds=lease_seconds),
+        return (update(message_header).where(h.id == pick.scalar_subquery(), due)
+                .values(status="Delivered", claimed_by=bindparam("p_owner"),
+                        lease_expires_at=bindparam("p_expires", type_=h.time_created.type),
                         time_processed=func.coalesce(h.time_processed, now))
                 .returning(*message_header.c))
-        with self._tx() as conn:
-            row = conn.execute(stmt).mappings().first()
-        return MessageRow.from_mapping(row) if row else None
 
     def renew_leases(self, owner: str, *, now: datetime, lease_seconds: float) -> int:
         """Extend every lease ``owner`` holds; returns how many."""
@@ -130,17 +138,24 @@ class SqlStore:
     def next_due_time(self, target: str) -> datetime | None:
         """When the earliest parked message of ``target`` becomes due (None: none parked)."""
         h = message_header.c
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             value = conn.execute(select(func.min(h.next_attempt_at)).where(
                 h.target == target, h.status == "Queued", h.next_attempt_at.is_not(None))
             ).scalar()
         return as_utc(value)
 
     # -- attempts ------------------------------------------------------------------------
-    def begin_attempt(self, message_id: int, attempt: int, *, started_at: datetime) -> int:
-        """Record that attempt ``attempt`` starts now (before anything is sent)."""
+    def begin_attempt(self, message_id: int, attempt: int, *, started_at: datetime,
+                      durable: bool = True) -> int:
+        """Record that attempt ``attempt`` starts now (before anything is sent).
+
+        ``durable``: the commit reaches disk before the request can leave, so that even a
+        database server crash cannot hide an attempt that may have reached the service —
+        needed for non-idempotent items. For idempotent ones a lost record only means the
+        request may be sent once more, which they allow.
+        """
         h = message_header.c
-        with self._tx() as conn:
+        with self._tx(durable=durable) as conn:
             conn.execute(update(message_header).where(h.id == message_id).values(
                 attempts=attempt, next_attempt_at=None,
                 first_attempt_at=func.coalesce(h.first_attempt_at, started_at)))
@@ -151,7 +166,9 @@ class SqlStore:
     def end_attempt(self, attempt_id: int, *, ended_at: datetime, outcome: str,
                     server: str | None = None, status_code: int | None = None,
                     error_text: str | None = None) -> None:
-        with self._tx() as conn:
+        """Record the end of an attempt. Not durable on its own: lost in a server crash, the
+        attempt looks unfinished and is treated as outcome unknown."""
+        with self._tx(durable=False) as conn:
             conn.execute(update(message_attempt).where(message_attempt.c.id == attempt_id).values(
                 ended_at=ended_at, outcome=outcome, server=server, status_code=status_code,
                 error_text=error_text))
@@ -159,7 +176,7 @@ class SqlStore:
     def open_attempt(self, message_id: int) -> AttemptRow | None:
         """The attempt of ``message_id`` that never ended (in flight at a crash), if any."""
         a = message_attempt.c
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             row = conn.execute(select(message_attempt).where(
                 a.message_id == message_id, a.ended_at.is_(None)).order_by(a.attempt.desc())
             ).mappings().first()
@@ -167,7 +184,7 @@ class SqlStore:
 
     def attempts(self, message_id: int) -> list[AttemptRow]:
         a = message_attempt.c
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             rows = conn.execute(select(message_attempt).where(a.message_id == message_id)
                                 .order_by(a.attempt)).mappings().all()
         return [AttemptRow.from_mapping(r) for r in rows]
@@ -202,22 +219,28 @@ class SqlStore:
             self._announcer.call_back([target])
         return target is not None
 
-    def complete(self, message_id: int, *, response_class: str | None, response_body: str | None,
-                 now: datetime) -> int | None:
-        """Mark the request ``Completed``; store its response (if any) linked both ways."""
+    def complete(self, request: MessageRow, *, response_class: str | None,
+                 response_body: str | None, now: datetime,
+                 attempt: AttemptEnd | None = None) -> int | None:
+        """Mark ``request`` ``Completed``, end its last ``attempt`` (outcome ok) and store its
+        response, if any, linked both ways — in one transaction. Not durable on its own: lost
+        in a server crash, the attempt looks unfinished (outcome unknown)."""
         h = message_header.c
-        with self._tx() as conn:
-            req = conn.execute(select(h.session_id, h.target, h.source)
-                               .where(h.id == message_id)).first()
+        with self._tx(durable=False) as conn:
+            if attempt is not None:
+                conn.execute(update(message_attempt)
+                             .where(message_attempt.c.id == attempt.attempt_id)
+                             .values(ended_at=attempt.ended_at, outcome="ok",
+                                     server=attempt.server))
             response_id = None
-            if response_body is not None and req is not None:
+            if response_body is not None:
                 response_id = conn.execute(message_header.insert().values(
-                    session_id=req.session_id, source=req.target, target=req.source or "",
-                    kind="response", body_class=response_class, body=response_body,
-                    status="Completed", is_error=False, time_created=now, time_processed=now,
-                    time_completed=now, corresponding_id=message_id, retry_needed=False,
-                    attempts=0).returning(h.id)).scalar_one()
-            conn.execute(update(message_header).where(h.id == message_id).values(
+                    session_id=request.session_id, source=request.target,
+                    target=request.source or "", kind="response", body_class=response_class,
+                    body=response_body, status="Completed", is_error=False, time_created=now,
+                    time_processed=now, time_completed=now, corresponding_id=request.id,
+                    retry_needed=False, attempts=0).returning(h.id)).scalar_one()
+            conn.execute(update(message_header).where(h.id == request.id).values(
                 status="Completed", is_error=False, retry_needed=False, next_attempt_at=None,
                 time_completed=now, corresponding_id=response_id, claimed_by=None,
                 lease_expires_at=None))
@@ -230,7 +253,7 @@ class SqlStore:
                      claimed_by=None, lease_expires_at=None)
 
     def get_message(self, message_id: int) -> MessageRow | None:
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             row = conn.execute(select(message_header).where(message_header.c.id == message_id)
                                ).mappings().first()
         return MessageRow.from_mapping(row) if row else None
@@ -246,7 +269,7 @@ class SqlStore:
 
     def item_overrides(self) -> dict[str, bool]:
         """Items whose enabled state an operator (or action D) has set."""
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             rows = conn.execute(select(item_state.c.config_name, item_state.c.enabled)).all()
         return {name: bool(enabled) for name, enabled in rows}
 
@@ -259,7 +282,7 @@ class SqlStore:
 
     def stale_daemons(self, before: datetime) -> list[str]:
         """Ids of the daemons whose last heartbeat is older than ``before``."""
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             return list(conn.execute(select(daemon.c.id).where(daemon.c.heartbeat_at < before))
                         .scalars())
 
@@ -286,7 +309,7 @@ class SqlStore:
 
     def local_daemons(self, host: str) -> list[tuple[str, int]]:
         """(id, pid) of the daemons registered from ``host``."""
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             return [(r.id, r.pid) for r in conn.execute(
                 select(daemon.c.id, daemon.c.pid).where(daemon.c.host == host))]
 
@@ -322,19 +345,30 @@ class SqlStore:
         if announce and target is not None:
             self._announcer.call_back([target])
 
-    def _tx(self) -> Any:
-        return _Transaction(self.engine)
+    def _tx(self, *, durable: bool = True) -> Any:
+        """A write transaction. ``durable=False``: on PostgreSQL the commit does not wait for
+        the WAL flush (``synchronous_commit = off``) — for writes whose loss in a database
+        server crash the engine recovers from (see :meth:`begin_attempt`)."""
+        return _Transaction(self.engine, durable=durable or not self.is_postgres)
+
+    def _read(self) -> Any:
+        """A connection for reads only (on SQLite: no write lock)."""
+        return self.engine.connect().execution_options(**{READ_ONLY: True})
 
 
 class _Transaction:
     """``engine.begin()`` that turns SQLAlchemy errors into StoreError with the cause."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, durable: bool = True) -> None:
         self._cm = engine.begin()
+        self._durable = durable
 
     def __enter__(self) -> Any:
         try:
-            return self._cm.__enter__()
+            conn = self._cm.__enter__()
+            if not self._durable:
+                conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
+            return conn
         except SQLAlchemyError as exc:
             raise StoreError(f"database unavailable: {exc}") from exc
 

@@ -5,6 +5,7 @@ import threading
 from datetime import timedelta
 
 from engine.clock import utcnow
+from engine.store.rows import AttemptEnd
 from engine.store.sql import SqlStore
 
 
@@ -76,9 +77,10 @@ def test_attempts_and_completion_are_recorded_with_the_response_linked(store: Sq
     store.claim_next("A", owner="d", now=now, lease_seconds=30)
     aid = store.begin_attempt(mid, 1, started_at=now)
     assert store.open_attempt(mid) is not None
-    store.end_attempt(aid, ended_at=now + timedelta(seconds=1), outcome="ok", server="http://x")
+    rid = store.complete(store.get_message(mid), response_class=None,
+                         response_body='{"ok": true}', now=now,
+                         attempt=AttemptEnd(aid, now + timedelta(seconds=1), "http://x"))
     assert store.open_attempt(mid) is None
-    rid = store.complete(mid, response_class=None, response_body='{"ok": true}', now=now)
     req, resp = store.get_message(mid), store.get_message(rid)
     assert req.status == "Completed" and req.corresponding_id == rid
     assert resp.kind == "response" and resp.corresponding_id == mid
