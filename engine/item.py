@@ -133,14 +133,16 @@ class ItemRunner:
         if not self._try_start_adapter() or not self._enabled() or not self._leased():
             self._idle(self.poll_interval)
             return
-        row = self.store.claim_next(self.item.name, owner=self.owner, now=self.clock.now(),
-                                    lease_seconds=self.lease_seconds,
-                                    fifo=self.lease is not None)
-        if row is None:
+        claim = self.store.claim_and_begin(self.item.name, owner=self.owner,
+                                           now=self.clock.now(), lease_seconds=self.lease_seconds,
+                                           fifo=self.lease is not None,
+                                           durable=not worker.policy.idempotent)
+        if claim is None:
             self._idle(self._idle_time())
             return
+        row, begun = claim
         try:
-            if worker.deliver(row) is Result.DISABLED:
+            if worker.deliver(row, begun) is Result.DISABLED:
                 self._overrides_until = 0.0  # read the switch action D just turned off
         except BaseException:
             with self._abandoned_lock:

@@ -104,8 +104,10 @@ class MessageWorker:
                    alert_grace=float(settings["alert_retry_grace_period"]), metrics=metrics)
 
     # -- the delivery loop ---------------------------------------------------------------
-    def deliver(self, row: MessageRow) -> Result:
-        """Run attempts for the claimed message ``row`` until it ends, parks or is released."""
+    def deliver(self, row: MessageRow, begun: int | None = None) -> Result:
+        """Run attempts for the claimed message ``row`` until it ends, parks or is released.
+        ``begun``: the id of attempt 1, already recorded with the claim
+        (:meth:`SqlStore.claim_and_begin`)."""
         self.host.message_id, self.host.session_id = row.id, row.session_id
         request = decode_message(row.body_class, row.body)
         first_started = self._first_started(row)
@@ -120,7 +122,8 @@ class MessageWorker:
             first_started = result
         while True:
             number += 1
-            attempt = self._run_attempt(row, request, number, first_started)
+            attempt = self._run_attempt(row, request, number, first_started, begun)
+            begun = None
             if first_started is None:
                 first_started = attempt.started
             result = self._after_attempt(row, request, attempt, first_started)
@@ -135,12 +138,12 @@ class MessageWorker:
         return self.clock.monotonic() - elapsed
 
     def _run_attempt(self, row: MessageRow, request: Any, number: int,
-                     first_started: float | None) -> _Attempt:
+                     first_started: float | None, begun: int | None = None) -> _Attempt:
         host, adapter = self.host, self.host.adapter
         host.retry, host.suspend_message, host.retry_count = False, False, number
         started = self.clock.monotonic()
-        attempt_id = self.store.begin_attempt(row.id, number, started_at=self.clock.now(),
-                                              durable=not self.policy.idempotent)
+        attempt_id = begun if begun is not None else self.store.begin_attempt(
+            row.id, number, started_at=self.clock.now(), durable=not self.policy.idempotent)
         attempt = _Attempt(number=number, started=started, ended=started, attempt_id=attempt_id)
         if adapter is not None:
             s_1 = started if first_started is None else first_started

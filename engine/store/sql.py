@@ -104,6 +104,23 @@ class SqlStore:
             row = conn.execute(stmt, params).mappings().first()
         return MessageRow.from_mapping(row) if row else None
 
+    def claim_and_begin(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
+                        fifo: bool = False, durable: bool = True
+                        ) -> tuple[MessageRow, int | None] | None:
+        """:meth:`claim_next`, and when the message has never been attempted, attempt 1
+        begun at ``now`` in the same transaction (see :meth:`begin_attempt` for
+        ``durable``). Returns the row as claimed and the new attempt's id (None: the worker
+        begins its next attempt itself, after looking for one left open)."""
+        params = {"p_target": target, "p_owner": owner, "p_now": now,
+                  "p_expires": now + timedelta(seconds=lease_seconds)}
+        with self._tx(durable=durable) as conn:
+            row = conn.execute(self._claim_statement(fifo), params).mappings().first()
+            if row is None:
+                return None
+            attempt_id = self._begin_attempt(conn, row["id"], 1, now) \
+                if row["attempts"] == 0 else None
+        return MessageRow.from_mapping(row), attempt_id
+
     @functools.cache  # noqa: B019 - two statements per store, built once: the hot path
     def _claim_statement(self, fifo: bool) -> Any:
         h = message_header.c
@@ -154,14 +171,18 @@ class SqlStore:
         needed for non-idempotent items. For idempotent ones a lost record only means the
         request may be sent once more, which they allow.
         """
-        h = message_header.c
         with self._tx(durable=durable) as conn:
-            conn.execute(update(message_header).where(h.id == message_id).values(
-                attempts=attempt, next_attempt_at=None,
-                first_attempt_at=func.coalesce(h.first_attempt_at, started_at)))
-            return int(conn.execute(message_attempt.insert().values(
-                message_id=message_id, attempt=attempt, started_at=started_at,
-            ).returning(message_attempt.c.id)).scalar_one())
+            return self._begin_attempt(conn, message_id, attempt, started_at)
+
+    @staticmethod
+    def _begin_attempt(conn: Any, message_id: int, attempt: int, started_at: datetime) -> int:
+        h = message_header.c
+        conn.execute(update(message_header).where(h.id == message_id).values(
+            attempts=attempt, next_attempt_at=None,
+            first_attempt_at=func.coalesce(h.first_attempt_at, started_at)))
+        return int(conn.execute(message_attempt.insert().values(
+            message_id=message_id, attempt=attempt, started_at=started_at,
+        ).returning(message_attempt.c.id)).scalar_one())
 
     def end_attempt(self, attempt_id: int, *, ended_at: datetime, outcome: str,
                     server: str | None = None, status_code: int | None = None,
