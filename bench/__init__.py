@@ -1,0 +1,1 @@
+"""Encore's benchmarks: ``python bench/run.py [--quick] [--json]`` (see BENCHMARKS.md)."""

@@ -1,0 +1,82 @@
+"""Results of the scenarios, the targets of issue 8, and the printed table."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+# key → (target text, predicate on the value)
+TARGETS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "overhead_ratio": ("≥ 0.90", lambda v: v >= 0.90),
+    "noop_msgs_per_s": ("≥ 2000", lambda v: v >= 2000),
+    "noop_msgs_per_s_pg": ("≥ 1500", lambda v: v >= 1500),
+    "pool_speedup_16": ("≥ 13", lambda v: v >= 13),
+    "timing_max_dev_ms": ("≤ 20", lambda v: v <= 20),
+    "parked_10k_rss_mb": ("≤ 200", lambda v: v <= 200),
+    "parked_10k_idle_cpu": ("≤ 0.05", lambda v: v <= 0.05),
+    "pg_two_daemon_ratio": ("≥ 1.8", lambda v: v >= 1.8),
+    # Encore within 20 % of the 1 s deadline; plain requests shown for contrast.
+    "deadline_vs_requests_s": ("Encore ≈ 1 s", lambda v: abs(v[0] - 1.0) <= 0.2),
+}
+KEYS = tuple(TARGETS)
+
+
+@dataclass
+class Row:
+    """One line of the table: a key figure (``key`` set) or a figure for context."""
+
+    label: str
+    value: Any
+    unit: str = ""
+    key: str | None = None
+    note: str = ""
+
+
+@dataclass
+class Outcome:
+    """What one scenario found: its key figures and the rows that explain them."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def key(self, key: str, label: str, value: Any, unit: str = "", note: str = "") -> None:
+        self.values[key] = value
+        self.rows.append(Row(label, value, unit, key, note))
+
+    def info(self, label: str, value: Any, unit: str = "", note: str = "") -> None:
+        self.rows.append(Row(label, value, unit, None, note))
+
+
+def verdict(key: str, value: Any) -> str:
+    if value is None:
+        return "n/a"
+    return "met" if TARGETS[key][1](value) else "MISSED"
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return " / ".join(fmt(v) for v in value)
+    if isinstance(value, float):
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        if abs(value) >= 1:
+            return f"{value:.2f}"
+        return f"{value:.3f}"
+    return str(value)
+
+
+def table(rows: list[Row]) -> str:
+    """The human-readable table: key figures with target and verdict, context rows indented."""
+    lines = [f"{'figure':<44} {'value':>16}  {'target':<14} {'':<7} note", "-" * 100]
+    for row in rows:
+        value = f"{fmt(row.value)} {row.unit}".rstrip()
+        if row.key is not None:
+            lines.append(f"{row.key:<44} {value:>16}  {TARGETS[row.key][0]:<14} "
+                         f"{verdict(row.key, row.value):<7} {row.label}"
+                         + (f"; {row.note}" if row.note else ""))
+        else:
+            lines.append(f"  {row.label:<42} {value:>16}  {'':<14} {'':<7} {row.note}")
+    return "\n".join(lines)

@@ -1,0 +1,110 @@
+"""Encore's benchmarks (issue 8): the engine against bare clients and its own limits.
+
+    python bench/run.py [--quick] [--json] [--pg-url URL] [--only NAME ...] [--profile]
+
+Starts its own loopback servers (a SOAP service and plain HTTP servers, in a child process),
+runs every scenario and prints a table of figures against their targets. ``--json`` prints
+one JSON object with exactly the keys of the issue's table (null where a scenario could not
+run, with the reason on stderr). ``--quick`` runs every scenario small (about two minutes on
+two cores). PostgreSQL scenarios use ``--pg-url`` or ``$ENCORE_BENCH_POSTGRES_URL``, a
+database the benchmark may wipe. ``--profile`` profiles the no-op and SOAP daemon paths
+instead (see bench/profile.py). BENCHMARKS.md has the figures and how they were obtained.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# `python bench/run.py` puts bench/, not the root, on the path; the checkout's engine comes
+# first, as it does for the `encore run` subprocesses (PYTHONPATH).
+sys.path.insert(0, str(ROOT))
+
+from bench import harness, limits, throughput
+from bench.report import KEYS, Outcome, table
+from bench.servers import ServerProcess
+
+PG_ENV = "ENCORE_BENCH_POSTGRES_URL"
+SCENARIOS = ("overhead", "noop", "pool", "timing", "parked", "pg_two", "deadline")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (~2 minutes)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--pg-url", default=None,
+                        help=f"PostgreSQL database the bench may wipe (default: ${PG_ENV})")
+    parser.add_argument("--only", nargs="+", choices=SCENARIOS, default=None,
+                        help="run only these scenarios")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile the no-op and SOAP daemon paths instead")
+    parser.add_argument("-v", "--verbose", action="store_true", help="engine logs to stderr")
+    return parser.parse_args(argv)
+
+
+def run_scenarios(args: argparse.Namespace, pg_url: str | None) -> Outcome:
+    sizes = throughput.QUICK if args.quick else throughput.FULL
+    wanted = set(args.only or SCENARIOS)
+    total = Outcome()
+    with ServerProcess() as servers, harness.workdir() as work:
+        urls = servers.urls
+        plan = {
+            "overhead": lambda: throughput.overhead(work, urls, sizes),
+            "noop": lambda: throughput.noop(work, sizes, pg_url),
+            "pool": lambda: throughput.pool_speedup(work, urls, sizes),
+            "timing": lambda: limits.timing(work, urls, sizes.timing_runs),
+            "parked": lambda: limits.parked(work, sizes.idle_window_s),
+            "pg_two": lambda: throughput.pg_two_daemons(work, urls, sizes, pg_url),
+            "deadline": lambda: limits.deadline(urls),
+        }
+        for name in SCENARIOS:
+            if name not in wanted:
+                continue
+            t0 = time.monotonic()
+            print(f"[bench] {name} …", file=sys.stderr, flush=True)
+            outcome = plan[name]()
+            print(f"[bench] {name} done in {time.monotonic() - t0:.1f} s", file=sys.stderr,
+                  flush=True)
+            total.values.update(outcome.values)
+            total.rows += outcome.rows
+            total.notes += outcome.notes
+    return total
+
+
+def _loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.CRITICAL,
+                        stream=sys.stderr)
+    pg_url = args.pg_url or os.environ.get(PG_ENV) or None
+    if args.profile:
+        from bench import profile
+        print(profile.run(quick=args.quick, pg_url=pg_url))
+        return 0
+    if pg_url is None:
+        print(f"[bench] no PostgreSQL: noop_msgs_per_s_pg and pg_two_daemon_ratio are null "
+              f"(pass --pg-url or set {PG_ENV})", file=sys.stderr)
+    t0, load0 = time.monotonic(), _loadavg()
+    outcome = run_scenarios(args, pg_url)
+    footer = (f"{'quick' if args.quick else 'full'} run, {time.monotonic() - t0:.0f} s; "
+              f"load average {load0} before, {_loadavg()} after (other work on the machine "
+              "skews the figures)")
+    if args.json:
+        print(json.dumps({key: outcome.values.get(key) for key in KEYS}))
+        print(f"[bench] {footer}", file=sys.stderr)
+    else:
+        print(table(outcome.rows))
+        print(f"\n{footer}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
