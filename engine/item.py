@@ -23,12 +23,11 @@ from engine.metrics import Metrics
 from engine.production import ItemConfig
 from engine.store.sql import SqlStore
 from engine.window import ScheduleWindow
-from engine.worker import MessageWorker, Result
+from engine.worker import MessageWorker
 
 log = logging.getLogger(__name__)
 
 STORE_RETRY_DELAY = 1.0  # seconds a worker waits after a database error
-OVERRIDE_TTL = 1.0  # seconds an operator's enable/disable may take to reach the workers
 
 
 class ItemRunner:
@@ -63,8 +62,6 @@ class ItemRunner:
         self.threads: list[threading.Thread] = []
         self._abandoned: set[int] = set()  # messages a failed delivery left claimed
         self._abandoned_lock = threading.Lock()
-        self._override: bool | None = None  # item_state's enabled, read every OVERRIDE_TTL
-        self._overrides_until = 0.0
         self._ready = False
         self._ready_lock = threading.Lock()
         self._next_start_try = 0.0
@@ -142,8 +139,7 @@ class ItemRunner:
             return
         row, begun = claim
         try:
-            if worker.deliver(row, begun) is Result.DISABLED:
-                self._overrides_until = 0.0  # read the switch action D just turned off
+            worker.deliver(row, begun)
         except BaseException:
             with self._abandoned_lock:
                 self._abandoned.add(row.id)
@@ -176,15 +172,11 @@ class ItemRunner:
         return self.lease is None or self.lease()
 
     def _enabled(self) -> bool:
-        """Enabled (by the file or an operator) and inside its schedule window, if any.
-        An operator's switch is read at most every OVERRIDE_TTL seconds."""
+        """Enabled (by the file or an operator) and inside its schedule window, if any. The
+        operator's switch is read before every claim, so `encore disable` holds at once."""
         if self.window is not None and not self.window.is_open(self.clock.now()):
             return False
-        now = self.clock.monotonic()
-        if now >= self._overrides_until:
-            self._override = self.store.item_overrides().get(self.item.name)
-            self._overrides_until = now + OVERRIDE_TTL
-        return self.item.enabled if self._override is None else self._override
+        return self.store.item_overrides().get(self.item.name, self.item.enabled)
 
     def _try_start_adapter(self) -> bool:
         """Start the adapter once; if it cannot start, try again every retry_interval."""
