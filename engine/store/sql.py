@@ -97,11 +97,8 @@ class SqlStore:
         held by another claim, so that nothing overtakes it (a FIFO item; its item lease makes
         the caller the only daemon that claims it).
         """
-        stmt = self._claim_statement(fifo)
-        params = {"p_target": target, "p_owner": owner, "p_now": now,
-                  "p_expires": now + timedelta(seconds=lease_seconds)}
         with self._tx(durable=False) as conn:  # lost in a server crash: queued again
-            row = conn.execute(stmt, params).mappings().first()
+            row = self._claim(conn, target, owner, now, lease_seconds, fifo)
         return MessageRow.from_mapping(row) if row else None
 
     def claim_and_begin(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
@@ -111,15 +108,19 @@ class SqlStore:
         begun at ``now`` in the same transaction (see :meth:`begin_attempt` for
         ``durable``). Returns the row as claimed and the new attempt's id (None: the worker
         begins its next attempt itself, after looking for one left open)."""
-        params = {"p_target": target, "p_owner": owner, "p_now": now,
-                  "p_expires": now + timedelta(seconds=lease_seconds)}
         with self._tx(durable=durable) as conn:
-            row = conn.execute(self._claim_statement(fifo), params).mappings().first()
+            row = self._claim(conn, target, owner, now, lease_seconds, fifo)
             if row is None:
                 return None
             attempt_id = self._begin_attempt(conn, row["id"], 1, now) \
                 if row["attempts"] == 0 else None
         return MessageRow.from_mapping(row), attempt_id
+
+    def _claim(self, conn: Any, target: str, owner: str, now: datetime, lease_seconds: float,
+               fifo: bool) -> Any:
+        params = {"p_target": target, "p_owner": owner, "p_now": now,
+                  "p_expires": now + timedelta(seconds=lease_seconds)}
+        return conn.execute(self._claim_statement(fifo), params).mappings().first()
 
     @functools.cache  # noqa: B019 - two statements per store, built once: the hot path
     def _claim_statement(self, fifo: bool) -> Any:
