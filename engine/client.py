@@ -1,6 +1,7 @@
 """Putting messages into a production from outside a host (the CLI, scripts, tests)."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +22,30 @@ def send_message(store: SqlStore, production: ProductionConfig, target: str,
 
     Raises MessageError (and enqueues nothing) for an unknown target or a malformed body.
     """
+    request_class = _request_class(production, target)
+    message = _validated(request_class, body)
+    return store.enqueue(target=target, body_class=type(message).class_name(),
+                         body=message.to_json(), source=source, now=now)
+
+
+def send_messages(store: SqlStore, production: ProductionConfig, target: str,
+                  bodies: Iterable[str | dict[str, Any] | Message], *, source: str = "cli",
+                  now: datetime | None = None) -> list[int]:
+    """Validate every body, then enqueue them all in one transaction; return their ids in
+    order. Raises MessageError naming the first bad body (by its position, from 1) and
+    enqueues nothing."""
+    request_class = _request_class(production, target)
+    encoded = []
+    for position, body in enumerate(bodies, start=1):
+        try:
+            message = _validated(request_class, body)
+        except MessageError as exc:
+            raise MessageError(f"message {position}: {exc}") from exc
+        encoded.append((type(message).class_name(), message.to_json()))
+    return store.enqueue_many(target=target, bodies=encoded, source=source, now=now)
+
+
+def _request_class(production: ProductionConfig, target: str) -> type[Message]:
     try:
         item = production.item(target)
     except ConfigurationError as exc:
@@ -28,14 +53,15 @@ def send_message(store: SqlStore, production: ProductionConfig, target: str,
     request_class = getattr(item.cls, "request_class", None)
     if request_class is None:
         raise MessageError(f"item {target!r} does not take messages")
+    return request_class
+
+
+def _validated(request_class: type[Message], body: str | dict[str, Any] | Message) -> Message:
     if isinstance(body, Message):
-        message = body
-    elif isinstance(body, str):
-        message = request_class.from_json(body)
-    else:
-        message = request_class.from_dict(body)
-    return store.enqueue(target=target, body_class=type(message).class_name(),
-                         body=message.to_json(), source=source, now=now)
+        return body
+    if isinstance(body, str):
+        return request_class.from_json(body)
+    return request_class.from_dict(body)
 
 
 def wait_for(store: SqlStore, message_id: int, timeout: float, *,

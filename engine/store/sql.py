@@ -86,6 +86,27 @@ class SqlStore:
         self._announcer.call_back([target])
         return int(new_id)
 
+    def enqueue_many(self, *, target: str, bodies: list[tuple[str | None, str]],
+                     source: str | None = None, now: datetime | None = None) -> list[int]:
+        """Commit new requests for ``target`` (``(body_class, body)`` pairs), each starting
+        its own session, in one transaction; return their ids in order."""
+        now = now or utcnow()
+        ids: list[int] = []
+        with self._tx() as conn:
+            for body_class, body in bodies:
+                new_id = conn.execute(message_header.insert().values(
+                    source=source, target=target, kind="request", body_class=body_class,
+                    body=body, status="Queued", is_error=False, time_created=now,
+                    retry_needed=False, attempts=0).returning(message_header.c.id)).scalar_one()
+                conn.execute(update(message_header).where(message_header.c.id == new_id)
+                             .values(session_id=new_id))
+                ids.append(int(new_id))
+            if ids:
+                self._announcer.notify(conn, [target])
+        if ids:
+            self._announcer.call_back([target])
+        return ids
+
     # -- claims --------------------------------------------------------------------------
     def claim_next(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
                    fifo: bool = False) -> MessageRow | None:
