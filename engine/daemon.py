@@ -38,7 +38,7 @@ from engine.production import ItemConfig, ProductionConfig, load_production
 from engine.metrics import Metrics, MetricsServer
 from engine.scheduler import ProductionScheduler
 from engine.store import queries
-from engine.store.notify import QueueListener
+from engine.store.notify import QueueListener, parse_switch
 from engine.store.operator import purge
 from engine.store.sql import SqlStore
 
@@ -124,10 +124,15 @@ class Daemon:
                                           on_reconnect=self._wake_all)
             self.listener.start()
 
-    def _wake(self, target: str) -> None:
-        runner = self.runners.get(target)
-        if runner is not None:
+    def _wake(self, payload: str) -> None:
+        switch = parse_switch(payload)
+        runner = self.runners.get(payload if switch is None else switch[0])
+        if runner is None:
+            return
+        if switch is None:
             runner.wakeup.set()
+        else:
+            runner.dispatcher.switch(switch[1])
 
     def _wake_all(self) -> None:
         for runner in list(self.runners.values()):
@@ -201,8 +206,9 @@ class Daemon:
         """Mark this daemon alive, renew the leases of the messages it holds, renew its
         leader and item leases and take those that are free."""
         self._sync_clock()
+        claims = [c for runner in list(self.runners.values()) for c in runner.held_claims()]
         self.store.heartbeat(self.id, now=self.clock.now(),
-                             lease_seconds=self.production.lease_seconds)
+                             lease_seconds=self.production.lease_seconds, claims=claims)
         self.leases.renew()
 
     def _sync_clock(self) -> None:

@@ -35,6 +35,11 @@ class StoreError(EncoreError):
     """The database refused or lost an operation."""
 
 
+class ClaimLost(StoreError):
+    """A worker's claim on a message is gone (its lease expired and another daemon took the
+    message over): the worker must abandon it at once and send nothing more."""
+
+
 class MessageError(EncoreError):
     """A message body is malformed or its target is unknown; nothing was enqueued."""
 

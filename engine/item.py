@@ -1,13 +1,12 @@
-"""ItemRunner: one item's adapter, host instances and ``pool_size`` worker threads.
+"""ItemRunner: one item's adapter, host instances, dispatcher and ``pool_size`` workers.
 
 Each item has its own queue, workers and connection pool, so a slow item never delays
-another (seed 004). A worker claims the oldest due message, delivers it, and claims the next;
-when its queue is empty it waits for ``poll_interval``, until the next parked message is due,
-or until :attr:`ItemRunner.wakeup` is set (the daemon sets it when work for the item is
-announced). A FIFO item shared by several daemons is given a ``lease`` check: its worker
-claims only while its daemon holds the item's lease, and only the head of the queue.
-A failing dependency (the database, a WSDL that will not load) is logged and retried later;
-it never kills the worker.
+another (seed 004). The item's :class:`~engine.dispatch.Dispatcher` claims due messages in
+batches and hands them to the workers through memory; a worker delivers one and takes the
+next, and waits on that in-memory queue — never on the database — when there is none. A FIFO
+item shared by several daemons is given a ``lease`` check: its dispatcher claims only while
+its daemon holds the item's lease, and only the head of the queue. A failing dependency (the
+database, a WSDL that will not load) is logged and retried later; it never kills a worker.
 """
 from __future__ import annotations
 
@@ -17,10 +16,14 @@ from collections.abc import Callable, Mapping
 
 from adapters.base import OutboundAdapter
 from engine.clock import Clock
-from engine.errors import AdapterNotReady, EncoreError
+from engine.dispatch import Dispatcher, DispatchSettings
+from engine.errors import AdapterNotReady, ClaimLost, EncoreError
 from engine.host import BusinessOperation, EventSink
 from engine.metrics import Metrics
 from engine.production import ItemConfig
+from engine.retry import RetryPolicy
+from engine.store.hotpath import Claimed
+from engine.store.rows import MessageRow
 from engine.store.sql import SqlStore
 from engine.window import ScheduleWindow
 from engine.worker import MessageWorker
@@ -54,17 +57,26 @@ class ItemRunner:
         self.metrics = metrics
         self.lease = lease
         self.stop_event = threading.Event()
-        self.wakeup = threading.Event()
         self.retry_interval = float(item.settings["retry_interval"])
         self.window = ScheduleWindow.from_setting(item.settings["schedule"])
         self.adapter = self._build_adapter()
         self.hosts: list[BusinessOperation] = []
         self.threads: list[threading.Thread] = []
-        self._abandoned: set[int] = set()  # messages a failed delivery left claimed
+        self._abandoned: dict[int, int] = {}  # id → token: messages a failed delivery left
         self._abandoned_lock = threading.Lock()
         self._ready = False
         self._ready_lock = threading.Lock()
         self._next_start_try = 0.0
+        self.dispatcher = Dispatcher(DispatchSettings(
+            target=item.name, owner=owner, pool_size=item.pool_size, fifo=lease is not None,
+            begin=RetryPolicy.from_settings(item.settings).idempotent, enabled=item.enabled,
+            lease_seconds=lease_seconds, poll_interval=poll_interval),
+            store=store, clock=clock, ready=self._can_claim, stop=self.stop_event)
+
+    @property
+    def wakeup(self) -> threading.Event:
+        """Set it to make the dispatcher look at the queue now (work was announced)."""
+        return self.dispatcher.wakeup
 
     def _build_adapter(self) -> OutboundAdapter | None:
         cls = getattr(self.item.cls, "adapter_class", None)
@@ -75,7 +87,7 @@ class ItemRunner:
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
-        """Create the host instances and start the workers."""
+        """Create the host instances, start the workers and the dispatcher."""
         for index in range(self.item.pool_size):
             host = self.item.cls(self.item.name, self.item.settings, events=self.events,
                                  adapter=self.adapter)
@@ -87,21 +99,26 @@ class ItemRunner:
         self._try_start_adapter()
         for thread in self.threads:
             thread.start()
+        self.dispatcher.start()
 
     def request_stop(self) -> None:
-        """Stop intake: workers finish the attempt in hand and claim nothing more."""
+        """Stop intake: workers finish the attempt in hand and claim nothing more; messages
+        claimed and not begun go back to the queue."""
         self.stop_event.set()
         self.wakeup.set()
 
     def join(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the workers; True if all stopped."""
+        """Wait up to ``timeout`` seconds for the workers and the dispatcher's last group
+        commit; True if all stopped."""
         deadline = self.clock.monotonic() + timeout
         for thread in self.threads:
             thread.join(max(deadline - self.clock.monotonic(), 0.0))
         alive = [t.name for t in self.threads if t.is_alive()]
-        if alive:
+        committed = self.dispatcher.join(max(deadline - self.clock.monotonic(), 0.0))
+        if alive or not committed:
             log.warning("item %s: workers %s still busy at shutdown; their attempts will be "
-                        "treated as outcome unknown on the next start", self.item.name, alive)
+                        "treated as outcome unknown on the next start", self.item.name,
+                        alive or "(group commit)")
             return False
         for host in self.hosts:
             _quietly(host.on_tear_down)
@@ -109,74 +126,67 @@ class ItemRunner:
             _quietly(self.adapter.stop)
         return True
 
+    def held_claims(self) -> list[tuple[int, int]]:
+        """(message id, claim token) of the messages this item holds: the heartbeat
+        renews these leases, and only these."""
+        return self.dispatcher.held_claims()
+
     # -- the worker loop -----------------------------------------------------------------
     def _work(self, host: BusinessOperation) -> None:
         worker = MessageWorker.from_settings(host, self.item.settings, store=self.store,
                                              clock=self.clock, stop=self.stop_event,
-                                             metrics=self.metrics)
-        while not self.stop_event.is_set():
+                                             metrics=self.metrics, defer=self.dispatcher.defer)
+        while (claimed := self.dispatcher.work.get()) is not None:
+            started = self.clock.monotonic()
             try:
-                self._work_once(worker)
-            except EncoreError as exc:
-                log.error("item %s: %s; trying again in %.0f s", self.item.name, exc,
-                          STORE_RETRY_DELAY)
-                self.stop_event.wait(STORE_RETRY_DELAY)
-            except Exception:  # noqa: BLE001 - a worker never dies of one message
-                log.exception("item %s: unexpected error in worker", self.item.name)
-                self.stop_event.wait(STORE_RETRY_DELAY)
+                self._deliver(worker, claimed)
+            finally:
+                self.dispatcher.finished(claimed.row.id, self.clock.monotonic() - started)
 
-    def _work_once(self, worker: MessageWorker) -> None:
-        self._release_abandoned()
-        if not self._try_start_adapter() or not self._enabled() or not self._leased():
-            self._idle(self.poll_interval)
-            return
-        claim = self.store.claim_and_begin(self.item.name, owner=self.owner,
-                                           now=self.clock.now(), lease_seconds=self.lease_seconds,
-                                           fifo=self.lease is not None,
-                                           durable=not worker.policy.idempotent)
-        if claim is None:
-            self._idle(self._idle_time())
-            return
-        row, begun = claim
+    def _deliver(self, worker: MessageWorker, claimed: Claimed) -> None:
+        row = claimed.row
         try:
-            worker.deliver(row, begun)
-        except BaseException:
-            with self._abandoned_lock:
-                self._abandoned.add(row.id)
-            raise
+            self._release_abandoned()
+            if self.stop_event.is_set() or self.dispatcher.held_back.is_set():
+                self.store.release(row.id, token=row.claim_token)  # not begun: back it goes
+                return
+            worker.deliver(row, claimed.begun)
+        except ClaimLost as exc:
+            log.warning("item %s: %s; abandoning message %d", self.item.name, exc, row.id)
+        except EncoreError as exc:
+            self._abandon(row)
+            log.error("item %s: %s; trying again in %.0f s", self.item.name, exc,
+                      STORE_RETRY_DELAY)
+            self.stop_event.wait(STORE_RETRY_DELAY)
+        except Exception:  # noqa: BLE001 - a worker never dies of one message
+            self._abandon(row)
+            log.exception("item %s: unexpected error in worker", self.item.name)
+            self.stop_event.wait(STORE_RETRY_DELAY)
+
+    def _abandon(self, row: MessageRow) -> None:
+        with self._abandoned_lock:
+            self._abandoned[row.id] = row.claim_token
 
     def _release_abandoned(self) -> None:
         """A delivery cut short by a database error leaves its message claimed by this
         daemon, and the heartbeat would keep it so (a FIFO item would wait behind it for
         ever): put it back in the queue; its open attempt counts as outcome unknown."""
         with self._abandoned_lock:
-            abandoned = sorted(self._abandoned)
-        for message_id in abandoned:
-            if self.store.release_claim(message_id, self.owner):
+            abandoned = sorted(self._abandoned.items())
+        for message_id, token in abandoned:
+            if self.store.release_claim(message_id, self.owner, token=token):
                 log.warning("item %s: message %d is back in its queue after a failed delivery",
                             self.item.name, message_id)
             with self._abandoned_lock:
-                self._abandoned.discard(message_id)
+                self._abandoned.pop(message_id, None)
 
-    def _idle(self, seconds: float) -> None:
-        self.wakeup.wait(seconds)
-        self.wakeup.clear()
-
-    def _idle_time(self) -> float:
-        due = self.store.next_due_time(self.item.name)
-        if due is None:
-            return self.poll_interval
-        return min(max((due - self.clock.now()).total_seconds(), 0.0), self.poll_interval)
-
-    def _leased(self) -> bool:
-        return self.lease is None or self.lease()
-
-    def _enabled(self) -> bool:
-        """Enabled (by the file or an operator) and inside its schedule window, if any. The
-        operator's switch is read before every claim, so `encore disable` holds at once."""
+    def _can_claim(self) -> bool:
+        """The dispatcher may claim: the adapter started, the schedule window (if any) is
+        open, and this daemon holds the FIFO item's lease (if any). The operator's switch is
+        read by the claim itself."""
         if self.window is not None and not self.window.is_open(self.clock.now()):
             return False
-        return self.store.item_overrides().get(self.item.name, self.item.enabled)
+        return self._try_start_adapter() and (self.lease is None or self.lease())
 
     def _try_start_adapter(self) -> bool:
         """Start the adapter once; if it cannot start, try again every retry_interval."""

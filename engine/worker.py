@@ -13,7 +13,7 @@ import logging
 import random
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,6 +26,7 @@ from engine.message import decode_message, encode_response
 from engine.metrics import Metrics
 from engine.retry import Action, AttemptState, Decision, ReplyCodeActions, RetryPolicy
 from engine.retry.reply_codes import Actions
+from engine.store.hotpath import Completion
 from engine.store.rows import AttemptEnd
 from engine.store.sql import MessageRow, SqlStore
 
@@ -52,6 +53,7 @@ class _Attempt:
     started: float  # monotonic seconds
     ended: float
     attempt_id: int = 0
+    started_at: datetime | None = None  # stored time of the start
     ended_at: datetime | None = None  # stored time of the end
     response: Any = None
     error: BaseException | None = None
@@ -75,7 +77,8 @@ class MessageWorker:
                  policy: RetryPolicy, reply_codes: ReplyCodeActions, requeue: bool = False,
                  trace: bool = False, stop: threading.Event | None = None,
                  rng: random.Random | None = None, alert_on_error: bool = False,
-                 alert_grace: float = 0.0, metrics: Metrics | None = None) -> None:
+                 alert_grace: float = 0.0, metrics: Metrics | None = None,
+                 defer: Callable[[Completion], None] | None = None) -> None:
         self.host = host
         self.store = store
         self.clock = clock
@@ -88,31 +91,37 @@ class MessageWorker:
         self.alert_on_error = alert_on_error
         self.alert_grace = alert_grace  # seconds after the first failure without alerts
         self.metrics = metrics
+        # Where successes go: the dispatcher's group commit, else one transaction each.
+        self.defer = defer
         self._first_failure: float | None = None  # of the message in hand
         self._alerted = False
 
     @classmethod
     def from_settings(cls, host: BusinessOperation, settings: Mapping[str, Any], *,
                       store: SqlStore, clock: Clock, stop: threading.Event | None = None,
-                      rng: random.Random | None = None,
-                      metrics: Metrics | None = None) -> MessageWorker:
+                      rng: random.Random | None = None, metrics: Metrics | None = None,
+                      defer: Callable[[Completion], None] | None = None) -> MessageWorker:
         """A worker for ``host`` configured from its item's validated settings."""
         return cls(host, store=store, clock=clock, policy=RetryPolicy.from_settings(settings),
                    reply_codes=ReplyCodeActions.parse(settings["reply_code_actions"]),
                    requeue=settings["retry_mode"] == "requeue", trace=bool(settings["trace"]),
                    stop=stop, rng=rng, alert_on_error=bool(settings["alert_on_error"]),
-                   alert_grace=float(settings["alert_retry_grace_period"]), metrics=metrics)
+                   alert_grace=float(settings["alert_retry_grace_period"]), metrics=metrics,
+                   defer=defer)
 
     # -- the delivery loop ---------------------------------------------------------------
     def deliver(self, row: MessageRow, begun: int | None = None) -> Result:
         """Run attempts for the claimed message ``row`` until it ends, parks or is released.
         ``begun``: the id of attempt 1, already recorded with the claim
-        (:meth:`SqlStore.claim_and_begin`)."""
+        (:meth:`SqlStore.claim` with ``begin``). Every write is conditional on the row's
+        claim token: when the claim is gone, ClaimLost ends the delivery and nothing more is
+        sent."""
         self.host.message_id, self.host.session_id = row.id, row.session_id
         request = decode_message(row.body_class, row.body)
-        first_started = self._first_started(row)
+        # An attempt 1 begun with the claim starts for real now: s_1 is taken then.
+        first_started = None if begun is not None else self._first_started(row)
         self._first_failure, self._alerted = first_started if row.retry_needed else None, False
-        number = row.attempts
+        number = 0 if begun is not None else row.attempts
         # attempts > 0 only once an attempt row exists: a fresh message needs no look
         open_attempt = self.store.open_attempt(row.id) if number else None
         if open_attempt is not None:  # in flight when its daemon died: outcome unknown
@@ -141,10 +150,12 @@ class MessageWorker:
                      first_started: float | None, begun: int | None = None) -> _Attempt:
         host, adapter = self.host, self.host.adapter
         host.retry, host.suspend_message, host.retry_count = False, False, number
-        started = self.clock.monotonic()
+        started, started_at = self.clock.monotonic(), self.clock.now()
         attempt_id = begun if begun is not None else self.store.begin_attempt(
-            row.id, number, started_at=self.clock.now(), durable=not self.policy.idempotent)
-        attempt = _Attempt(number=number, started=started, ended=started, attempt_id=attempt_id)
+            row.id, number, started_at=started_at, durable=not self.policy.idempotent,
+            token=row.claim_token)
+        attempt = _Attempt(number=number, started=started, ended=started, attempt_id=attempt_id,
+                           started_at=started_at)
         if adapter is not None:
             s_1 = started if first_started is None else first_started
             deadline = self.policy.deadline(first_started=s_1, started=started,
@@ -164,7 +175,9 @@ class MessageWorker:
             self.store.end_attempt(attempt_id, ended_at=attempt.ended_at, server=attempt.server,
                                    outcome=outcome_of(err),
                                    status_code=getattr(err, "status_code", None),
-                                   error_text=error_text(err))
+                                   error_text=error_text(err),
+                                   started_at=started_at if begun is not None else None,
+                                   token=row.claim_token)
         if self.metrics is not None:
             self.metrics.observe_attempt(host.name, outcome_of(err) if failed else "ok",
                                          attempt.ended - attempt.started)
@@ -181,10 +194,7 @@ class MessageWorker:
         host = self.host
         failed = attempt.error is not None or host.retry or host.suspend_message
         if not failed:
-            assert attempt.ended_at is not None
-            return self._complete(row, attempt.response, attempt.number,
-                                  AttemptEnd(attempt.attempt_id, attempt.ended_at,
-                                             attempt.server))
+            return self._complete(row, attempt.response, attempt.number, attempt)
         err = attempt.error
         actions = self._reply_actions(err)
         if actions.warn:
@@ -245,11 +255,12 @@ class MessageWorker:
         """Persist the retry state, then wait for ``at`` (blocking) or park (requeue)."""
         delay = max(at - self.clock.monotonic(), 0.0)
         next_at = self.clock.now() + timedelta(seconds=delay)
-        self.store.schedule_retry(row.id, next_attempt_at=next_at, release=self.requeue)
+        self.store.schedule_retry(row.id, next_attempt_at=next_at, release=self.requeue,
+                                  token=row.claim_token)
         if self.requeue:
             return Result.PARKED
         if self.clock.sleep(delay, self.stop):
-            self.store.release(row.id)
+            self.store.release(row.id, token=row.claim_token)
             return Result.RELEASED
         return None
 
@@ -269,7 +280,7 @@ class MessageWorker:
                            first_started: float | None) -> Result | float:
         now = self.clock.monotonic()
         self.store.end_attempt(open_attempt.id, ended_at=self.clock.now(), outcome="error",
-                               error_text=CRASH_TEXT)
+                               error_text=CRASH_TEXT, token=row.claim_token)
         if open_attempt.attempt == 1:
             self.host.log_error(f"attempt 1 failed: {CRASH_TEXT}")
         first = now if first_started is None else first_started
@@ -286,17 +297,28 @@ class MessageWorker:
 
     # -- endings -------------------------------------------------------------------------
     def _complete(self, row: MessageRow, response: Any, number: int,
-                  attempt: AttemptEnd | None = None) -> Result:
+                  attempt: _Attempt | None = None) -> Result:
+        """``attempt``: the successful attempt, still open; None when it was ended already
+        (reply code action C, a response from on_failure_timeout)."""
         body_class, body = encode_response(response)
-        self.store.complete(row, response_class=body_class, response_body=body,
-                            now=self.clock.now(), attempt=attempt)
+        if attempt is not None and self.defer is not None:
+            assert attempt.started_at is not None and attempt.ended_at is not None
+            self.defer(Completion(row.id, row.claim_token, attempt.attempt_id,
+                                  attempt.started_at, attempt.ended_at, attempt.server,
+                                  body_class, body))
+        else:
+            end = None if attempt is None or attempt.ended_at is None else AttemptEnd(
+                attempt.attempt_id, attempt.ended_at, attempt.server)
+            self.store.complete(row, response_class=body_class, response_body=body,
+                                now=self.clock.now(), attempt=end, fenced=True)
         if number > 1:
             self.host.log_info(f"completed on attempt {number} after {number - 1} failed "
                                f"attempt{'s' if number > 2 else ''}")
         return Result.COMPLETED
 
     def _end(self, row: MessageRow, result: Result, text: str) -> Result:
-        self.store.finish(row.id, status=result.value, error_text=text, now=self.clock.now())
+        self.store.finish(row.id, status=result.value, error_text=text, now=self.clock.now(),
+                          token=row.claim_token)
         if self.metrics is not None and result is Result.ERROR:
             self.metrics.give_up(self.host.name)
         if result is Result.ERROR:
@@ -308,7 +330,7 @@ class MessageWorker:
     def _disable(self, row: MessageRow, err: BaseException | None) -> Result:
         reason = f"disabled by reply code action D after: {error_text(err)}"
         self.store.set_item_enabled(self.host.name, False, reason=reason, now=self.clock.now())
-        self.store.release(row.id)
+        self.store.release(row.id, token=row.claim_token)
         self.host.log_warning(f"item {reason}; message {row.id} is back at the front of its queue")
         return Result.DISABLED
 

@@ -56,6 +56,8 @@ message_header = Table(
     # Claim of the daemon working on it: who, and until when (renewed by its heartbeat).
     Column("claimed_by", String(100)),
     Column("lease_expires_at", _Time),
+    # Grows by one with every claim: the fencing token a worker's writes are conditional on.
+    Column("claim_token", _Id, nullable=False, default=0, server_default="0"),
     Index("ix_message_header_queue", "target", "status", "id"),
     Index("ix_message_header_due", "target", "status", "next_attempt_at"),
     Index("ix_message_header_claim", "claimed_by"),
@@ -96,6 +98,9 @@ daemon = Table(
     Column("started_at", _Time, nullable=False),
     Column("heartbeat_at", _Time, nullable=False),
     Column("items", Text),
+    # /proc/self/ns/pid of the daemon's process: its PID means something only to a daemon
+    # in the same namespace (containers share host names, not PID namespaces).
+    Column("pid_namespace", String(200)),
 )
 
 # Leases daemons sharing one database hold on work only one of them may do at a time:

@@ -31,6 +31,21 @@ LISTEN_TIMEOUT = 0.5  # seconds the listener waits for a notification before che
 RECONNECT_DELAY = 2.0  # seconds between attempts to reconnect a lost listener connection
 
 QueueCallback = Callable[[str], object]  # called with the name of a target that has work
+SWITCH_PREFIX = "switch "  # announcements of an operator's switch: "switch on|off <item>"
+
+
+def switch_announcement(item: str, enabled: bool) -> str:
+    """The announcement that item ``item`` was switched on or off (the same channel as
+    work, so every daemon's listener hears it)."""
+    return f"{SWITCH_PREFIX}{'on' if enabled else 'off'} {item}"
+
+
+def parse_switch(payload: str) -> tuple[str, bool] | None:
+    """(item, enabled) if ``payload`` announces a switch, else None (it names a target)."""
+    if not payload.startswith(SWITCH_PREFIX):
+        return None
+    state, _, item = payload[len(SWITCH_PREFIX):].partition(" ")
+    return item, state == "on"
 
 
 class QueueAnnouncer:

@@ -35,6 +35,7 @@ class MessageRow:
     next_attempt_at: datetime | None
     claimed_by: str | None
     lease_expires_at: datetime | None
+    claim_token: int = 0  # the fencing token of the claim this row was read with
 
     @classmethod
     def from_mapping(cls, row: Any) -> MessageRow:

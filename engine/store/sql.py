@@ -16,20 +16,21 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, and_, bindparam, func, or_, select, update
+from sqlalchemy import Engine, func, select, tuple_, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from engine.clock import as_utc, utcnow
-from engine.errors import StoreError
+from engine.errors import ClaimLost, StoreError
 from engine.store import migrate
 from engine.store.database import READ_ONLY, create_db_engine
 from engine.store.eventlog import SqlEventLog
+from engine.store.hotpath import Claimed, Completion, HotPath, PostgresHotPath, SqliteHotPath
 from engine.store.leases import SqlLeases
 from engine.store.models import daemon, item_state, message_attempt, message_header
-from engine.store.notify import QueueAnnouncer, QueueCallback
+from engine.store.notify import QueueAnnouncer, QueueCallback, switch_announcement
 from engine.store.rows import AttemptEnd, AttemptRow, MessageRow
 
-__all__ = ["AttemptRow", "MessageRow", "SqlStore"]
+__all__ = ["AttemptRow", "Claimed", "Completion", "MessageRow", "SqlStore"]
 
 
 class SqlStore:
@@ -42,6 +43,9 @@ class SqlStore:
         self.leases = SqlLeases(self)
         self.is_postgres = self.engine.dialect.name == "postgresql"
         self._announcer = QueueAnnouncer(postgres=self.is_postgres)
+        driver_error = self.engine.dialect.loaded_dbapi.Error
+        hot = PostgresHotPath if self.is_postgres else SqliteHotPath
+        self._hot: HotPath = hot(self.engine, lambda exc: isinstance(exc, driver_error))
 
     # -- schema --------------------------------------------------------------------------
     def upgrade(self) -> None:
@@ -65,114 +69,92 @@ class SqlStore:
         return value
 
     def dispose(self) -> None:
+        self._hot.dispose()
         self.engine.dispose()
 
     # -- intake --------------------------------------------------------------------------
     def enqueue(self, *, target: str, body_class: str | None, body: str, source: str | None = None,
                 session_id: int | None = None, now: datetime | None = None) -> int:
-        """Commit a new request for ``target`` and return its id. Starts a session if
-        ``session_id`` is None (the session id is then the message's own id)."""
-        now = now or utcnow()
-        with self._tx() as conn:
-            new_id = conn.execute(message_header.insert().values(
-                session_id=session_id, source=source, target=target, kind="request",
-                body_class=body_class, body=body, status="Queued", is_error=False,
-                time_created=now, retry_needed=False, attempts=0,
-            ).returning(message_header.c.id)).scalar_one()
-            if session_id is None:
-                conn.execute(update(message_header).where(message_header.c.id == new_id)
-                             .values(session_id=new_id))
-            self._announcer.notify(conn, [target])
-        self._announcer.call_back([target])
-        return int(new_id)
+        """Commit a new request for ``target`` (durably) and return its id. Starts a session
+        if ``session_id`` is None (the session id is then the message's own id)."""
+        return self.enqueue_many(target=target, bodies=[(body_class, body)], source=source,
+                                 session_id=session_id, now=now)[0]
 
     def enqueue_many(self, *, target: str, bodies: list[tuple[str | None, str]],
-                     source: str | None = None, now: datetime | None = None) -> list[int]:
-        """Commit new requests for ``target`` (``(body_class, body)`` pairs), each starting
-        its own session, in one transaction; return their ids in order."""
-        now = now or utcnow()
-        ids: list[int] = []
-        with self._tx() as conn:
-            for body_class, body in bodies:
-                new_id = conn.execute(message_header.insert().values(
-                    source=source, target=target, kind="request", body_class=body_class,
-                    body=body, status="Queued", is_error=False, time_created=now,
-                    retry_needed=False, attempts=0).returning(message_header.c.id)).scalar_one()
-                conn.execute(update(message_header).where(message_header.c.id == new_id)
-                             .values(session_id=new_id))
-                ids.append(int(new_id))
-            if ids:
-                self._announcer.notify(conn, [target])
-        if ids:
-            self._announcer.call_back([target])
+                     source: str | None = None, session_id: int | None = None,
+                     now: datetime | None = None) -> list[int]:
+        """Commit new requests for ``target`` (``(body_class, body)`` pairs) in one durable
+        transaction; return their ids in order. Each starts its own session unless
+        ``session_id`` is given."""
+        if not bodies:
+            return []
+        ids = self._hot.enqueue_many(target, bodies, source=source, session_id=session_id,
+                                     now=now or utcnow())
+        self._announcer.call_back([target])  # PostgreSQL: NOTIFY went with the INSERT
         return ids
 
     # -- claims --------------------------------------------------------------------------
+    def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
+              limit: int = 1, fifo: bool = False, begin: bool = False,
+              enabled: bool = True) -> list[Claimed]:
+        """Take up to ``limit`` due messages of ``target`` in one statement, oldest first:
+        ``Delivered``, leased to ``owner`` until ``now + lease_seconds``, each with a new
+        fencing token (``MessageRow.claim_token``) that every later write about it must
+        carry. Nothing while an operator has switched the item off (else ``enabled``, the
+        production file's switch, holds).
+
+        ``fifo``: only the head of the queue, in order — never past a message held by a
+        claim or waiting for its next attempt (a FIFO item: its item lease makes the caller
+        the only daemon that claims it). ``begin``: attempt 1 of every message never
+        attempted begins at ``now`` with the claim (for idempotent items: a crash turns it
+        into an outcome-unknown attempt, which they re-send); its id is ``Claimed.begun``.
+        Claims expired by a dead daemon come back through :meth:`release_expired_claims`.
+        """
+        return self._hot.claim(target, owner=owner, now=now, lease_seconds=lease_seconds,
+                               limit=limit, fifo=fifo, begin=begin, enabled=enabled)
+
     def claim_next(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
                    fifo: bool = False) -> MessageRow | None:
-        """Take the oldest due message of ``target``: queued and due, or abandoned by a
-        daemon whose lease expired. Marks it ``Delivered`` and leases it to ``owner``.
+        """The oldest due message of ``target``, claimed (see :meth:`claim`), taking back
+        first the claims of ``target`` whose lease expired; None if there is none."""
+        self.release_expired_claims(target, now=now)
+        claimed = self.claim(target, owner=owner, now=now, lease_seconds=lease_seconds,
+                             fifo=fifo)
+        return claimed[0].row if claimed else None
 
-        ``fifo``: take only the head of the queue — the oldest message that is queued or
-        delivered — and only when it is due; None while it waits for its next attempt or is
-        held by another claim, so that nothing overtakes it (a FIFO item; its item lease makes
-        the caller the only daemon that claims it).
-        """
-        with self._tx(durable=False) as conn:  # lost in a server crash: queued again
-            row = self._claim(conn, target, owner, now, lease_seconds, fifo)
-        return MessageRow.from_mapping(row) if row else None
-
-    def claim_and_begin(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
-                        fifo: bool = False, durable: bool = True
-                        ) -> tuple[MessageRow, int | None] | None:
-        """:meth:`claim_next`, and when the message has never been attempted, attempt 1
-        begun at ``now`` in the same transaction (see :meth:`begin_attempt` for
-        ``durable``). Returns the row as claimed and the new attempt's id (None: the worker
-        begins its next attempt itself, after looking for one left open)."""
-        with self._tx(durable=durable) as conn:
-            row = self._claim(conn, target, owner, now, lease_seconds, fifo)
-            if row is None:
-                return None
-            attempt_id = self._begin_attempt(conn, row["id"], 1, now) \
-                if row["attempts"] == 0 else None
-        return MessageRow.from_mapping(row), attempt_id
-
-    def _claim(self, conn: Any, target: str, owner: str, now: datetime, lease_seconds: float,
-               fifo: bool) -> Any:
-        params = {"p_target": target, "p_owner": owner, "p_now": now,
-                  "p_expires": now + timedelta(seconds=lease_seconds)}
-        return conn.execute(self._claim_statement(fifo), params).mappings().first()
-
-    @functools.cache  # noqa: B019 - two statements per store, built once: the hot path
-    def _claim_statement(self, fifo: bool) -> Any:
-        h = message_header.c
-        now = bindparam("p_now", type_=h.time_created.type)
-        due = or_(
-            and_(h.status == "Queued", or_(h.next_attempt_at.is_(None), h.next_attempt_at <= now)),
-            and_(h.status == "Delivered", h.lease_expires_at < now),
-        )
-        mine = and_(h.target == bindparam("p_target"), h.kind == "request")
-        if fifo:  # no SKIP LOCKED: a head locked for a moment must not be skipped
-            pick = select(h.id).where(mine, h.status.in_(("Queued", "Delivered"))) \
-                .order_by(h.id).limit(1)
-        else:
-            pick = select(h.id).where(mine, due).order_by(h.id).limit(1)
-            if self.is_postgres:
-                pick = pick.with_for_update(skip_locked=True)
-        return (update(message_header).where(h.id == pick.scalar_subquery(), due)
-                .values(status="Delivered", claimed_by=bindparam("p_owner"),
-                        lease_expires_at=bindparam("p_expires", type_=h.time_created.type),
-                        time_processed=func.coalesce(h.time_processed, now))
-                .returning(*message_header.c))
-
-    def renew_leases(self, owner: str, *, now: datetime, lease_seconds: float) -> int:
-        """Extend every lease ``owner`` holds; returns how many."""
+    def release_expired_claims(self, target: str, *, now: datetime) -> int:
+        """Put back in their queue the messages of ``target`` whose claim's lease expired
+        (their daemon died or was cut off); their open attempts count as outcome unknown.
+        Their tokens stay: the old claimer can write nothing more about them."""
         h = message_header.c
         with self._tx() as conn:
-            return conn.execute(update(message_header)
-                                .where(h.claimed_by == owner, h.status == "Delivered")
-                                .values(lease_expires_at=now + timedelta(seconds=lease_seconds))
-                                ).rowcount
+            count = conn.execute(update(message_header).where(
+                h.target == target, h.status == "Delivered", h.lease_expires_at < now)
+                .values(status="Queued", claimed_by=None, lease_expires_at=None)).rowcount
+        if count:
+            self._announcer.call_back([target])
+        return int(count)
+
+    def renew_leases(self, owner: str, *, now: datetime, lease_seconds: float,
+                     claims: Iterable[tuple[int, int]] | None = None) -> int:
+        """Extend the leases of the claims ``owner`` really holds — ``(message id, token)``
+        pairs — and return how many were still its own. A claim orphaned by a write lost in
+        a database crash is not among them, so it expires by itself. ``claims=None``:
+        every lease ``owner`` holds (tests and tools)."""
+        h = message_header.c
+        until = now + timedelta(seconds=lease_seconds)
+        stmt = update(message_header).where(h.claimed_by == owner, h.status == "Delivered")
+        if claims is None:
+            with self._tx() as conn:
+                return conn.execute(stmt.values(lease_expires_at=until)).rowcount
+        pairs = sorted(claims)
+        renewed = 0
+        with self._tx(durable=False) as conn:
+            for start in range(0, len(pairs), 500):
+                chunk = pairs[start:start + 500]
+                renewed += conn.execute(stmt.where(tuple_(h.id, h.claim_token).in_(chunk))
+                                        .values(lease_expires_at=until)).rowcount
+        return renewed
 
     def next_due_time(self, target: str) -> datetime | None:
         """When the earliest parked message of ``target`` becomes due (None: none parked)."""
@@ -185,36 +167,47 @@ class SqlStore:
 
     # -- attempts ------------------------------------------------------------------------
     def begin_attempt(self, message_id: int, attempt: int, *, started_at: datetime,
-                      durable: bool = True) -> int:
+                      durable: bool = True, token: int | None = None) -> int:
         """Record that attempt ``attempt`` starts now (before anything is sent).
+
+        ``token``: the claim's fencing token; raises ClaimLost (and records nothing) when the
+        message's claim is no longer that one, so that nothing is sent.
 
         ``durable``: the commit reaches disk before the request can leave, so that even a
         database server crash cannot hide an attempt that may have reached the service —
         needed for non-idempotent items. For idempotent ones a lost record only means the
         request may be sent once more, which they allow.
         """
-        with self._tx(durable=durable) as conn:
-            return self._begin_attempt(conn, message_id, attempt, started_at)
-
-    @staticmethod
-    def _begin_attempt(conn: Any, message_id: int, attempt: int, started_at: datetime) -> int:
         h = message_header.c
-        conn.execute(update(message_header).where(h.id == message_id).values(
-            attempts=attempt, next_attempt_at=None,
-            first_attempt_at=func.coalesce(h.first_attempt_at, started_at)))
-        return int(conn.execute(message_attempt.insert().values(
+        with self._tx(durable=durable) as conn:
+            changed = conn.execute(self._fenced(message_id, token).values(
+                attempts=attempt, next_attempt_at=None,
+                first_attempt_at=func.coalesce(h.first_attempt_at, started_at))).rowcount
+            _check_claim(changed, message_id, token)
+            return int(conn.execute(message_attempt.insert().values(
             message_id=message_id, attempt=attempt, started_at=started_at,
         ).returning(message_attempt.c.id)).scalar_one())
 
     def end_attempt(self, attempt_id: int, *, ended_at: datetime, outcome: str,
                     server: str | None = None, status_code: int | None = None,
-                    error_text: str | None = None) -> None:
-        """Record the end of an attempt. Not durable on its own: lost in a server crash, the
-        attempt looks unfinished and is treated as outcome unknown."""
+                    error_text: str | None = None, started_at: datetime | None = None,
+                    token: int | None = None) -> None:
+        """Record the end of an attempt (and its true start, when ``started_at`` is given:
+        an attempt begun with a batch claim starts when its request does). Not durable on
+        its own: lost in a server crash, the attempt looks unfinished and is treated as
+        outcome unknown. ``token``: raises ClaimLost when the claim is no longer that one."""
+        a, h = message_attempt.c, message_header.c
+        values: dict[str, Any] = {"ended_at": ended_at, "outcome": outcome, "server": server,
+                                  "status_code": status_code, "error_text": error_text}
+        if started_at is not None:
+            values["started_at"] = started_at
+        stmt = update(message_attempt).where(a.id == attempt_id)
+        if token is not None:
+            stmt = stmt.where(select(h.id).where(h.id == a.message_id, h.claim_token == token)
+                              .exists())
         with self._tx(durable=False) as conn:
-            conn.execute(update(message_attempt).where(message_attempt.c.id == attempt_id).values(
-                ended_at=ended_at, outcome=outcome, server=server, status_code=status_code,
-                error_text=error_text))
+            changed = conn.execute(stmt.values(**values)).rowcount
+            _check_claim(changed, attempt_id, token, what="attempt")
 
     def open_attempt(self, message_id: int) -> AttemptRow | None:
         """The attempt of ``message_id`` that never ended (in flight at a crash), if any."""
@@ -233,27 +226,30 @@ class SqlStore:
         return [AttemptRow.from_mapping(r) for r in rows]
 
     # -- outcomes ------------------------------------------------------------------------
-    def schedule_retry(self, message_id: int, *, next_attempt_at: datetime, release: bool) -> None:
+    def schedule_retry(self, message_id: int, *, next_attempt_at: datetime, release: bool,
+                       token: int | None = None) -> None:
         """Persist the retry-needed flag and the next attempt time. ``release`` parks the
-        message back in the queue (requeue mode, or a stop during a blocking wait)."""
+        message back in the queue (requeue mode, or a stop during a blocking wait).
+        ``token``: raises ClaimLost when the claim is no longer that one."""
         values: dict[str, Any] = {"retry_needed": True, "next_attempt_at": next_attempt_at}
         if release:
             values.update(status="Queued", claimed_by=None, lease_expires_at=None)
-        self._update(message_id, announce=release, **values)
+        self._update(message_id, announce=release, token=token, **values)
 
-    def release(self, message_id: int) -> None:
-        """Put a claimed message back in its queue as it is (graceful stop)."""
-        self._update(message_id, announce=True, status="Queued", claimed_by=None,
+    def release(self, message_id: int, token: int | None = None) -> None:
+        """Put a claimed message back in its queue as it is (graceful stop). ``token``:
+        only if the claim is still that one (else ClaimLost)."""
+        self._update(message_id, announce=True, token=token, status="Queued", claimed_by=None,
                      lease_expires_at=None)
 
-    def release_claim(self, message_id: int, owner: str) -> bool:
-        """Put ``message_id`` back in its queue if ``owner`` still holds its claim (a worker
-        lost track of it through a database error); True if it did."""
+    def release_claim(self, message_id: int, owner: str, token: int | None = None) -> bool:
+        """Put ``message_id`` back in its queue if ``owner`` still holds its claim (with
+        ``token``, when given: that very claim) — a worker lost track of it through a
+        database error; True if it did."""
         h = message_header.c
         with self._tx() as conn:
-            target = conn.execute(update(message_header)
-                                  .where(h.id == message_id, h.status == "Delivered",
-                                         h.claimed_by == owner)
+            target = conn.execute(self._fenced(message_id, token)
+                                  .where(h.status == "Delivered", h.claimed_by == owner)
                                   .values(status="Queued", claimed_by=None, lease_expires_at=None)
                                   .returning(h.target)).scalar()
             if target is not None:
@@ -264,11 +260,13 @@ class SqlStore:
 
     def complete(self, request: MessageRow, *, response_class: str | None,
                  response_body: str | None, now: datetime,
-                 attempt: AttemptEnd | None = None) -> int | None:
+                 attempt: AttemptEnd | None = None, fenced: bool = False) -> int | None:
         """Mark ``request`` ``Completed``, end its last ``attempt`` (outcome ok) and store its
         response, if any, linked both ways — in one transaction. Not durable on its own: lost
-        in a server crash, the attempt looks unfinished (outcome unknown)."""
+        in a server crash, the attempt looks unfinished (outcome unknown). ``fenced``: only
+        if the claim is still ``request.claim_token`` (else ClaimLost, nothing written)."""
         h = message_header.c
+        token = request.claim_token if fenced else None
         with self._tx(durable=False) as conn:
             if attempt is not None:
                 conn.execute(update(message_attempt)
@@ -283,15 +281,26 @@ class SqlStore:
                     body=response_body, status="Completed", is_error=False, time_created=now,
                     time_processed=now, time_completed=now, corresponding_id=request.id,
                     retry_needed=False, attempts=0).returning(h.id)).scalar_one()
-            conn.execute(update(message_header).where(h.id == request.id).values(
+            changed = conn.execute(self._fenced(request.id, token).values(
                 status="Completed", is_error=False, retry_needed=False, next_attempt_at=None,
                 time_completed=now, corresponding_id=response_id, claimed_by=None,
-                lease_expires_at=None))
+                lease_expires_at=None)).rowcount
+            _check_claim(changed, request.id, token)  # raising rolls the whole back
         return response_id
 
-    def finish(self, message_id: int, *, status: str, error_text: str, now: datetime) -> None:
-        """End a message in ``Error``, ``Suspended``, ``Discarded`` or ``Aborted``."""
-        self._update(message_id, status=status, is_error=status == "Error", error_text=error_text,
+    def complete_many(self, completions: list[Completion], *, now: datetime) -> list[int]:
+        """Record successful attempts in one transaction (a group commit): each message
+        ``Completed``, its attempt ended (outcome ok, true start and end) and its response
+        stored, linked both ways — only where the claim is still the completion's token.
+        Returns the ids completed; the others' claims were lost and nothing was written
+        for them. Not durable on its own (see :meth:`complete`)."""
+        return self._hot.complete_many(completions, now=now) if completions else []
+
+    def finish(self, message_id: int, *, status: str, error_text: str, now: datetime,
+               token: int | None = None) -> None:
+        """End a message in ``Error``, ``Suspended``, ``Discarded`` or ``Aborted``.
+        ``token``: only if the claim is still that one (else ClaimLost)."""
+        self._update(message_id, token=token, status=status, is_error=status == "Error", error_text=error_text,
                      retry_needed=False, next_attempt_at=None, time_completed=now,
                      claimed_by=None, lease_expires_at=None)
 
@@ -304,11 +313,16 @@ class SqlStore:
     # -- items and daemons ---------------------------------------------------------------
     def set_item_enabled(self, name: str, enabled: bool, *, reason: str | None,
                          now: datetime) -> None:
-        """Override the production file's ``enabled`` for item ``name``."""
+        """Override the production file's ``enabled`` for item ``name``, and tell the
+        daemons at once (a disable holds from their next message, see
+        :func:`~engine.store.notify.switch_announcement`)."""
+        news = [switch_announcement(name, enabled)]
         with self._tx() as conn:
             conn.execute(item_state.delete().where(item_state.c.config_name == name))
             conn.execute(item_state.insert().values(config_name=name, enabled=enabled,
                                                     reason=reason, updated_at=now))
+            self._announcer.notify(conn, news)
+        self._announcer.call_back(news)
 
     def item_overrides(self) -> dict[str, bool]:
         """Items whose enabled state an operator (or action D) has set."""
@@ -329,12 +343,14 @@ class SqlStore:
             return list(conn.execute(select(daemon.c.id).where(daemon.c.heartbeat_at < before))
                         .scalars())
 
-    def heartbeat(self, daemon_id: str, *, now: datetime, lease_seconds: float) -> None:
-        """Mark ``daemon_id`` alive and extend the leases on the messages it holds."""
+    def heartbeat(self, daemon_id: str, *, now: datetime, lease_seconds: float,
+                  claims: Iterable[tuple[int, int]] | None = None) -> None:
+        """Mark ``daemon_id`` alive and extend the leases of the ``claims`` it really holds
+        (see :meth:`renew_leases`)."""
         with self._tx() as conn:
             conn.execute(update(daemon).where(daemon.c.id == daemon_id)
                          .values(heartbeat_at=now))
-        self.renew_leases(daemon_id, now=now, lease_seconds=lease_seconds)
+        self.renew_leases(daemon_id, now=now, lease_seconds=lease_seconds, claims=claims)
 
     def release_claims(self, owner: str) -> int:
         """Put every message ``owner`` holds back in its queue (its daemon stopped or died).
@@ -378,11 +394,20 @@ class SqlStore:
         self._announcer.call_back(names)
 
     # -- helpers -------------------------------------------------------------------------
-    def _update(self, message_id: int, *, announce: bool = False, **values: Any) -> None:
+    @staticmethod
+    def _fenced(message_id: int, token: int | None) -> Any:
+        """UPDATE of ``message_id``, conditional on its claim token when one is given."""
+        h = message_header.c
+        stmt = update(message_header).where(h.id == message_id)
+        return stmt if token is None else stmt.where(h.claim_token == token)
+
+    def _update(self, message_id: int, *, announce: bool = False, token: int | None = None,
+                **values: Any) -> None:
         h = message_header.c
         with self._tx() as conn:
-            target = conn.execute(update(message_header).where(h.id == message_id)
+            target = conn.execute(self._fenced(message_id, token)
                                   .values(**values).returning(h.target)).scalar()
+            _check_claim(0 if target is None else 1, message_id, token)
             if announce and target is not None:
                 self._announcer.notify(conn, [target])
         if announce and target is not None:
@@ -397,6 +422,13 @@ class SqlStore:
     def _read(self) -> Any:
         """A connection for reads only (on SQLite: no write lock)."""
         return self.engine.connect().execution_options(**{READ_ONLY: True})
+
+
+def _check_claim(changed: int, ident: int, token: int | None, what: str = "message") -> None:
+    """Raise ClaimLost when a write conditional on ``token`` changed nothing."""
+    if token is not None and not changed:
+        raise ClaimLost(f"{what} {ident}: its claim (token {token}) is no longer this "
+                        "worker's; another daemon has taken it over")
 
 
 class _Transaction:

@@ -185,6 +185,9 @@ def test_reply_code_action_d_disables_the_item_and_keeps_the_message_first(
     assert store.item_overrides() == {"Item": False}
     row = store.get_message(first)
     assert row.status == "Queued"
+    # while the item is off nothing is claimed; switched on, the message comes first
+    assert store.claim_next("Item", owner="t", now=h.clock.now(), lease_seconds=10) is None
+    store.set_item_enabled("Item", True, reason=None, now=h.clock.now())
     nxt = store.claim_next("Item", owner="t", now=h.clock.now(), lease_seconds=10)
     assert nxt.id == first
 

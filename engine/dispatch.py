@@ -1,0 +1,266 @@
+"""The dispatcher of one item: batch claims in, group-committed successes out.
+
+One thread per item talks to the queue, so idle workers never poll the database (DESIGN.md
+§5, "Throughput"):
+
+- it claims as many due messages as there are idle workers in one statement — a batch for a
+  ``pool_size = 1`` item, sized so that a batch is about :data:`BATCH_WINDOW` of work — and
+  hands them to the item's workers through an in-memory queue;
+- for idempotent items the claim also begins each fresh message's attempt 1 (a crash turns
+  the batch into outcome-unknown attempts, which they re-send); non-idempotent items begin
+  every attempt durably, one by one, just before its request is sent (the worker does);
+- the workers hand it their successes (:meth:`Dispatcher.defer`), which it writes in one
+  transaction before its next claim, or after :data:`FLUSH_WINDOW` at the latest, so a FIFO
+  head is never left looking Delivered;
+- it knows the next due time of the item's parked messages and sleeps until then, the
+  poll interval, or a wake-up (new work announced, a worker free, an operator's switch).
+
+It keeps the set of claims the item really holds, which the heartbeat renews, and takes back
+claims whose lease expired (a dead daemon's) every :data:`EXPIRY_SCAN` seconds.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from engine.clock import Clock
+from engine.errors import EncoreError
+from engine.store.hotpath import Claimed, Completion
+from engine.store.sql import SqlStore
+
+log = logging.getLogger(__name__)
+
+BATCH_WINDOW = 0.05  # seconds of work a pool_size = 1 item claims at once
+MAX_BATCH = 100  # messages one claim takes at most
+FIRST_BATCH = 4  # a pool_size = 1 item's first claim, before it knows how long work takes
+FLUSH_WINDOW = 0.02  # seconds a success may wait for the group commit
+MAX_PENDING = 500  # successes that force a group commit
+EXPIRY_SCAN = 1.0  # seconds between looks for claims whose lease expired
+STORE_RETRY_DELAY = 1.0  # seconds the dispatcher waits after a database error
+
+
+@dataclass(frozen=True, kw_only=True)
+class DispatchSettings:
+    """What a dispatcher needs to know of its item and daemon."""
+
+    target: str
+    owner: str
+    pool_size: int
+    fifo: bool  # claim only the head of the queue, in order
+    begin: bool  # begin attempt 1 with the claim (idempotent items)
+    enabled: bool  # the production file's switch (an operator's overrides it)
+    lease_seconds: float
+    poll_interval: float
+
+
+class Dispatcher:
+    """Feeds one item's workers (see the module docstring). ``ready()`` is asked before each
+    claim: False while the adapter cannot start, the schedule window is closed or another
+    daemon holds the FIFO item's lease."""
+
+    def __init__(self, settings: DispatchSettings, *, store: SqlStore, clock: Clock,
+                 ready: Callable[[], bool], stop: threading.Event) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+        self.ready = ready
+        self.stop = stop
+        self.wakeup = threading.Event()
+        self.work: queue.SimpleQueue[Claimed | None] = queue.SimpleQueue()
+        self.held_back = threading.Event()  # an operator switched the item off
+        self._lock = threading.Lock()
+        self._held: dict[int, int] = {}  # message id → claim token, handed out or pending
+        self._outstanding = 0  # claims handed to workers and not finished
+        self._pending: list[Completion] = []
+        self._pending_ids: set[int] = set()
+        self._oldest_pending = 0.0  # monotonic seconds
+        self._seconds_per_message = BATCH_WINDOW / FIRST_BATCH
+        self._next_expiry_scan = 0.0
+        self._thread: threading.Thread | None = None
+
+    # -- what workers call ---------------------------------------------------------------
+    def defer(self, completion: Completion) -> None:
+        """Record a success with the next group commit (the worker goes on meanwhile)."""
+        with self._lock:
+            if not self._pending:
+                self._oldest_pending = self.clock.monotonic()
+            self._pending.append(completion)
+            self._pending_ids.add(completion.message_id)
+            full = len(self._pending) >= MAX_PENDING
+        if full:
+            self.wakeup.set()
+
+    def finished(self, message_id: int, seconds: float) -> None:
+        """A worker is done with ``message_id`` (after ``seconds`` of work)."""
+        with self._lock:
+            self._outstanding -= 1
+            if message_id not in self._pending_ids:  # else it is held until its commit
+                self._held.pop(message_id, None)
+            self._seconds_per_message += (seconds - self._seconds_per_message) * 0.2
+            idle = self._outstanding == 0 or self.settings.pool_size > 1
+        if idle:
+            self.wakeup.set()
+
+    def held_claims(self) -> list[tuple[int, int]]:
+        """(message id, token) of every claim this item holds: the heartbeat renews them."""
+        with self._lock:
+            return list(self._held.items())
+
+    def switch(self, enabled: bool) -> None:
+        """An operator (or reply code action D) switched the item on or off: off holds at
+        once, also the messages already claimed and not yet begun."""
+        if enabled:
+            self.held_back.clear()
+        else:
+            self.held_back.set()
+        self.wakeup.set()
+
+    # -- the thread ----------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"{self.settings.target}-dispatcher")
+        self._thread.start()
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the dispatcher's last group commit; True if it ended in time."""
+        self.wakeup.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                wait = self.tick()
+            except EncoreError as exc:
+                log.error("item %s: %s; trying again in %.0f s", self.settings.target, exc,
+                          STORE_RETRY_DELAY)
+                wait = STORE_RETRY_DELAY
+            except Exception:  # noqa: BLE001 - the dispatcher must outlive one bad step
+                log.exception("item %s: unexpected error in the dispatcher",
+                              self.settings.target)
+                wait = STORE_RETRY_DELAY
+            self.wakeup.wait(wait)
+            self.wakeup.clear()
+        for _ in range(self.settings.pool_size):
+            self.work.put(None)  # after what is queued: workers put those back, then stop
+        self._drain()
+
+    def _drain(self) -> None:
+        """After a stop: group-commit the successes of the workers as they finish."""
+        while True:
+            with self._lock:
+                busy = self._outstanding > 0
+            self._flush_quietly()
+            if not busy:
+                return
+            self.wakeup.wait(FLUSH_WINDOW)
+            self.wakeup.clear()
+
+    def tick(self) -> float:
+        """One step: commit due successes, take back expired claims, claim for idle workers.
+        Returns the seconds to wait before the next step (a wake-up comes sooner)."""
+        now = self.clock.monotonic()
+        slots = self._free_slots()
+        if slots and self._pending:
+            self.flush()  # before the claim: a FIFO head must not look Delivered
+        elif self._pending and now - self._oldest_pending >= FLUSH_WINDOW:
+            self.flush()
+        if now >= self._next_expiry_scan:
+            self._next_expiry_scan = now + EXPIRY_SCAN
+            self.store.release_expired_claims(self.settings.target, now=self.clock.now())
+        wait = self.settings.poll_interval
+        if self.held_back.is_set():
+            self._look_at_switch()
+        if slots and not self.held_back.is_set() and self.ready():
+            claimed = self._claim(slots)
+            if claimed == slots and self._free_slots():
+                return 0.0  # workers finished meanwhile and the queue may hold more
+            if not claimed:
+                wait = self._idle_wait()
+        return self._flush_wait(wait)
+
+    def _look_at_switch(self) -> None:
+        """While held back, read the switch at every step: an operator on another host (or
+        on SQLite, in another process) may have switched the item on again unannounced."""
+        target = self.settings.target
+        if self.store.item_overrides().get(target, self.settings.enabled):
+            self.held_back.clear()
+
+    def _free_slots(self) -> int:
+        with self._lock:
+            if self.settings.pool_size > 1:
+                return max(self.settings.pool_size - self._outstanding, 0)
+            if self._outstanding:
+                return 0
+            return max(1, min(MAX_BATCH, int(BATCH_WINDOW / max(self._seconds_per_message,
+                                                                1e-6))))
+
+    def _claim(self, limit: int) -> int:
+        s = self.settings
+        claimed = self.store.claim(s.target, owner=s.owner, now=self.clock.now(),
+                                   lease_seconds=s.lease_seconds, limit=limit, fifo=s.fifo,
+                                   begin=s.begin, enabled=s.enabled)
+        with self._lock:
+            for c in claimed:
+                self._held[c.row.id] = c.row.claim_token
+            self._outstanding += len(claimed)
+        for c in claimed:
+            self.work.put(c)
+        return len(claimed)
+
+    def _idle_wait(self) -> float:
+        """Nothing to claim: until the next parked message is due, at most poll_interval
+        (a due message that could not be claimed — held by a claim, the item off — is
+        looked at again after poll_interval)."""
+        poll = self.settings.poll_interval
+        due = self.store.next_due_time(self.settings.target)
+        if due is None:
+            return poll
+        seconds = (due - self.clock.now()).total_seconds()
+        return poll if seconds <= 0 else min(seconds, poll)
+
+    def _flush_wait(self, wait: float) -> float:
+        with self._lock:
+            if not self._pending:
+                return wait
+            left = FLUSH_WINDOW - (self.clock.monotonic() - self._oldest_pending)
+        return max(min(wait, left), 0.0)
+
+    def flush(self) -> None:
+        """Write the pending successes in one transaction (a group commit)."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+            self._pending_ids = set()
+        if not pending:
+            return
+        try:
+            done = set(self.store.complete_many(pending, now=self.clock.now()))
+        except BaseException:
+            with self._lock:  # keep them for the next try, oldest first
+                self._pending[:0] = pending
+                self._pending_ids.update(c.message_id for c in pending)
+            raise
+        lost = [c.message_id for c in pending if c.message_id not in done]
+        if lost:
+            log.warning("item %s: message(s) %s were taken over by another daemon before "
+                        "their success was recorded; that daemon's delivery counts",
+                        self.settings.target, lost)
+        with self._lock:
+            for c in pending:
+                if self._held.get(c.message_id) == c.token:
+                    del self._held[c.message_id]
+
+    def _flush_quietly(self) -> None:
+        try:
+            self.flush()
+        except EncoreError as exc:
+            log.error("item %s: could not record successes at stop (their attempts count as "
+                      "outcome unknown): %s", self.settings.target, exc)
+            with self._lock:
+                self._pending.clear()
+                self._pending_ids.clear()
