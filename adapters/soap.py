@@ -2,11 +2,19 @@
 
 The zeep client is built once, in :meth:`SoapAdapter.start`, from ``wsdl`` (fetched within
 ``response_timeout``); a WSDL that cannot be loaded raises
-:class:`~engine.errors.AdapterNotReady` and the worker tries again later. Responses are parsed
-with DTDs, entities and external references forbidden (no XXE, no billion laughs).
+:class:`~engine.errors.AdapterNotReady` and the worker tries again later. The WSDL and what it
+imports are read only as :class:`~adapters.soap_transport.DocumentPolicy` allows (its own
+host, or files beside a local WSDL; each document size-limited). Responses are parsed with
+DTDs, entities and external references forbidden (no XXE, no billion laughs).
+
+Credentials go only to the configured hosts: the WSDL's own scheme, host and port, each of
+``servers``, and (a local WSDL file being the operator's own) the service address it names.
+A service address the WSDL puts on another host is called without them, with a ``Warning``
+at start.
 """
 from __future__ import annotations
 
+import copy
 import http.client
 import logging
 from collections.abc import Mapping
@@ -26,9 +34,10 @@ from adapters.deadline import TryScope, try_scope
 from adapters.failover import rebase
 from adapters.session import ItemSession, classify_transport_error, describe
 from adapters.settings import COMMON_SETTINGS, not_empty
-from adapters.soap_transport import DeadlineTransport
-from engine.errors import (AdapterError, AdapterNotReady, ConfigurationError, HttpStatusError,
-                           RemoteFault, ResponseRejected)
+from adapters.soap_transport import (DeadlineTransport, DocumentPolicy, HostBoundBasicAuth,
+                                     Origin, local_path, origin_of)
+from engine.errors import (AdapterError, AdapterNotReady, ConfigurationError, DocumentRefused,
+                           HttpStatusError, RemoteFault, ResponseRejected)
 from engine.settings import Setting
 
 __all__ = ["SoapAdapter"]
@@ -37,9 +46,18 @@ log = logging.getLogger(__name__)
 
 _LOAD_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError,
                 http.client.HTTPException, OSError, zeep.exceptions.Error, lxml.etree.Error,
-                ValueError, AdapterError)
+                ValueError, AdapterError, DocumentRefused)
 _FORBIDDEN_XML = (zeep.exceptions.DTDForbidden, zeep.exceptions.EntitiesForbidden,
                   zeep.exceptions.ExternalReferenceForbidden)
+
+
+def _wsdl_location(value: str) -> str:
+    value = not_empty(value)
+    if origin_of(value) is None and local_path(value) is None:
+        raise ValueError(f"{value!r} is not allowed; expected an http:// or https:// URL or the "
+                         "path of a local WSDL file, like 'https://host:8443/service?wsdl' or "
+                         "'/etc/encore/service.wsdl'")
+    return value
 
 
 @dataclass(frozen=True)
@@ -57,8 +75,8 @@ class SoapAdapter(OutboundAdapter):
     """
 
     SETTINGS = (
-        Setting(name="wsdl", kind=str, default=None, check=not_empty,
-                help="URL or path of the WSDL, loaded once at start"),
+        Setting(name="wsdl", kind=str, default=None, check=_wsdl_location,
+                help="http(s) URL or local path of the WSDL, loaded once at start"),
         Setting(name="auth", kind=str, default="wsse", choices=("wsse", "basic"),
                 help="how credentials are sent"),
         *COMMON_SETTINGS,
@@ -73,6 +91,7 @@ class SoapAdapter(OutboundAdapter):
         self._client: zeep.Client | None = None
         self._services: dict[str, ServiceProxy] = {}
         self._operations: tuple[str, ...] = ()
+        self._warnings: list[str] = []  # for start() to return
 
     @property
     def operations(self) -> tuple[str, ...]:
@@ -91,24 +110,27 @@ class SoapAdapter(OutboundAdapter):
                                  + ", ".join(self._operations), code="UnknownOperation")
         return self.call(_Call(operation, dict(args or {})))
 
+    def start(self) -> list[str]:
+        """As :meth:`OutboundAdapter.start`; also warns when the WSDL's service address is on
+        another host than the configured ones, where calls go without credentials."""
+        warnings = super().start()
+        return self._warnings + warnings
+
     # -- transport ------------------------------------------------------------------------
 
     def _open(self) -> None:
         self.stop()  # a start() after a failed one
-        basic = self.credentials is not None and self.settings["auth"] == "basic"
-        auth = (self.credentials.username, self.credentials.password) if basic else None
         hosts = max(len(self.settings["servers"]), 1) + 1  # the WSDL's host too
         self._session = ItemSession.from_settings(self.settings, pool_size=self.pool_size,
-                                                  hosts=hosts, auth=auth)
+                                                  hosts=hosts)
+        self._bind_basic_auth(self._configured_origins())
         self._client = self._load_client(self._session)
         binding, address = self._default_binding(self._client)
         self._operations = tuple(sorted(binding.all()))
-        targets = ([rebase(address or s, s) for s in self.settings["servers"]]
-                   or ([address] if address else []))
-        if not targets:
-            raise ConfigurationError("the WSDL gives no service address; set servers",
-                                     item=self.item_name or None, key="servers")
-        self._services = {t: self._client.create_service(binding.name, t) for t in targets}
+        trusted = self._trusted_origins(address)
+        self._bind_basic_auth(trusted)
+        targets = self._target_urls(address)
+        self._services = {t: self._service(binding.name, t, trusted) for t in targets}
         log.info("item %s: WSDL loaded; operations %s; servers %s", self.item_name,
                  ", ".join(self._operations), ", ".join(targets))
 
@@ -116,10 +138,15 @@ class SoapAdapter(OutboundAdapter):
         wsse = None
         if self.credentials is not None and self.settings["auth"] == "wsse":
             wsse = UsernameToken(self.credentials.username, self.credentials.password)
-        settings = zeep.Settings(strict=True, xml_huge_tree=False, forbid_dtd=True,
-                                 forbid_entities=True, forbid_external=True)
-        transport = DeadlineTransport(self, session)
         wsdl = self.settings["wsdl"]
+        policy = DocumentPolicy.for_wsdl(wsdl, int(self.settings["max_response_bytes"]))
+        # forbid_external=False: DeadlineTransport.load decides which documents may be read.
+        # force_https only for an http(s) WSDL: beside a local one it turns file:///x into
+        # https:///x.
+        settings = zeep.Settings(strict=True, xml_huge_tree=False, forbid_dtd=True,
+                                 forbid_entities=True, forbid_external=False,
+                                 force_https=policy.origin is not None)
+        transport = DeadlineTransport(self, session, policy)
         try:
             with try_scope(self.clock.monotonic() + self.response_timeout, self.clock.monotonic):
                 return zeep.Client(wsdl, transport=transport, settings=settings, wsse=wsse)
@@ -127,6 +154,53 @@ class SoapAdapter(OutboundAdapter):
             session.close()
             raise AdapterNotReady(f"item {self.item_name!r}: cannot load the WSDL {wsdl}: "
                                   f"{_load_reason(exc)}") from exc
+
+    def _configured_origins(self) -> set[Origin]:
+        """Scheme, host and port of the ``wsdl`` URL and of each of ``servers``."""
+        urls = (self.settings["wsdl"], *self.settings["servers"])
+        return {o for o in map(origin_of, urls) if o is not None}
+
+    def _trusted_origins(self, address: str | None) -> set[Origin]:
+        """Where credentials may go: the configured origins, and the service address of a
+        local WSDL file (the operator's own file, as trusted as the production file)."""
+        trusted = self._configured_origins()
+        local_wsdl = origin_of(self.settings["wsdl"]) is None
+        if local_wsdl and address and (origin := origin_of(address)) is not None:
+            trusted.add(origin)
+        return trusted
+
+    def _bind_basic_auth(self, trusted: set[Origin]) -> None:
+        assert self._session is not None
+        if self.credentials is not None and self.settings["auth"] == "basic":
+            self._session.requests.auth = HostBoundBasicAuth(
+                self.credentials.username, self.credentials.password, trusted)
+
+    def _target_urls(self, address: str | None) -> list[str]:
+        """``servers`` (each taking the address's path), else the WSDL's service address."""
+        if self.settings["servers"]:
+            return [rebase(address or s, s) for s in self.settings["servers"]]
+        if not address:
+            raise ConfigurationError("the WSDL gives no service address; set servers",
+                                     item=self.item_name or None, key="servers")
+        if origin_of(address) is None:
+            raise AdapterNotReady(f"item {self.item_name!r}: the WSDL's service address "
+                                  f"{address!r} is not an http(s) URL; set servers")
+        return [address]
+
+    def _service(self, binding_name: str, target: str, trusted: set[Origin]) -> ServiceProxy:
+        """A proxy for ``target``; without the WS-Security token when ``target`` is not on a
+        configured host (HTTP Basic is kept off such hosts by :class:`HostBoundBasicAuth`)."""
+        assert self._client is not None
+        client = self._client
+        if origin_of(target) not in trusted:
+            if self.credentials is not None:
+                self._warnings.append(
+                    f"item {self.item_name!r}: the WSDL's service address {target} is not on "
+                    "a configured host (the WSDL's own or one of servers); calls go there "
+                    "without credentials; list it in servers to send them")
+            client = copy.copy(self._client)  # shares the parsed WSDL and the transport
+            client.wsse = None
+        return client.create_service(binding_name, target)
 
     def _default_binding(self, client: zeep.Client) -> tuple[Any, str | None]:
         """The binding and address of the first port of the first service, as zeep's
@@ -143,6 +217,7 @@ class SoapAdapter(OutboundAdapter):
         if self._session is not None:
             self._session.close()
         self._session, self._client, self._services = None, None, {}
+        self._warnings = []
 
     def _targets(self) -> list[str]:
         return list(self._services)
@@ -184,8 +259,12 @@ class SoapAdapter(OutboundAdapter):
 
 
 def _load_reason(exc: BaseException) -> str:
+    if isinstance(exc, DocumentRefused):
+        return str(exc)
+    if isinstance(exc, zeep.exceptions.ExternalReferenceForbidden):
+        return f"it imports the external document {exc.url}, which is refused"
     if isinstance(exc, _FORBIDDEN_XML):
         return "it contains a DTD or entities, which are refused"
     if isinstance(exc, requests.HTTPError) and exc.response is not None:
-        return f"HTTP {exc.response.status_code}"
+        return f"HTTP {exc.response.status_code} from {exc.response.url}"
     return describe(exc)

@@ -170,3 +170,15 @@ class Retry(Exception):
 class AdapterNotReady(EncoreError):
     """An adapter could not start (e.g. its WSDL cannot be loaded). The item keeps its
     messages queued and tries again every ``retry_interval``."""
+
+
+class DocumentRefused(AdapterNotReady):
+    """A WSDL or schema document refused before it was read: another host, a scheme other
+    than http(s), a local file outside a local WSDL's directory or not a regular file, a
+    redirect away from the WSDL's host, or a document over the size limit. ``url`` is the
+    refused location; the text names it and says why."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"{url} refused: {reason}")
+        self.url = url
+        self.reason = reason
