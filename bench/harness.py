@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, func, select, text
 
-from engine.client import send_message
+from engine.client import send_message, send_messages
 from engine.clock import as_utc, utcnow
 from engine.daemon import Daemon
 from engine.production import ProductionConfig, parse_production
@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH_POLL_INTERVAL = 0.05  # seconds: an idle worker's look at its queue (default is 0.5)
 WAIT_POLL = 0.05  # seconds between two looks at the message counts while waiting
 STALL_S = 60.0  # seconds without a finished message after which a wait gives up
+FILL_BATCH = 500  # messages per send_messages transaction when a queue is filled up front
 
 
 def sqlite_url(directory: Path, name: str = "bench.db") -> str:
@@ -109,9 +110,11 @@ def queued_count(store: SqlStore, target: str) -> int:
             h.target == target, h.kind == "request", h.status == "Queued")).scalar())
 
 
-def wait_finished(store: SqlStore, target: str, count: int, timeout: float) -> None:
-    """Wait until ``count`` requests of ``target`` have finished. Fails after ``timeout`` s,
-    or sooner when nothing finished for ``STALL_S`` s (a daemon that cannot work)."""
+def wait_finished(store: SqlStore, target: str, count: int, timeout: float, *,
+                  poll: float = WAIT_POLL) -> None:
+    """Wait until ``count`` requests of ``target`` have finished, looking every ``poll`` s.
+    Fails after ``timeout`` s, or sooner when nothing finished for ``STALL_S`` s (a daemon
+    that cannot work)."""
     deadline = time.monotonic() + timeout
     last, last_change = -1, time.monotonic()
     while (done := finished_count(store, target)) < count:
@@ -122,7 +125,7 @@ def wait_finished(store: SqlStore, target: str, count: int, timeout: float) -> N
             raise TimeoutError(f"{target}: only {done} of {count} messages finished "
                                f"({'stalled' if now <= deadline else 'timed out'}); see the "
                                "daemon's log")
-        time.sleep(WAIT_POLL)
+        time.sleep(poll)
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,17 @@ def produce(store: SqlStore, production: ProductionConfig, target: str, body: di
     for _ in range(count):
         send_message(store, production, target, body, source="bench")
     return started, time.perf_counter() - t0
+
+
+def fill(store: SqlStore, production: ProductionConfig, target: str, body: dict[str, Any],
+         count: int, batch: int = FILL_BATCH) -> float:
+    """Enqueue ``count`` copies of ``body`` through ``send_messages``, ``batch`` per
+    transaction. Returns the seconds it took."""
+    t0 = time.perf_counter()
+    for start in range(0, count, batch):
+        send_messages(store, production, target, [body] * min(batch, count - start),
+                      source="bench")
+    return time.perf_counter() - t0
 
 
 def daemon_throughput(store: SqlStore, production: ProductionConfig, target: str,

@@ -3,6 +3,7 @@ messages, and the true deadline against a trickling server."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,6 +26,7 @@ SEED_SERVER_DELAY = 0.8  # seconds
 SEED_STARTS = (0.0, 1.0, 2.0, 3.0)  # seconds after the first attempt
 SEED_GIVE_UP = 3.7  # seconds after the first attempt
 PARKED = 10_000  # messages
+PARKED_POOL = 16  # workers of the item for parked_10k_idle_cpu_pool16
 PARK_FOR = timedelta(days=1)  # how far in the future they are parked
 SETTLE_S = 3.0  # seconds after start before the daemon is measured
 DEADLINE_S = 1.0  # response_timeout against the trickling server
@@ -89,20 +91,30 @@ def park(store: SqlStore, target: str, count: int) -> None:
         conn.execute(insert(message_header), rows)
 
 
-def parked(work: Path, idle_window: float) -> Outcome:
-    """parked_10k_rss_mb / parked_10k_idle_cpu: ``encore run`` holding 10,000 parked
-    messages of a requeue-mode item, measured after it settles."""
-    out = Outcome()
-    url = h.sqlite_url(work, "parked.db")
+@dataclass(frozen=True)
+class Parked:
+    """What ``encore run`` holding 10,000 parked messages used once settled."""
+
+    rss_kb: int
+    hwm_kb: int
+    idle_cpu: float  # share of one core over the idle window
+    still_parked: int
+    alive: bool
+
+
+def parked_daemon(work: Path, idle_window: float, pool: int = 1) -> Parked:
+    """``encore run`` holding ``PARKED`` parked messages of a requeue-mode item with
+    ``pool`` workers, measured after it settles."""
+    url = h.sqlite_url(work, f"parked-{pool}.db")
     store = h.fresh_store(url)
     park(store, "Parked", PARKED)
     store.dispose()
-    path = work / "parked.toml"
+    path = work / f"parked-{pool}.toml"
     path.write_text(h.production_text(
         database=url, item="Parked", cls="operations.http:HttpOperation", poll_interval=None,
-        settings={"url": "http://127.0.0.1:9/", "retry_mode": "requeue",
-                  "failure_timeout": -1}))
-    with h.DaemonProcess(path, work, "parked") as proc:
+        pool_size=pool, settings={"url": "http://127.0.0.1:9/", "retry_mode": "requeue",
+                                  "failure_timeout": -1}))
+    with h.DaemonProcess(path, work, f"parked-{pool}") as proc:
         h.wait_started(proc)
         time.sleep(SETTLE_S)
         rss, hwm = _status_kb(proc.pid, "VmRSS"), _status_kb(proc.pid, "VmHWM")
@@ -113,11 +125,35 @@ def parked(work: Path, idle_window: float) -> Outcome:
     store = SqlStore(url)
     still_parked = h.queued_count(store, "Parked")
     store.dispose()
-    out.key("parked_10k_rss_mb", "encore run, 10,000 parked (requeue)", rss / 1024, "MB",
-            f"peak {hwm / 1024:.0f} MB")
-    out.key("parked_10k_idle_cpu", "CPU share while nothing is due", share, "",
-            f"over {idle_window:g} s; default poll_interval 0.5 s; {still_parked:,} still parked"
-            + ("" if alive else "; DAEMON EXITED"))
+    return Parked(rss_kb=rss, hwm_kb=hwm, idle_cpu=share, still_parked=still_parked,
+                  alive=alive)
+
+
+def _idle_note(p: Parked, idle_window: float) -> str:
+    return (f"over {idle_window:g} s; default poll_interval 0.5 s; {p.still_parked:,} still "
+            "parked" + ("" if p.alive else "; DAEMON EXITED"))
+
+
+def parked(work: Path, idle_window: float) -> Outcome:
+    """parked_10k_rss_mb / parked_10k_idle_cpu: ``encore run`` holding 10,000 parked
+    messages of a requeue-mode item, measured after it settles."""
+    out = Outcome()
+    p = parked_daemon(work, idle_window)
+    out.key("parked_10k_rss_mb", "encore run, 10,000 parked (requeue)", p.rss_kb / 1024, "MB",
+            f"peak {p.hwm_kb / 1024:.0f} MB")
+    out.key("parked_10k_idle_cpu", "CPU share while nothing is due", p.idle_cpu, "",
+            _idle_note(p, idle_window))
+    return out
+
+
+def parked_pool16(work: Path, idle_window: float) -> Outcome:
+    """parked_10k_idle_cpu_pool16: the same with ``pool_size = 16`` (16 idle workers)."""
+    out = Outcome()
+    p = parked_daemon(work, idle_window, pool=PARKED_POOL)
+    out.key("parked_10k_idle_cpu_pool16", f"CPU share while nothing is due, pool {PARKED_POOL}",
+            p.idle_cpu, "", _idle_note(p, idle_window))
+    out.info(f"encore run, 10,000 parked, pool {PARKED_POOL}: RSS", p.rss_kb / 1024, "MB",
+             f"peak {p.hwm_kb / 1024:.0f} MB")
     return out
 
 

@@ -25,12 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # first, as it does for the `encore run` subprocesses (PYTHONPATH).
 sys.path.insert(0, str(ROOT))
 
-from bench import harness, limits, throughput
+from bench import drain, harness, limits, throughput
 from bench.report import KEYS, Outcome, table
 from bench.servers import ServerProcess
 
 PG_ENV = "ENCORE_BENCH_POSTGRES_URL"
-SCENARIOS = ("overhead", "noop", "pool", "timing", "parked", "pg_two", "deadline")
+SCENARIOS = ("overhead", "noop", "drain", "drain_pg", "intake", "pool", "timing", "parked",
+             "parked16", "pg_two", "deadline")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -56,9 +57,13 @@ def run_scenarios(args: argparse.Namespace, pg_url: str | None) -> Outcome:
         plan = {
             "overhead": lambda: throughput.overhead(work, urls, sizes),
             "noop": lambda: throughput.noop(work, sizes, pg_url),
+            "drain": lambda: drain.sqlite_drain(work, sizes.drain),
+            "drain_pg": lambda: drain.pg_drain(pg_url, sizes.drain_pg),
+            "intake": lambda: drain.intake(work, sizes.intake, sizes.intake_many),
             "pool": lambda: throughput.pool_speedup(work, urls, sizes),
             "timing": lambda: limits.timing(work, urls, sizes.timing_runs),
             "parked": lambda: limits.parked(work, sizes.idle_window_s),
+            "parked16": lambda: limits.parked_pool16(work, sizes.idle_window_s),
             "pg_two": lambda: throughput.pg_two_daemons(work, urls, sizes, pg_url),
             "deadline": lambda: limits.deadline(urls),
         }
@@ -90,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         print(profile.run(quick=args.quick, pg_url=pg_url))
         return 0
     if pg_url is None:
-        print(f"[bench] no PostgreSQL: noop_msgs_per_s_pg and pg_two_daemon_ratio are null "
-              f"(pass --pg-url or set {PG_ENV})", file=sys.stderr)
+        print(f"[bench] no PostgreSQL: noop_msgs_per_s_pg, noop_drain_msgs_per_s_pg, "
+              f"pgqueuer_drain_ratio and pg_two_daemon_ratio are null (pass --pg-url or set "
+              f"{PG_ENV})", file=sys.stderr)
     t0, load0 = time.monotonic(), _loadavg()
     outcome = run_scenarios(args, pg_url)
     footer = (f"{'quick' if args.quick else 'full'} run, {time.monotonic() - t0:.0f} s; "
@@ -101,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({key: outcome.values.get(key) for key in KEYS}))
         print(f"[bench] {footer}", file=sys.stderr)
     else:
-        print(table(outcome.rows))
+        print(table(outcome.rows, outcome.values))
         print(f"\n{footer}")
     return 0
 

@@ -2,12 +2,14 @@
 and two daemons on one PostgreSQL database."""
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import requests
 import zeep
 from sqlalchemy import insert
 
@@ -36,12 +38,18 @@ class Sizes:
     history: int  # finished messages already in the table for the "with history" row
     timing_runs: int
     idle_window_s: float
+    drain: int  # queued first, then drained (SQLite)
+    drain_pg: int  # the same on PostgreSQL, and pgqueuer's drain
+    intake: int  # send_message one by one
+    intake_many: int  # send_messages in batches
 
 
 QUICK = Sizes(soap=300, soap_slow=100, noop=1000, pool1=40, pool16=320, pg_two=400,
-              history=20_000, timing_runs=1, idle_window_s=5.0)
+              history=20_000, timing_runs=1, idle_window_s=5.0, drain=5000, drain_pg=3000,
+              intake=2000, intake_many=10_000)
 FULL = Sizes(soap=3000, soap_slow=500, noop=5000, pool1=200, pool16=1600, pg_two=2000,
-             history=100_000, timing_runs=3, idle_window_s=20.0)
+             history=100_000, timing_runs=3, idle_window_s=20.0, drain=20_000,
+             drain_pg=10_000, intake=10_000, intake_many=50_000)
 
 SLOW_SOAP_MS = 10  # milliseconds: a "realistic" fast service, for context
 POOL_LATENCY_MS = 50  # milliseconds of server latency for pool_speedup_16
@@ -170,18 +178,61 @@ def http_rate(url: str, target_url: str, count: int, pool: int) -> dict[str, Any
         store.dispose()
 
 
+def bare_requests(target_url: str, count: int, threads: int) -> float:
+    """Calls/s of plain ``requests``: ``threads`` threads, one ``Session`` each (warmed up,
+    its connection open), ``count`` calls shared between them, timed from the moment they
+    all start."""
+    share = [count // threads + (1 if i < count % threads else 0) for i in range(threads)]
+    ready = threading.Barrier(threads + 1)
+    errors: list[BaseException] = []
+
+    def loop(calls: int) -> None:
+        try:
+            with requests.Session() as session:
+                session.get(target_url, timeout=10).raise_for_status()
+                ready.wait()
+                for _ in range(calls):
+                    session.get(target_url, timeout=10).raise_for_status()
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            errors.append(exc)
+            ready.abort()
+
+    workers = [threading.Thread(target=loop, args=(n,), daemon=True) for n in share]
+    for worker in workers:
+        worker.start()
+    try:
+        ready.wait(timeout=60)
+    except threading.BrokenBarrierError:
+        pass  # a thread failed: its error is raised below
+    t0 = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    if errors:
+        raise errors[0]
+    return count / (time.perf_counter() - t0)
+
+
 def pool_speedup(work: Path, urls: dict[str, str], sizes: Sizes) -> Outcome:
-    """pool_speedup_16: pool 16 ÷ pool 1 against a server with 50 ms latency (SQLite)."""
+    """pool_speedup_16: pool 16 ÷ pool 1 against a server with 50 ms latency (SQLite), and
+    bare_requests_speedup_16: the same for plain ``requests`` threads, its peer."""
     out = Outcome()
     target = f"{urls['http']}/sleep/{POOL_LATENCY_MS}"
     one = http_rate(h.sqlite_url(work, "pool1.db"), target, sizes.pool1, 1)
     sixteen = http_rate(h.sqlite_url(work, "pool16.db"), target, sizes.pool16, 16)
+    bare_one = bare_requests(target, sizes.pool1, 1)
+    bare_sixteen = bare_requests(target, sizes.pool16, 16)
+    speedup, bare = sixteen["msgs_per_s"] / one["msgs_per_s"], bare_sixteen / bare_one
     out.key("pool_speedup_16", f"HttpOperation, {POOL_LATENCY_MS} ms server, pool 16 ÷ pool 1",
-            sixteen["msgs_per_s"] / one["msgs_per_s"],
+            speedup,
             note=f"{sixteen['msgs_per_s']:.0f} vs {one['msgs_per_s']:.1f} msg/s; "
-                 f"ideal {16 * 1000 / POOL_LATENCY_MS:.0f} vs {1000 / POOL_LATENCY_MS:.0f}")
+                 f"ideal {16 * 1000 / POOL_LATENCY_MS:.0f} vs {1000 / POOL_LATENCY_MS:.0f}; "
+                 f"bare requests {bare:.2f} (0.9 × = {0.9 * bare:.2f})")
     out.info("pool 1", one["msgs_per_s"], "msg/s", f"n={sizes.pool1}")
     out.info("pool 16", sixteen["msgs_per_s"], "msg/s", f"n={sizes.pool16}")
+    out.key("bare_requests_speedup_16", f"plain requests, {POOL_LATENCY_MS} ms server, "
+            "16 threads ÷ 1", bare,
+            note=f"{bare_sixteen:.0f} vs {bare_one:.1f} calls/s, one Session per thread, "
+                 f"n={sizes.pool16} / {sizes.pool1}")
     return out
 
 
