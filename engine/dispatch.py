@@ -4,8 +4,9 @@ One thread per item talks to the queue, so idle workers never poll the database 
 §5, "Throughput"):
 
 - it claims as many due messages as there are idle workers in one statement — a batch for a
-  ``pool_size = 1`` item, sized so that a batch is about :data:`BATCH_WINDOW` of work — and
-  hands them to the item's workers through an in-memory queue;
+  ``pool_size = 1`` item, sized so that a batch is about :data:`BATCH_WINDOW` of work, and
+  claimed while the last message of the previous one is in flight, so the worker never waits
+  — and hands them to the item's workers through an in-memory queue;
 - for idempotent items the claim also begins each fresh message's attempt 1 (a crash turns
   the batch into outcome-unknown attempts, which they re-send); non-idempotent items begin
   every attempt durably, one by one, just before its request is sent (the worker does);
@@ -23,7 +24,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from engine.clock import Clock
@@ -69,7 +71,9 @@ class Dispatcher:
         self.ready = ready
         self.stop = stop
         self.wakeup = threading.Event()
-        self.work: queue.SimpleQueue[Claimed | None] = queue.SimpleQueue()
+        # (claim number, message) for the workers; None tells one worker to stop
+        self.work: queue.SimpleQueue[tuple[int, Claimed] | None] = queue.SimpleQueue()
+        self.claims = 0  # claim statements that returned messages, so far
         self.held_back = threading.Event()  # an operator switched the item off
         self._lock = threading.Lock()
         self._held: dict[int, int] = {}  # message id → claim token, handed out or pending
@@ -100,7 +104,7 @@ class Dispatcher:
             if message_id not in self._pending_ids:  # else it is held until its commit
                 self._held.pop(message_id, None)
             self._seconds_per_message += (seconds - self._seconds_per_message) * 0.2
-            idle = self._outstanding == 0 or self.settings.pool_size > 1
+            idle = self._outstanding <= 1 or self.settings.pool_size > 1
         if idle:
             self.wakeup.set()
 
@@ -134,6 +138,7 @@ class Dispatcher:
 
     def _run(self) -> None:
         while not self.stop.is_set():
+            self.wakeup.clear()  # before the step: a wake-up during it is not lost
             try:
                 wait = self.tick()
             except EncoreError as exc:
@@ -145,7 +150,6 @@ class Dispatcher:
                               self.settings.target)
                 wait = STORE_RETRY_DELAY
             self.wakeup.wait(wait)
-            self.wakeup.clear()
         for _ in range(self.settings.pool_size):
             self.work.put(None)  # after what is queued: workers put those back, then stop
         self._drain()
@@ -158,30 +162,28 @@ class Dispatcher:
             self._flush_quietly()
             if not busy:
                 return
-            self.wakeup.wait(FLUSH_WINDOW)
             self.wakeup.clear()
+            self.wakeup.wait(FLUSH_WINDOW)
 
     def tick(self) -> float:
         """One step: commit due successes, take back expired claims, claim for idle workers.
         Returns the seconds to wait before the next step (a wake-up comes sooner)."""
         now = self.clock.monotonic()
-        slots = self._free_slots()
-        if slots and self._pending:
-            self.flush()  # before the claim: a FIFO head must not look Delivered
-        elif self._pending and now - self._oldest_pending >= FLUSH_WINDOW:
-            self.flush()
         if now >= self._next_expiry_scan:
             self._next_expiry_scan = now + EXPIRY_SCAN
             self.store.release_expired_claims(self.settings.target, now=self.clock.now())
-        wait = self.settings.poll_interval
         if self.held_back.is_set():
             self._look_at_switch()
+        wait = self.settings.poll_interval
+        slots = self._free_slots()
         if slots and not self.held_back.is_set() and self.ready():
-            claimed = self._claim(slots)
+            claimed = self._claim(slots)  # with the pending successes, in one step
             if claimed == slots and self._free_slots():
                 return 0.0  # workers finished meanwhile and the queue may hold more
             if not claimed:
                 wait = self._idle_wait()
+        elif self._flush_wait(wait) == 0.0:
+            self.flush()
         return self._flush_wait(wait)
 
     def _look_at_switch(self) -> None:
@@ -195,22 +197,29 @@ class Dispatcher:
         with self._lock:
             if self.settings.pool_size > 1:
                 return max(self.settings.pool_size - self._outstanding, 0)
-            if self._outstanding:
+            if self._outstanding > 1:  # the next batch is claimed during the last message
                 return 0
             return max(1, min(MAX_BATCH, int(BATCH_WINDOW / max(self._seconds_per_message,
                                                                 1e-6))))
 
     def _claim(self, limit: int) -> int:
         s = self.settings
-        claimed = self.store.claim(s.target, owner=s.owner, now=self.clock.now(),
-                                   lease_seconds=s.lease_seconds, limit=limit, fifo=s.fifo,
-                                   begin=s.begin, enabled=s.enabled)
+        with self._lock:
+            held = list(self._held) if s.fifo else []
+        with self._committing() as pending:
+            done, claimed = self.store.complete_and_claim(
+                pending, now=self.clock.now(), target=s.target, owner=s.owner,
+                lease_seconds=s.lease_seconds, limit=limit, fifo=s.fifo, begin=s.begin,
+                enabled=s.enabled, held=held)
+            self._committed(pending, done)
         with self._lock:
             for c in claimed:
                 self._held[c.row.id] = c.row.claim_token
             self._outstanding += len(claimed)
+            if claimed:
+                self.claims += 1
         for c in claimed:
-            self.work.put(c)
+            self.work.put((self.claims, c))
         return len(claimed)
 
     def _idle_wait(self) -> float:
@@ -233,18 +242,27 @@ class Dispatcher:
 
     def flush(self) -> None:
         """Write the pending successes in one transaction (a group commit)."""
+        with self._committing() as pending:
+            if pending:
+                self._committed(pending, self.store.complete_many(pending,
+                                                                  now=self.clock.now()))
+
+    @contextmanager
+    def _committing(self) -> Iterator[list[Completion]]:
+        """The pending successes, taken for a commit; given back if it fails."""
         with self._lock:
             pending, self._pending = self._pending, []
             self._pending_ids = set()
-        if not pending:
-            return
         try:
-            done = set(self.store.complete_many(pending, now=self.clock.now()))
+            yield pending
         except BaseException:
             with self._lock:  # keep them for the next try, oldest first
                 self._pending[:0] = pending
                 self._pending_ids.update(c.message_id for c in pending)
             raise
+
+    def _committed(self, pending: list[Completion], done_ids: list[int]) -> None:
+        done = set(done_ids)
         lost = [c.message_id for c in pending if c.message_id not in done]
         if lost:
             log.warning("item %s: message(s) %s were taken over by another daemon before "

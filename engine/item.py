@@ -64,6 +64,7 @@ class ItemRunner:
         self.threads: list[threading.Thread] = []
         self._abandoned: dict[int, int] = {}  # id → token: messages a failed delivery left
         self._abandoned_lock = threading.Lock()
+        self._abandoned_batch = 0  # FIFO: the last claim made before a delivery was cut short
         self._ready = False
         self._ready_lock = threading.Lock()
         self._next_start_try = 0.0
@@ -136,18 +137,20 @@ class ItemRunner:
         worker = MessageWorker.from_settings(host, self.item.settings, store=self.store,
                                              clock=self.clock, stop=self.stop_event,
                                              metrics=self.metrics, defer=self.dispatcher.defer)
-        while (claimed := self.dispatcher.work.get()) is not None:
+        while (work := self.dispatcher.work.get()) is not None:
+            batch, claimed = work
             started = self.clock.monotonic()
             try:
-                self._deliver(worker, claimed)
+                self._deliver(worker, claimed, batch)
             finally:
                 self.dispatcher.finished(claimed.row.id, self.clock.monotonic() - started)
 
-    def _deliver(self, worker: MessageWorker, claimed: Claimed) -> None:
+    def _deliver(self, worker: MessageWorker, claimed: Claimed, batch: int) -> None:
         row = claimed.row
         try:
             self._release_abandoned()
-            if self.stop_event.is_set() or self.dispatcher.held_back.is_set():
+            if (self.stop_event.is_set() or self.dispatcher.held_back.is_set()
+                    or self._behind_abandoned(batch)):
                 self.store.release(row.id, token=row.claim_token)  # not begun: back it goes
                 return
             worker.deliver(row, claimed.begun)
@@ -166,6 +169,13 @@ class ItemRunner:
     def _abandon(self, row: MessageRow) -> None:
         with self._abandoned_lock:
             self._abandoned[row.id] = row.claim_token
+            self._abandoned_batch = self.dispatcher.claims
+
+    def _behind_abandoned(self, batch: int) -> bool:
+        """FIFO: messages claimed before one whose delivery was cut short went back to the
+        queue must not overtake it: they go back too (a later claim takes it first)."""
+        with self._abandoned_lock:
+            return self.lease is not None and batch <= self._abandoned_batch
 
     def _release_abandoned(self) -> None:
         """A delivery cut short by a database error leaves its message claimed by this

@@ -7,6 +7,7 @@ A message class is a dataclass subclassing :class:`Message`. It is stored by nam
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import json
 import typing
@@ -43,7 +44,7 @@ class Message:
         if unknown:
             raise MessageError(f"{cls.__name__}: unknown field(s) {', '.join(unknown)}; "
                                f"allowed: {', '.join(names) or 'none'}")
-        hints = typing.get_type_hints(cls)
+        hints = _type_hints(cls)
         for name, field in names.items():
             required = (field.default is dataclasses.MISSING
                         and field.default_factory is dataclasses.MISSING)
@@ -132,3 +133,10 @@ def _fits(value: Any, hint: Any) -> bool:
 
 def _type_text(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """The resolved field types of a message class: resolved once per class, not per
+    message (intake validates every body against them)."""
+    return typing.get_type_hints(cls)

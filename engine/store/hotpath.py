@@ -39,7 +39,8 @@ _TIMES = frozenset({"time_created", "time_processed", "time_completed", "first_a
                     "next_attempt_at", "lease_expires_at"})
 
 # The messages a claim may take. ``:fifo``: only the head of the queue, in order — queued
-# messages older than any held by a claim, up to the first that is not due yet. Otherwise any
+# messages older than any held by another claim (``:held``: those the claimer holds itself,
+# which it delivers in order before these), up to the first that is not due yet. Otherwise any
 # due queued message, oldest first. Either way nothing while the item is switched off by an
 # operator (item_state), else as the production file says (``:enabled``). Two index probes
 # on (target, status, id) find the head: never a scan of the queue.
@@ -51,7 +52,7 @@ _PICK = """
       AND (:fifo OR q.next_attempt_at IS NULL OR q.next_attempt_at <= :now)
       AND (NOT :fifo OR q.id < coalesce(
             (SELECT min(d.id) FROM message_header d
-             WHERE d.target = :target AND d.status = 'Delivered'), :no_id))
+             WHERE d.target = :target AND d.status = 'Delivered' AND {not_held}), :no_id))
       AND (NOT :fifo OR q.id < coalesce(
             (SELECT min(w.id) FROM message_header w
              WHERE w.target = :target AND w.status = 'Queued' AND w.next_attempt_at > :now),
@@ -104,24 +105,27 @@ class HotPath:
     def __init__(self, engine: Engine, translate: Callable[[BaseException], bool]) -> None:
         self._engine = engine
         self._is_driver_error = translate
-        self._idle: queue.LifoQueue[Any] = queue.LifoQueue()
+        # idle connections by durability: commits that wait for the disk, and those that do not
+        self._idle: dict[bool, queue.LifoQueue[Any]] = {True: queue.LifoQueue(),
+                                                        False: queue.LifoQueue()}
         self._lock = threading.Lock()
 
     # -- connections ---------------------------------------------------------------------
-    def _new_connection(self) -> Any:
+    def _new_connection(self, durable: bool) -> Any:
         """A driver connection of our own, detached from SQLAlchemy's pool (it keeps the
         settings the engine's connect hooks gave it)."""
         raw = self._engine.raw_connection()
         conn = raw.driver_connection
         raw.detach()
-        self._prepare(conn)
+        self._prepare(conn, durable)
         return conn
 
-    def _prepare(self, conn: Any) -> None:
-        """Per-dialect settings of a new hot-path connection."""
+    def _prepare(self, conn: Any, durable: bool) -> None:
+        """Per-dialect settings of a new hot-path connection whose commits are ``durable``
+        (or not)."""
 
     @contextmanager
-    def _connection(self) -> Iterator[Any]:
+    def _connection(self, durable: bool = False) -> Iterator[Any]:
         if isinstance(self._engine.pool, StaticPool):  # one in-memory database: share it
             raw = self._guard(self._engine.raw_connection)
             try:
@@ -130,16 +134,16 @@ class HotPath:
                 raw.close()
             return
         try:
-            conn = self._idle.get_nowait()
+            conn = self._idle[durable].get_nowait()
         except queue.Empty:
-            conn = self._guard(self._new_connection)
+            conn = self._guard(lambda: self._new_connection(durable))
         try:
             yield conn
         except BaseException:
             _close(conn)  # its state is unknown: never reuse it
             raise
-        if self._idle.qsize() < MAX_IDLE_CONNECTIONS:
-            self._idle.put(conn)
+        if self._idle[durable].qsize() < MAX_IDLE_CONNECTIONS:
+            self._idle[durable].put(conn)
         else:
             _close(conn)
 
@@ -152,19 +156,16 @@ class HotPath:
             raise
 
     def dispose(self) -> None:
-        while True:
-            try:
-                _close(self._idle.get_nowait())
-            except queue.Empty:
-                return
+        for idle in self._idle.values():
+            while True:
+                try:
+                    _close(idle.get_nowait())
+                except queue.Empty:
+                    break
 
     # -- steps (per dialect) ---------------------------------------------------------------
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
                      source: str | None, session_id: int | None, now: datetime) -> list[int]:
-        raise NotImplementedError
-
-    def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
-              limit: int, fifo: bool, begin: bool, enabled: bool) -> list[Claimed]:
         raise NotImplementedError
 
     def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:
@@ -176,6 +177,17 @@ class HotPath:
         return {"target": target, "owner": owner, "now": now,
                 "expires": now + timedelta(seconds=lease_seconds), "limit": limit,
                 "fifo": fifo, "begin": begin, "enabled": enabled, "no_id": _NO_ID}
+
+    def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
+              limit: int, fifo: bool, begin: bool, enabled: bool,
+              held: Sequence[int] = ()) -> list[Claimed]:
+        raise NotImplementedError
+
+    def complete_and_claim(self, completions: Sequence[Completion], *, now: datetime,
+                           **claim: Any) -> tuple[list[int], list[Claimed]]:
+        """:meth:`complete_many`, then :meth:`claim` (keyword arguments as it takes them)."""
+        done = self.complete_many(completions, now=now) if completions else []
+        return done, self.claim(now=now, **claim)
 
 
 # -- SQLite ------------------------------------------------------------------------------------
@@ -219,12 +231,14 @@ class SqliteHotPath(HotPath):
 
     def __init__(self, engine: Engine, translate: Callable[[BaseException], bool]) -> None:
         super().__init__(engine, translate)
-        self._sync_full: dict[int, bool] = {}
+        # This process's hot-path writers queue here rather than on SQLite's busy handler,
+        # which sleeps and retries: a producer committing in a loop would starve the
+        # dispatcher's claims for as long as it runs.
+        self._write_lock = threading.Lock()
 
     @contextmanager
     def _transaction(self, *, durable: bool = False) -> Iterator[Any]:
-        with self._connection() as conn:
-            self._guard(lambda: self._synchronous(conn, durable))
+        with self._write_lock, self._connection(durable) as conn:
             cur = conn.cursor()
             try:
                 self._guard(lambda: cur.execute("BEGIN IMMEDIATE"))
@@ -239,10 +253,8 @@ class SqliteHotPath(HotPath):
             finally:
                 cur.close()
 
-    def _synchronous(self, conn: Any, full: bool) -> None:
-        if self._sync_full.get(id(conn)) is not full:
-            conn.execute(f"PRAGMA synchronous={'FULL' if full else 'NORMAL'}")
-            self._sync_full[id(conn)] = full
+    def _prepare(self, conn: Any, durable: bool) -> None:
+        conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
 
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
                      source: str | None, session_id: int | None, now: datetime) -> list[int]:
@@ -259,60 +271,73 @@ class SqliteHotPath(HotPath):
                 return ids
             return self._guard(insert)
 
+    _PICK = _PICK.format(not_held="d.id NOT IN (SELECT value FROM json_each(:held))")
+
     def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
-              limit: int, fifo: bool, begin: bool, enabled: bool) -> list[Claimed]:
-        params = self._claim_params(target, owner=owner, now=now, lease_seconds=lease_seconds,
-                                    limit=limit, fifo=fifo, begin=begin, enabled=enabled)
-        params["now"], params["expires"] = _sqlite_time(now), _sqlite_time(params["expires"])
-        with self._transaction() as cur:
-            def claim() -> list[Claimed]:
-                picked = cur.execute(_PICK, params).fetchall()
-                if not picked:
-                    return []
-                params["ids"] = _json_ids([p[0] for p in picked])
-                rows = sorted((self._row(r) for r in cur.execute(self._CLAIM, params)),
-                              key=lambda r: r.id)
-                fresh = [i for i, attempts in picked if begin and attempts == 0]
-                begun: dict[int, int] = {}
-                if fresh:
-                    begun = {m: a for a, m in cur.execute(
-                        self._BEGIN, {"now": params["now"], "ids": _json_ids(fresh)})}
-                return [Claimed(r, begun.get(r.id)) for r in rows]
-            return self._guard(claim)
+              limit: int, fifo: bool, begin: bool, enabled: bool,
+              held: Sequence[int] = ()) -> list[Claimed]:
+        return self.complete_and_claim((), now=now, target=target, owner=owner,
+                                       lease_seconds=lease_seconds, limit=limit, fifo=fifo,
+                                       begin=begin, enabled=enabled, held=held)[1]
 
     def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:
-        stamp = _sqlite_time(now)
-        done: list[int] = []
         with self._transaction() as cur:
-            def complete() -> None:
-                next_id = None
-                for c in completions:
-                    response_id = None
-                    if c.response_body is not None:
-                        if next_id is None:
-                            next_id = cur.execute("SELECT coalesce(max(id), 0) + 1 "
-                                                  "FROM message_header").fetchone()[0]
-                        response_id, next_id = next_id, next_id + 1
-                    request = cur.execute(self._COMPLETE, {
-                        "now": stamp, "response_id": response_id, "message_id": c.message_id,
-                        "token": c.token, "started_at": _sqlite_time(c.started_at)}).fetchone()
-                    if request is None:  # the claim was lost: record nothing
-                        if response_id is not None:
-                            next_id = response_id
-                        continue
-                    cur.execute(self._END_ATTEMPT, {
-                        "started_at": _sqlite_time(c.started_at),
-                        "ended_at": _sqlite_time(c.ended_at), "server": c.server,
-                        "attempt_id": c.attempt_id})
-                    if response_id is not None:
-                        session_id, request_target, request_source = request
-                        cur.execute(self._RESPONSE, {
-                            "id": response_id, "session_id": session_id,
-                            "source": request_target, "target": request_source or "",
-                            "body_class": c.response_class, "body": c.response_body,
-                            "now": stamp, "request_id": c.message_id})
-                    done.append(c.message_id)
-            self._guard(complete)
+            return self._guard(lambda: self._complete(cur, completions, _sqlite_time(now)))
+
+    def complete_and_claim(self, completions: Sequence[Completion], *, now: datetime,
+                           **claim: Any) -> tuple[list[int], list[Claimed]]:
+        """:meth:`complete_many` then :meth:`claim`, in one transaction."""
+        params = self._claim_params(now=now, **{k: v for k, v in claim.items() if k != "held"})
+        params["now"], params["expires"] = _sqlite_time(now), _sqlite_time(params["expires"])
+        params["held"] = _json_ids(claim.get("held", ()))
+        with self._transaction() as cur:
+            def step() -> tuple[list[int], list[Claimed]]:
+                done = self._complete(cur, completions, params["now"]) if completions else []
+                return done, self._claim(cur, params)
+            return self._guard(step)
+
+    def _claim(self, cur: Any, params: dict[str, Any]) -> list[Claimed]:
+        picked = cur.execute(self._PICK, params).fetchall()
+        if not picked:
+            return []
+        params["ids"] = _json_ids([p[0] for p in picked])
+        rows = sorted((self._row(r) for r in cur.execute(self._CLAIM, params)),
+                      key=lambda r: r.id)
+        fresh = [i for i, attempts in picked if params["begin"] and attempts == 0]
+        begun: dict[int, int] = {}
+        if fresh:
+            begun = {m: a for a, m in cur.execute(
+                self._BEGIN, {"now": params["now"], "ids": _json_ids(fresh)})}
+        return [Claimed(r, begun.get(r.id)) for r in rows]
+
+    def _complete(self, cur: Any, completions: Sequence[Completion], stamp: str | None
+                  ) -> list[int]:
+        done: list[int] = []
+        next_id = None
+        for c in completions:
+            response_id = None
+            if c.response_body is not None:
+                if next_id is None:
+                    next_id = cur.execute("SELECT coalesce(max(id), 0) + 1 "
+                                          "FROM message_header").fetchone()[0]
+                response_id, next_id = next_id, next_id + 1
+            request = cur.execute(self._COMPLETE, {
+                "now": stamp, "response_id": response_id, "message_id": c.message_id,
+                "token": c.token, "started_at": _sqlite_time(c.started_at)}).fetchone()
+            if request is None:  # the claim was lost: record nothing
+                if response_id is not None:
+                    next_id = response_id
+                continue
+            cur.execute(self._END_ATTEMPT, {
+                "started_at": _sqlite_time(c.started_at), "ended_at": _sqlite_time(c.ended_at),
+                "server": c.server, "attempt_id": c.attempt_id})
+            if response_id is not None:
+                session_id, request_target, request_source = request
+                cur.execute(self._RESPONSE, {
+                    "id": response_id, "session_id": session_id, "source": request_target,
+                    "target": request_source or "", "body_class": c.response_class,
+                    "body": c.response_body, "now": stamp, "request_id": c.message_id})
+            done.append(c.message_id)
         return done
 
     @staticmethod
@@ -359,6 +384,7 @@ class PostgresHotPath(HotPath):
         "SELECT claimed.*, begun.id FROM claimed LEFT JOIN begun "
         "ON begun.message_id = claimed.id ORDER BY claimed.id")
     # A FIFO head locked for a moment (an operator's action) is waited for, never skipped.
+    _PICK = _PICK.format(not_held="d.id <> ALL(:held::bigint[])")
     _CLAIM_FIFO = _pg(_CLAIM.format(pick=_PICK, skip=""))
     _CLAIM_ANY = _pg(_CLAIM.format(pick=_PICK, skip=" SKIP LOCKED"))
     _COMPLETE = _pg(
@@ -387,23 +413,14 @@ class PostgresHotPath(HotPath):
         "ON req.id = d.id WHERE d.has_response RETURNING id) "
         "SELECT req.id FROM req")
 
-    def _prepare(self, conn: Any) -> None:
+    def _prepare(self, conn: Any, durable: bool) -> None:
         conn.rollback()
         conn.autocommit = True
-        conn.execute("SET synchronous_commit TO OFF")
+        conn.execute(f"SET synchronous_commit TO {'ON' if durable else 'OFF'}")
 
     def _run(self, sql: str, params: dict[str, Any], *, durable: bool = False) -> list[Any]:
-        def run(conn: Any) -> list[Any]:
+        with self._connection(durable) as conn:
             return self._guard(lambda: conn.execute(sql, params, prepare=True).fetchall())
-        if durable:
-            with self._connection() as conn:
-                self._guard(lambda: conn.execute("SET synchronous_commit TO ON"))
-                try:
-                    return run(conn)
-                finally:
-                    self._guard(lambda: conn.execute("SET synchronous_commit TO OFF"))
-        with self._connection() as conn:
-            return run(conn)
 
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
                      source: str | None, session_id: int | None, now: datetime) -> list[int]:
@@ -414,9 +431,11 @@ class PostgresHotPath(HotPath):
         return [int(r[0]) for r in rows]
 
     def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
-              limit: int, fifo: bool, begin: bool, enabled: bool) -> list[Claimed]:
+              limit: int, fifo: bool, begin: bool, enabled: bool,
+              held: Sequence[int] = ()) -> list[Claimed]:
         params = self._claim_params(target, owner=owner, now=now, lease_seconds=lease_seconds,
                                     limit=limit, fifo=fifo, begin=begin, enabled=enabled)
+        params["held"] = list(held)
         rows = self._run(self._CLAIM_FIFO if fifo else self._CLAIM_ANY, params)
         width = len(_COLUMNS)
         return [Claimed(MessageRow(**dict(zip(_COLUMNS, r[:width]))),

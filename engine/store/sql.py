@@ -12,7 +12,7 @@ its target: callbacks registered in this process run after the commit, and on Po
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -96,7 +96,7 @@ class SqlStore:
     # -- claims --------------------------------------------------------------------------
     def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
               limit: int = 1, fifo: bool = False, begin: bool = False,
-              enabled: bool = True) -> list[Claimed]:
+              enabled: bool = True, held: Sequence[int] = ()) -> list[Claimed]:
         """Take up to ``limit`` due messages of ``target`` in one statement, oldest first:
         ``Delivered``, leased to ``owner`` until ``now + lease_seconds``, each with a new
         fencing token (``MessageRow.claim_token``) that every later write about it must
@@ -105,13 +105,21 @@ class SqlStore:
 
         ``fifo``: only the head of the queue, in order — never past a message held by a
         claim or waiting for its next attempt (a FIFO item: its item lease makes the caller
-        the only daemon that claims it). ``begin``: attempt 1 of every message never
+        the only daemon that claims it); ``held``: the ids the caller holds already (it
+        delivers them first, in order), which do not stop the claim. ``begin``: attempt 1 of every message never
         attempted begins at ``now`` with the claim (for idempotent items: a crash turns it
         into an outcome-unknown attempt, which they re-send); its id is ``Claimed.begun``.
         Claims expired by a dead daemon come back through :meth:`release_expired_claims`.
         """
         return self._hot.claim(target, owner=owner, now=now, lease_seconds=lease_seconds,
-                               limit=limit, fifo=fifo, begin=begin, enabled=enabled)
+                               limit=limit, fifo=fifo, begin=begin, enabled=enabled,
+                               held=held)
+
+    def complete_and_claim(self, completions: list[Completion], *, now: datetime,
+                           **claim: Any) -> tuple[list[int], list[Claimed]]:
+        """:meth:`complete_many`, then :meth:`claim` (its keyword arguments), in one
+        transaction where the database allows (SQLite): a dispatcher's step."""
+        return self._hot.complete_and_claim(completions, now=now, **claim)
 
     def claim_next(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
                    fifo: bool = False) -> MessageRow | None:

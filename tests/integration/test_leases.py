@@ -15,7 +15,7 @@ from engine.errors import StoreError
 from engine.item import ItemRunner
 from engine.production import parse_production
 from engine.store.notify import QueueListener
-from engine.store.sql import Completion, SqlStore
+from engine.store.sql import Claimed, Completion, SqlStore
 from tests.acceptance.daemon import wait_until
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -173,10 +173,18 @@ class CompleteFailsOnce(SqlStore):
     failed = False
 
     def complete_many(self, completions: list[Completion], **kwargs: Any) -> list[int]:
-        if not self.failed:
+        self._blip(completions)
+        return super().complete_many(completions, **kwargs)
+
+    def complete_and_claim(self, completions: list[Completion], **kwargs: Any
+                           ) -> tuple[list[int], list[Claimed]]:
+        self._blip(completions)
+        return super().complete_and_claim(completions, **kwargs)
+
+    def _blip(self, completions: list[Completion]) -> None:
+        if completions and not self.failed:
             self.failed = True
             raise StoreError("database unavailable: connection reset")
-        return super().complete_many(completions, **kwargs)
 
 
 def test_a_fifo_item_is_not_stuck_behind_a_group_commit_cut_short_by_the_database(
