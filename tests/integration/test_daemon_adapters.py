@@ -76,6 +76,21 @@ def test_seed_003_failover_across_three_soap_servers(
         assert "may have been processed" in row.error_text
 
 
+def test_a_server_fault_retried_by_an_ensemble_style_rule(store: SqlStore) -> None:
+    with SoapTestServer("F") as spyne:
+        item = soap_item("Ledger", [], spyne.wsdl, reply_code_actions="E#Server=R",
+                         retry_interval=0.1, failure_timeout=0.5)
+        with running(store, item) as (_, production):
+            mid = send_message(store, production, "Ledger",
+                               {"operation": "fail", "args": {"text": "x"}})
+            row = wait_for(store, mid, timeout=10)
+    assert row is not None and row.status == "Error"
+    attempts = store.attempts(mid)
+    assert len(attempts) >= 2 and {a.outcome for a in attempts} == {"fault"}
+    assert "soap11env:Server" in attempts[0].error_text
+    assert "FailureTimeout" in row.error_text
+
+
 class Switch:
     """A route that answers 503 until switched on, then serves the WSDL."""
 
