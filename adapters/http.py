@@ -8,7 +8,8 @@ from typing import Any
 from adapters.base import OutboundAdapter
 from adapters.deadline import TryScope
 from adapters.failover import join_path, rebase
-from adapters.session import ItemSession, classify_transport_error, status_error, text_of
+from adapters.session import (ItemSession, classify_transport_error, exact_text, lossy_text,
+                              status_error)
 from adapters.settings import COMMON_SETTINGS, http_url
 from engine.clock import Clock
 from engine.errors import AdapterError, AdapterNotReady, ConfigurationError
@@ -19,11 +20,38 @@ __all__ = ["HttpAdapter", "HttpResponse"]
 
 @dataclass(frozen=True)
 class HttpResponse:
-    """A complete response with a status below 400."""
+    """A complete response with a status below 400.
+
+    ``content`` holds the body's exact bytes (after any ``Content-Encoding`` is undone);
+    :attr:`text` is the body decoded for reading, :attr:`exact_text` the body as text only
+    when it is text.
+    """
 
     status: int
     headers: dict[str, str]
-    body: str
+    content: bytes
+
+    @property
+    def content_type(self) -> str:
+        """The Content-Type header ("" when there is none)."""
+        return next((v for k, v in self.headers.items() if k.lower() == "content-type"), "")
+
+    @property
+    def text(self) -> str:
+        """The body decoded with its declared charset (else UTF-8); undecodable bytes are
+        replaced, so use :attr:`content` for binary data."""
+        return lossy_text(self.content, self.content_type)
+
+    @property
+    def body(self) -> str:
+        """The same as :attr:`text` (the name operations written before ``content`` use)."""
+        return self.text
+
+    @property
+    def exact_text(self) -> str | None:
+        """The body as text when it is text (a ``text/*``, JSON or XML type, or one with a
+        charset it decodes in without loss); None for binary data."""
+        return exact_text(self.content, self.content_type)
 
 
 @dataclass(frozen=True)
@@ -96,7 +124,7 @@ class HttpAdapter(OutboundAdapter):
         if response.status_code >= 400:
             raise status_error(response, self.retry_on_status, url)
         return HttpResponse(status=response.status_code, headers=dict(response.headers),
-                            body=text_of(response))
+                            content=response.content)
 
     def _classify(self, exc: Exception, scope: TryScope, server: str) -> AdapterError | None:
         return classify_transport_error(exc, scope, server, self.response_timeout)
