@@ -11,6 +11,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 import requests
+import requests.auth
 import urllib3.exceptions
 
 from adapters.deadline import DeadlineExceeded, DeadlineHTTPAdapter, TryScope
@@ -65,9 +66,11 @@ class ItemSession:
 
     def request(self, method: str, url: str, scope: TryScope, *,
                 headers: Mapping[str, str] | None = None, data: Any = None, json: Any = None,
-                allow_redirects: bool = False) -> requests.Response:
+                allow_redirects: bool = False, credentials: bool = True) -> requests.Response:
         """Send a request and read the whole body before ``scope``'s deadline.
 
+        ``credentials=False`` sends no ``Authorization`` and no ``Cookie`` header, whether
+        the session or ``headers`` would add one (a host that is not a configured server).
         Returns the response with ``content`` filled in. Raises :class:`ResponseRejected`
         when the body exceeds ``max_response_bytes``; transport failures come out as the
         ``requests``/``urllib3`` exceptions, for :func:`classify_transport_error`.
@@ -75,7 +78,8 @@ class ItemSession:
         connect = min(self.connect_timeout, scope.time_left())
         response = self.requests.request(
             method, url, headers=dict(headers or {}), data=data, json=json, stream=True,
-            timeout=(connect, scope.time_left()), allow_redirects=allow_redirects)
+            timeout=(connect, scope.time_left()), allow_redirects=allow_redirects,
+            auth=None if credentials else _WITHOUT_CREDENTIALS)
         scope.status_code, scope.headers = response.status_code, dict(response.headers)
         try:
             body = read_body(response, self.max_response_bytes)
@@ -87,6 +91,19 @@ class ItemSession:
 
     def close(self) -> None:
         self.requests.close()
+
+
+class _WithoutCredentials(requests.auth.AuthBase):
+    """Takes the credentials out of a prepared request. ``requests`` applies auth after
+    headers and cookies, and a request's auth replaces the session's."""
+
+    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
+        for name in ("Authorization", "Cookie"):
+            request.headers.pop(name, None)
+        return request
+
+
+_WITHOUT_CREDENTIALS = _WithoutCredentials()
 
 
 def read_body(response: requests.Response, limit: int) -> bytes:

@@ -91,6 +91,21 @@ def test_a_server_fault_retried_by_an_ensemble_style_rule(store: SqlStore) -> No
     assert "FailureTimeout" in row.error_text
 
 
+def test_a_redirect_not_followed_ends_the_message_in_error_naming_the_location(
+        store: SqlStore) -> None:
+    with HttpTestServer({"/pay": respond(302, "", headers={"Location": "/v2/pay"})}) as server:
+        item = ('[[items]]\nname = "Shop"\nclass = "operations.http:HttpOperation"\n'
+                f'[items.settings]\nurl = "{server.url}"\nretry_interval = 0.1\n'
+                'failure_timeout = 5\n')
+        with running(store, item) as (_, production):
+            mid = send_message(store, production, "Shop", {"method": "POST", "path": "/pay"})
+            row = wait_for(store, mid, timeout=10)
+    assert row is not None and row.status == "Error" and "/v2/pay" in row.error_text
+    (attempt,) = store.attempts(mid)  # not retryable: one attempt, long before 5 s
+    assert (attempt.outcome, attempt.status_code) == ("http_status", 302)
+    assert len(server.requests) == 1
+
+
 class Switch:
     """A route that answers 503 until switched on, then serves the WSDL."""
 
