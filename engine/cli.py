@@ -1,6 +1,7 @@
 """The ``encore`` command line (DESIGN.md §7)."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -129,13 +130,18 @@ def log_command(ctx: Context, type_: str | None, item: str | None, message_id: i
                               session_id=session_id, since=parse_since(since), limit=limit)
     rows = queries.events(ctx.store, flt)
     _print_events(rows, as_json, header=True)
-    last_id = rows[-1]["id"] if rows else 0
-    while follow:
+    if follow:
+        _follow_events(ctx.store, flt, rows[-1]["id"] if rows else 0, as_json)
+
+
+def _follow_events(store: SqlStore, flt: queries.EventFilter, last_id: int,
+                   as_json: bool) -> None:
+    """Print events newer than ``last_id`` that match ``flt`` — its ``since`` too, so that
+    an empty window does not let the whole history through — every half second."""
+    while True:
         time.sleep(0.5)
-        rows = queries.events(ctx.store, queries.EventFilter(
-            type=type_, item=item, message_id=message_id, session_id=session_id,
-            after_id=last_id))
-        _print_events(rows, as_json, header=False)
+        rows = queries.events(store, dataclasses.replace(flt, after_id=last_id, limit=None))
+        _print_events(rows, as_json, header=last_id == 0)  # nothing printed yet: a header
         last_id = rows[-1]["id"] if rows else last_id
 
 

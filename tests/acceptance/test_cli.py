@@ -2,11 +2,18 @@
 from __future__ import annotations
 
 import json
+import select
+import subprocess
+import sys
+import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from tests.acceptance.daemon import encore
+from engine.clock import utcnow
+from engine.store.sql import SqlStore
+from tests.acceptance.daemon import cli_env, encore
 
 PRODUCTION = """
 [production]
@@ -49,6 +56,27 @@ def test_send_refuses_bad_input_and_enqueues_nothing(workdir: Path, target: str,
     assert result.returncode == 1
     assert expected in result.stderr
     assert encore("messages", "--json", cwd=workdir).stdout == ""
+
+
+def test_log_follow_since_prints_only_events_inside_the_window(workdir: Path) -> None:
+    store = SqlStore(f"sqlite:///{workdir / 'e.db'}")
+    two_hours_ago = utcnow() - timedelta(hours=2)
+    for text in ("old-1", "old-2"):
+        store.events.write("Info", text, config_name="Echo", now=two_hours_ago)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "log", "--follow", "--since", "1m", "--json"],
+        cwd=workdir, env=cli_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)  # the first query and two polls of --follow find nothing new
+        store.events.write("Info", "new", config_name="Echo")
+        ready, _, _ = select.select([follower.stdout], [], [], 15)
+        assert ready, "encore log --follow printed nothing"
+        assert json.loads(follower.stdout.readline())["text"] == "new"
+    finally:
+        follower.terminate()
+        follower.wait(10)
+        follower.stdout.close()
+        store.dispose()
 
 
 def test_a_bad_production_file_is_refused_naming_the_item_and_key(tmp_path: Path) -> None:
