@@ -10,14 +10,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import click
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from engine import report
 from engine.client import send_message, wait_for
 from engine.clock import utcnow
-from engine.errors import EncoreError
+from engine.errors import EncoreError, StoreError
 from engine.production import ProductionConfig, find_production_file, load_production
-from engine.store import queries
-from engine.store.database import DEFAULT_DATABASE_URL
+from engine.store import migrate, queries
+from engine.store.database import DEFAULT_DATABASE_URL, normalise_url
 from engine.store.sql import SqlStore
 
 EVENT_TYPES = click.Choice(["Assert", "Error", "Warning", "Info", "Trace", "Alert"])
@@ -46,9 +48,77 @@ class Context:
 
     @property
     def store(self) -> SqlStore:
+        """The production's store, refused with one plain sentence when its database is
+        missing, unreachable or not upgraded to this Encore's schema."""
         if self._store is None:
-            self._store = SqlStore(self.database_url())
+            self._store = open_store(self.database_url())
         return self._store
+
+    def reachable_store(self) -> SqlStore:
+        """The store, checked only for being reachable (for ``encore db upgrade``)."""
+        if self._store is None:
+            self._store = open_store(self.database_url(), need_schema=False)
+        return self._store
+
+
+def open_store(url: str, *, need_schema: bool = True) -> SqlStore:
+    """A :class:`SqlStore` on ``url``, after one connection that proves the database is
+    there and (``need_schema``) holds this Encore's tables. Raises :class:`StoreError`
+    saying what is wrong and what to run; the password in ``url`` is never shown."""
+    parsed = _parse_url(url)
+    if need_schema and _missing_sqlite_file(parsed):
+        raise StoreError(f"the database {_safe_url(url)} does not exist yet; "
+                         "run `encore db upgrade` to create it")
+    try:
+        store = SqlStore(url)
+    except (ArgumentError, ImportError) as exc:  # an unknown dialect, a driver not installed
+        raise StoreError(f"cannot use the database {_safe_url(url)}: {_first_line(exc)}"
+                         ) from exc
+    try:
+        _check_database(store, need_schema=need_schema)
+    except StoreError:
+        store.dispose()
+        raise
+    return store
+
+
+def _check_database(store: SqlStore, *, need_schema: bool) -> None:
+    """Connect once; with ``need_schema``, require this Encore's schema."""
+    try:
+        current = migrate.current_revision(store.engine)
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot connect to the database {_safe_url(store.url)}: "
+                         f"{_first_line(exc)}; check that it is running and that the "
+                         "production file's database (or ENCORE_DATABASE_URL) is right"
+                         ) from exc
+    if not need_schema:
+        return
+    if current is None:
+        raise StoreError(f"the database {_safe_url(store.url)} has no Encore tables; "
+                         "run `encore db upgrade`")
+    store.check_schema()  # an older schema (upgrade) or a newer one (a newer Encore)
+
+
+def _parse_url(url: str) -> URL:
+    """``url`` parsed; StoreError (not quoting it: it may hold a password) if it does not."""
+    try:
+        return make_url(normalise_url(url))
+    except (ArgumentError, ValueError) as exc:
+        raise StoreError("the database URL (the production file's database, or "
+                         "ENCORE_DATABASE_URL) is not a valid SQLAlchemy URL such as "
+                         "'sqlite:///encore.db' or 'postgresql://user@host/db'") from exc
+
+
+def _missing_sqlite_file(parsed: URL) -> bool:
+    """True for an SQLite file URL whose file is not there (connecting would create it)."""
+    return (parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:")
+            and not os.path.exists(parsed.database))
+
+
+def _first_line(exc: BaseException) -> str:
+    """The driver's reason for a database error, without SQL, parameters or links."""
+    lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 pass_ctx = click.make_pass_decorator(Context)
@@ -60,8 +130,14 @@ class EncoreGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except StoreError as exc:  # the first line: no SQL statement, no parameters
+            click.echo(f"error: {_first_line(exc)}", err=True)
+            sys.exit(1)
         except EncoreError as exc:
             click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        except SQLAlchemyError as exc:  # a store path that did not translate its error
+            click.echo(f"error: database error: {_first_line(exc)}", err=True)
             sys.exit(1)
 
 
@@ -249,8 +325,9 @@ def db() -> None:
 @pass_ctx
 def upgrade(ctx: Context) -> None:
     """Create or upgrade the tables (Alembic upgrade to head)."""
-    ctx.store.upgrade()
-    click.echo(f"database {_safe_url(ctx.store.url)} is at the latest schema")
+    store = ctx.reachable_store()
+    store.upgrade()
+    click.echo(f"database {_safe_url(store.url)} is at the latest schema")
 
 
 def parse_since(text: str | None) -> datetime | None:
@@ -270,9 +347,10 @@ def parse_since(text: str | None) -> datetime | None:
 
 def _safe_url(url: str) -> str:
     """The database URL without its password."""
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return "(the database URL, which is not a valid SQLAlchemy URL)"
 
 
 def _register_optional_commands() -> None:
