@@ -2,21 +2,23 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import math
 import os
 import sys
 import time
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TextIO
 
 import click
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from engine import report
-from engine.client import send_message, wait_for
+from engine.client import send_message, send_messages, wait_for
 from engine.clock import utcnow
-from engine.errors import EncoreError, StoreError
+from engine.errors import ConfigurationError, EncoreError, MessageError, StoreError
 from engine.production import ProductionConfig, find_production_file, load_production
 from engine.store import migrate, queries
 from engine.store.database import DEFAULT_DATABASE_URL, normalise_url
@@ -166,26 +168,146 @@ def run(ctx: Context) -> None:
 
 @main.command()
 @click.argument("target")
-@click.option("--body", required=True, help="the request as JSON")
+@click.option("--body", metavar="JSON|@FILE|-",
+              help="the request: JSON, @FILE to read it from a file, - to read stdin")
+@click.option("--many", type=click.File("r", encoding="utf-8"), metavar="FILE",
+              help="a file (- for stdin) of JSON lines, one request per line, all enqueued "
+                   "in one transaction")
 @click.option("--wait", "wait", type=float, default=None, metavar="S",
               help="wait up to S seconds and print the response; non-zero exit on error")
+@click.option("--json", "as_json", is_flag=True,
+              help='print one JSON object {"id", "status", "response"}')
 @pass_ctx
-def send(ctx: Context, target: str, body: str, wait: float | None) -> None:
-    """Enqueue a message for TARGET and print its id."""
-    message_id = send_message(ctx.store, ctx.production, target, body)
-    click.echo(message_id)
-    if wait is None:
+def send(ctx: Context, target: str, body: str | None, many: TextIO | None,
+         wait: float | None, as_json: bool) -> None:
+    """Enqueue a message for TARGET and print its id (with --wait, the response on stdout
+    and the id on stderr). With --many, enqueue every line of FILE or none of them."""
+    if (body is None) == (many is None):
+        raise click.UsageError("give either --body or --many")
+    if many is not None:
+        if wait is not None:
+            raise click.UsageError("--wait waits for one message; it does not go with --many")
+        _send_many(ctx, target, many, as_json)
         return
-    row = wait_for(ctx.store, message_id, wait)
+    assert body is not None
+    request = _decode_body(_read_body_option(body), where="--body")
+    message_id = send_message(ctx.store, ctx.production, target, request)
+    if wait is None:
+        _print_sent(message_id, "Queued", None, as_json)
+        return
+    if not as_json:
+        click.echo(message_id, err=True)  # stdout holds the response alone, for pipes
+    sys.exit(_wait_and_print(ctx.store, message_id, wait, as_json))
+
+
+def _print_sent(message_id: int, status: str, response: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"id": message_id, "status": status, "response": response}))
+    else:
+        click.echo(message_id)
+
+
+def _wait_and_print(store: SqlStore, message_id: int, wait: float, as_json: bool) -> int:
+    """Wait for ``message_id``, print its response; return the exit status: 0 completed,
+    1 ended in another status, 2 not finished after ``wait`` seconds."""
+    row = wait_for(store, message_id, wait)
     if row is None:
         click.echo(f"error: message {message_id} not finished after {wait:g} s "
                    "(is `encore run` running?)", err=True)
-        sys.exit(2)
+        if as_json:
+            current = store.get_message(message_id)
+            _print_sent(message_id, current.status if current else "Queued", None, True)
+        return 2
     if row.status != "Completed":
         click.echo(f"error: message {message_id} ended {row.status}: {row.error_text}", err=True)
-        sys.exit(1)
-    response = ctx.store.get_message(row.corresponding_id) if row.corresponding_id else None
-    click.echo(response.body if response is not None else "null")
+        if as_json:
+            _print_sent(message_id, row.status, None, True)
+        return 1
+    response = store.get_message(row.corresponding_id) if row.corresponding_id else None
+    text = response.body if response is not None and response.body else "null"
+    if as_json:
+        _print_sent(message_id, row.status, json.loads(text), True)
+    else:
+        click.echo(text)
+    return 0
+
+
+def _send_many(ctx: Context, target: str, lines: TextIO, as_json: bool) -> None:
+    """Enqueue one message per JSON line of ``lines``, all or none; print the count and the
+    first and last id."""
+    name = "stdin" if lines.name == "<stdin>" else lines.name
+    bodies = _decode_lines(lines, name=name)
+    _check_bodies(ctx.production, target, bodies, name=name)
+    ids = send_messages(ctx.store, ctx.production, target, [b for _, b in bodies],
+                        source="cli")
+    first, last = (ids[0], ids[-1]) if ids else (None, None)
+    if as_json:
+        click.echo(json.dumps({"count": len(ids), "first_id": first, "last_id": last}))
+    elif ids:
+        click.echo(f"{len(ids)} messages enqueued: ids {first} to {last}")
+    else:
+        click.echo(f"0 messages enqueued: {name} holds no request")
+
+
+def _read_body_option(value: str) -> str:
+    """The text ``--body`` stands for: ``@FILE`` read from FILE, ``-`` read from stdin,
+    anything else as it is."""
+    if value == "-":
+        return sys.stdin.read()
+    if not value.startswith("@"):
+        return value
+    try:
+        with open(value[1:], encoding="utf-8") as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {value[1:]!r}: {exc}",
+                                 param_hint="--body") from exc
+
+
+def _decode_body(text: str, *, where: str) -> Any:
+    """``text`` as JSON; MessageError naming ``where`` if it is not JSON or holds NaN or an
+    infinity (JSON has neither; DESIGN §4, "Numbers")."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except ValueError as exc:
+        raise MessageError(f"{where}: body is not valid JSON: {exc}") from exc
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large for a finite number")
+    return value
+
+
+def _decode_lines(lines: TextIO, *, name: str) -> list[tuple[int, Any]]:
+    """(line number, decoded body) for every non-blank line of a JSON-lines file."""
+    try:
+        return [(number, _decode_body(line.strip(), where=f"{name} line {number}"))
+                for number, line in enumerate(lines, start=1) if line.strip()]
+    except UnicodeDecodeError as exc:
+        raise MessageError(f"{name} is not UTF-8 text: {exc}") from exc
+
+
+def _check_bodies(production: ProductionConfig, target: str, bodies: list[tuple[int, Any]],
+                  *, name: str) -> None:
+    """Refuse the first body that does not fit ``target``'s request class, naming its line.
+    An unknown target is left to :func:`send_messages`, which says so."""
+    try:
+        request_class = getattr(production.item(target).cls, "request_class", None)
+    except ConfigurationError:
+        return
+    if request_class is None:  # an item that takes no messages: send_messages says so
+        return
+    for number, body in bodies:
+        try:
+            request_class.from_dict(body)
+        except MessageError as exc:
+            raise MessageError(f"{name} line {number}: {exc}; nothing was enqueued") from exc
 
 
 @main.command("log")
