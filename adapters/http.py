@@ -1,29 +1,61 @@
 """HttpAdapter: plain HTTP calls through the item's own connection pool (``requests``)."""
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import requests
 
 from adapters.base import OutboundAdapter
 from adapters.deadline import TryScope
 from adapters.failover import join_path, rebase
-from adapters.session import ItemSession, classify_transport_error, status_error, text_of
-from adapters.settings import COMMON_SETTINGS, http_url
+from adapters.session import (ItemSession, classify_transport_error, exact_text, lossy_text,
+                              status_error)
+from adapters.settings import (COMMON_SETTINGS, DEFAULT_MAX_REDIRECTS, REDIRECT_SETTINGS,
+                               http_url)
 from engine.clock import Clock
-from engine.errors import AdapterError, AdapterNotReady, ConfigurationError
+from engine.errors import AdapterError, AdapterNotReady, ConfigurationError, HttpStatusError
 from engine.settings import Setting
 
-__all__ = ["HttpAdapter", "HttpResponse"]
+__all__ = ["HttpAdapter", "HttpResponse", "RedirectPolicy"]
 
 
 @dataclass(frozen=True)
 class HttpResponse:
-    """A complete response with a status below 400."""
+    """A complete response with a status below 400.
+
+    ``content`` holds the body's exact bytes (after any ``Content-Encoding`` is undone);
+    :attr:`text` is the body decoded for reading, :attr:`exact_text` the body as text only
+    when it is text.
+    """
 
     status: int
     headers: dict[str, str]
-    body: str
+    content: bytes
+
+    @property
+    def content_type(self) -> str:
+        """The Content-Type header ("" when there is none)."""
+        return next((v for k, v in self.headers.items() if k.lower() == "content-type"), "")
+
+    @property
+    def text(self) -> str:
+        """The body decoded with its declared charset (else UTF-8); undecodable bytes are
+        replaced, so use :attr:`content` for binary data."""
+        return lossy_text(self.content, self.content_type)
+
+    @property
+    def body(self) -> str:
+        """The same as :attr:`text` (the name operations written before ``content`` use)."""
+        return self.text
+
+    @property
+    def exact_text(self) -> str | None:
+        """The body as text when it is text (a ``text/*``, JSON or XML type, or one with a
+        charset it decodes in without loss); None for binary data."""
+        return exact_text(self.content, self.content_type)
 
 
 @dataclass(frozen=True)
@@ -39,13 +71,17 @@ class HttpAdapter(OutboundAdapter):
     """Sends requests to ``url`` (or to each of ``servers`` in turn) + a path.
 
     A status ≥ 400 raises :class:`~engine.errors.HttpStatusError`, retryable when the status
-    is in ``retry_on_status``. ``credentials`` give HTTP Basic authentication.
+    is in ``retry_on_status``; so does a redirect (3xx but 304) that is not followed.
+    ``credentials`` give HTTP Basic authentication, sent only to the configured servers.
+    With ``follow_redirects`` up to ``max_redirects`` hops are followed within the attempt's
+    deadline, to the server's own origin or to a host listed in ``redirect_hosts``.
     """
 
     SETTINGS = (
         Setting(name="url", kind=str, default=None, check=http_url,
                 help="the endpoint; with servers, their origins replace its own"),
         *COMMON_SETTINGS,
+        *REDIRECT_SETTINGS,
     )
 
     def __init__(self, settings: Mapping[str, Any], *, item_name: str = "", pool_size: int = 1,
@@ -56,6 +92,7 @@ class HttpAdapter(OutboundAdapter):
             raise ConfigurationError("an HTTP item needs url (or servers), an http:// or "
                                      "https:// URL", item=item_name or None, key="url")
         self._session: ItemSession | None = None
+        self._redirects = RedirectPolicy.from_settings(self.settings)
 
     def send(self, method: str, path: str = "", *, headers: Mapping[str, str] | None = None,
              json: Any = None, body: str | bytes | None = None) -> HttpResponse:
@@ -87,16 +124,130 @@ class HttpAdapter(OutboundAdapter):
         return [rebase(url, s) if url else s for s in servers]
 
     def _transmit(self, server: str, request: _Request, scope: TryScope) -> HttpResponse:
-        if self._session is None:
-            raise AdapterNotReady(f"item {self.item_name!r}: the adapter is not started")
         url = join_path(server, request.path)
-        headers = {**request.headers, **self.attempt_headers()}
-        response = self._session.request(request.method, url, scope, headers=headers,
-                                         data=request.body, json=request.json)
+        response = self._send_once(request, url, scope)
+        hops = 0
+        while is_redirect(response.status_code):
+            url, request = self._next_hop(response, url, request, server, hops)
+            response = self._send_once(request, url, scope)
+            hops += 1
         if response.status_code >= 400:
             raise status_error(response, self.retry_on_status, url)
         return HttpResponse(status=response.status_code, headers=dict(response.headers),
-                            body=text_of(response))
+                            content=response.content)
+
+    def _send_once(self, request: _Request, url: str, scope: TryScope) -> requests.Response:
+        """One HTTP exchange; credentials go only to the origin of a configured server."""
+        if self._session is None:
+            raise AdapterNotReady(f"item {self.item_name!r}: the adapter is not started")
+        headers = {**request.headers, **self.attempt_headers()}
+        trusted = origin(url) in {origin(t) for t in self._targets()}
+        return self._session.request(request.method, url, scope, headers=headers,
+                                     data=request.body, json=request.json,
+                                     credentials=trusted)
+
+    def _next_hop(self, response: requests.Response, url: str, request: _Request,
+                  server: str, hops: int) -> tuple[str, _Request]:
+        """Where the redirect ``response`` leads and the request to send there; raises
+        :class:`~engine.errors.HttpStatusError` naming the Location when it is not followed."""
+        location = response.headers.get("Location", "")
+        target = urljoin(url, location)
+        why = self._redirects.refusal(response.status_code, server, target, hops)
+        if why is not None or not location:
+            raise redirect_error(response, url, location, why or "no Location header",
+                                 self.retry_on_status)
+        return target, redirected(request, response.status_code)
 
     def _classify(self, exc: Exception, scope: TryScope, server: str) -> AdapterError | None:
         return classify_transport_error(exc, scope, server, self.response_timeout)
+
+
+# -- redirects ------------------------------------------------------------------------------
+
+FOLLOWABLE = (301, 302, 303, 307, 308)  # redirect statuses that name a place to go to
+
+
+def is_redirect(status: int) -> bool:
+    """A 3xx that asks to go elsewhere (every 3xx but 304 Not Modified, an answer)."""
+    return 300 <= status < 400 and status != 304
+
+
+@dataclass(frozen=True)
+class RedirectPolicy:
+    """Which redirects an item follows (settings ``follow_redirects``, ``max_redirects``,
+    ``redirect_hosts``)."""
+
+    follow: bool = False
+    max_hops: int = DEFAULT_MAX_REDIRECTS  # redirects followed in one attempt; 0 = none
+    hosts: tuple[str, ...] = ()  # "host" (any port) or "host:port" beyond the server's origin
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> RedirectPolicy:
+        """The policy an adapter's validated settings describe."""
+        return cls(follow=bool(settings["follow_redirects"]),
+                   max_hops=int(settings["max_redirects"]),
+                   hosts=tuple(settings["redirect_hosts"]))
+
+    def refusal(self, status: int, server: str, target: str, hops: int) -> str | None:
+        """Why a redirect from ``server``'s request to ``target`` is not followed, or None.
+
+        Followed: the same scheme, host and port as ``server``, or a host in ``hosts`` —
+        never from https down to http."""
+        if not self.follow:
+            return "not followed (follow_redirects = false)"
+        if status not in FOLLOWABLE:
+            return f"not followed (only {', '.join(map(str, FOLLOWABLE))} are)"
+        if hops >= self.max_hops:
+            return f"not followed: more than max_redirects = {self.max_hops} redirects"
+        if origin(target) == origin(server):
+            return None
+        if urlsplit(server).scheme == "https" and urlsplit(target).scheme != "https":
+            return "refused: a redirect from https to http is never followed"
+        if not self._listed(target):
+            return (f"refused: {urlsplit(target).netloc or target!r} is another host, not "
+                    "listed in redirect_hosts")
+        return None
+
+    def _listed(self, target: str) -> bool:
+        parts = urlsplit(target)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return False
+        port = origin(target)[2]
+        for entry in self.hosts:
+            allowed = urlsplit("//" + entry)
+            if allowed.hostname == parts.hostname and allowed.port in (None, port):
+                return True
+        return False
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of ``url``, the port made explicit for http and https."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # a malformed port in a Location header
+        port = -1
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, (parts.hostname or "").lower(), port if port is not None else default
+
+
+def redirected(request: _Request, status: int) -> _Request:
+    """The request to send to a redirect's target. As browsers and ``requests`` do, a 303
+    (but for HEAD) and a 301/302 answering a POST continue as a GET without the body;
+    307 and 308 repeat the request as it was."""
+    if (status == 303 and request.method != "HEAD") or (status in (301, 302)
+                                                       and request.method == "POST"):
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "content-type"}
+        return replace(request, method="GET", headers=headers, json=None, body=None)
+    return request
+
+
+def redirect_error(response: requests.Response, url: str, location: str, why: str,
+                   retry_on_status: Collection[int]) -> HttpStatusError:
+    """The error of a redirect that ends the attempt: outcome ``http_status``, retryable only
+    when its status is in ``retry_on_status``."""
+    status = response.status_code
+    text = f"HTTP {status} {response.reason or ''} from {url}".replace("  ", " ")
+    text += f" redirects to {location}: {why}" if location else f": {why}"
+    return HttpStatusError(text, code=str(status), status_code=status,
+                           headers=dict(response.headers), retryable=status in retry_on_status)

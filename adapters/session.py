@@ -5,11 +5,13 @@ and the one table that turns ``requests``/``urllib3`` exceptions into Encore's c
 from __future__ import annotations
 
 import http.client
+import re
 import ssl
 from collections.abc import Collection, Mapping
 from typing import Any
 
 import requests
+import requests.auth
 import urllib3.exceptions
 
 from adapters.deadline import DeadlineExceeded, DeadlineHTTPAdapter, TryScope
@@ -19,6 +21,8 @@ from engine.errors import (AdapterError, ConnectFailed, ConnectionReset, HttpSta
 CHUNK_BYTES = 16 * 1024  # bytes read per step while streaming a body
 DEFAULT_MAX_RESPONSE_BYTES = 10 * 1024 * 1024  # bytes, decoded body
 SNIPPET_CHARS = 200  # characters of an error body quoted in an HttpStatusError
+
+_CHARSET = re.compile(r'charset\s*=\s*"?([^";\s]+)', re.IGNORECASE)
 
 
 class ItemSession:
@@ -62,9 +66,11 @@ class ItemSession:
 
     def request(self, method: str, url: str, scope: TryScope, *,
                 headers: Mapping[str, str] | None = None, data: Any = None, json: Any = None,
-                allow_redirects: bool = False) -> requests.Response:
+                allow_redirects: bool = False, credentials: bool = True) -> requests.Response:
         """Send a request and read the whole body before ``scope``'s deadline.
 
+        ``credentials=False`` sends no ``Authorization`` and no ``Cookie`` header, whether
+        the session or ``headers`` would add one (a host that is not a configured server).
         Returns the response with ``content`` filled in. Raises :class:`ResponseRejected`
         when the body exceeds ``max_response_bytes``; transport failures come out as the
         ``requests``/``urllib3`` exceptions, for :func:`classify_transport_error`.
@@ -72,7 +78,8 @@ class ItemSession:
         connect = min(self.connect_timeout, scope.time_left())
         response = self.requests.request(
             method, url, headers=dict(headers or {}), data=data, json=json, stream=True,
-            timeout=(connect, scope.time_left()), allow_redirects=allow_redirects)
+            timeout=(connect, scope.time_left()), allow_redirects=allow_redirects,
+            auth=None if credentials else _WITHOUT_CREDENTIALS)
         scope.status_code, scope.headers = response.status_code, dict(response.headers)
         try:
             body = read_body(response, self.max_response_bytes)
@@ -84,6 +91,19 @@ class ItemSession:
 
     def close(self) -> None:
         self.requests.close()
+
+
+class _WithoutCredentials(requests.auth.AuthBase):
+    """Takes the credentials out of a prepared request. ``requests`` applies auth after
+    headers and cookies, and a request's auth replaces the session's."""
+
+    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
+        for name in ("Authorization", "Cookie"):
+            request.headers.pop(name, None)
+        return request
+
+
+_WITHOUT_CREDENTIALS = _WithoutCredentials()
 
 
 def read_body(response: requests.Response, limit: int) -> bytes:
@@ -118,7 +138,48 @@ def status_error(response: requests.Response, retry_on_status: Collection[int],
 
 def text_of(response: requests.Response) -> str:
     """The body as text: the declared charset, else UTF-8; undecodable bytes replaced."""
-    return response.content.decode(response.encoding or "utf-8", errors="replace")
+    return lossy_text(response.content, response.headers.get("Content-Type", ""))
+
+
+def lossy_text(content: bytes, content_type: str) -> str:
+    """``content`` decoded with the charset ``content_type`` declares (UTF-8 when it declares
+    none, or one Python does not know); undecodable bytes replaced."""
+    charset = declared_charset(content_type) or "utf-8"
+    try:
+        return content.decode(charset, errors="replace")
+    except LookupError:
+        return content.decode("utf-8", errors="replace")
+
+
+def exact_text(content: bytes, content_type: str) -> str | None:
+    """``content`` as text if the response is text, else None (keep the bytes).
+
+    Text: an empty body, or a ``text/*``, JSON or XML media type, or any media type with a
+    declared charset — provided the bytes decode in that charset (UTF-8 when none is
+    declared) without a single replacement.
+    """
+    if not content:
+        return ""
+    charset = declared_charset(content_type)
+    if charset is None and not is_textual(content_type):
+        return None
+    try:
+        return content.decode(charset or "utf-8")
+    except (LookupError, UnicodeDecodeError):
+        return None
+
+
+def is_textual(content_type: str) -> bool:
+    """True for ``text/*``, JSON and XML media types (``+json`` and ``+xml`` included)."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    return (media.startswith("text/") or media in ("application/json", "application/xml")
+            or media.endswith(("+json", "+xml")))
+
+
+def declared_charset(content_type: str) -> str | None:
+    """The ``charset`` parameter of a Content-Type value, or None."""
+    match = _CHARSET.search(content_type)
+    return match.group(1) if match else None
 
 
 _TRANSPORT_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError,

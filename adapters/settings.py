@@ -17,6 +17,7 @@ DEFAULT_CONNECT_TIMEOUT = 5.0  # seconds, connect phase only
 DEFAULT_BAD_SERVER_COOLDOWN = 60.0  # seconds a failed server is skipped
 DEFAULT_RETRY_ON_STATUS = (429, 502, 503, 504)  # HTTP statuses that ask for a retry
 DEFAULT_MAX_RESPONSE_BYTES = 10 * 1024 * 1024  # bytes, decoded body
+DEFAULT_MAX_REDIRECTS = 5  # redirects followed in one attempt (with follow_redirects)
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110)
 
@@ -41,6 +42,26 @@ def status_list(value: list[Any] | tuple[Any, ...]) -> tuple[int, ...]:
         raise ValueError(f"{list(value)!r} is not allowed; expected a list of HTTP status "
                          "codes (integers 100–599), like [429, 502, 503, 504]")
     return tuple(value)
+
+
+def host_list(value: list[Any] | tuple[Any, ...]) -> tuple[str, ...]:
+    """Host names, each with an optional port: ``["files.example.com", "10.0.0.5:8443"]``."""
+    return tuple(_host(v) for v in value)
+
+
+def _host(value: Any) -> str:
+    hint = ("expected a list of host names, each with an optional port, like "
+            "['files.example.com', '10.0.0.5:8443'] (no scheme, no path)")
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not allowed; {hint}")
+    parts = urlsplit("//" + value)
+    try:
+        _ = parts.port  # raises ValueError for a bad port
+    except ValueError:
+        raise ValueError(f"{value!r} has a bad port; {hint}") from None
+    if not parts.hostname or parts.path or parts.query or parts.username or "/" in value:
+        raise ValueError(f"{value!r} is not allowed; {hint}")
+    return value
 
 
 def header_name(value: str) -> str:
@@ -92,4 +113,14 @@ COMMON_SETTINGS: tuple[Setting, ...] = (
             help="bytes; a larger (decoded) response body is refused"),
     Setting(name="proxy", kind=str, default=None, check=http_url,
             help="URL of an HTTP proxy for every request"),
+)
+
+REDIRECT_SETTINGS: tuple[Setting, ...] = (
+    Setting(name="follow_redirects", kind=bool, default=False,
+            help="follow 3xx redirects; false: a redirect ends the attempt as http_status"),
+    Setting(name="max_redirects", kind=int, default=DEFAULT_MAX_REDIRECTS, minimum=0,
+            help="redirects followed in one attempt (with follow_redirects)"),
+    Setting(name="redirect_hosts", kind=(list, tuple), default=(), check=host_list,
+            help="hosts ('host' or 'host:port') a redirect may lead to besides the "
+                 "server's own scheme, host and port; credentials go only to configured servers"),
 )

@@ -38,6 +38,7 @@ from adapters.soap_transport import (DeadlineTransport, DocumentPolicy, HostBoun
                                      Origin, local_path, origin_of)
 from engine.errors import (AdapterError, AdapterNotReady, ConfigurationError, DocumentRefused,
                            HttpStatusError, RemoteFault, ResponseRejected)
+from engine.retry.reply_codes import local_name
 from engine.settings import Setting
 
 __all__ = ["SoapAdapter"]
@@ -229,9 +230,7 @@ class SoapAdapter(OutboundAdapter):
 
     def _classify(self, exc: Exception, scope: TryScope, server: str) -> AdapterError | None:
         if isinstance(exc, zeep.exceptions.Fault):
-            code = str(exc.code) if exc.code is not None else None
-            return RemoteFault(f"SOAP fault {code or '(no code)'} from {server}: {exc.message}",
-                               fault_code=code, retryable=False)
+            return _fault_error(exc, server)
         if isinstance(exc, _FORBIDDEN_XML):
             return ResponseRejected(
                 f"response from {server} refused: XML with a DTD, entity declarations or "
@@ -256,6 +255,16 @@ class SoapAdapter(OutboundAdapter):
         reason = f": {cause}" if isinstance(cause, zeep.exceptions.XMLSyntaxError) else ""
         return ResponseRejected(f"response from {server} (HTTP {status}) refused: "
                                 f"not well-formed SOAP XML{reason}")
+
+
+def _fault_error(exc: zeep.exceptions.Fault, server: str) -> RemoteFault:
+    """A fault whose ``code`` is the local name (``Server``, ``Client.Refused``) that
+    ``E#<code>`` rules match, whatever prefix the server bound; the text keeps the code as
+    the server sent it (``soap11env:Server``)."""
+    qualified = str(exc.code) if exc.code is not None else None
+    local = local_name(qualified) if qualified else None
+    return RemoteFault(f"SOAP fault {qualified or '(no code)'} from {server}: {exc.message}",
+                       fault_code=local, retryable=False)
 
 
 def _load_reason(exc: BaseException) -> str:

@@ -1,22 +1,27 @@
 """The ``encore`` command line (DESIGN.md §7)."""
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
+import math
 import os
 import sys
 import time
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TextIO
 
 import click
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from engine import report
-from engine.client import send_message, wait_for
+from engine.client import send_message, send_messages, wait_for
 from engine.clock import utcnow
-from engine.errors import EncoreError
+from engine.errors import ConfigurationError, EncoreError, MessageError, StoreError
 from engine.production import ProductionConfig, find_production_file, load_production
-from engine.store import queries
-from engine.store.database import DEFAULT_DATABASE_URL
+from engine.store import migrate, queries
+from engine.store.database import DEFAULT_DATABASE_URL, normalise_url
 from engine.store.sql import SqlStore
 
 EVENT_TYPES = click.Choice(["Assert", "Error", "Warning", "Info", "Trace", "Alert"])
@@ -45,9 +50,77 @@ class Context:
 
     @property
     def store(self) -> SqlStore:
+        """The production's store, refused with one plain sentence when its database is
+        missing, unreachable or not upgraded to this Encore's schema."""
         if self._store is None:
-            self._store = SqlStore(self.database_url())
+            self._store = open_store(self.database_url())
         return self._store
+
+    def reachable_store(self) -> SqlStore:
+        """The store, checked only for being reachable (for ``encore db upgrade``)."""
+        if self._store is None:
+            self._store = open_store(self.database_url(), need_schema=False)
+        return self._store
+
+
+def open_store(url: str, *, need_schema: bool = True) -> SqlStore:
+    """A :class:`SqlStore` on ``url``, after one connection that proves the database is
+    there and (``need_schema``) holds this Encore's tables. Raises :class:`StoreError`
+    saying what is wrong and what to run; the password in ``url`` is never shown."""
+    parsed = _parse_url(url)
+    if need_schema and _missing_sqlite_file(parsed):
+        raise StoreError(f"the database {_safe_url(url)} does not exist yet; "
+                         "run `encore db upgrade` to create it")
+    try:
+        store = SqlStore(url)
+    except (ArgumentError, ImportError) as exc:  # an unknown dialect, a driver not installed
+        raise StoreError(f"cannot use the database {_safe_url(url)}: {_first_line(exc)}"
+                         ) from exc
+    try:
+        _check_database(store, need_schema=need_schema)
+    except StoreError:
+        store.dispose()
+        raise
+    return store
+
+
+def _check_database(store: SqlStore, *, need_schema: bool) -> None:
+    """Connect once; with ``need_schema``, require this Encore's schema."""
+    try:
+        current = migrate.current_revision(store.engine)
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot connect to the database {_safe_url(store.url)}: "
+                         f"{_first_line(exc)}; check that it is running and that the "
+                         "production file's database (or ENCORE_DATABASE_URL) is right"
+                         ) from exc
+    if not need_schema:
+        return
+    if current is None:
+        raise StoreError(f"the database {_safe_url(store.url)} has no Encore tables; "
+                         "run `encore db upgrade`")
+    store.check_schema()  # an older schema (upgrade) or a newer one (a newer Encore)
+
+
+def _parse_url(url: str) -> URL:
+    """``url`` parsed; StoreError (not quoting it: it may hold a password) if it does not."""
+    try:
+        return make_url(normalise_url(url))
+    except (ArgumentError, ValueError) as exc:
+        raise StoreError("the database URL (the production file's database, or "
+                         "ENCORE_DATABASE_URL) is not a valid SQLAlchemy URL such as "
+                         "'sqlite:///encore.db' or 'postgresql://user@host/db'") from exc
+
+
+def _missing_sqlite_file(parsed: URL) -> bool:
+    """True for an SQLite file URL whose file is not there (connecting would create it)."""
+    return (parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:")
+            and not os.path.exists(parsed.database))
+
+
+def _first_line(exc: BaseException) -> str:
+    """The driver's reason for a database error, without SQL, parameters or links."""
+    lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 pass_ctx = click.make_pass_decorator(Context)
@@ -59,8 +132,14 @@ class EncoreGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except StoreError as exc:  # the first line: no SQL statement, no parameters
+            click.echo(f"error: {_first_line(exc)}", err=True)
+            sys.exit(1)
         except EncoreError as exc:
             click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        except SQLAlchemyError as exc:  # a store path that did not translate its error
+            click.echo(f"error: database error: {_first_line(exc)}", err=True)
             sys.exit(1)
 
 
@@ -89,26 +168,146 @@ def run(ctx: Context) -> None:
 
 @main.command()
 @click.argument("target")
-@click.option("--body", required=True, help="the request as JSON")
+@click.option("--body", metavar="JSON|@FILE|-",
+              help="the request: JSON, @FILE to read it from a file, - to read stdin")
+@click.option("--many", type=click.File("r", encoding="utf-8"), metavar="FILE",
+              help="a file (- for stdin) of JSON lines, one request per line, all enqueued "
+                   "in one transaction")
 @click.option("--wait", "wait", type=float, default=None, metavar="S",
               help="wait up to S seconds and print the response; non-zero exit on error")
+@click.option("--json", "as_json", is_flag=True,
+              help='print one JSON object {"id", "status", "response"}')
 @pass_ctx
-def send(ctx: Context, target: str, body: str, wait: float | None) -> None:
-    """Enqueue a message for TARGET and print its id."""
-    message_id = send_message(ctx.store, ctx.production, target, body)
-    click.echo(message_id)
-    if wait is None:
+def send(ctx: Context, target: str, body: str | None, many: TextIO | None,
+         wait: float | None, as_json: bool) -> None:
+    """Enqueue a message for TARGET and print its id (with --wait, the response on stdout
+    and the id on stderr). With --many, enqueue every line of FILE or none of them."""
+    if (body is None) == (many is None):
+        raise click.UsageError("give either --body or --many")
+    if many is not None:
+        if wait is not None:
+            raise click.UsageError("--wait waits for one message; it does not go with --many")
+        _send_many(ctx, target, many, as_json)
         return
-    row = wait_for(ctx.store, message_id, wait)
+    assert body is not None
+    request = _decode_body(_read_body_option(body), where="--body")
+    message_id = send_message(ctx.store, ctx.production, target, request)
+    if wait is None:
+        _print_sent(message_id, "Queued", None, as_json)
+        return
+    if not as_json:
+        click.echo(message_id, err=True)  # stdout holds the response alone, for pipes
+    sys.exit(_wait_and_print(ctx.store, message_id, wait, as_json))
+
+
+def _print_sent(message_id: int, status: str, response: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"id": message_id, "status": status, "response": response}))
+    else:
+        click.echo(message_id)
+
+
+def _wait_and_print(store: SqlStore, message_id: int, wait: float, as_json: bool) -> int:
+    """Wait for ``message_id``, print its response; return the exit status: 0 completed,
+    1 ended in another status, 2 not finished after ``wait`` seconds."""
+    row = wait_for(store, message_id, wait)
     if row is None:
         click.echo(f"error: message {message_id} not finished after {wait:g} s "
                    "(is `encore run` running?)", err=True)
-        sys.exit(2)
+        if as_json:
+            current = store.get_message(message_id)
+            _print_sent(message_id, current.status if current else "Queued", None, True)
+        return 2
     if row.status != "Completed":
         click.echo(f"error: message {message_id} ended {row.status}: {row.error_text}", err=True)
-        sys.exit(1)
-    response = ctx.store.get_message(row.corresponding_id) if row.corresponding_id else None
-    click.echo(response.body if response is not None else "null")
+        if as_json:
+            _print_sent(message_id, row.status, None, True)
+        return 1
+    response = store.get_message(row.corresponding_id) if row.corresponding_id else None
+    text = response.body if response is not None and response.body else "null"
+    if as_json:
+        _print_sent(message_id, row.status, json.loads(text), True)
+    else:
+        click.echo(text)
+    return 0
+
+
+def _send_many(ctx: Context, target: str, lines: TextIO, as_json: bool) -> None:
+    """Enqueue one message per JSON line of ``lines``, all or none; print the count and the
+    first and last id."""
+    name = "stdin" if lines.name == "<stdin>" else lines.name
+    bodies = _decode_lines(lines, name=name)
+    _check_bodies(ctx.production, target, bodies, name=name)
+    ids = send_messages(ctx.store, ctx.production, target, [b for _, b in bodies],
+                        source="cli")
+    first, last = (ids[0], ids[-1]) if ids else (None, None)
+    if as_json:
+        click.echo(json.dumps({"count": len(ids), "first_id": first, "last_id": last}))
+    elif ids:
+        click.echo(f"{len(ids)} messages enqueued: ids {first} to {last}")
+    else:
+        click.echo(f"0 messages enqueued: {name} holds no request")
+
+
+def _read_body_option(value: str) -> str:
+    """The text ``--body`` stands for: ``@FILE`` read from FILE, ``-`` read from stdin,
+    anything else as it is."""
+    if value == "-":
+        return sys.stdin.read()
+    if not value.startswith("@"):
+        return value
+    try:
+        with open(value[1:], encoding="utf-8") as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {value[1:]!r}: {exc}",
+                                 param_hint="--body") from exc
+
+
+def _decode_body(text: str, *, where: str) -> Any:
+    """``text`` as JSON; MessageError naming ``where`` if it is not JSON or holds NaN or an
+    infinity (JSON has neither; DESIGN §4, "Numbers")."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except ValueError as exc:
+        raise MessageError(f"{where}: body is not valid JSON: {exc}") from exc
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large for a finite number")
+    return value
+
+
+def _decode_lines(lines: TextIO, *, name: str) -> list[tuple[int, Any]]:
+    """(line number, decoded body) for every non-blank line of a JSON-lines file."""
+    try:
+        return [(number, _decode_body(line.strip(), where=f"{name} line {number}"))
+                for number, line in enumerate(lines, start=1) if line.strip()]
+    except UnicodeDecodeError as exc:
+        raise MessageError(f"{name} is not UTF-8 text: {exc}") from exc
+
+
+def _check_bodies(production: ProductionConfig, target: str, bodies: list[tuple[int, Any]],
+                  *, name: str) -> None:
+    """Refuse the first body that does not fit ``target``'s request class, naming its line.
+    An unknown target is left to :func:`send_messages`, which says so."""
+    try:
+        request_class = getattr(production.item(target).cls, "request_class", None)
+    except ConfigurationError:
+        return
+    if request_class is None:  # an item that takes no messages: send_messages says so
+        return
+    for number, body in bodies:
+        try:
+            request_class.from_dict(body)
+        except MessageError as exc:
+            raise MessageError(f"{name} line {number}: {exc}; nothing was enqueued") from exc
 
 
 @main.command("log")
@@ -129,13 +328,18 @@ def log_command(ctx: Context, type_: str | None, item: str | None, message_id: i
                               session_id=session_id, since=parse_since(since), limit=limit)
     rows = queries.events(ctx.store, flt)
     _print_events(rows, as_json, header=True)
-    last_id = rows[-1]["id"] if rows else 0
-    while follow:
+    if follow:
+        _follow_events(ctx.store, flt, rows[-1]["id"] if rows else 0, as_json)
+
+
+def _follow_events(store: SqlStore, flt: queries.EventFilter, last_id: int,
+                   as_json: bool) -> None:
+    """Print events newer than ``last_id`` that match ``flt`` — its ``since`` too, so that
+    an empty window does not let the whole history through — every half second."""
+    while True:
         time.sleep(0.5)
-        rows = queries.events(ctx.store, queries.EventFilter(
-            type=type_, item=item, message_id=message_id, session_id=session_id,
-            after_id=last_id))
-        _print_events(rows, as_json, header=False)
+        rows = queries.events(store, dataclasses.replace(flt, after_id=last_id, limit=None))
+        _print_events(rows, as_json, header=last_id == 0)  # nothing printed yet: a header
         last_id = rows[-1]["id"] if rows else last_id
 
 
@@ -243,8 +447,9 @@ def db() -> None:
 @pass_ctx
 def upgrade(ctx: Context) -> None:
     """Create or upgrade the tables (Alembic upgrade to head)."""
-    ctx.store.upgrade()
-    click.echo(f"database {_safe_url(ctx.store.url)} is at the latest schema")
+    store = ctx.reachable_store()
+    store.upgrade()
+    click.echo(f"database {_safe_url(store.url)} is at the latest schema")
 
 
 def parse_since(text: str | None) -> datetime | None:
@@ -264,9 +469,10 @@ def parse_since(text: str | None) -> datetime | None:
 
 def _safe_url(url: str) -> str:
     """The database URL without its password."""
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return "(the database URL, which is not a valid SQLAlchemy URL)"
 
 
 def _register_optional_commands() -> None:

@@ -39,6 +39,10 @@ BATCH_WINDOW = 0.05  # seconds of work a pool_size = 1 item claims at once
 MAX_BATCH = 100  # messages one claim takes at most
 FIRST_BATCH = 4  # a pool_size = 1 item's first claim, before it knows how long work takes
 FLUSH_WINDOW = 0.02  # seconds a success may wait for the group commit
+# seconds a pool_size = 1 item waits, after a claim that emptied the queue, before it claims
+# ahead again while its worker is busy: messages arriving one by one are then claimed in
+# batches instead of one transaction each (an idle worker's claim never waits)
+CLAIM_LINGER = 0.005
 MAX_PENDING = 500  # successes that force a group commit
 EXPIRY_SCAN = 1.0  # seconds between looks for claims whose lease expired
 STORE_RETRY_DELAY = 1.0  # seconds the dispatcher waits after a database error
@@ -83,6 +87,7 @@ class Dispatcher:
         self._oldest_pending = 0.0  # monotonic seconds
         self._seconds_per_message = BATCH_WINDOW / FIRST_BATCH
         self._next_expiry_scan = 0.0
+        self._linger_until = 0.0  # monotonic seconds
         self._thread: threading.Thread | None = None
 
     # -- what workers call ---------------------------------------------------------------
@@ -184,6 +189,10 @@ class Dispatcher:
                 wait = self._idle_wait()
         elif self._flush_wait(wait) == 0.0:
             self.flush()
+        with self._lock:
+            linger = self._linger_until - self.clock.monotonic()
+        if 0 < linger < wait and self._outstanding:
+            wait = linger
         return self._flush_wait(wait)
 
     def _look_at_switch(self) -> None:
@@ -198,6 +207,8 @@ class Dispatcher:
             if self.settings.pool_size > 1:
                 return max(self.settings.pool_size - self._outstanding, 0)
             if self._outstanding > 1:  # the next batch is claimed during the last message
+                return 0
+            if self._outstanding and self.clock.monotonic() < self._linger_until:
                 return 0
             return max(1, min(MAX_BATCH, int(BATCH_WINDOW / max(self._seconds_per_message,
                                                                 1e-6))))
@@ -218,6 +229,8 @@ class Dispatcher:
             self._outstanding += len(claimed)
             if claimed:
                 self.claims += 1
+            if len(claimed) < limit:
+                self._linger_until = self.clock.monotonic() + CLAIM_LINGER
         for c in claimed:
             self.work.put((self.claims, c))
         return len(claimed)

@@ -9,7 +9,8 @@ daemon thread, records what it received, and is a context manager::
 
 - :class:`HttpTestServer`: routes built from :func:`respond`, :func:`trickle`,
   :func:`reset_after_request`, :func:`sequence`, :func:`soap_wsdl`; optional TLS.
-- :class:`SoapTestServer`: a spyne service (``echo``, ``refuse``) with a configurable delay.
+- :class:`SoapTestServer`: a spyne service (``echo``, ``refuse``, ``fail``) with a configurable
+  delay.
 - :func:`make_tls` / :class:`TlsFiles`: a CA, a server and a client certificate (trustme).
 
 Handlers that wait use the server's ``stopping`` event, so leaving the ``with`` block frees
@@ -345,6 +346,11 @@ def _echo_service(state: _SpyneState) -> type:
             state.calls.append("refuse")
             raise Fault(faultcode="Client.Refused", faultstring=f"refused: {text}")
 
+        @rpc(Unicode, _returns=Unicode)  # type: ignore[misc]
+        def fail(ctx: Any, text: str) -> str:
+            state.calls.append("fail")
+            raise Fault(faultcode="Server", faultstring=f"failed: {text}")
+
     return EchoService
 
 
@@ -364,7 +370,8 @@ class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
 
 class SoapTestServer(_Loopback):
     """A spyne SOAP 1.1 service: ``echo(text) -> "<name>:<text>"`` after ``delay`` seconds,
-    and ``refuse(text)``, which answers with the fault ``Client.Refused``.
+    ``refuse(text)``, which answers with the fault ``Client.Refused``, and ``fail(text)``,
+    which answers with the fault ``Server`` (spyne sends both as ``soap11env:<code>``).
 
     ``wsdl`` is its WSDL URL; ``requests`` records every HTTP request (WSDL fetches too);
     :attr:`posts` only the SOAP calls.

@@ -7,7 +7,10 @@ Codes:
 - ``E``        any error;
 - ``E#<code>`` the error's code (an HTTP status such as ``503``, a SOAP fault code) or the
   name of the error's class or one of its bases (``E#ResponseTimeout``, ``E#OutcomeUnknown``),
-  case-insensitively;
+  case-insensitively. Qualified codes compare by their local name, whatever prefix either
+  side uses (``E#Server``, ``E#soap:Server`` and ``E#{ns}Server`` all match a
+  ``soap11env:Server`` fault); a SOAP 1.1 dotted code is covered by its more generic
+  left-hand part (``E#Client`` matches ``Client.Refused``, not the other way round);
 - ``E*<text>`` errors whose text contains ``<text>``, case-insensitively;
 - ``X``        no reply at all (the request was not sent, or its outcome is unknown);
 - ``(c1,c2)``  any of several codes.
@@ -69,15 +72,28 @@ class ReplyCode:
             return getattr(error, "delivery", None) in (Delivery.NOT_SENT, Delivery.UNKNOWN)
         if self.kind == "E*":
             return self.value.lower() in str(error).lower()
-        return self.value.lower() in _codes_of(error)
+        return _covers(local_name(self.value).lower(), _codes_of(error))
+
+
+def local_name(code: str) -> str:
+    """The local part of a qualified code: ``soap11env:Server`` and ``{urn:x}Server`` →
+    ``Server``; an unqualified code is returned as it is."""
+    return code.rsplit("}", 1)[-1].rsplit(":", 1)[-1]
+
+
+def _covers(wanted: str, codes: set[str]) -> bool:
+    """True when ``wanted`` (a lower-case local name) is one of ``codes`` or, SOAP 1.1 style,
+    the generic part of a dotted one (``client`` covers ``client.refused``)."""
+    return any(code == wanted or code.startswith(wanted + ".") for code in codes)
 
 
 def _codes_of(error: BaseException) -> set[str]:
+    """Lower-case local names of ``error``'s classes and codes."""
     codes = {cls.__name__.lower() for cls in type(error).__mro__}
     for attr in ("code", "status_code", "fault_code"):
         value = getattr(error, attr, None)
         if value is not None:
-            codes.add(str(value).lower())
+            codes.add(local_name(str(value)).lower())
     return codes
 
 

@@ -1,13 +1,17 @@
 """Read-only queries for the command line (``encore log``, ``messages``, ``status``)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from engine.clock import as_utc
+from engine.errors import StoreError
 from engine.store.models import FINAL_STATUSES, daemon, event_log, message_header
 from engine.store.sql import SqlStore
 
@@ -38,7 +42,7 @@ def events(store: SqlStore, flt: EventFilter) -> list[dict[str, Any]]:
     query = query.order_by(c.id.desc())
     if flt.limit:
         query = query.limit(flt.limit)
-    with store.engine.connect() as conn:
+    with _reading(store) as conn:
         rows = [_plain(r) for r in conn.execute(query).mappings()]
     return rows[::-1]
 
@@ -54,7 +58,7 @@ def messages(store: SqlStore, *, status: str | None = None, item: str | None = N
     query = query.order_by(c.id.desc())
     if limit:
         query = query.limit(limit)
-    with store.engine.connect() as conn:
+    with _reading(store) as conn:
         rows = [_plain(r) for r in conn.execute(query).mappings()]
     return rows[::-1]
 
@@ -62,7 +66,7 @@ def messages(store: SqlStore, *, status: str | None = None, item: str | None = N
 def queue_stats(store: SqlStore) -> dict[str, dict[str, Any]]:
     """Per item: queued count, oldest queued time, messages in retry, last error text."""
     c = message_header.c
-    with store.engine.connect() as conn:
+    with _reading(store) as conn:
         queued = conn.execute(
             select(c.target, func.count(), func.min(c.time_created))
             .where(c.kind == "request", c.status.in_(("Queued", "Delivered")))
@@ -87,9 +91,22 @@ def queue_stats(store: SqlStore) -> dict[str, dict[str, Any]]:
 
 
 def daemons(store: SqlStore) -> list[dict[str, Any]]:
-    with store.engine.connect() as conn:
+    with _reading(store) as conn:
         return [_plain(r) for r in conn.execute(select(daemon).order_by(daemon.c.started_at))
                 .mappings()]
+
+
+@contextmanager
+def _reading(store: SqlStore) -> Iterator[Connection]:
+    """A connection for these reads; SQLAlchemy's errors come out as StoreError, whose text
+    is the driver's reason without the SQL statement or its parameters."""
+    try:
+        with store.engine.connect() as conn:
+            yield conn
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        raise StoreError(f"database error: {reason[0] if reason else type(exc).__name__}"
+                         ) from exc
 
 
 def _plain(row: Any) -> dict[str, Any]:

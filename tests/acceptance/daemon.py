@@ -20,10 +20,11 @@ def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def encore(*args: str, cwd: Path, check: bool = True,
-           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def encore(*args: str, cwd: Path, check: bool = True, env: dict[str, str] | None = None,
+           stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     result = subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=cwd,
-                            env=cli_env(env), capture_output=True, text=True, timeout=60)
+                            env=cli_env(env), capture_output=True, text=True, timeout=60,
+                            input=stdin if stdin is not None else "")
     if check and result.returncode != 0:
         raise AssertionError(f"encore {' '.join(args)} failed:\n{result.stderr}")
     return result

@@ -31,8 +31,14 @@ def test_the_daemon_delivers_sent_messages_and_stops_gracefully(tmp_path: Path) 
         wait_until(lambda: all(store.get_message(i).status == "Completed" for i in ids), 30,
                    "the messages to complete")
         reply = encore("send", "Echo", "--body", '{"text": "sync"}', "--wait", "20",
-                       cwd=tmp_path).stdout.splitlines()
-        assert json.loads(reply[1]) == {"text": "SYNC", "count": 1}
+                       cwd=tmp_path)
+        assert json.loads(reply.stdout) == {"text": "SYNC", "count": 1}  # the response alone
+        sync_id = int(reply.stderr.splitlines()[0])  # the id goes to stderr
+        answer = json.loads(encore("send", "Echo", "--body", '{"text": "js"}', "--wait", "20",
+                                   "--json", cwd=tmp_path).stdout)
+        assert answer == {"id": answer["id"], "status": "Completed",
+                          "response": {"text": "JS", "count": 1}}
+        assert answer["id"] > sync_id and store.get_message(answer["id"]).kind == "request"
         status = encore("status", cwd=tmp_path).stdout
         assert "DaemonTest" in status and "no daemon running" not in status
         assert daemon.terminate() == 0

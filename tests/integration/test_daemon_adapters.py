@@ -76,6 +76,36 @@ def test_seed_003_failover_across_three_soap_servers(
         assert "may have been processed" in row.error_text
 
 
+def test_a_server_fault_retried_by_an_ensemble_style_rule(store: SqlStore) -> None:
+    with SoapTestServer("F") as spyne:
+        item = soap_item("Ledger", [], spyne.wsdl, reply_code_actions="E#Server=R",
+                         retry_interval=0.1, failure_timeout=0.5)
+        with running(store, item) as (_, production):
+            mid = send_message(store, production, "Ledger",
+                               {"operation": "fail", "args": {"text": "x"}})
+            row = wait_for(store, mid, timeout=10)
+    assert row is not None and row.status == "Error"
+    attempts = store.attempts(mid)
+    assert len(attempts) >= 2 and {a.outcome for a in attempts} == {"fault"}
+    assert "soap11env:Server" in attempts[0].error_text
+    assert "FailureTimeout" in row.error_text
+
+
+def test_a_redirect_not_followed_ends_the_message_in_error_naming_the_location(
+        store: SqlStore) -> None:
+    with HttpTestServer({"/pay": respond(302, "", headers={"Location": "/v2/pay"})}) as server:
+        item = ('[[items]]\nname = "Shop"\nclass = "operations.http:HttpOperation"\n'
+                f'[items.settings]\nurl = "{server.url}"\nretry_interval = 0.1\n'
+                'failure_timeout = 5\n')
+        with running(store, item) as (_, production):
+            mid = send_message(store, production, "Shop", {"method": "POST", "path": "/pay"})
+            row = wait_for(store, mid, timeout=10)
+    assert row is not None and row.status == "Error" and "/v2/pay" in row.error_text
+    (attempt,) = store.attempts(mid)  # not retryable: one attempt, long before 5 s
+    assert (attempt.outcome, attempt.status_code) == ("http_status", 302)
+    assert len(server.requests) == 1
+
+
 class Switch:
     """A route that answers 503 until switched on, then serves the WSDL."""
 

@@ -2,7 +2,10 @@
 idempotency header, size limit and TLS. Times are scaled down; bounds are generous."""
 from __future__ import annotations
 
+import base64
 import gzip
+import json
+import random
 import socket
 import threading
 import time
@@ -16,8 +19,10 @@ import pytest
 from adapters.base import AttemptContext
 from adapters.http import HttpAdapter, HttpResponse
 from engine.errors import (AdapterNotReady, ConfigurationError, ConnectFailed, ConnectionReset,
-                           Delivery, HttpStatusError, ResponseRejected, ResponseTimeout)
+                           Delivery, HttpStatusError, MessageError, ResponseRejected,
+                           ResponseTimeout)
 from engine.settings import validate_settings
+from operations.http import HttpOperation, HttpReply, HttpRequest
 from tests.servers import (HttpTestServer, TlsFiles, make_tls, reset_after_request, respond,
                            sequence, trickle)
 
@@ -151,8 +156,90 @@ def test_a_success_returns_status_headers_and_body(server):
     adapter = started({"url": server.url})
     attempt(adapter)
     reply = adapter.send("GET", "/ok")
-    assert reply == HttpResponse(status=200, headers=reply.headers, body='{"paid": true}')
+    assert reply == HttpResponse(status=200, headers=reply.headers, content=b'{"paid": true}')
+    assert reply.text == reply.body == reply.exact_text == '{"paid": true}'
     assert reply.headers["Content-Type"] == "application/json"
+
+
+# -- bodies: text and binary --------------------------------------------------------------
+
+BINARY = bytes(random.Random(13).randrange(256) for _ in range(1000))  # not valid UTF-8
+
+
+def operation(adapter: HttpAdapter) -> HttpOperation:
+    return HttpOperation("Files", {}, adapter=adapter)
+
+
+def test_a_binary_body_keeps_its_exact_bytes():
+    with HttpTestServer({"/blob": respond(200, BINARY,
+                                          content_type="application/octet-stream")}) as srv:
+        adapter = started({"url": srv.url})
+        attempt(adapter)
+        reply = adapter.send("GET", "/blob")
+    assert reply.content == BINARY and reply.exact_text is None
+    assert "\ufffd" in reply.text  # the lossy reading a custom operation may also use
+
+
+def test_the_http_operation_answers_a_binary_body_in_base64_that_round_trips():
+    with HttpTestServer({"/blob": respond(200, BINARY,
+                                          content_type="application/octet-stream")}) as srv:
+        adapter = started({"url": srv.url})
+        attempt(adapter)
+        reply = operation(adapter).on_message(HttpRequest(method="GET", path="/blob"))
+    stored = json.loads(reply.to_json())
+    assert set(stored) == {"status", "headers", "body_base64"}
+    assert base64.b64decode(stored["body_base64"]) == BINARY
+    assert HttpReply.from_json(reply.to_json()).body_base64 == stored["body_base64"]
+
+
+@pytest.mark.parametrize(("content", "content_type", "text"), [
+    (b'{"a": "\xc3\xa9"}', "application/json", '{"a": "\u00e9"}'),  # JSON: UTF-8
+    ("caf\u00e9".encode("latin-1"), "text/plain; charset=ISO-8859-1", "caf\u00e9"),  # charset
+    (b"<a/>", "application/soap+xml", "<a/>"),  # an XML type
+    ("\u00e9t\u00e9".encode(), "application/x-custom; charset=utf-8", "\u00e9t\u00e9"),  # charset
+    (b"", "application/octet-stream", ""),  # no body at all
+])
+def test_the_http_operation_answers_a_text_body_as_text(content, content_type, text):
+    with HttpTestServer({"/t": respond(200, content, content_type=content_type)}) as srv:
+        adapter = started({"url": srv.url})
+        attempt(adapter)
+        reply = operation(adapter).on_message(HttpRequest(method="GET", path="/t"))
+    stored = json.loads(reply.to_json())
+    assert set(stored) == {"status", "headers", "body"} and stored["body"] == text
+
+
+@pytest.mark.parametrize(("content", "content_type"), [
+    (b"plain ascii", "application/octet-stream"),  # a binary type, even if it would decode
+    (b"caf\xe9", "text/plain"),  # text that is not UTF-8 and declares no charset
+    (b"caf\xe9", "text/plain; charset=utf-8"),  # text that is not in its declared charset
+    (b"abc", "text/plain; charset=no-such-charset"),  # a charset Python does not know
+])
+def test_a_body_that_is_not_exactly_text_is_answered_in_base64(content, content_type):
+    with HttpTestServer({"/b": respond(200, content, content_type=content_type)}) as srv:
+        adapter = started({"url": srv.url})
+        attempt(adapter)
+        reply = operation(adapter).on_message(HttpRequest(method="GET", path="/b"))
+    assert reply.body is None and base64.b64decode(reply.body_base64 or "") == content
+
+
+def test_a_request_body_in_base64_is_sent_as_its_exact_bytes():
+    with HttpTestServer({"/up": respond(204)}) as srv:
+        adapter = started({"url": srv.url})
+        attempt(adapter)
+        request = HttpRequest.from_dict({"method": "PUT", "path": "/up", "body_base64":
+                                         base64.b64encode(BINARY).decode()})
+        operation(adapter).on_message(request)
+    assert srv.requests[0].body == BINARY
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ({"body_base64": "not base64!"}, "body_base64 is not valid base64"),  # bad alphabet
+    ({"body": "x", "body_base64": "eA=="}, "not body and body_base64"),  # two bodies
+    ({"json": {}, "body": "x"}, "not json and body"),  # two bodies
+])
+def test_a_malformed_request_body_is_refused_when_it_is_sent(body, expected):
+    with pytest.raises(MessageError, match=expected):
+        HttpRequest.from_dict({"method": "POST", **body})
 
 
 # -- failover -----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from adapters.base import AttemptContext, InvalidRequest
 from adapters.soap import SoapAdapter
 from engine.errors import (AdapterNotReady, ConnectFailed, Delivery, HttpStatusError,
                            RemoteFault, ResponseRejected, ResponseTimeout)
+from engine.retry import ReplyCodeActions
 from tests.servers import (HttpTestServer, SoapTestServer, respond, sequence, soap_envelope,
                            soap_fault, soap_reply, soap_wsdl, soap_xml, trickle)
 
@@ -65,7 +66,7 @@ def test_an_operation_returns_zeep_s_result(spyne):
     attempt(adapter)
     assert serialize_object(adapter.invoke("echo", {"text": "hi"})) == "A:hi"
     assert adapter.end_attempt() == spyne.url + "/"
-    assert adapter.operations == ("echo", "refuse")
+    assert adapter.operations == ("echo", "fail", "refuse")
 
 
 def test_a_spyne_fault_is_a_remote_fault_that_is_not_retried(spyne):
@@ -74,7 +75,7 @@ def test_a_spyne_fault_is_a_remote_fault_that_is_not_retried(spyne):
     with pytest.raises(RemoteFault, match="refused: no") as caught:
         adapter.invoke("refuse", {"text": "no"})
     err = caught.value
-    assert err.fault_code is not None and err.fault_code.endswith("Client.Refused")
+    assert err.fault_code == "Client.Refused" and "soap11env:Client.Refused" in str(err)
     assert err.code == err.fault_code and not err.retryable
     assert err.delivery is Delivery.ANSWERED and err.server == spyne.url + "/"
 
@@ -85,7 +86,28 @@ def test_a_soap_fault_inside_an_http_500_is_a_remote_fault():
         attempt(adapter)
         with pytest.raises(RemoteFault, match="ledger locked") as caught:
             adapter.invoke("echo", {"text": "x"})
-    assert caught.value.fault_code == "soap:Server.Busy" and not caught.value.retryable
+    assert caught.value.fault_code == "Server.Busy" and not caught.value.retryable
+    assert "SOAP fault soap:Server.Busy from" in str(caught.value)
+
+
+@pytest.mark.parametrize(("operation", "rules", "retry"), [
+    ("fail", "E#Server=R", True),  # Ensemble style: the local name of soap11env:Server
+    ("fail", "E#soap:Server=R", True),  # a rule with its own prefix compares local parts
+    ("fail", "E#SOAP11ENV:server=R", True),  # the server's own prefix, any case
+    ("fail", "E#Client=R", False),  # another code
+    ("fail", "E#Server.Busy=R", False),  # a more specific code does not cover the generic one
+    ("refuse", "E#Client=R", True),  # Client covers the dotted Client.Refused (SOAP 1.1)
+    ("refuse", "E#Client.Refused=R", True),  # the full local name
+    ("refuse", "E#Server=R", False),  # another code
+])
+def test_reply_code_actions_match_a_spyne_fault_by_its_local_name(spyne, operation, rules,
+                                                                  retry):
+    adapter = started({"wsdl": spyne.wsdl})
+    attempt(adapter)
+    with pytest.raises(RemoteFault) as caught:
+        adapter.invoke(operation, {"text": "x"})
+    assert "SOAP fault soap11env:" in str(caught.value)  # the code as the server sent it
+    assert ReplyCodeActions.parse(rules).evaluate(caught.value).retry is retry
 
 
 def test_an_http_503_without_a_fault_is_a_retryable_status_error():
@@ -101,7 +123,7 @@ def test_an_http_503_without_a_fault_is_a_retryable_status_error():
 
 def test_an_unknown_operation_names_the_available_ones(spyne):
     adapter = started({"wsdl": spyne.wsdl})
-    with pytest.raises(InvalidRequest, match="'pay'; the WSDL offers: echo, refuse") as caught:
+    with pytest.raises(InvalidRequest, match="'pay'; the WSDL offers: echo, fail, refuse") as caught:
         adapter.invoke("pay", {})
     assert not caught.value.retryable and spyne.posts == []
 

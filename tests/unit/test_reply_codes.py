@@ -113,6 +113,21 @@ def test_codes_and_texts_match_case_insensitively():
     assert evaluate("E*INVALID ACCOUNT=C", fault).complete
 
 
+@pytest.mark.parametrize(("rule", "code", "matches"), [
+    ("E#Server", "soap11env:Server", True),  # the server's prefix is ignored
+    ("E#soap:Server", "soap11env:Server", True),  # so is the rule's
+    ("E#{http://schemas.xmlsoap.org/soap/envelope/}Server", "Server", True),  # Clark notation
+    ("E#Server", "{urn:x}Server", True),  # a code in Clark notation
+    ("E#Client", "soap11env:Client.Refused", True),  # the generic part of a dotted code
+    ("E#Client.Refused", "Client", False),  # not the other way round
+    ("E#Client", "soap11env:ClientError", False),  # a prefix of the name is not a match
+    ("E#Server", "soap11env:Client", False),  # another code
+])
+def test_qualified_fault_codes_match_by_their_local_name(rule, code, matches):
+    fault = RemoteFault("fault", fault_code=code)
+    assert evaluate(f"{rule}=R", fault).retry is matches
+
+
 def test_an_error_class_name_or_base_name_is_a_code():
     assert evaluate("e#responsetimeout=R", ResponseTimeout("t")).retry
     assert evaluate("E#OutcomeUnknown=S", ConnectionReset("reset")).suspend
