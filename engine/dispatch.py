@@ -39,10 +39,10 @@ BATCH_WINDOW = 0.05  # seconds of work a pool_size = 1 item claims at once
 MAX_BATCH = 100  # messages one claim takes at most
 FIRST_BATCH = 4  # a pool_size = 1 item's first claim, before it knows how long work takes
 FLUSH_WINDOW = 0.02  # seconds a success may wait for the group commit
-# seconds a pool_size = 1 item waits, after a claim that emptied the queue, before it claims
-# ahead again while its worker is busy: messages arriving one by one are then claimed in
-# batches instead of one transaction each (an idle worker's claim never waits)
-CLAIM_LINGER = 0.005
+# seconds a dispatcher waits, after a claim that emptied the queue, before it claims again:
+# messages arriving one by one are then claimed a few at a time instead of one transaction
+# each (the first message after a quiet spell is claimed at once)
+CLAIM_LINGER = 0.002
 MAX_PENDING = 500  # successes that force a group commit
 EXPIRY_SCAN = 1.0  # seconds between looks for claims whose lease expired
 STORE_RETRY_DELAY = 1.0  # seconds the dispatcher waits after a database error
@@ -191,7 +191,7 @@ class Dispatcher:
             self.flush()
         with self._lock:
             linger = self._linger_until - self.clock.monotonic()
-        if 0 < linger < wait and self._outstanding:
+        if 0 < linger < wait:
             wait = linger
         return self._flush_wait(wait)
 
@@ -204,11 +204,11 @@ class Dispatcher:
 
     def _free_slots(self) -> int:
         with self._lock:
+            if self.clock.monotonic() < self._linger_until:
+                return 0
             if self.settings.pool_size > 1:
                 return max(self.settings.pool_size - self._outstanding, 0)
             if self._outstanding > 1:  # the next batch is claimed during the last message
-                return 0
-            if self._outstanding and self.clock.monotonic() < self._linger_until:
                 return 0
             return max(1, min(MAX_BATCH, int(BATCH_WINDOW / max(self._seconds_per_message,
                                                                 1e-6))))
