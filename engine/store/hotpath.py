@@ -33,7 +33,7 @@ _NO_ID = 2**62  # larger than any id: "no limit" in the FIFO head probe
 _COLUMNS = ("id", "session_id", "source", "target", "kind", "body_class", "body", "status",
             "is_error", "error_text", "time_created", "time_processed", "time_completed",
             "corresponding_id", "retry_needed", "attempts", "first_attempt_at",
-            "next_attempt_at", "claimed_by", "lease_expires_at", "claim_token")
+            "next_attempt_at", "claimed_by", "lease_expires_at", "claim_token", "trace_context")
 _SELECT_COLUMNS = ", ".join(f"h.{c}" for c in _COLUMNS)
 _TIMES = frozenset({"time_created", "time_processed", "time_completed", "first_attempt_at",
                     "next_attempt_at", "lease_expires_at"})
@@ -71,7 +71,18 @@ _CLAIM_SET = """
                            ELSE h.next_attempt_at END"""
 
 _INSERT_MESSAGE_COLUMNS = ("session_id, source, target, kind, body_class, body, status, is_error, "
-                           "time_created, retry_needed, attempts, claim_token")
+                           "time_created, retry_needed, attempts, claim_token, "
+                           "idempotency_key, trace_context")
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """A message taken in: its id and session, and False when an earlier message with the
+    same idempotency key was found instead (nothing was created)."""
+
+    id: int
+    session_id: int
+    created: bool
 
 
 @dataclass(frozen=True)
@@ -168,6 +179,11 @@ class HotPath:
                      source: str | None, session_id: int | None, now: datetime) -> list[int]:
         raise NotImplementedError
 
+    def accept(self, target: str, body_class: str | None, body: str, *, source: str | None,
+               session_id: int | None, now: datetime, idempotency_key: str | None,
+               trace_context: str | None) -> Accepted:
+        raise NotImplementedError
+
     def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:
         raise NotImplementedError
 
@@ -208,7 +224,9 @@ class SqliteHotPath(HotPath):
 
     _INSERT = (f"INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) VALUES "
                "(:id, coalesce(:session_id, :id), :source, :target, 'request', :body_class, "
-               ":body, 'Queued', 0, :now, 0, 0, 0)")
+               ":body, 'Queued', 0, :now, 0, 0, 0, :key, :trace)")
+    _FIND_KEY = ("SELECT id, session_id FROM message_header "
+                 "WHERE target = :target AND idempotency_key = :key")
     _CLAIM = (f"UPDATE message_header AS h SET {_CLAIM_SET} "
               f"WHERE h.id IN (SELECT value FROM json_each(:ids)) "
               f"RETURNING {_SELECT_COLUMNS.replace('h.', '')}")
@@ -266,10 +284,29 @@ class SqliteHotPath(HotPath):
                 ids = list(range(first, first + len(bodies)))
                 cur.executemany(self._INSERT, [
                     {"id": new_id, "session_id": session_id, "source": source,
-                     "target": target, "body_class": body_class, "body": body, "now": stamp}
+                     "target": target, "body_class": body_class, "body": body, "now": stamp,
+                     "key": None, "trace": None}
                     for new_id, (body_class, body) in zip(ids, bodies)])
                 return ids
             return self._guard(insert)
+
+    def accept(self, target: str, body_class: str | None, body: str, *, source: str | None,
+               session_id: int | None, now: datetime, idempotency_key: str | None,
+               trace_context: str | None) -> Accepted:
+        params = {"session_id": session_id, "source": source, "target": target,
+                  "body_class": body_class, "body": body, "now": _sqlite_time(now),
+                  "key": idempotency_key, "trace": trace_context}
+        with self._transaction(durable=True) as cur:  # BEGIN IMMEDIATE: no racing insert
+            def accept() -> Accepted:
+                if idempotency_key is not None:
+                    found = cur.execute(self._FIND_KEY, params).fetchone()
+                    if found is not None:
+                        return Accepted(int(found[0]), int(found[1]), False)
+                params["id"] = cur.execute("SELECT coalesce(max(id), 0) + 1 "
+                                           "FROM message_header").fetchone()[0]
+                cur.execute(self._INSERT, params)
+                return Accepted(params["id"], session_id or params["id"], True)
+            return self._guard(accept)
 
     _PICK = _PICK.format(not_held="d.id NOT IN (SELECT value FROM json_each(:held))")
 
@@ -372,8 +409,20 @@ class PostgresHotPath(HotPath):
         f"AS b(body_class, body, ord)), "
         f"ins AS (INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) "
         f"SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', n.body_class, "
-        f"n.body, 'Queued', false, :now, false, 0, 0 FROM n ORDER BY n.ord RETURNING id) "
+        f"n.body, 'Queued', false, :now, false, 0, 0, NULL, NULL FROM n ORDER BY n.ord "
+        f"RETURNING id) "
         f"SELECT ins.id, pg_notify('encore_queue', :target) FROM ins ORDER BY ins.id")
+    # The unique index on (target, idempotency_key) decides between racing duplicates: the
+    # loser inserts nothing and reads the winner's row once it has committed.
+    _ACCEPT = _pg(
+        f"WITH n AS (SELECT nextval('message_header_id_seq') AS id), "
+        f"ins AS (INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) "
+        f"SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', :body_class, "
+        f":body, 'Queued', false, :now, false, 0, 0, :key, :trace FROM n "
+        f"ON CONFLICT (target, idempotency_key) DO NOTHING RETURNING id, session_id) "
+        f"SELECT ins.id, ins.session_id, pg_notify('encore_queue', :target) FROM ins")
+    _FIND_KEY = _pg("SELECT id, session_id FROM message_header "
+                    "WHERE target = :target AND idempotency_key = :key")
     _CLAIM = (
         "WITH pick AS ({pick} FOR UPDATE{skip}), "
         f"claimed AS (UPDATE message_header h SET {_CLAIM_SET} FROM pick "
@@ -429,6 +478,22 @@ class PostgresHotPath(HotPath):
             "session_id": session_id, "source": source, "target": target, "now": now},
             durable=True)
         return [int(r[0]) for r in rows]
+
+    def accept(self, target: str, body_class: str | None, body: str, *, source: str | None,
+               session_id: int | None, now: datetime, idempotency_key: str | None,
+               trace_context: str | None) -> Accepted:
+        params = {"session_id": session_id, "source": source, "target": target,
+                  "body_class": body_class, "body": body, "now": now, "key": idempotency_key,
+                  "trace": trace_context}
+        rows = self._run(self._ACCEPT, params, durable=True)
+        if rows:
+            return Accepted(int(rows[0][0]), int(rows[0][1]), True)
+        found = self._run(self._FIND_KEY, params)
+        if not found:  # the winner's transaction rolled back meanwhile: try again
+            return self.accept(target, body_class, body, source=source, session_id=session_id,
+                               now=now, idempotency_key=idempotency_key,
+                               trace_context=trace_context)
+        return Accepted(int(found[0][0]), int(found[0][1]), False)
 
     def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
               limit: int, fifo: bool, begin: bool, enabled: bool,

@@ -1,8 +1,8 @@
 """The SQL tables (DESIGN.md §6). Users query these directly: names are public."""
 from __future__ import annotations
 
-from sqlalchemy import (BigInteger, Boolean, Column, DateTime, ForeignKey, Index, Integer,
-                        MetaData, String, Table, Text)
+from sqlalchemy import (BigInteger, Boolean, Column, DateTime, Float, ForeignKey, Index,
+                        Integer, MetaData, String, Table, Text)
 
 metadata = MetaData()
 
@@ -58,10 +58,15 @@ message_header = Table(
     Column("lease_expires_at", _Time),
     # Grows by one with every claim: the fencing token a worker's writes are conditional on.
     Column("claim_token", _Id, nullable=False, default=0, server_default="0"),
+    # The client's Idempotency-Key: one message per (target, key) (DESIGN.md §10).
+    Column("idempotency_key", String(200)),
+    # The W3C trace context of the producer's span, kept with the message (DESIGN.md §12).
+    Column("trace_context", Text),
     Index("ix_message_header_queue", "target", "status", "id"),
     Index("ix_message_header_due", "target", "status", "next_attempt_at"),
     Index("ix_message_header_claim", "claimed_by"),
     Index("ix_message_header_session", "session_id"),
+    Index("ix_message_header_idempotency", "target", "idempotency_key", unique=True),
 )
 
 message_attempt = Table(
@@ -114,4 +119,47 @@ lease = Table(
     Column("acquired_at", _Time, nullable=False),
     Column("expires_at", _Time, nullable=False),
     Index("ix_lease_owner", "owner"),
+)
+
+# Users of the management portal and holders of API tokens (DESIGN.md §9), stored hashed.
+USER_ROLES = ("viewer", "operator", "admin")
+TOKEN_ROLES = ("sender", "viewer", "operator", "admin")
+
+portal_user = Table(
+    "portal_user", metadata,
+    Column("name", String(200), primary_key=True),
+    Column("role", String(20), nullable=False),
+    Column("password_hash", Text, nullable=False),
+    Column("created_at", _Time, nullable=False),
+)
+
+api_token = Table(
+    "api_token", metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("name", String(200), nullable=False),
+    Column("role", String(20), nullable=False),
+    Column("token_hash", String(200), nullable=False),
+    Column("created_at", _Time, nullable=False),
+    Column("last_used_at", _Time),
+    Index("ix_api_token_hash", "token_hash", unique=True),
+)
+
+# An item's circuit breaker, shared by every daemon (DESIGN.md §11): state closed | open |
+# half_open, consecutive failed attempts, until when it stays open, who runs the probe.
+item_breaker = Table(
+    "item_breaker", metadata,
+    Column("config_name", String(200), primary_key=True),
+    Column("state", String(10), nullable=False),
+    Column("failures", Integer, nullable=False),
+    Column("open_until", _Time),
+    Column("probe_owner", String(100)),
+    Column("updated_at", _Time, nullable=False),
+)
+
+# An item's rate-limit token bucket, shared by every daemon (DESIGN.md §11).
+item_rate = Table(
+    "item_rate", metadata,
+    Column("config_name", String(200), primary_key=True),
+    Column("tokens", Float, nullable=False),
+    Column("refilled_at", _Time, nullable=False),
 )

@@ -24,13 +24,14 @@ from engine.errors import ClaimLost, StoreError
 from engine.store import migrate
 from engine.store.database import READ_ONLY, create_db_engine
 from engine.store.eventlog import SqlEventLog
-from engine.store.hotpath import Claimed, Completion, HotPath, PostgresHotPath, SqliteHotPath
+from engine.store.hotpath import (Accepted, Claimed, Completion, HotPath, PostgresHotPath,
+                                  SqliteHotPath)
 from engine.store.leases import SqlLeases
 from engine.store.models import daemon, item_state, message_attempt, message_header
 from engine.store.notify import QueueAnnouncer, QueueCallback, switch_announcement
 from engine.store.rows import AttemptEnd, AttemptRow, MessageRow
 
-__all__ = ["AttemptRow", "Claimed", "Completion", "MessageRow", "SqlStore"]
+__all__ = ["Accepted", "AttemptRow", "Claimed", "Completion", "MessageRow", "SqlStore"]
 
 
 class SqlStore:
@@ -77,8 +78,24 @@ class SqlStore:
                 session_id: int | None = None, now: datetime | None = None) -> int:
         """Commit a new request for ``target`` (durably) and return its id. Starts a session
         if ``session_id`` is None (the session id is then the message's own id)."""
-        return self.enqueue_many(target=target, bodies=[(body_class, body)], source=source,
-                                 session_id=session_id, now=now)[0]
+        return self.accept(target=target, body_class=body_class, body=body, source=source,
+                           session_id=session_id, now=now).id
+
+    def accept(self, *, target: str, body_class: str | None, body: str,
+               source: str | None = None, session_id: int | None = None,
+               now: datetime | None = None, idempotency_key: str | None = None,
+               trace_context: str | None = None) -> Accepted:
+        """:meth:`enqueue`, with an ``idempotency_key``: when a message for ``target`` with
+        that key exists already (also one committed by a racing duplicate, on any daemon),
+        nothing is created and that message is returned (``created`` False). The key is kept
+        as long as its message. ``trace_context``: the producer's W3C trace context."""
+        accepted = self._hot.accept(target, body_class, body, source=source,
+                                    session_id=session_id, now=now or utcnow(),
+                                    idempotency_key=idempotency_key,
+                                    trace_context=trace_context)
+        if accepted.created:
+            self._announcer.call_back([target])  # PostgreSQL: NOTIFY went with the INSERT
+        return accepted
 
     def enqueue_many(self, *, target: str, bodies: list[tuple[str | None, str]],
                      source: str | None = None, session_id: int | None = None,
