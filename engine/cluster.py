@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from pathlib import Path
 from datetime import datetime, timedelta
 
 from engine.clock import Clock, SystemClock
@@ -27,7 +28,7 @@ from engine.production import ItemConfig
 from engine.store.sql import SqlStore
 
 __all__ = ["LEADER", "DatabaseClock", "LeaseKeeper", "forget_silent_daemons", "is_fifo",
-           "item_lease_name", "reap_dead_local_daemons"]
+           "item_lease_name", "pid_namespace", "reap_dead_local_daemons"]
 
 log = logging.getLogger(__name__)
 
@@ -184,12 +185,28 @@ class LeaseKeeper:
 
 
 # -- daemons that are gone ----------------------------------------------------------------
-def reap_dead_local_daemons(store: SqlStore, host: str) -> None:
-    """Forget every daemon registered from ``host`` whose process is gone (kill -9): its
-    messages go back to their queues and its leases are free at once, not at expiry."""
-    for daemon_id, pid in store.local_daemons(host):
+def reap_dead_local_daemons(store: SqlStore, host: str, namespace: str | None) -> None:
+    """Forget every daemon registered from ``host`` *in this PID namespace of this boot*
+    (``namespace``, see :func:`pid_namespace`) whose process is gone (kill -9): its messages
+    go back to their queues and its leases are free at once, not at expiry. A daemon of
+    another namespace — a container with the same host name — is never judged by its PID:
+    only its heartbeat lease expiring can declare it dead."""
+    if namespace is None:
+        return
+    for daemon_id, pid in store.local_daemons(host, namespace=namespace):
         if not process_alive(pid):
             forget_daemon(store, daemon_id, f"died (pid {pid})")
+
+
+def pid_namespace() -> str | None:
+    """This process's PID namespace and the kernel's boot: PIDs are comparable only between
+    processes that share both. None where the system does not tell (then no PID is
+    trusted)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return None
 
 
 def forget_silent_daemons(store: SqlStore, *, silent_seconds: float, now: datetime) -> None:

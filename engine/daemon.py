@@ -31,7 +31,7 @@ from typing import Any
 from engine.alerts import AlertingEventLog, ThresholdAlarm
 from engine.clock import Clock
 from engine.cluster import (LEADER, DatabaseClock, LeaseKeeper, forget_silent_daemons, is_fifo,
-                            item_lease_name, reap_dead_local_daemons)
+                            item_lease_name, pid_namespace, reap_dead_local_daemons)
 from engine.errors import EncoreError
 from engine.host import BusinessOperation
 from engine.item import ItemRunner
@@ -62,6 +62,7 @@ class Daemon:
         self.clock = clock or DatabaseClock(self.store)
         self.env = os.environ if env is None else env
         self.host = socket.gethostname()
+        self.pid_namespace = pid_namespace()
         self.id = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.wake = threading.Event()
         self.stop_requested = threading.Event()
@@ -94,6 +95,7 @@ class Daemon:
         self._sync_clock()
         self._reap_dead_local_daemons()
         self.store.register_daemon(self.id, host=self.host, pid=os.getpid(),
+                                   pid_namespace=self.pid_namespace,
                                    production=self.production.name,
                                    items=",".join(i.name for i in self._operations()),
                                    now=self.clock.now())
@@ -200,7 +202,7 @@ class Daemon:
     def _reap_dead_local_daemons(self) -> None:
         """A daemon of this host whose process is gone (kill -9) holds claims and leases
         that would otherwise wait for their expiry: release them now."""
-        reap_dead_local_daemons(self.store, self.host)
+        reap_dead_local_daemons(self.store, self.host, self.pid_namespace)
 
     def forget_dead_daemons(self) -> None:
         """Take daemons silent for ``FORGET_AFTER_LEASES`` lease periods off the list (their

@@ -356,11 +356,12 @@ class SqlStore:
         return {name: bool(enabled) for name, enabled in rows}
 
     def register_daemon(self, daemon_id: str, *, host: str, pid: int, production: str,
-                        items: str, now: datetime) -> None:
+                        items: str, now: datetime, pid_namespace: str | None = None) -> None:
         with self._tx() as conn:
             conn.execute(daemon.insert().values(id=daemon_id, host=host, pid=pid,
                                                 production=production, started_at=now,
-                                                heartbeat_at=now, items=items))
+                                                heartbeat_at=now, items=items,
+                                                pid_namespace=pid_namespace))
 
     def stale_daemons(self, before: datetime) -> list[str]:
         """Ids of the daemons whose last heartbeat is older than ``before``."""
@@ -391,11 +392,13 @@ class SqlStore:
         self._announcer.call_back(targets)
         return len(targets)
 
-    def local_daemons(self, host: str) -> list[tuple[str, int]]:
-        """(id, pid) of the daemons registered from ``host``."""
+    def local_daemons(self, host: str, *, namespace: str) -> list[tuple[str, int]]:
+        """(id, pid) of the daemons registered from ``host`` in PID namespace
+        ``namespace``."""
+        d = daemon.c
         with self._read() as conn:
             return [(r.id, r.pid) for r in conn.execute(
-                select(daemon.c.id, daemon.c.pid).where(daemon.c.host == host))]
+                select(d.id, d.pid).where(d.host == host, d.pid_namespace == namespace))]
 
     def unregister_daemon(self, daemon_id: str) -> None:
         with self._tx() as conn:

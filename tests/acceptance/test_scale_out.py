@@ -4,6 +4,7 @@ across a handover, scheduled services fired once, schema upgrades safe when run 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -22,7 +23,7 @@ from engine.store.models import message_header
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import RunningDaemon, cli_env, encore, wait_until
 from tests.conftest import postgres_url, reset_postgres
-from tests.servers import HttpTestServer, respond
+from tests.servers import HttpTestServer, respond, sequence
 
 pytestmark = pytest.mark.postgres
 
@@ -271,3 +272,31 @@ def test_a_daemon_refuses_a_schema_it_does_not_match(
     if revision == "9999":
         result = encore("db", "upgrade", cwd=tmp_path, check=False)
         assert result.returncode == 1 and says in result.stderr
+
+
+def test_a_daemon_frozen_past_its_lease_never_resends_what_another_took_over(
+        tmp_path: Path, pg_url: str, cluster_stack: ExitStack) -> None:
+    # the first attempt gets a 503 and waits 3 s to retry; meanwhile its daemon is frozen
+    # (SIGSTOP, as a paused VM) past its lease, and another daemon takes the message over
+    server = cluster_stack.enter_context(HttpTestServer({"/echo": sequence(
+        respond(503), respond(200, "ok"))}))
+    cluster = Cluster(cluster_stack, tmp_path, pg_url,
+                      http_item("Pay", server.url, pool_size=2, idempotent=False,
+                                retry_interval=3, failure_timeout=60),
+                      poll_interval=0.2)
+    first, second = cluster.start(2)
+    mid = cluster.send("Pay", post("pay-1"))
+    wait_until(lambda: len(server.requests) == 1, 20, "the first attempt")
+    holder = cluster.store.get_message(mid).claimed_by
+    frozen = cluster.by_id(holder)
+    frozen.proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: cluster.all_completed([mid]), 30, "the other daemon to finish it")
+    finally:
+        frozen.proc.send_signal(signal.SIGCONT)
+    time.sleep(4)  # the frozen daemon's retry wait ends: it must find its claim gone
+    assert bodies(server) == ["pay-1", "pay-1"]  # the 503, then the other daemon's attempt
+    attempts = cluster.store.attempts(mid)
+    assert [a.attempt for a in attempts] == [1, 2]
+    assert cluster.store.get_message(mid).status == "Completed"
+    assert "another daemon has taken it over" in frozen.output

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from engine.clock import SystemClock, VirtualClock, utcnow
-from engine.cluster import LEADER, DatabaseClock, LeaseKeeper, item_lease_name
+from engine.cluster import (LEADER, DatabaseClock, LeaseKeeper, item_lease_name, pid_namespace,
+                            reap_dead_local_daemons)
 from engine.errors import StoreError
 from engine.item import ItemRunner
 from engine.production import parse_production
@@ -267,3 +268,26 @@ def test_a_daemon_clock_follows_the_database_server_on_postgresql(store: SqlStor
         assert abs((clock.now() - store.db_now()).total_seconds()) < 1
     else:  # SQLite's clock is this host's: nothing to correct
         assert offset == 0
+
+
+# -- daemons that are gone ---------------------------------------------------------------
+DEAD_PID = 2**22 + 12345  # above pid_max: no such process here
+
+
+@pytest.mark.parametrize(("namespace", "reaped"), [
+    # this namespace of this boot: the PID is checked, and the dead daemon forgotten
+    (pid_namespace(), True),
+    # another namespace (a container with the same host name): only its lease can expire
+    ("another-boot/pid:[4026531999]", False),
+])
+def test_only_a_daemon_of_this_pid_namespace_is_judged_by_its_pid(
+        store: SqlStore, namespace: str | None, reaped: bool) -> None:
+    (mid,) = enqueue(store, 1, target="A")
+    store.register_daemon("peer", host="same-host", pid=DEAD_PID, production="P", items="A",
+                          now=at(0), pid_namespace=namespace)
+    store.claim_next("A", owner="peer", now=at(0), lease_seconds=LEASE)
+    store.leases.acquire("item:A", "peer", now=at(0), lease_seconds=LEASE)
+    reap_dead_local_daemons(store, "same-host", pid_namespace())
+    row = store.get_message(mid)
+    assert (row.status, row.claimed_by) == (("Queued", None) if reaped else ("Delivered", "peer"))
+    assert (store.leases.get("item:A") is None) is reaped
