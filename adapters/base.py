@@ -20,7 +20,6 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from adapters.credentials import Credentials, resolve_credentials
@@ -28,6 +27,7 @@ from adapters.deadline import TryScope, try_scope
 from adapters.failover import ServerPool
 from adapters.settings import (COMMON_SETTINGS, DEFAULT_CONNECT_TIMEOUT,
                                DEFAULT_RESPONSE_TIMEOUT)
+from engine.attempt import AttemptContext
 from engine.clock import Clock, SystemClock
 from engine.errors import (AdapterError, AdapterNotReady, ConfigurationError, NotSent,
                            ResponseTimeout)
@@ -37,15 +37,6 @@ __all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_RESPONSE_TIMEOUT", "AttemptContex
            "InvalidRequest", "OutboundAdapter"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class AttemptContext:
-    """What the worker tells the adapter about the attempt in progress."""
-
-    deadline: float  # monotonic seconds by which the whole attempt must end
-    idempotency_key: str  # one stable key per message, the same on every attempt
-    message_id: int | None = None
 
 
 class InvalidRequest(NotSent):
@@ -161,9 +152,11 @@ class OutboundAdapter(ABC):
         self._local.server = server
 
     def attempt_headers(self) -> dict[str, str]:
-        """HTTP headers every request of the current attempt carries (the idempotency key)."""
-        header, key = self.settings["idempotency_header"], self.current_attempt().idempotency_key
-        return {header: key} if header and key else {}
+        """HTTP headers every request of the current attempt carries: the observers' (a
+        trace context) and the idempotency key."""
+        ctx = self.current_attempt()
+        header, key = self.settings["idempotency_header"], ctx.idempotency_key
+        return {**ctx.headers, header: key} if header and key else dict(ctx.headers)
 
     # -- the template method --------------------------------------------------------------
 

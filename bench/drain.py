@@ -115,7 +115,7 @@ def pg_drain(pg_url: str | None, count: int) -> Outcome:
             note=f"{d.msgs_per_s:,.0f} vs {peer.msgs_per_s:,.0f} msg/s, n={count:,}")
     out.info(f"pgqueuer {peer.version} no-op drain, batch size {peer.batch_size}",
              peer.msgs_per_s, "msg/s",
-             f"{peer.loop} event loop, psycopg driver (latency-bound: see bench/pgq.py); "
+             f"{peer.loop} (see bench/pgq.py); "
              f"first job started → drain returned in {peer.seconds:.2f} s; CPU "
              f"{peer.cpu_ms_per_msg:.2f} ms/job; enqueued at {peer.enqueue_msgs_per_s:,.0f} "
              "jobs/s")

@@ -214,9 +214,12 @@ class Daemon:
         """Mark this daemon alive, renew the leases of the messages it holds, renew its
         leader and item leases and take those that are free."""
         self._sync_clock()
-        claims = [c for runner in list(self.runners.values()) for c in runner.held_claims()]
+        started, runners = self.clock.monotonic(), list(self.runners.values())
+        claims = [c for runner in runners for c in runner.held_claims()]
         self.store.heartbeat(self.id, now=self.clock.now(),
                              lease_seconds=self.production.lease_seconds, claims=claims)
+        for runner in runners:
+            runner.dispatcher.renewed(started)
         self.leases.renew()
 
     def _sync_clock(self) -> None:
@@ -248,13 +251,17 @@ class Daemon:
 
     def stop(self) -> bool:
         """Stop intake (services first, then workers), wait for in-flight attempts with one
-        overall timeout, unregister. Returns True when every worker stopped in time."""
+        overall timeout, unregister. Heartbeats go on until the workers have joined, so the
+        claims of attempts still in flight are not taken over meanwhile. Returns True when
+        every worker stopped in time."""
         deadline = self.clock.monotonic() + self.production.shutdown_timeout
+        self.scheduler.stop_services()
         for runner in self.runners.values():
             runner.request_stop()
-        clean = self.scheduler.shutdown(wait=True, timeout=self.production.shutdown_timeout)
         clean = all([runner.join(max(deadline - self.clock.monotonic(), 0.0))
-                     for runner in self.runners.values()]) and clean
+                     for runner in self.runners.values()])
+        clean = self.scheduler.shutdown(
+            wait=True, timeout=max(deadline - self.clock.monotonic(), 0.0)) and clean
         self._stop_listening()
         if self.metrics_server is not None:
             self.metrics_server.stop()

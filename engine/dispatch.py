@@ -46,6 +46,7 @@ CLAIM_LINGER = 0.002
 MAX_PENDING = 500  # successes that force a group commit
 EXPIRY_SCAN = 1.0  # seconds between looks for claims whose lease expired
 STORE_RETRY_DELAY = 1.0  # seconds the dispatcher waits after a database error
+LEASE_MARGIN = 0.1  # fraction of lease_seconds a claim is given up early, locally
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +82,8 @@ class Dispatcher:
         self.held_back = threading.Event()  # an operator switched the item off
         self._lock = threading.Lock()
         self._held: dict[int, int] = {}  # message id → claim token, handed out or pending
+        self._claimed_at: dict[int, float] = {}  # message id → monotonic time of its claim
+        self._renewed = float("-inf")  # monotonic start of the last heartbeat renewal
         self._outstanding = 0  # claims handed to workers and not finished
         self._pending: list[Completion] = []
         self._pending_ids: set[int] = set()
@@ -108,6 +111,7 @@ class Dispatcher:
             self._outstanding -= 1
             if message_id not in self._pending_ids:  # else it is held until its commit
                 self._held.pop(message_id, None)
+            self._claimed_at.pop(message_id, None)
             self._seconds_per_message += (seconds - self._seconds_per_message) * 0.2
             idle = self._outstanding <= 1 or self.settings.pool_size > 1
         if idle:
@@ -117,6 +121,21 @@ class Dispatcher:
         """(message id, token) of every claim this item holds: the heartbeat renews them."""
         with self._lock:
             return list(self._held.items())
+
+    def renewed(self, started: float) -> None:
+        """The heartbeat that began at monotonic ``started`` renewed the held claims."""
+        with self._lock:
+            self._renewed = max(self._renewed, started)
+
+    def surely_held(self, message_id: int) -> bool:
+        """True while the claim on ``message_id`` cannot have expired: claimed or renewed
+        less than ``lease_seconds`` ago (less a margin). An attempt begun with the batch claim
+        is sent without another write only then; after that, its start is a write
+        conditional on the claim token (fencing), as a retry's is."""
+        lease = self.settings.lease_seconds * (1 - LEASE_MARGIN)
+        with self._lock:
+            since = max(self._claimed_at.get(message_id, float("-inf")), self._renewed)
+        return self.clock.monotonic() < since + lease
 
     def switch(self, enabled: bool) -> None:
         """An operator (or reply code action D) switched the item on or off: off holds at
@@ -215,6 +234,7 @@ class Dispatcher:
 
     def _claim(self, limit: int) -> int:
         s = self.settings
+        started = self.clock.monotonic()
         with self._lock:
             held = list(self._held) if s.fifo else []
         with self._committing() as pending:
@@ -226,6 +246,7 @@ class Dispatcher:
         with self._lock:
             for c in claimed:
                 self._held[c.row.id] = c.row.claim_token
+                self._claimed_at[c.row.id] = started
             self._outstanding += len(claimed)
             if claimed:
                 self.claims += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 
@@ -33,6 +34,16 @@ class ConfigurationError(EncoreError):
 
 class StoreError(EncoreError):
     """The database refused or lost an operation."""
+
+
+class AttemptHeld(EncoreError):
+    """An attempt observer keeps the message from being sent now (an open circuit breaker):
+    the worker puts it back in its queue, due at ``until`` (aware UTC) if given. Control
+    flow, not a failure: the attempt never started."""
+
+    def __init__(self, reason: str, *, until: datetime | None = None) -> None:
+        super().__init__(reason)
+        self.until = until
 
 
 class ClaimLost(StoreError):

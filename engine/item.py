@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from adapters.base import OutboundAdapter
+from engine.attempt import AttemptObserver
 from engine.clock import Clock
 from engine.dispatch import Dispatcher, DispatchSettings
 from engine.errors import AdapterNotReady, ClaimLost, EncoreError
@@ -45,7 +46,8 @@ class ItemRunner:
                  lease_seconds: float, poll_interval: float,
                  env: Mapping[str, str] | None = None, events: EventSink | None = None,
                  metrics: Metrics | None = None,
-                 lease: Callable[[], bool] | None = None) -> None:
+                 lease: Callable[[], bool] | None = None,
+                 observers: Sequence[AttemptObserver] = ()) -> None:
         self.item = item
         self.store = store
         self.clock = clock
@@ -60,6 +62,8 @@ class ItemRunner:
         self.retry_interval = float(item.settings["retry_interval"])
         self.window = ScheduleWindow.from_setting(item.settings["schedule"])
         self.adapter = self._build_adapter()
+        # what watches every attempt of this item (breaker, rate limit, tracing)
+        self.observers: list[AttemptObserver] = list(observers)
         self.hosts: list[BusinessOperation] = []
         self.threads: list[threading.Thread] = []
         self._abandoned: dict[int, int] = {}  # id → token: messages a failed delivery left
@@ -136,7 +140,8 @@ class ItemRunner:
     def _work(self, host: BusinessOperation) -> None:
         worker = MessageWorker.from_settings(host, self.item.settings, store=self.store,
                                              clock=self.clock, stop=self.stop_event,
-                                             metrics=self.metrics, defer=self.dispatcher.defer)
+                                             metrics=self.metrics, defer=self.dispatcher.defer,
+                                             observers=self.observers)
         while (work := self.dispatcher.work.get()) is not None:
             batch, claimed = work
             started = self.clock.monotonic()
@@ -153,6 +158,8 @@ class ItemRunner:
                     or self._behind_abandoned(batch)):
                 self.store.release(row.id, token=row.claim_token)  # not begun: back it goes
                 return
+            if claimed.begun is not None and not self.dispatcher.surely_held(row.id):
+                self._confirm_claim(row)  # no write of its own before its request: fence it
             worker.deliver(row, claimed.begun)
         except ClaimLost as exc:
             log.warning("item %s: %s; abandoning message %d", self.item.name, exc, row.id)
@@ -165,6 +172,14 @@ class ItemRunner:
             self._abandon(row)
             log.exception("item %s: unexpected error in worker", self.item.name)
             self.stop_event.wait(STORE_RETRY_DELAY)
+
+    def _confirm_claim(self, row: MessageRow) -> None:
+        """Renew the claim on ``row`` if it is still this one; else raise ClaimLost."""
+        if not self.store.renew_leases(self.owner, now=self.clock.now(),
+                                       lease_seconds=self.lease_seconds,
+                                       claims=[(row.id, row.claim_token)]):
+            raise ClaimLost(f"message {row.id}: its claim (token {row.claim_token}) expired "
+                            "and another daemon has taken it over")
 
     def _abandon(self, row: MessageRow) -> None:
         with self._abandoned_lock:

@@ -97,6 +97,7 @@ class ProductionScheduler:
         self._idle = threading.Condition()
         self._active: set[str] = set()  # names of the jobs running now
         self._stopping = False  # set by shutdown(): no job starts any more
+        self._services_stopped = False  # set by stop_services(): only housekeeping runs
         for item in production.items if production is not None else ():
             if issubclass(item.cls, BusinessService):
                 service = item.cls(item.name, item.settings, events=self.events, store=store,
@@ -222,6 +223,7 @@ class ProductionScheduler:
                 return
             with self._idle:
                 self._stopping = False
+                self._services_stopped = False
             for service in self.services.values():
                 service.stop_requested.clear()
                 service.on_init()
@@ -244,6 +246,19 @@ class ProductionScheduler:
             background.start()
             self._background = background
         log.info("scheduler started: %d job(s)", len(self._jobs))
+
+    def stop_services(self) -> None:
+        """Stop firing business services (intake stops first at shutdown) while the
+        housekeeping jobs — the heartbeat — go on until :meth:`shutdown`."""
+        with self._lock:
+            self._services_stopped = True
+            background = self._background
+        for service in self.services.values():
+            service.stop_requested.set()
+        if background is not None:
+            for job in self._jobs.values():
+                if job.item is not None and background.get_job(job.name) is not None:
+                    background.remove_job(job.name)
 
     def shutdown(self, wait: bool = True, timeout: float | None = None) -> bool:
         """Stop firing jobs; return True when no job is still running.
@@ -293,7 +308,7 @@ class ProductionScheduler:
             log.debug("job %s skipped: this daemon is not the scheduler leader", job.name)
             return False
         with self._idle:
-            if self._stopping:
+            if self._stopping or (job.item is not None and self._services_stopped):
                 return False
             self._active.add(job.name)
         try:

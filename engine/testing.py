@@ -30,6 +30,7 @@ class StubCall:
     payload: Any
     server: str | None = None
     started: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)  # what its requests would carry
 
 
 class StubAdapter(OutboundAdapter):
@@ -56,7 +57,8 @@ class StubAdapter(OutboundAdapter):
     def _transmit(self, server: str, request: Any, scope: TryScope) -> Any:
         ctx = self.current_attempt()
         record = StubCall(attempt_deadline=ctx.deadline, idempotency_key=ctx.idempotency_key,
-                          payload=request, server=server, started=self.clock.monotonic())
+                          payload=request, server=server, started=self.clock.monotonic(),
+                          headers=self.attempt_headers())
         with self._lock:
             self.calls.append(record)
             answer = self.script(record) if callable(self.script) else self.script.pop(0)

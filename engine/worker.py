@@ -13,14 +13,14 @@ import logging
 import random
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from adapters.base import AttemptContext
+from engine.attempt import AttemptContext, AttemptObserver, AttemptReport
 from engine.clock import Clock
-from engine.errors import AdapterError, OutcomeUnknown, Retry
+from engine.errors import AdapterError, AttemptHeld, OutcomeUnknown, Retry
 from engine.host import BusinessOperation
 from engine.message import decode_message, encode_response
 from engine.metrics import Metrics
@@ -45,6 +45,7 @@ class Result(str, enum.Enum):
     PARKED = "Parked"  # requeue mode: back in the queue until next_attempt_at
     RELEASED = "Released"  # stop requested during a wait: back in the queue
     DISABLED = "Disabled"  # reply code action D: item disabled, message back in the queue
+    HELD = "Held"  # an observer held it before an attempt (breaker open): back in the queue
 
 
 @dataclass
@@ -78,7 +79,8 @@ class MessageWorker:
                  trace: bool = False, stop: threading.Event | None = None,
                  rng: random.Random | None = None, alert_on_error: bool = False,
                  alert_grace: float = 0.0, metrics: Metrics | None = None,
-                 defer: Callable[[Completion], None] | None = None) -> None:
+                 defer: Callable[[Completion], None] | None = None,
+                 observers: Sequence[AttemptObserver] = ()) -> None:
         self.host = host
         self.store = store
         self.clock = clock
@@ -93,6 +95,7 @@ class MessageWorker:
         self.metrics = metrics
         # Where successes go: the dispatcher's group commit, else one transaction each.
         self.defer = defer
+        self.observers = tuple(observers)
         self._first_failure: float | None = None  # of the message in hand
         self._alerted = False
 
@@ -100,14 +103,15 @@ class MessageWorker:
     def from_settings(cls, host: BusinessOperation, settings: Mapping[str, Any], *,
                       store: SqlStore, clock: Clock, stop: threading.Event | None = None,
                       rng: random.Random | None = None, metrics: Metrics | None = None,
-                      defer: Callable[[Completion], None] | None = None) -> MessageWorker:
+                      defer: Callable[[Completion], None] | None = None,
+                      observers: Sequence[AttemptObserver] = ()) -> MessageWorker:
         """A worker for ``host`` configured from its item's validated settings."""
         return cls(host, store=store, clock=clock, policy=RetryPolicy.from_settings(settings),
                    reply_codes=ReplyCodeActions.parse(settings["reply_code_actions"]),
                    requeue=settings["retry_mode"] == "requeue", trace=bool(settings["trace"]),
                    stop=stop, rng=rng, alert_on_error=bool(settings["alert_on_error"]),
                    alert_grace=float(settings["alert_retry_grace_period"]), metrics=metrics,
-                   defer=defer)
+                   defer=defer, observers=observers)
 
     # -- the delivery loop ---------------------------------------------------------------
     def deliver(self, row: MessageRow, begun: int | None = None) -> Result:
@@ -131,7 +135,10 @@ class MessageWorker:
             first_started = result
         while True:
             number += 1
-            attempt = self._run_attempt(row, request, number, first_started, begun)
+            try:
+                attempt = self._run_attempt(row, request, number, first_started, begun)
+            except AttemptHeld as held:
+                return self._hold(row, held, begun)
             begun = None
             if first_started is None:
                 first_started = attempt.started
@@ -149,6 +156,7 @@ class MessageWorker:
     def _run_attempt(self, row: MessageRow, request: Any, number: int,
                      first_started: float | None, begun: int | None = None) -> _Attempt:
         host, adapter = self.host, self.host.adapter
+        headers = self._before_attempt(row, number)  # may wait, or hold the message
         host.retry, host.suspend_message, host.retry_count = False, False, number
         started, started_at = self.clock.monotonic(), self.clock.now()
         attempt_id = begun if begun is not None else self.store.begin_attempt(
@@ -161,7 +169,8 @@ class MessageWorker:
             deadline = self.policy.deadline(first_started=s_1, started=started,
                                             response_timeout=adapter.response_timeout)
             adapter.begin_attempt(AttemptContext(deadline=deadline, message_id=row.id,
-                                                 idempotency_key=idempotency_key(row)))
+                                                 idempotency_key=idempotency_key(row),
+                                                 headers=headers))
         try:
             attempt.response = host.on_message(request)
         except Exception as exc:  # noqa: BLE001 - every failure of user code is recorded
@@ -178,15 +187,39 @@ class MessageWorker:
                                    error_text=error_text(err),
                                    started_at=started_at if begun is not None else None,
                                    token=row.claim_token)
+        outcome = outcome_of(err) if failed else "ok"
+        self._after_attempt_observers(row, AttemptReport(
+            number=number, outcome=outcome, seconds=attempt.ended - attempt.started,
+            server=attempt.server, status_code=getattr(err, "status_code", None), error=err))
         if self.metrics is not None:
-            self.metrics.observe_attempt(host.name, outcome_of(err) if failed else "ok",
-                                         attempt.ended - attempt.started)
+            self.metrics.observe_attempt(host.name, outcome, attempt.ended - attempt.started)
         if self.trace:
             self.host.log_trace(f"attempt {number}"
                                 f"{' to ' + attempt.server if attempt.server else ''}: "
                                 f"{outcome_of(err) if failed else 'ok'} in "
                                 f"{attempt.ended - attempt.started:.3f} s")
         return attempt
+
+    def _before_attempt(self, row: MessageRow, number: int) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        for observer in self.observers:
+            headers.update(observer.before_attempt(row, number) or {})
+        return headers
+
+    def _after_attempt_observers(self, row: MessageRow, report: AttemptReport) -> None:
+        for observer in self.observers:
+            try:
+                observer.after_attempt(row, report)
+            except Exception:  # noqa: BLE001 - an observer never fails a delivery
+                log.exception("item %s: attempt observer %s failed", self.host.name,
+                              type(observer).__name__)
+
+    def _hold(self, row: MessageRow, held: AttemptHeld, begun: int | None) -> Result:
+        """Put the message back in its queue, unsent, due again at ``held.until``."""
+        self.store.hold(row.id, token=row.claim_token, until=held.until or self.clock.now(),
+                        begun=begun)
+        log.info("item %s: message %d held: %s", self.host.name, row.id, held)
+        return Result.HELD
 
     # -- after an attempt ----------------------------------------------------------------
     def _after_attempt(self, row: MessageRow, request: Any, attempt: _Attempt,

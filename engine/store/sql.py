@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, func, select, tuple_, update
+from sqlalchemy import Engine, case, func, select, tuple_, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from engine.clock import as_utc, utcnow
@@ -266,6 +266,29 @@ class SqlStore:
         only if the claim is still that one (else ClaimLost)."""
         self._update(message_id, announce=True, token=token, status="Queued", claimed_by=None,
                      lease_expires_at=None)
+
+    def hold(self, message_id: int, *, token: int, until: datetime,
+             begun: int | None = None) -> None:
+        """Put a claimed message back in its queue unsent, due at ``until`` (an observer held
+        it: an open breaker). ``begun``: the attempt begun with its claim, which never
+        started — it is taken back (the row deleted, the count restored). The retry state
+        and ``first_attempt_at`` of earlier attempts stay, so FailureTimeout keeps running.
+        Raises ClaimLost when the claim is no longer ``token``."""
+        h, a = message_header.c, message_attempt.c
+        values: dict[str, Any] = {"status": "Queued", "claimed_by": None,
+                                  "lease_expires_at": None, "next_attempt_at": until}
+        if begun is not None:
+            values.update(attempts=h.attempts - 1, first_attempt_at=case(
+                (h.attempts == 1, None), else_=h.first_attempt_at))
+        with self._tx() as conn:
+            target = conn.execute(self._fenced(message_id, token).values(**values)
+                                  .returning(h.target)).scalar()
+            _check_claim(0 if target is None else 1, message_id, token)
+            if begun is not None:
+                conn.execute(message_attempt.delete().where(a.id == begun,
+                                                            a.message_id == message_id))
+            self._announcer.notify(conn, [target])
+        self._announcer.call_back([target])
 
     def release_claim(self, message_id: int, owner: str, token: int | None = None) -> bool:
         """Put ``message_id`` back in its queue if ``owner`` still holds its claim (with

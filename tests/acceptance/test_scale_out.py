@@ -294,9 +294,10 @@ def test_a_daemon_frozen_past_its_lease_never_resends_what_another_took_over(
         wait_until(lambda: cluster.all_completed([mid]), 30, "the other daemon to finish it")
     finally:
         frozen.proc.send_signal(signal.SIGCONT)
-    time.sleep(4)  # the frozen daemon's retry wait ends: it must find its claim gone
+    # its retry wait ends: it must find its claim gone and send nothing
+    wait_until(lambda: "another daemon has taken it over" in frozen.output, 30,
+               "the frozen daemon to find its claim gone")
     assert bodies(server) == ["pay-1", "pay-1"]  # the 503, then the other daemon's attempt
     attempts = cluster.store.attempts(mid)
     assert [a.attempt for a in attempts] == [1, 2]
     assert cluster.store.get_message(mid).status == "Completed"
-    assert "another daemon has taken it over" in frozen.output

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from engine.attempt import AttemptObserver, AttemptReport
 from engine.clock import VirtualClock
-from engine.errors import HttpStatusError, RemoteFault, ResponseTimeout
+from engine.errors import AttemptHeld, HttpStatusError, RemoteFault, ResponseTimeout
 from engine.host import BusinessOperation
 from engine.settings import validate_settings
 from engine.store import queries
@@ -265,3 +266,42 @@ def test_the_deadline_given_to_the_adapter_is_the_attempt_start_plus_response_ti
     calls = h.host.adapter.calls
     assert [c.attempt_deadline - c.started for c in calls] == [7, 7]
     assert calls[0].idempotency_key == calls[1].idempotency_key != ""
+
+
+class HoldFirst(AttemptObserver):
+    """Holds the first attempt it sees for 5 s, then lets every attempt through with a
+    header; records what it was told."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock, self.held, self.reports = clock, 0, []
+
+    def before_attempt(self, row: Any, number: int) -> dict[str, str] | None:
+        if not self.held:
+            self.held += 1
+            raise AttemptHeld("breaker open", until=self.clock.now() + timedelta(seconds=5))
+        return {"traceparent": f"00-{row.id:032x}-{number:016x}-01"}
+
+    def after_attempt(self, row: Any, report: AttemptReport) -> None:
+        self.reports.append((report.number, report.outcome))
+
+
+@pytest.mark.parametrize("begun", [False, True])
+def test_an_observer_holds_a_message_unsent_and_its_headers_reach_the_adapter(
+        store: SqlStore, begun: bool) -> None:
+    h = Harness(store, StubOperation, SEED, stub(lambda call: "ok"))
+    observer = HoldFirst(h.clock)
+    h.worker.observers = (observer,)
+    mid = h.send()
+    (claimed,) = store.claim("Item", owner="t", now=h.clock.now(), lease_seconds=60,
+                             begin=begun)
+    assert h.worker.deliver(claimed.row, claimed.begun) is Result.HELD
+    row = store.get_message(mid)
+    assert (row.status, row.attempts, row.first_attempt_at) == ("Queued", 0, None)
+    assert store.attempts(mid) == []  # an attempt begun with the claim is taken back
+    assert store.claim_next("Item", owner="t", now=h.clock.now(), lease_seconds=60) is None
+    h.clock.advance(5)
+    assert h.deliver_next() is Result.COMPLETED
+    (call,) = h.host.adapter.calls
+    assert call.headers["traceparent"] == f"00-{mid:032x}-{1:016x}-01"
+    assert observer.reports == [(1, "ok")]
+    assert [a.attempt for a in store.attempts(mid)] == [1]

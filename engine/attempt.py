@@ -1,0 +1,58 @@
+"""One attempt as the engine sees it: what the worker tells the adapter before it, what it
+reports after it, and the observers that watch every attempt of an item.
+
+The engine owns these shapes (adapters import them, never the other way round). Observers
+are how features that act around every attempt plug in without touching the delivery loop:
+a circuit breaker or a rate limit (``before_attempt`` may wait for a slot, or hold the
+message), tracing (``before_attempt`` adds the ``traceparent`` header; ``after_attempt``
+ends the span), metrics.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.store.rows import MessageRow
+
+__all__ = ["AttemptContext", "AttemptObserver", "AttemptReport"]
+
+
+@dataclass(frozen=True)
+class AttemptContext:
+    """What the worker tells the adapter about the attempt in progress."""
+
+    deadline: float  # monotonic seconds by which the whole attempt must end
+    idempotency_key: str  # one stable key per message, the same on every attempt
+    message_id: int | None = None
+    # headers every request of this attempt carries, from the observers (e.g. traceparent)
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AttemptReport:
+    """How an attempt ended, as observers are told."""
+
+    number: int  # 1 for the first attempt of the message
+    outcome: str  # "ok", or message_attempt.outcome of the failure
+    seconds: float  # from its start to its end
+    server: str | None = None
+    status_code: int | None = None
+    error: BaseException | None = None
+
+
+class AttemptObserver:
+    """Watches every attempt of one item; the default methods do nothing.
+
+    ``before_attempt`` runs just before an attempt starts (its time is not part of the
+    attempt's response timeout): it may wait, raise :class:`~engine.errors.AttemptHeld` to
+    keep the message from being sent now, and return headers for the attempt's requests.
+    ``after_attempt`` runs once the attempt has ended, success or not.
+    """
+
+    def before_attempt(self, row: MessageRow, number: int) -> Mapping[str, str] | None:
+        return None
+
+    def after_attempt(self, row: MessageRow, report: AttemptReport) -> None:
+        return None
