@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from adapters.base import OutboundAdapter
 from engine.attempt import AttemptObserver
 from engine.clock import Clock
 from engine.dispatch import Dispatcher, DispatchSettings
@@ -28,6 +28,9 @@ from engine.store.rows import MessageRow
 from engine.store.sql import SqlStore
 from engine.window import ScheduleWindow
 from engine.worker import MessageWorker
+
+if TYPE_CHECKING:  # adapters import the engine; the engine only names their base class
+    from adapters.base import OutboundAdapter
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,8 @@ from engine.clock import Clock, SystemClock, utcnow
 from engine.errors import EncoreError
 from engine.host import EventSink
 from engine.production import ProductionConfig
-from engine.service import DEFAULT_CALL_INTERVAL, BusinessService, parse_schedule
+from engine.cron import parse_schedule
+from engine.service import DEFAULT_CALL_INTERVAL, BusinessService
 from engine.store.sql import SqlStore
 
 __all__ = ["ProductionScheduler", "ScheduledJob"]

@@ -12,6 +12,8 @@ from typing import Any
 
 from apscheduler.triggers.base import BaseTrigger
 
+from engine.cron import parse_schedule
+
 LOOKBACK = timedelta(days=8)  # how far back the last start/stop is searched (a weekly cron fits)
 EXAMPLE = '{ start = "0 8 * * 1-5", stop = "0 18 * * 1-5" }'
 
@@ -23,8 +25,6 @@ def check_window(value: dict[str, Any]) -> dict[str, str]:
     if set(value) != {"start", "stop"} or not all(isinstance(v, str) for v in value.values()):
         raise ValueError(f"expected a table with two cron strings, start and stop (UTC), e.g. "
                          f"schedule = {EXAMPLE}; got keys {sorted(value)}")
-    from engine.service import parse_schedule  # engine.host declares the setting: no cycle
-
     for key in ("start", "stop"):
         try:
             parse_schedule(value[key])
@@ -47,7 +47,6 @@ class ScheduleWindow:
     @classmethod
     def from_setting(cls, value: dict[str, str]) -> ScheduleWindow | None:
         """The window of a validated ``schedule`` table; None when there is none."""
-        from engine.service import parse_schedule
 
         if not value:
             return None

@@ -5,11 +5,11 @@ from __future__ import annotations
 from engine.retry.backoff import (
     Backoff, DelayFunction, ExponentialBackoff, FixedBackoff, FunctionBackoff, RetryAfterBackoff,
     backoff_from_settings, check_backoff, check_jitter, parse_retry_after, resolve_function)
-from engine.retry.policy import (
-    RETRY_SETTINGS, Action, AttemptState, Decision, RetryPolicy)
+from engine.retry.policy import RETRY_SETTINGS, Action, Decision, RetryPolicy
 from engine.retry.reply_codes import (
     DEFAULT_REPLY_CODE_ACTIONS, Actions, ReplyCode, ReplyCodeActions, ReplyCodeRule,
     check_reply_code_actions)
+from engine.retry.state import AttemptState
 
 __all__ = [
     "DEFAULT_REPLY_CODE_ACTIONS", "RETRY_SETTINGS", "Action", "Actions", "AttemptState", "Backoff",

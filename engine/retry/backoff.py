@@ -22,7 +22,7 @@ from engine.clock import utcnow
 from engine.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from engine.retry.policy import AttemptState
+    from engine.retry.state import AttemptState
 
 FULL_JITTER = "full"
 BACKOFF_NAMES = ("fixed", "exponential", "retry_after")

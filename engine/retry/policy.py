@@ -18,50 +18,13 @@ from engine.retry.backoff import (
     RETRY_AFTER_UNITS, Backoff, FixedBackoff, RetryAfterBackoff, backoff_from_settings,
     check_backoff, check_jitter)
 from engine.retry.reply_codes import DEFAULT_REPLY_CODE_ACTIONS, check_reply_code_actions
+from engine.retry.state import AttemptState
 from engine.settings import Setting
 
 FOREVER = -1  # failure_timeout: retry forever
 UNKNOWN_OUTCOME_CHOICES = ("error", "suspend")
 UNKNOWN_OUTCOME_REASON = ("outcome unknown: the request may have been processed by the server; "
                           "it was not re-sent because the item is not idempotent")
-
-
-@dataclass(frozen=True, kw_only=True)
-class AttemptState:
-    """What happened in attempt *k*. Times are monotonic seconds.
-
-    ``first_started`` is s_1 (FailureTimeout counts from it, across restarts), ``started`` s_k,
-    ``ended`` f_k. ``error`` is what the attempt raised (None: no exception, e.g. the
-    operation asked for a retry); its ``status_code`` and ``headers`` are read when present.
-    """
-
-    attempt: int
-    first_started: float
-    started: float
-    ended: float
-    error: BaseException | None = None
-
-    def __post_init__(self) -> None:
-        if self.attempt < 1:
-            raise ValueError(f"attempt numbers start at 1, got {self.attempt}")
-        if self.ended < self.started:
-            raise ValueError(f"attempt ended ({self.ended}) before it started ({self.started})")
-
-    @property
-    def elapsed(self) -> float:
-        """Seconds from the start of the first attempt to the end of this one (f_k − s_1)."""
-        return self.ended - self.first_started
-
-    @property
-    def status_code(self) -> int | None:
-        """The error's HTTP status; None when it has none."""
-        return getattr(self.error, "status_code", None)
-
-    @property
-    def headers(self) -> Mapping[str, str]:
-        """The error's response headers; empty when it has none."""
-        headers = getattr(self.error, "headers", None)
-        return headers if isinstance(headers, Mapping) else {}
 
 
 class Action(str, enum.Enum):

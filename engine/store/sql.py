@@ -11,7 +11,6 @@ its target: callbacks registered in this process run after the commit, and on Po
 """
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any

