@@ -34,8 +34,8 @@ from adapters.deadline import TryScope, try_scope
 from adapters.failover import rebase
 from adapters.session import ItemSession, classify_transport_error, describe
 from adapters.settings import COMMON_SETTINGS, not_empty
-from adapters.soap_transport import (DeadlineTransport, DocumentPolicy, HostBoundBasicAuth,
-                                     Origin, local_path, origin_of)
+from adapters.soap_transport import (AttemptHooks, DeadlineTransport, DocumentPolicy,
+                                     HostBoundBasicAuth, Origin, local_path, origin_of)
 from engine.errors import (AdapterError, AdapterNotReady, ConfigurationError, DocumentRefused,
                            HttpStatusError, RemoteFault, ResponseRejected)
 from engine.retry.reply_codes import local_name
@@ -147,7 +147,12 @@ class SoapAdapter(OutboundAdapter):
         settings = zeep.Settings(strict=True, xml_huge_tree=False, forbid_dtd=True,
                                  forbid_entities=True, forbid_external=False,
                                  force_https=policy.origin is not None)
-        transport = DeadlineTransport(self, session, policy)
+        hooks = AttemptHooks(deadline=lambda: self.current_attempt().deadline,
+                             headers=self.attempt_headers,
+                             retry_on_status=self.retry_on_status,
+                             monotonic=self.clock.monotonic,
+                             response_timeout=self.response_timeout)
+        transport = DeadlineTransport(hooks, session, policy)
         try:
             with try_scope(self.clock.monotonic() + self.response_timeout, self.clock.monotonic):
                 return zeep.Client(wsdl, transport=transport, settings=settings, wsse=wsse)

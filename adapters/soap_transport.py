@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
 from urllib.request import url2pathname
 
@@ -29,10 +29,7 @@ from adapters.deadline import current_scope, try_scope
 from adapters.session import ItemSession, status_error
 from engine.errors import DocumentRefused, ResponseRejected
 
-if TYPE_CHECKING:
-    from adapters.soap import SoapAdapter
-
-__all__ = ["DeadlineTransport", "DocumentPolicy", "HostBoundBasicAuth", "Origin", "local_path",
+__all__ = ["AttemptHooks", "DeadlineTransport", "DocumentPolicy", "HostBoundBasicAuth", "Origin", "local_path",
            "origin_of"]
 
 MAX_WSDL_REDIRECTS = 5  # redirects followed per WSDL document, on the WSDL's own host only
@@ -174,16 +171,28 @@ class HostBoundBasicAuth(requests.auth.HTTPBasicAuth):
         return request
 
 
+@dataclass(frozen=True)
+class AttemptHooks:
+    """What the transport needs of its adapter, as callables: the current attempt's
+    deadline (monotonic seconds) and headers, the statuses to retry, and the clock."""
+
+    deadline: Callable[[], float]
+    headers: Callable[[], Mapping[str, str]]
+    retry_on_status: Collection[int]
+    monotonic: Callable[[], float]
+    response_timeout: float
+
+
 class DeadlineTransport(zeep.Transport):
     """Sends through the item's :class:`~adapters.session.ItemSession`; loads documents only
     as ``policy`` allows."""
 
-    def __init__(self, adapter: SoapAdapter, session: ItemSession,
+    def __init__(self, hooks: AttemptHooks, session: ItemSession,
                  policy: DocumentPolicy) -> None:
-        super().__init__(session=session.requests, timeout=adapter.response_timeout,
-                         operation_timeout=adapter.response_timeout)
+        super().__init__(session=session.requests, timeout=hooks.response_timeout,
+                         operation_timeout=hooks.response_timeout)
         session.requests.adapters.pop("file://", None)  # zeep mounts a file reader
-        self._adapter = adapter
+        self._hooks = hooks
         self._item_session = session
         self._policy = policy
         self._loaded_bytes = 0  # all documents of this load so far
@@ -197,9 +206,9 @@ class DeadlineTransport(zeep.Transport):
         with self._scope() as scope:
             response = self._item_session.request(
                 "POST", address, scope, data=message,
-                headers={**headers, **self._adapter.attempt_headers()})
+                headers={**headers, **self._hooks.headers()})
         if response.status_code >= 400 and not _may_be_fault(response):
-            raise status_error(response, self._adapter.retry_on_status, address)
+            raise status_error(response, self._hooks.retry_on_status, address)
         return response
 
     def get(self, address: str, params: Any, headers: Mapping[str, str]) -> requests.Response:
@@ -243,7 +252,7 @@ class DeadlineTransport(zeep.Transport):
         scope = current_scope()
         if scope is not None:
             return nullcontext(scope)
-        return try_scope(self._adapter.current_attempt().deadline, self._adapter.clock.monotonic)
+        return try_scope(self._hooks.deadline(), self._hooks.monotonic)
 
 
 def _may_be_fault(response: requests.Response) -> bool:
