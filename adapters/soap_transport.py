@@ -29,8 +29,8 @@ from adapters.deadline import current_scope, try_scope
 from adapters.session import ItemSession, status_error
 from engine.errors import DocumentRefused, ResponseRejected
 
-__all__ = ["AttemptHooks", "DeadlineTransport", "DocumentPolicy", "HostBoundBasicAuth", "Origin", "local_path",
-           "origin_of"]
+__all__ = ["AttemptHooks", "DeadlineTransport", "DocumentPolicy", "HostBoundBasicAuth", "Origin",
+           "local_path", "origin_of"]
 
 MAX_WSDL_REDIRECTS = 5  # redirects followed per WSDL document, on the WSDL's own host only
 WSDL_TOTAL_BYTES = 64 * 1024 * 1024  # bytes: all documents of one WSDL load together

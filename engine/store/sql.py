@@ -122,9 +122,10 @@ class SqlStore:
         ``fifo``: only the head of the queue, in order — never past a message held by a
         claim or waiting for its next attempt (a FIFO item: its item lease makes the caller
         the only daemon that claims it); ``held``: the ids the caller holds already (it
-        delivers them first, in order), which do not stop the claim. ``begin``: attempt 1 of every message never
-        attempted begins at ``now`` with the claim (for idempotent items: a crash turns it
-        into an outcome-unknown attempt, which they re-send); its id is ``Claimed.begun``.
+        delivers them first, in order), which do not stop the claim. ``begin``: attempt 1
+        of every message never attempted begins at ``now`` with the claim (for idempotent
+        items: a crash turns it into an outcome-unknown attempt, which they re-send); its id
+        is ``Claimed.begun``.
         Claims expired by a dead daemon come back through :meth:`release_expired_claims`.
         """
         return self._hot.claim(target, owner=owner, now=now, lease_seconds=lease_seconds,
@@ -347,9 +348,9 @@ class SqlStore:
                token: int | None = None) -> None:
         """End a message in ``Error``, ``Suspended``, ``Discarded`` or ``Aborted``.
         ``token``: only if the claim is still that one (else ClaimLost)."""
-        self._update(message_id, token=token, status=status, is_error=status == "Error", error_text=error_text,
-                     retry_needed=False, next_attempt_at=None, time_completed=now,
-                     claimed_by=None, lease_expires_at=None)
+        self._update(message_id, token=token, status=status, is_error=status == "Error",
+                     error_text=error_text, retry_needed=False, next_attempt_at=None,
+                     time_completed=now, claimed_by=None, lease_expires_at=None)
 
     def get_message(self, message_id: int) -> MessageRow | None:
         with self._read() as conn:
