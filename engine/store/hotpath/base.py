@@ -1,0 +1,201 @@
+"""What both dialects share: the rows a step returns, the SQL fragments of a claim, and the
+pool of driver connections of one store."""
+from __future__ import annotations
+
+import queue
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.pool import StaticPool
+
+from engine.errors import StoreError
+from engine.store.rows import MessageRow
+
+MAX_IDLE_CONNECTIONS = 8  # driver connections kept open between steps, per store
+_NO_ID = 2**62  # larger than any id: "no limit" in the FIFO head probe
+
+_COLUMNS = ("id", "session_id", "source", "target", "kind", "body_class", "body", "status",
+            "is_error", "error_text", "time_created", "time_processed", "time_completed",
+            "corresponding_id", "retry_needed", "attempts", "first_attempt_at",
+            "next_attempt_at", "claimed_by", "lease_expires_at", "claim_token", "trace_context")
+_SELECT_COLUMNS = ", ".join(f"h.{c}" for c in _COLUMNS)
+_TIMES = frozenset({"time_created", "time_processed", "time_completed", "first_attempt_at",
+                    "next_attempt_at", "lease_expires_at"})
+
+# The messages a claim may take. ``:fifo``: only the head of the queue, in order — queued
+# messages older than any held by another claim (``:held``: those the claimer holds itself,
+# which it delivers in order before these), up to the first that is not due yet. Otherwise any
+# due queued message, oldest first. Either way nothing while the item is switched off by an
+# operator (item_state), else as the production file says (``:enabled``). Two index probes
+# on (target, status, id) find the head: never a scan of the queue.
+_PICK = """
+    SELECT q.id, q.attempts FROM message_header q
+    WHERE q.target = :target AND q.status = 'Queued'
+      AND coalesce((SELECT s.enabled FROM item_state s WHERE s.config_name = :target),
+                   :enabled)
+      AND (:fifo OR q.next_attempt_at IS NULL OR q.next_attempt_at <= :now)
+      AND (NOT :fifo OR q.id < coalesce(
+            (SELECT min(d.id) FROM message_header d
+             WHERE d.target = :target AND d.status = 'Delivered' AND {not_held}), :no_id))
+      AND (NOT :fifo OR q.id < coalesce(
+            (SELECT min(w.id) FROM message_header w
+             WHERE w.target = :target AND w.status = 'Queued' AND w.next_attempt_at > :now),
+            :no_id))
+    ORDER BY q.id LIMIT :limit"""
+
+# Claim the picked messages: Delivered, leased to :owner, a new fencing token, and — when
+# :begin — attempt 1 counted for those never attempted (its row is inserted alongside).
+_CLAIM_SET = """
+    status = 'Delivered', claimed_by = :owner, lease_expires_at = :expires,
+    claim_token = h.claim_token + 1, time_processed = coalesce(h.time_processed, :now),
+    attempts = CASE WHEN :begin AND h.attempts = 0 THEN 1 ELSE h.attempts END,
+    first_attempt_at = CASE WHEN :begin AND h.attempts = 0 THEN :now
+                            ELSE h.first_attempt_at END,
+    next_attempt_at = CASE WHEN :begin AND h.attempts = 0 THEN NULL
+                           ELSE h.next_attempt_at END"""
+
+_INSERT_MESSAGE_COLUMNS = ("session_id, source, target, kind, body_class, body, status, is_error, "
+                           "time_created, retry_needed, attempts, claim_token, "
+                           "idempotency_key, trace_context")
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """A message taken in: its id and session, and False when an earlier message with the
+    same idempotency key was found instead (nothing was created)."""
+
+    id: int
+    session_id: int
+    created: bool
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """One claimed message and, when the claim began it, the id of its attempt 1."""
+
+    row: MessageRow
+    begun: int | None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A successful attempt to record: the message's completion, its attempt's end and its
+    response (if any), conditional on the claim ``token``."""
+
+    message_id: int
+    token: int
+    attempt_id: int
+    started_at: datetime
+    ended_at: datetime
+    server: str | None
+    response_class: str | None
+    response_body: str | None
+
+
+class HotPath:
+    """The per-message statements of one store. Subclasses bind them to a driver."""
+
+    paramstyle_named = re.compile(r"(?<!:):(\w+)")
+
+    def __init__(self, engine: Engine, translate: Callable[[BaseException], bool]) -> None:
+        self._engine = engine
+        self._is_driver_error = translate
+        # idle connections by durability: commits that wait for the disk, and those that do not
+        self._idle: dict[bool, queue.LifoQueue[Any]] = {True: queue.LifoQueue(),
+                                                        False: queue.LifoQueue()}
+
+    # -- connections ---------------------------------------------------------------------
+    def _new_connection(self, durable: bool) -> Any:
+        """A driver connection of our own, detached from SQLAlchemy's pool (it keeps the
+        settings the engine's connect hooks gave it)."""
+        raw = self._engine.raw_connection()
+        conn = raw.driver_connection
+        raw.detach()
+        self._prepare(conn, durable)
+        return conn
+
+    def _prepare(self, conn: Any, durable: bool) -> None:
+        """Per-dialect settings of a new hot-path connection whose commits are ``durable``
+        (or not)."""
+
+    @contextmanager
+    def _connection(self, durable: bool = False) -> Iterator[Any]:
+        if isinstance(self._engine.pool, StaticPool):  # one in-memory database: share it
+            raw = self._guard(self._engine.raw_connection)
+            try:
+                yield raw.driver_connection
+            finally:
+                raw.close()
+            return
+        try:
+            conn = self._idle[durable].get_nowait()
+        except queue.Empty:
+            conn = self._guard(lambda: self._new_connection(durable))
+        try:
+            yield conn
+        except BaseException:
+            _close(conn)  # its state is unknown: never reuse it
+            raise
+        if self._idle[durable].qsize() < MAX_IDLE_CONNECTIONS:
+            self._idle[durable].put(conn)
+        else:
+            _close(conn)
+
+    def _guard(self, func: Callable[[], Any]) -> Any:
+        try:
+            return func()
+        except Exception as exc:
+            if self._is_driver_error(exc):
+                raise StoreError(f"database error: {exc}") from exc
+            raise
+
+    def dispose(self) -> None:
+        for idle in self._idle.values():
+            while True:
+                try:
+                    _close(idle.get_nowait())
+                except queue.Empty:
+                    break
+
+    # -- steps (per dialect) ---------------------------------------------------------------
+    def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
+                     source: str | None, session_id: int | None, now: datetime) -> list[int]:
+        raise NotImplementedError
+
+    def accept(self, target: str, body_class: str | None, body: str, *, source: str | None,
+               session_id: int | None, now: datetime, idempotency_key: str | None,
+               trace_context: str | None) -> Accepted:
+        raise NotImplementedError
+
+    def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:
+        raise NotImplementedError
+
+    @staticmethod
+    def _claim_params(target: str, *, owner: str, now: datetime, lease_seconds: float,
+                      limit: int, fifo: bool, begin: bool, enabled: bool) -> dict[str, Any]:
+        return {"target": target, "owner": owner, "now": now,
+                "expires": now + timedelta(seconds=lease_seconds), "limit": limit,
+                "fifo": fifo, "begin": begin, "enabled": enabled, "no_id": _NO_ID}
+
+    def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
+              limit: int, fifo: bool, begin: bool, enabled: bool,
+              held: Sequence[int] = ()) -> list[Claimed]:
+        raise NotImplementedError
+
+    def complete_and_claim(self, completions: Sequence[Completion], *, now: datetime,
+                           **claim: Any) -> tuple[list[int], list[Claimed]]:
+        """:meth:`complete_many`, then :meth:`claim` (keyword arguments as it takes them)."""
+        done = self.complete_many(completions, now=now) if completions else []
+        return done, self.claim(now=now, **claim)
+
+
+def _close(conn: Any) -> None:
+    try:
+        conn.close()
+    except Exception:  # noqa: BLE001 - already broken
+        pass

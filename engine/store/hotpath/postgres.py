@@ -1,0 +1,148 @@
+"""PostgreSQL: every step one statement on an autocommit connection."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from engine.store.hotpath.base import (
+    _CLAIM_SET,
+    _COLUMNS,
+    _INSERT_MESSAGE_COLUMNS,
+    _PICK,
+    _SELECT_COLUMNS,
+    Accepted,
+    Claimed,
+    Completion,
+    HotPath,
+)
+from engine.store.rows import MessageRow
+
+
+def _pg(sql: str) -> str:
+    """``:name`` placeholders as psycopg's ``%(name)s`` (and ``%`` escaped)."""
+    return HotPath.paramstyle_named.sub(r"%(\1)s", sql.replace("%", "%%"))
+
+
+class PostgresHotPath(HotPath):
+    """PostgreSQL: each step one statement on an autocommit connection. Intake commits are
+    durable; claims and completions are not (``synchronous_commit = off``): a lost claim puts
+    the message back in its queue, a lost completion leaves its attempt open, which the next
+    delivery treats as outcome unknown."""
+
+    _INSERT = _pg(
+        f"WITH n AS (SELECT nextval('message_header_id_seq') AS id, b.ord, b.body_class, b.body "
+        f"FROM unnest(:body_classes::text[], :bodies::text[]) WITH ORDINALITY "
+        f"AS b(body_class, body, ord)), "
+        f"ins AS (INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) "
+        f"SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', n.body_class, "
+        f"n.body, 'Queued', false, :now, false, 0, 0, NULL, NULL FROM n ORDER BY n.ord "
+        f"RETURNING id) "
+        f"SELECT ins.id, pg_notify('encore_queue', :target) FROM ins ORDER BY ins.id")
+    # The unique index on (target, idempotency_key) decides between racing duplicates: the
+    # loser inserts nothing and reads the winner's row once it has committed.
+    _ACCEPT = _pg(
+        f"WITH n AS (SELECT nextval('message_header_id_seq') AS id), "
+        f"ins AS (INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) "
+        f"SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', :body_class, "
+        f":body, 'Queued', false, :now, false, 0, 0, :key, :trace FROM n "
+        f"ON CONFLICT (target, idempotency_key) DO NOTHING RETURNING id, session_id) "
+        f"SELECT ins.id, ins.session_id, pg_notify('encore_queue', :target) FROM ins")
+    _FIND_KEY = _pg("SELECT id, session_id FROM message_header "
+                    "WHERE target = :target AND idempotency_key = :key")
+    _CLAIM = (
+        "WITH pick AS ({pick} FOR UPDATE{skip}), "
+        f"claimed AS (UPDATE message_header h SET {_CLAIM_SET} FROM pick "
+        f"WHERE h.id = pick.id AND h.status = 'Queued' "
+        f"RETURNING {_SELECT_COLUMNS}, :begin AND pick.attempts = 0 AS fresh), "
+        "begun AS (INSERT INTO message_attempt (message_id, attempt, started_at) "
+        "SELECT id, 1, :now FROM claimed WHERE fresh RETURNING id, message_id) "
+        "SELECT claimed.*, begun.id FROM claimed LEFT JOIN begun "
+        "ON begun.message_id = claimed.id ORDER BY claimed.id")
+    # A FIFO head locked for a moment (an operator's action) is waited for, never skipped.
+    _PICK = _PICK.format(not_held="d.id <> ALL(:held::bigint[])")
+    _CLAIM_FIFO = _pg(_CLAIM.format(pick=_PICK, skip=""))
+    _CLAIM_ANY = _pg(_CLAIM.format(pick=_PICK, skip=" SKIP LOCKED"))
+    _COMPLETE = _pg(
+        "WITH d AS (SELECT c.*, CASE WHEN c.has_response "
+        "THEN nextval('message_header_id_seq') END AS response_id "
+        "FROM unnest(:ids::bigint[], :tokens::bigint[], :attempt_ids::bigint[], "
+        ":started::timestamptz[], :ended::timestamptz[], :servers::text[], "
+        ":classes::text[], :bodies::text[], :has::boolean[]) "
+        "AS c(id, token, attempt_id, started_at, ended_at, server, body_class, body, "
+        "has_response)), "
+        "req AS (UPDATE message_header h SET status = 'Completed', is_error = false, "
+        "retry_needed = false, next_attempt_at = NULL, time_completed = :now, "
+        "claimed_by = NULL, lease_expires_at = NULL, corresponding_id = d.response_id, "
+        "first_attempt_at = CASE WHEN h.attempts = 1 THEN d.started_at "
+        "ELSE h.first_attempt_at END FROM d WHERE h.id = d.id AND h.claim_token = d.token "
+        "AND h.status = 'Delivered' "
+        "RETURNING h.id, h.session_id, h.target, h.source), "
+        "att AS (UPDATE message_attempt a SET started_at = d.started_at, "
+        "ended_at = d.ended_at, outcome = 'ok', server = d.server FROM d JOIN req "
+        "ON req.id = d.id WHERE a.id = d.attempt_id RETURNING a.id), "
+        "resp AS (INSERT INTO message_header (id, session_id, source, target, kind, "
+        "body_class, body, status, is_error, time_created, time_processed, time_completed, "
+        "corresponding_id, retry_needed, attempts, claim_token) SELECT d.response_id, "
+        "req.session_id, req.target, coalesce(req.source, ''), 'response', d.body_class, "
+        "d.body, 'Completed', false, :now, :now, :now, d.id, false, 0, 0 FROM d JOIN req "
+        "ON req.id = d.id WHERE d.has_response RETURNING id) "
+        "SELECT req.id FROM req")
+
+    def _prepare(self, conn: Any, durable: bool) -> None:
+        conn.rollback()
+        conn.autocommit = True
+        conn.execute(f"SET synchronous_commit TO {'ON' if durable else 'OFF'}")
+
+    def _run(self, sql: str, params: dict[str, Any], *, durable: bool = False) -> list[Any]:
+        with self._connection(durable) as conn:
+            return self._guard(lambda: conn.execute(sql, params, prepare=True).fetchall())
+
+    def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
+                     source: str | None, session_id: int | None, now: datetime) -> list[int]:
+        rows = self._run(self._INSERT, {
+            "body_classes": [b[0] for b in bodies], "bodies": [b[1] for b in bodies],
+            "session_id": session_id, "source": source, "target": target, "now": now},
+            durable=True)
+        return [int(r[0]) for r in rows]
+
+    def accept(self, target: str, body_class: str | None, body: str, *, source: str | None,
+               session_id: int | None, now: datetime, idempotency_key: str | None,
+               trace_context: str | None) -> Accepted:
+        params = {"session_id": session_id, "source": source, "target": target,
+                  "body_class": body_class, "body": body, "now": now, "key": idempotency_key,
+                  "trace": trace_context}
+        rows = self._run(self._ACCEPT, params, durable=True)
+        if rows:
+            return Accepted(int(rows[0][0]), int(rows[0][1]), True)
+        found = self._run(self._FIND_KEY, params)
+        if not found:  # the winner's transaction rolled back meanwhile: try again
+            return self.accept(target, body_class, body, source=source, session_id=session_id,
+                               now=now, idempotency_key=idempotency_key,
+                               trace_context=trace_context)
+        return Accepted(int(found[0][0]), int(found[0][1]), False)
+
+    def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
+              limit: int, fifo: bool, begin: bool, enabled: bool,
+              held: Sequence[int] = ()) -> list[Claimed]:
+        params = self._claim_params(target, owner=owner, now=now, lease_seconds=lease_seconds,
+                                    limit=limit, fifo=fifo, begin=begin, enabled=enabled)
+        params["held"] = list(held)
+        rows = self._run(self._CLAIM_FIFO if fifo else self._CLAIM_ANY, params)
+        width = len(_COLUMNS)
+        return [Claimed(MessageRow(**dict(zip(_COLUMNS, r[:width]))),
+                        None if r[-1] is None else int(r[-1])) for r in rows]
+
+    def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:
+        if not completions:
+            return []
+        rows = self._run(self._COMPLETE, {
+            "ids": [c.message_id for c in completions], "tokens": [c.token for c in completions],
+            "attempt_ids": [c.attempt_id for c in completions],
+            "started": [c.started_at for c in completions],
+            "ended": [c.ended_at for c in completions],
+            "servers": [c.server for c in completions],
+            "classes": [c.response_class for c in completions],
+            "bodies": [c.response_body for c in completions],
+            "has": [c.response_body is not None for c in completions], "now": now})
+        return [int(r[0]) for r in rows]

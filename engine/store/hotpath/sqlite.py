@@ -1,0 +1,208 @@
+"""SQLite: every step one ``BEGIN IMMEDIATE`` transaction in-process."""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import Engine
+
+from engine.store.hotpath.base import (
+    _CLAIM_SET,
+    _COLUMNS,
+    _INSERT_MESSAGE_COLUMNS,
+    _PICK,
+    _SELECT_COLUMNS,
+    _TIMES,
+    Accepted,
+    Claimed,
+    Completion,
+    HotPath,
+)
+from engine.store.rows import MessageRow
+
+
+def _sqlite_time(value: datetime | None) -> str | None:
+    """The text SQLAlchemy stores for an aware datetime on SQLite (naive UTC)."""
+    if value is None:
+        return None
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def _parse_sqlite_time(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value).replace(tzinfo=timezone.utc)
+
+
+class SqliteHotPath(HotPath):
+    """SQLite: every step one ``BEGIN IMMEDIATE`` transaction; ``synchronous = FULL`` for
+    the commits a promise rests on (an accepted message), NORMAL otherwise."""
+
+    _INSERT = (f"INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) VALUES "
+               "(:id, coalesce(:session_id, :id), :source, :target, 'request', :body_class, "
+               ":body, 'Queued', 0, :now, 0, 0, 0, :key, :trace)")
+    _FIND_KEY = ("SELECT id, session_id FROM message_header "
+                 "WHERE target = :target AND idempotency_key = :key")
+    _CLAIM = (f"UPDATE message_header AS h SET {_CLAIM_SET} "
+              f"WHERE h.id IN (SELECT value FROM json_each(:ids)) "
+              f"RETURNING {_SELECT_COLUMNS.replace('h.', '')}")
+    _BEGIN = ("INSERT INTO message_attempt (message_id, attempt, started_at) "
+              "SELECT value, 1, :now FROM json_each(:ids) RETURNING id, message_id")
+    _COMPLETE = ("UPDATE message_header SET status = 'Completed', is_error = 0, "
+                 "retry_needed = 0, next_attempt_at = NULL, time_completed = :now, "
+                 "claimed_by = NULL, lease_expires_at = NULL, corresponding_id = :response_id, "
+                 "first_attempt_at = CASE WHEN attempts = 1 THEN :started_at "
+                 "ELSE first_attempt_at END "
+                 "WHERE id = :message_id AND claim_token = :token AND status = 'Delivered' "
+                 "RETURNING session_id, target, source")
+    _END_ATTEMPT = ("UPDATE message_attempt SET started_at = :started_at, ended_at = :ended_at, "
+                    "outcome = 'ok', server = :server WHERE id = :attempt_id")
+    _RESPONSE = ("INSERT INTO message_header (id, session_id, source, target, kind, body_class, "
+                 "body, status, is_error, time_created, time_processed, time_completed, "
+                 "corresponding_id, retry_needed, attempts, claim_token) VALUES (:id, "
+                 ":session_id, :source, :target, 'response', :body_class, :body, 'Completed', "
+                 "0, :now, :now, :now, :request_id, 0, 0, 0)")
+
+    def __init__(self, engine: Engine, translate: Callable[[BaseException], bool]) -> None:
+        super().__init__(engine, translate)
+        # This process's hot-path writers queue here rather than on SQLite's busy handler,
+        # which sleeps and retries: a producer committing in a loop would starve the
+        # dispatcher's claims for as long as it runs.
+        self._write_lock = threading.Lock()
+
+    @contextmanager
+    def _transaction(self, *, durable: bool = False) -> Iterator[Any]:
+        with self._write_lock, self._connection(durable) as conn:
+            cur = conn.cursor()
+            try:
+                self._guard(lambda: cur.execute("BEGIN IMMEDIATE"))
+                yield cur
+                self._guard(lambda: cur.execute("COMMIT"))
+            except BaseException:
+                try:
+                    conn.execute("ROLLBACK")
+                except Exception:  # noqa: BLE001 - no transaction left to roll back
+                    pass
+                raise
+            finally:
+                cur.close()
+
+    def _prepare(self, conn: Any, durable: bool) -> None:
+        conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+
+    def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
+                     source: str | None, session_id: int | None, now: datetime) -> list[int]:
+        stamp = _sqlite_time(now)
+        with self._transaction(durable=True) as cur:
+            def insert() -> list[int]:
+                first = cur.execute("SELECT coalesce(max(id), 0) + 1 FROM message_header"
+                                    ).fetchone()[0]
+                ids = list(range(first, first + len(bodies)))
+                cur.executemany(self._INSERT, [
+                    {"id": new_id, "session_id": session_id, "source": source,
+                     "target": target, "body_class": body_class, "body": body, "now": stamp,
+                     "key": None, "trace": None}
+                    for new_id, (body_class, body) in zip(ids, bodies)])
+                return ids
+            return self._guard(insert)
+
+    def accept(self, target: str, body_class: str | None, body: str, *, source: str | None,
+               session_id: int | None, now: datetime, idempotency_key: str | None,
+               trace_context: str | None) -> Accepted:
+        params = {"session_id": session_id, "source": source, "target": target,
+                  "body_class": body_class, "body": body, "now": _sqlite_time(now),
+                  "key": idempotency_key, "trace": trace_context}
+        with self._transaction(durable=True) as cur:  # BEGIN IMMEDIATE: no racing insert
+            def accept() -> Accepted:
+                if idempotency_key is not None:
+                    found = cur.execute(self._FIND_KEY, params).fetchone()
+                    if found is not None:
+                        return Accepted(int(found[0]), int(found[1]), False)
+                params["id"] = cur.execute("SELECT coalesce(max(id), 0) + 1 "
+                                           "FROM message_header").fetchone()[0]
+                cur.execute(self._INSERT, params)
+                return Accepted(params["id"], session_id or params["id"], True)
+            return self._guard(accept)
+
+    _PICK = _PICK.format(not_held="d.id NOT IN (SELECT value FROM json_each(:held))")
+
+    def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
+              limit: int, fifo: bool, begin: bool, enabled: bool,
+              held: Sequence[int] = ()) -> list[Claimed]:
+        return self.complete_and_claim((), now=now, target=target, owner=owner,
+                                       lease_seconds=lease_seconds, limit=limit, fifo=fifo,
+                                       begin=begin, enabled=enabled, held=held)[1]
+
+    def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:
+        with self._transaction() as cur:
+            return self._guard(lambda: self._complete(cur, completions, _sqlite_time(now)))
+
+    def complete_and_claim(self, completions: Sequence[Completion], *, now: datetime,
+                           **claim: Any) -> tuple[list[int], list[Claimed]]:
+        """:meth:`complete_many` then :meth:`claim`, in one transaction."""
+        params = self._claim_params(now=now, **{k: v for k, v in claim.items() if k != "held"})
+        params["now"], params["expires"] = _sqlite_time(now), _sqlite_time(params["expires"])
+        params["held"] = _json_ids(claim.get("held", ()))
+        with self._transaction() as cur:
+            def step() -> tuple[list[int], list[Claimed]]:
+                done = self._complete(cur, completions, params["now"]) if completions else []
+                return done, self._claim(cur, params)
+            return self._guard(step)
+
+    def _claim(self, cur: Any, params: dict[str, Any]) -> list[Claimed]:
+        picked = cur.execute(self._PICK, params).fetchall()
+        if not picked:
+            return []
+        params["ids"] = _json_ids([p[0] for p in picked])
+        rows = sorted((self._row(r) for r in cur.execute(self._CLAIM, params)),
+                      key=lambda r: r.id)
+        fresh = [i for i, attempts in picked if params["begin"] and attempts == 0]
+        begun: dict[int, int] = {}
+        if fresh:
+            begun = {m: a for a, m in cur.execute(
+                self._BEGIN, {"now": params["now"], "ids": _json_ids(fresh)})}
+        return [Claimed(r, begun.get(r.id)) for r in rows]
+
+    def _complete(self, cur: Any, completions: Sequence[Completion], stamp: str | None
+                  ) -> list[int]:
+        done: list[int] = []
+        next_id = None
+        for c in completions:
+            response_id = None
+            if c.response_body is not None:
+                if next_id is None:
+                    next_id = cur.execute("SELECT coalesce(max(id), 0) + 1 "
+                                          "FROM message_header").fetchone()[0]
+                response_id, next_id = next_id, next_id + 1
+            request = cur.execute(self._COMPLETE, {
+                "now": stamp, "response_id": response_id, "message_id": c.message_id,
+                "token": c.token, "started_at": _sqlite_time(c.started_at)}).fetchone()
+            if request is None:  # the claim was lost: record nothing
+                if response_id is not None:
+                    next_id = response_id
+                continue
+            cur.execute(self._END_ATTEMPT, {
+                "started_at": _sqlite_time(c.started_at), "ended_at": _sqlite_time(c.ended_at),
+                "server": c.server, "attempt_id": c.attempt_id})
+            if response_id is not None:
+                session_id, request_target, request_source = request
+                cur.execute(self._RESPONSE, {
+                    "id": response_id, "session_id": session_id, "source": request_target,
+                    "target": request_source or "", "body_class": c.response_class,
+                    "body": c.response_body, "now": stamp, "request_id": c.message_id})
+            done.append(c.message_id)
+        return done
+
+    @staticmethod
+    def _row(values: Sequence[Any]) -> MessageRow:
+        data = dict(zip(_COLUMNS, values))
+        for name in _TIMES:
+            data[name] = _parse_sqlite_time(data[name])
+        data["is_error"] = bool(data["is_error"])
+        data["retry_needed"] = bool(data["retry_needed"])
+        return MessageRow(**data)
+
+
+def _json_ids(ids: Sequence[int]) -> str:
+    return "[" + ",".join(str(int(i)) for i in ids) + "]"
