@@ -1,6 +1,7 @@
 """Putting messages into a production from outside a host (the CLI, scripts, tests)."""
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -10,9 +11,10 @@ from engine.errors import ConfigurationError, MessageError
 from engine.message import Message
 from engine.production import ProductionConfig
 from engine.store.models import FINAL_STATUSES
-from engine.store.sql import MessageRow, SqlStore
+from engine.store.sql import Accepted, MessageRow, SqlStore
 
 TERMINAL = (*FINAL_STATUSES, "Suspended")
+WAIT_POLL = 0.05  # seconds between two looks at a waited-for message
 
 
 def send_message(store: SqlStore, production: ProductionConfig, target: str,
@@ -22,10 +24,21 @@ def send_message(store: SqlStore, production: ProductionConfig, target: str,
 
     Raises MessageError (and enqueues nothing) for an unknown target or a malformed body.
     """
+    return accept_message(store, production, target, body, source=source, now=now).id
+
+
+def accept_message(store: SqlStore, production: ProductionConfig, target: str,
+                   body: str | dict[str, Any] | Message, *, source: str = "cli",
+                   session_id: int | None = None, idempotency_key: str | None = None,
+                   now: datetime | None = None) -> Accepted:
+    """:func:`send_message` in a given session (None: the message starts its own) and, with
+    an ``idempotency_key``, at most once per target and key: when such a message exists,
+    nothing is created and that one is returned (``Accepted.created`` False)."""
     request_class = _request_class(production, target)
     message = _validated(request_class, body)
-    return store.enqueue(target=target, body_class=type(message).class_name(),
-                         body=message.to_json(), source=source, now=now)
+    return store.accept(target=target, body_class=type(message).class_name(),
+                        body=message.to_json(), source=source, session_id=session_id,
+                        idempotency_key=idempotency_key, now=now)
 
 
 def send_messages(store: SqlStore, production: ProductionConfig, target: str,
@@ -65,8 +78,10 @@ def _validated(request_class: type[Message], body: str | dict[str, Any] | Messag
 
 
 def wait_for(store: SqlStore, message_id: int, timeout: float, *,
-             clock: Clock | None = None, poll: float = 0.05) -> MessageRow | None:
-    """Wait up to ``timeout`` seconds for ``message_id`` to finish; None if it did not."""
+             clock: Clock | None = None, poll: float = WAIT_POLL,
+             stop: threading.Event | None = None) -> MessageRow | None:
+    """Wait up to ``timeout`` seconds (``math.inf``: no limit) for ``message_id`` to finish,
+    looking every ``poll`` seconds; None if it did not, or if ``stop`` was set first."""
     clock = clock or SystemClock()
     deadline = clock.monotonic() + timeout
     while True:
@@ -75,4 +90,5 @@ def wait_for(store: SqlStore, message_id: int, timeout: float, *,
             return row
         if clock.monotonic() >= deadline:
             return None
-        clock.sleep(min(poll, deadline - clock.monotonic()))
+        if clock.sleep(min(poll, deadline - clock.monotonic()), stop):
+            return None

@@ -167,6 +167,63 @@ class Retry(Exception):
         self.reason = reason
 
 
+class ProcessError(EncoreError):
+    """A business process could not get a response from a target it called
+    (:meth:`engine.BusinessProcess.send_request_sync`), or found no target at all.
+
+    ``code`` is what ``E#<code>`` in the process's ``reply_code_actions`` matches, besides
+    the class names (``E#TargetFailed``, ``E#TargetTimeout``, ``E#NoRoute``).
+    """
+
+    code: str | None = None
+
+
+class TargetFailed(ProcessError):
+    """The target's message ended without a response: ``status`` is its final status
+    (``Error``, ``Suspended``, ``Discarded``, ``Aborted``), also the ``code``;
+    ``error_text`` is the target's own error text."""
+
+    def __init__(self, target: str, message_id: int, status: str,
+                 error_text: str | None) -> None:
+        super().__init__(f"{target} (message {message_id}) ended {status}: "
+                         f"{error_text or 'no error text'}")
+        self.target = target
+        self.message_id = message_id
+        self.status = status
+        self.code = status
+        self.error_text = error_text
+
+
+class TargetTimeout(ProcessError):
+    """The target's message did not finish within the sync call's ``timeout`` (seconds).
+    The message goes on; its response, when it comes, reaches nobody."""
+
+    code = "Timeout"
+
+    def __init__(self, target: str, message_id: int, timeout: float) -> None:
+        super().__init__(f"{target} (message {message_id}) did not answer within "
+                         f"{timeout:g} seconds; the message goes on")
+        self.target = target
+        self.message_id = message_id
+        self.timeout = timeout
+
+
+class NoRoute(ProcessError):
+    """A router found no rule that matches the request and has no ``default_target``."""
+
+    code = "NoRoute"
+
+
+class Interrupted(BaseException):
+    """The daemon is stopping while a process waits for a target.
+
+    A ``BaseException``, like ``asyncio.CancelledError``: user code that catches
+    ``Exception`` around a sync call cannot swallow it. The worker puts the process's
+    message back in its queue with its attempt open; the next start runs the process again
+    and it re-attaches to the requests it had sent (see :class:`engine.BusinessProcess`).
+    """
+
+
 class AdapterNotReady(EncoreError):
     """An adapter could not start (e.g. its WSDL cannot be loaded). The item keeps its
     messages queued and tries again every ``retry_interval``."""

@@ -7,6 +7,8 @@ next, and waits on that in-memory queue — never on the database — when there
 item shared by several daemons is given a ``lease`` check: its dispatcher claims only while
 its daemon holds the item's lease, and only the head of the queue. A failing dependency (the
 database, a WSDL that will not load) is logged and retried later; it never kills a worker.
+A business process is an item like any other; its hosts are bound to the store, the
+production and the item's stop event, so that they can call other items.
 """
 from __future__ import annotations
 
@@ -17,10 +19,11 @@ from collections.abc import Callable, Mapping
 from adapters.base import OutboundAdapter
 from engine.clock import Clock
 from engine.dispatch import Dispatcher, DispatchSettings
-from engine.errors import AdapterNotReady, ClaimLost, EncoreError
+from engine.errors import AdapterNotReady, ClaimLost, EncoreError, Interrupted
 from engine.host import BusinessOperation, EventSink
 from engine.metrics import Metrics
-from engine.production import ItemConfig
+from engine.process import BusinessProcess, ProcessContext
+from engine.production import ItemConfig, ProductionConfig
 from engine.retry import RetryPolicy
 from engine.store.hotpath import Claimed
 from engine.store.rows import MessageRow
@@ -38,15 +41,18 @@ class ItemRunner:
 
     ``lease``: None — every daemon works this item at once; a callable — the item is FIFO
     across daemons: a worker claims only while ``lease()`` is True (this daemon holds the
-    item lease), and then only the head of the queue.
+    item lease), and then only the head of the queue. ``production``: the daemon's current
+    production, which a business process needs to call other items.
     """
 
     def __init__(self, item: ItemConfig, *, store: SqlStore, clock: Clock, owner: str,
                  lease_seconds: float, poll_interval: float,
                  env: Mapping[str, str] | None = None, events: EventSink | None = None,
                  metrics: Metrics | None = None,
-                 lease: Callable[[], bool] | None = None) -> None:
+                 lease: Callable[[], bool] | None = None,
+                 production: Callable[[], ProductionConfig] | None = None) -> None:
         self.item = item
+        self.production = production
         self.store = store
         self.clock = clock
         self.owner = owner
@@ -92,6 +98,9 @@ class ItemRunner:
         for index in range(self.item.pool_size):
             host = self.item.cls(self.item.name, self.item.settings, events=self.events,
                                  adapter=self.adapter)
+            if isinstance(host, BusinessProcess) and self.production is not None:
+                host.bind(ProcessContext(store=self.store, production=self.production,
+                                         clock=self.clock, stop=self.stop_event))
             host.on_init()
             self.hosts.append(host)
             thread = threading.Thread(target=self._work, args=(host,), daemon=True,
@@ -154,6 +163,8 @@ class ItemRunner:
                 self.store.release(row.id, token=row.claim_token)  # not begun: back it goes
                 return
             worker.deliver(row, claimed.begun)
+        except Interrupted as exc:  # a process was waiting when the stop came
+            self._put_back(row, exc)
         except ClaimLost as exc:
             log.warning("item %s: %s; abandoning message %d", self.item.name, exc, row.id)
         except EncoreError as exc:
@@ -165,6 +176,19 @@ class ItemRunner:
             self._abandon(row)
             log.exception("item %s: unexpected error in worker", self.item.name)
             self.stop_event.wait(STORE_RETRY_DELAY)
+
+    def _put_back(self, row: MessageRow, why: Interrupted) -> None:
+        """A process interrupted by the stop: its message goes back to its queue with its
+        attempt open, as after a crash; the next start runs it again (if this fails, the
+        claim expires with its lease)."""
+        try:
+            self.store.release(row.id, token=row.claim_token)
+        except EncoreError as exc:
+            log.warning("item %s: message %d stays claimed until its lease expires: %s",
+                        self.item.name, row.id, exc)
+            return
+        log.info("item %s: %s; message %d is back in its queue (its attempt counts as outcome "
+                 "unknown)", self.item.name, why, row.id)
 
     def _abandon(self, row: MessageRow) -> None:
         with self._abandoned_lock:

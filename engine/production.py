@@ -116,6 +116,7 @@ def parse_production(text: str, *, env: Mapping[str, str],
                                  "expected [production] and [[items]]")
     prod = validate_settings("[production]", doc.get("production", {}), PRODUCTION_SETTINGS)
     items = _load_items(doc.get("items", []))
+    _check_targets(items)
     if prod["alert_item"] and prod["alert_item"] not in {i.name for i in items}:
         raise ConfigurationError(f"alert_item {prod['alert_item']!r} is not an item of the "
                                  f"production", item="[production]", key="alert_item")
@@ -151,6 +152,26 @@ def _load_items(raw_items: Any) -> tuple[ItemConfig, ...]:
                                 pool_size=keys["pool_size"], enabled=keys["enabled"],
                                 settings=settings))
     return tuple(items)
+
+
+def _check_targets(items: tuple[ItemConfig, ...]) -> None:
+    """Every target an item names in its settings (a router's rules) is another item of the
+    production that takes messages."""
+    by_name = {i.name: i for i in items}
+    for item in items:
+        for ref in item.cls.declared_targets(item.settings):
+            found = by_name.get(ref.target)
+            if ref.target == item.name:
+                problem = "is this item itself; an item cannot wait for its own queue"
+            elif found is None:
+                problem = (f"is not an item of the production (items: "
+                           f"{', '.join(sorted(by_name))})")
+            elif getattr(found.cls, "request_class", None) is None:
+                problem = "is an item that does not take messages"
+            else:
+                continue
+            raise ConfigurationError(f"{ref.where}: target {ref.target!r} {problem}",
+                                     item=item.name, key=ref.key)
 
 
 def resolve_class(path: str, *, item: str) -> type[BusinessHost]:
