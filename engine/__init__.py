@@ -7,8 +7,8 @@ other items), describe requests and responses as :class:`Message` dataclasses, r
 from __future__ import annotations
 
 from engine.clock import Clock, SystemClock, VirtualClock
-from engine.errors import (AdapterError, ConfigurationError, EncoreError, MessageError,
-                           ProcessError, Retry, StoreError, TargetFailed, TargetTimeout)
+from engine.errors import (AdapterError, CallFailed, CallTimedOut, ConfigurationError,
+                           EncoreError, MessageError, ProcessError, Retry, StoreError)
 from engine.host import BusinessHost, BusinessOperation
 from engine.message import JsonMessage, Message
 from engine.process import BusinessProcess
@@ -16,7 +16,7 @@ from engine.service import BusinessService
 
 __all__ = [
     "AdapterError", "BusinessHost", "BusinessOperation", "BusinessProcess", "BusinessService",
-    "Clock", "ConfigurationError", "EncoreError", "JsonMessage", "Message", "MessageError",
-    "ProcessError", "Retry", "StoreError", "SystemClock", "TargetFailed", "TargetTimeout",
+    "CallFailed", "CallTimedOut", "Clock", "ConfigurationError", "EncoreError", "JsonMessage",
+    "Message", "MessageError", "ProcessError", "Retry", "StoreError", "SystemClock",
     "VirtualClock",
 ]

@@ -3,18 +3,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from engine.clock import Clock, SystemClock
-from engine.errors import ConfigurationError, MessageError
-from engine.message import Message
+from engine.errors import CallFailed, CallTimedOut, ConfigurationError, MessageError
+from engine.message import Message, decode_message
 from engine.production import ProductionConfig
 from engine.store.models import FINAL_STATUSES
 from engine.store.sql import Accepted, MessageRow, SqlStore
 
 TERMINAL = (*FINAL_STATUSES, "Suspended")
 WAIT_POLL = 0.05  # seconds between two looks at a waited-for message
+MAX_WAIT = 1e9  # seconds: a wait without limit, as a date offset that cannot overflow
 
 
 def send_message(store: SqlStore, production: ProductionConfig, target: str,
@@ -92,3 +93,34 @@ def wait_for(store: SqlStore, message_id: int, timeout: float, *,
             return None
         if clock.sleep(min(poll, deadline - clock.monotonic()), stop):
             return None
+
+
+def wait_for_response(store: SqlStore, message_id: int, target: str, timeout: float, *,
+                      clock: Clock | None = None, poll: float = WAIT_POLL,
+                      stop: threading.Event | None = None) -> Any:
+    """Wait up to ``timeout`` seconds (``math.inf``: no limit) for ``message_id``, sent to
+    ``target``, and return its response decoded (None: it completed without one).
+
+    Raises CallFailed with the target's error text when the message ended ``Error``,
+    ``Suspended``, ``Discarded`` or ``Aborted``, and CallTimedOut when it had not finished
+    in time, or when ``stop`` was set first — the message goes on. A message that finished
+    after the deadline counts as not finished (a virtual clock that lets the target work
+    inside the wait may see it only then)."""
+    clock = clock or SystemClock()
+    deadline_at = clock.now() + timedelta(seconds=min(timeout, MAX_WAIT))
+    row = wait_for(store, message_id, timeout, clock=clock, poll=poll, stop=stop)
+    if row is None or (row.time_completed is not None and row.time_completed > deadline_at):
+        current = row or store.get_message(message_id)
+        raise CallTimedOut(f"message {message_id} to {target!r} not finished after "
+                           f"{timeout:g} s", message_id=message_id, target=target,
+                           status=current.status if current else None)
+    if row.status != "Completed":
+        raise CallFailed(f"message {message_id} to {target!r} ended {row.status}: "
+                         f"{row.error_text or 'no error text'}", message_id=message_id,
+                         status=row.status, target=target, error_text=row.error_text)
+    if row.corresponding_id is None:
+        return None
+    response = store.get_message(row.corresponding_id)
+    if response is None:  # purged meanwhile
+        return None
+    return decode_message(response.body_class, response.body)

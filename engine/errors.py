@@ -167,51 +167,33 @@ class Retry(Exception):
         self.reason = reason
 
 
-class ProcessError(EncoreError):
-    """A business process could not get a response from a target it called
-    (:meth:`engine.BusinessProcess.send_request_sync`), or found no target at all.
+class CallFailed(EncoreError):
+    """A request sent and waited for — by :meth:`BusinessService.call` or
+    :meth:`BusinessProcess.send_request_sync` — ended without a response: ``status`` is its
+    final status (``Error``, ``Suspended``, ``Discarded``, ``Aborted``), ``error_text`` the
+    target's own error text, ``target`` the item it was sent to."""
 
-    ``code`` is what ``E#<code>`` in the process's ``reply_code_actions`` matches, besides
-    the class names (``E#TargetFailed``, ``E#TargetTimeout``, ``E#NoRoute``).
-    """
-
-    code: str | None = None
-
-
-class TargetFailed(ProcessError):
-    """The target's message ended without a response: ``status`` is its final status
-    (``Error``, ``Suspended``, ``Discarded``, ``Aborted``), also the ``code``;
-    ``error_text`` is the target's own error text."""
-
-    def __init__(self, target: str, message_id: int, status: str,
-                 error_text: str | None) -> None:
-        super().__init__(f"{target} (message {message_id}) ended {status}: "
-                         f"{error_text or 'no error text'}")
-        self.target = target
+    def __init__(self, text: str, *, message_id: int, status: str | None,
+                 target: str | None = None, error_text: str | None = None) -> None:
+        super().__init__(text)
         self.message_id = message_id
         self.status = status
-        self.code = status
+        self.target = target
         self.error_text = error_text
 
 
-class TargetTimeout(ProcessError):
-    """The target's message did not finish within the sync call's ``timeout`` (seconds).
-    The message goes on; its response, when it comes, reaches nobody."""
+class CallTimedOut(CallFailed):
+    """A request sent and waited for had not finished within the timeout. It goes on;
+    ``status`` is the status it had when the wait ended."""
 
-    code = "Timeout"
 
-    def __init__(self, target: str, message_id: int, timeout: float) -> None:
-        super().__init__(f"{target} (message {message_id}) did not answer within "
-                         f"{timeout:g} seconds; the message goes on")
-        self.target = target
-        self.message_id = message_id
-        self.timeout = timeout
+class ProcessError(EncoreError):
+    """A business process cannot make a call: it is not bound to a production, it would
+    wait for its own queue, or (a router) no rule matches the request."""
 
 
 class NoRoute(ProcessError):
     """A router found no rule that matches the request and has no ``default_target``."""
-
-    code = "NoRoute"
 
 
 class Interrupted(BaseException):

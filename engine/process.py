@@ -21,18 +21,16 @@ import threading
 from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from engine import client
 from engine.clock import Clock
-from engine.errors import (Interrupted, MessageError, ProcessError, TargetFailed,
-                           TargetTimeout)
+from engine.errors import CallTimedOut, Interrupted, ProcessError
 from engine.host import HOST_SETTINGS, BusinessOperation, EventSink
-from engine.message import JsonMessage, Message, decode_message
+from engine.message import JsonMessage, Message
 from engine.retry.policy import FOREVER
 from engine.settings import Setting
-from engine.store.rows import MessageRow
 
 if TYPE_CHECKING:
     from adapters.base import OutboundAdapter
@@ -81,9 +79,9 @@ class BusinessProcess(BusinessOperation):
 
     Retries and FailureTimeout: ``on_request`` runs once per attempt of the process's
     message, under the item's ``reply_code_actions`` and retry settings, exactly as an
-    operation's ``on_message``. A failed call raises :class:`~engine.errors.TargetFailed`
-    (``E#TargetFailed``, or ``E#Error``/``E#Suspended`` by the target's status) or
-    :class:`~engine.errors.TargetTimeout` (``E#TargetTimeout``); under the default ``E=F``
+    operation's ``on_message``. A failed call raises :class:`~engine.errors.CallFailed`
+    (``E#CallFailed``) or, when it was not done in time, its subclass
+    :class:`~engine.errors.CallTimedOut` (``E#CallTimedOut``); under the default ``E=F``
     the process's message ends in ``Error`` at once with that text. With ``E=R`` (or a
     ``Retry`` raised) ``on_request`` runs again after ``retry_interval`` and sends fresh
     requests. ``failure_timeout`` defaults to -1 for processes; set it to bound retries.
@@ -144,8 +142,8 @@ class BusinessProcess(BusinessOperation):
         """Send ``message`` to ``target`` (as :meth:`send_request_async`), wait for it to
         finish and return its response, decoded (None when it completed without one).
 
-        ``timeout``: seconds to wait at most, then raise TargetTimeout — the target's
-        message goes on; None waits as long as it takes; 0 looks once. Raises TargetFailed
+        ``timeout``: seconds to wait at most, then raise CallTimedOut — the target's
+        message goes on; None waits as long as it takes; 0 looks once. Raises CallFailed
         with the target's error text when its message ends ``Error``, ``Suspended``,
         ``Discarded`` or ``Aborted``."""
         seconds = _seconds(timeout)
@@ -155,8 +153,15 @@ class BusinessProcess(BusinessOperation):
         context = self._context()
         started = context.clock.monotonic()
         message_id = self.send_request_async(target, message)
-        row = self._wait(context, message_id, target, seconds)
-        response = self._response(context, target, row)
+        try:
+            response = client.wait_for_response(context.store, message_id, target, seconds,
+                                                clock=context.clock, poll=context.poll,
+                                                stop=context.stop)
+        except CallTimedOut:
+            if context.stop.is_set():
+                raise Interrupted(f"{self.name}: the daemon is stopping while it waits for "
+                                  f"message {message_id} to {target!r}") from None
+            raise
         if self.settings.get("trace"):
             self.log_trace(f"{target} answered message {message_id} in "
                            f"{context.clock.monotonic() - started:.3f} s")
@@ -168,32 +173,6 @@ class BusinessProcess(BusinessOperation):
             raise ProcessError(f"process {self.name} is not bound to a production: run it "
                                "in a daemon, or bind() a ProcessContext in tests")
         return self.context
-
-    def _wait(self, context: ProcessContext, message_id: int, target: str,
-              timeout: float) -> MessageRow:
-        """The finished row of ``message_id``. A response stored after the deadline counts
-        as none (a cooperative clock may run the target past it before we look again)."""
-        deadline_at = context.clock.now() + timedelta(seconds=min(timeout, 1e9))
-        row = client.wait_for(context.store, message_id, timeout, clock=context.clock,
-                              poll=context.poll, stop=context.stop)
-        if row is None and context.stop.is_set():
-            raise Interrupted(f"{self.name}: the daemon is stopping while it waits for "
-                              f"message {message_id} ({target})")
-        if row is None or _after(row.time_completed, deadline_at):
-            raise TargetTimeout(target, message_id, timeout)
-        return row
-
-    @staticmethod
-    def _response(context: ProcessContext, target: str, row: MessageRow) -> Any:
-        if row.status != "Completed":
-            raise TargetFailed(target, row.id, row.status, row.error_text)
-        if row.corresponding_id is None:
-            return None
-        response = context.store.get_message(row.corresponding_id)
-        if response is None:
-            raise MessageError(f"the response {row.corresponding_id} of message {row.id} "
-                               "is gone (purged?)")
-        return decode_message(response.body_class, response.body)
 
     def _run_of_attempt(self) -> int:
         """The first attempt of the chain of interrupted attempts that ends with the one in
@@ -220,7 +199,3 @@ def _seconds(timeout: float | timedelta | None) -> float:
     if math.isnan(seconds) or seconds < 0:
         raise ValueError(f"timeout must be None or ≥ 0 seconds, got {timeout!r}")
     return seconds
-
-
-def _after(moment: datetime | None, deadline: datetime) -> bool:
-    return moment is not None and moment > deadline

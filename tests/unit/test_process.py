@@ -116,8 +116,8 @@ def test_a_sync_call_gives_up_after_its_timeout_and_the_target_message_goes_on(
     inline.run()
     row = store.get_message(mid)
     assert row.status == "Error"
-    assert "did not answer within 5 seconds" in row.error_text
-    assert "TargetTimeout" in row.error_text
+    assert "CallTimedOut: message" in row.error_text
+    assert "to 'Slow' not finished after 5 s" in row.error_text
     slow = [m for m in queries.messages(store, session_id=mid) if m["target"] == "Slow"]
     assert [m["status"] for m in slow] == ["Completed"]
     assert offset(inline, slow[0]["time_completed"]) == 8
@@ -129,7 +129,7 @@ def test_a_sync_call_nobody_answers_raises_at_its_timeout_exactly(store: SqlStor
     mid = inline.send("Shop", {"timeout": 5})
     inline.run()
     row = store.get_message(mid)
-    assert row.status == "Error" and "within 5 seconds" in row.error_text
+    assert row.status == "Error" and "not finished after 5 s" in row.error_text
     assert offset(inline, row.time_completed) == 5
 
 
@@ -144,13 +144,13 @@ def test_a_target_that_ends_in_error_makes_the_sync_call_raise_its_error_text(
     tax = next(m for m in queries.messages(store, session_id=mid) if m["target"] == "Tax")
     assert tax["status"] == "Error"
     assert row.status == "Error"
-    assert f"Tax (message {tax['id']}) ended Error" in row.error_text
+    assert f"message {tax['id']} to 'Tax' ended Error" in row.error_text
     assert "HTTP 500: tax service down" in row.error_text
     assert len(inline.hosts["Quote"].adapter.calls) == 1  # not retried under E=F
 
 
 def test_a_retried_process_sends_fresh_requests(store: SqlStore) -> None:
-    inline = shop(store, reply_code_actions="E#TargetFailed=R", retry_interval=10,
+    inline = shop(store, reply_code_actions="E#CallFailed=R", retry_interval=10,
                   failure_timeout=30)
     inline.hosts["Tax"].adapter.script = [HttpStatusError("HTTP 500", status_code=500),
                                           {"tax": 1}]
@@ -232,3 +232,4 @@ class StoppingContext:
         self.clock = Clock(inline.clock.start)
         self.context = ProcessContext(store=store, production=lambda: prod, clock=self.clock,
                                       stop=stop)
+
