@@ -6,6 +6,7 @@ never starts with a production it would fail on later.
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import tomllib
@@ -164,8 +165,10 @@ def _check_targets(items: tuple[ItemConfig, ...]) -> None:
             if ref.target == item.name:
                 problem = "is this item itself; an item cannot wait for its own queue"
             elif found is None:
+                guess = difflib.get_close_matches(ref.target, list(by_name), n=1)
+                hint = f"; did you mean {guess[0]!r}?" if guess else ""
                 problem = (f"is not an item of the production (items: "
-                           f"{', '.join(sorted(by_name))})")
+                           f"{', '.join(sorted(by_name))}){hint}")
             elif getattr(found.cls, "request_class", None) is None:
                 problem = "is an item that does not take messages"
             else:
