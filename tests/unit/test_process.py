@@ -14,6 +14,7 @@ from engine.production import ProductionConfig, parse_production
 from engine.store import queries
 from engine.store.sql import SqlStore
 from engine.testing import InlineProduction, StubCall
+from engine.trace import trace_lines
 from engine.worker import MessageWorker
 
 QUOTE_SECONDS = 2.0  # virtual seconds Quote takes to answer
@@ -233,3 +234,31 @@ class StoppingContext:
         self.context = ProcessContext(store=store, production=lambda: prod, clock=self.clock,
                                       stop=stop)
 
+
+def test_the_trace_of_a_session_lays_out_every_hop_in_time_order(store: SqlStore) -> None:
+    inline = shop(store)
+    mid = inline.send("Shop", {"item": "lamp"})
+    inline.run()
+    lines = trace_lines(store, mid)
+    assert lines[0] == f"session {mid}: cli -> Shop, Shop -> Quote, Shop -> Tax"
+    body = [line.split("s  ", 1)[1] for line in lines[1:]]
+    quote, tax = mid + 1, mid + 3
+    assert body == [
+        f"message {mid} (request) cli -> Shop created",
+        f"  attempt 1 of message {mid} sent",
+        f"  message {quote} (request) Shop -> Quote created",
+        f"    attempt 1 of message {quote} sent to stub",
+        f"    attempt 1 of message {quote} ended after 2.000 s: ok",
+        f"  message {quote} Completed",
+        f"  message {quote + 1} (response) Quote -> Shop created",
+        f"  message {tax} (request) Shop -> Tax created",
+        f"    attempt 1 of message {tax} sent to stub",
+        f"    attempt 1 of message {tax} ended after 3.000 s: ok",
+        f"  message {tax} Completed",
+        f"  message {tax + 1} (response) Tax -> Shop created",
+        f"  attempt 1 of message {mid} ended after 5.100 s: ok",
+        f"message {mid} Completed",
+        f"message {tax + 2} (response) Shop -> cli created",
+    ]
+    offsets = [float(line.split("s  ", 1)[0]) for line in lines[1:]]
+    assert offsets == sorted(offsets) and offsets[-1] == 5.1
