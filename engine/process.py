@@ -35,11 +35,12 @@ from engine.settings import Setting
 if TYPE_CHECKING:
     from adapters.base import OutboundAdapter
     from engine.production import ProductionConfig
-    from engine.store.sql import SqlStore
+    from engine.store.sql import Accepted, SqlStore
 
 log = logging.getLogger(__name__)
 
 SYNC_POLL = client.WAIT_POLL  # seconds between two looks at a sync call's target message
+KEY_PREFIX = "encore-process:"  # idempotency keys of process calls: prefix, message, run, call
 
 
 def _process_settings() -> tuple[Setting, ...]:
@@ -124,12 +125,16 @@ class BusinessProcess(BusinessOperation):
         validated against the target's request class (a :class:`JsonMessage` as its data).
         Raises MessageError for an unknown target or a body that does not fit."""
         context = self._context()
-        key = f"encore-process:{self.message_id}:{self._run}:{self._calls + 1}"
+        key = f"{KEY_PREFIX}{self.message_id}:{self._run}:{self._calls + 1}"
         self._calls += 1
-        body = message.to_dict() if isinstance(message, JsonMessage) else message
-        accepted = client.accept_message(context.store, context.production(), target, body,
-                                         source=self.name, session_id=self.session_id,
-                                         idempotency_key=key, now=context.clock.now())
+        body = _body(message)
+        accepted = self._accept(context, target, body, key)
+        if not accepted.created and not self._ours(context, accepted.id):
+            # a key taken by someone else (a client's Idempotency-Key): never re-attach to
+            # a message this process did not send
+            self.log_warning(f"message {accepted.id} for {target} holds this call's key "
+                             f"{key!r} but was not sent by {self.name}; sending afresh")
+            accepted = self._accept(context, target, body, None)
         if not accepted.created:
             self.log_info(f"re-attached to message {accepted.id} for {target}, sent before "
                           "this attempt was interrupted")
@@ -168,6 +173,17 @@ class BusinessProcess(BusinessOperation):
         return response
 
     # -- helpers -------------------------------------------------------------------------
+    def _accept(self, context: ProcessContext, target: str,
+                body: Message | dict[str, Any] | str, key: str | None) -> Accepted:
+        return client.accept_message(context.store, context.production(), target, body,
+                                     source=self.name, session_id=self.session_id,
+                                     idempotency_key=key, now=context.clock.now())
+
+    def _ours(self, context: ProcessContext, message_id: int) -> bool:
+        row = context.store.get_message(message_id)
+        return row is not None and (row.source, row.session_id) == (self.name,
+                                                                     self.session_id)
+
     def _context(self) -> ProcessContext:
         if self.context is None:
             raise ProcessError(f"process {self.name} is not bound to a production: run it "
@@ -190,6 +206,14 @@ class BusinessProcess(BusinessOperation):
                 break
             run = attempt.attempt
         return run
+
+
+def _body(message: Message | Mapping[str, Any] | str) -> Message | dict[str, Any] | str:
+    """What to validate against the target's request class: a JsonMessage as its data
+    (a typed target then gets its own class), other messages and JSON text as they are."""
+    if isinstance(message, JsonMessage):
+        return message.to_dict()
+    return message if isinstance(message, (Message, str)) else dict(message)
 
 
 def _seconds(timeout: float | timedelta | None) -> float:

@@ -190,6 +190,6 @@ def resolve_class(path: str, *, item: str) -> type[BusinessHost]:
                                  item=item, key="class") from exc
     cls = getattr(module, attr, None)
     if not (isinstance(cls, type) and issubclass(cls, BusinessHost)):
-        raise ConfigurationError(
-            f"{path!r} is not a BusinessOperation or BusinessService class", item=item, key="class")
+        raise ConfigurationError(f"{path!r} is not a BusinessOperation, BusinessProcess or "
+                                 "BusinessService class", item=item, key="class")
     return cls

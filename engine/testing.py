@@ -176,7 +176,8 @@ class InlineProduction:
         if adapter is None and cls is not None:
             adapter = cls(item.settings, item_name=item.name, pool_size=1, clock=self.clock)
             adapter.start()
-        host = item.cls(item.name, item.settings, events=self.store.events, adapter=adapter)
+        operation: type[BusinessOperation] = item.cls  # type: ignore[assignment]
+        host = operation(item.name, item.settings, events=self.store.events, adapter=adapter)
         if isinstance(host, BusinessProcess):
             host.bind(ProcessContext(store=self.store, production=lambda: self.production,
                                      clock=self.clock, stop=self.stop))

@@ -1,6 +1,7 @@
 """Small business processes used by the tests."""
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from engine import BusinessProcess, JsonMessage
@@ -20,7 +21,8 @@ class Impatient(BusinessProcess):
     """Waits for ``Slow`` at most ``timeout`` seconds (from the request)."""
 
     def on_request(self, request: JsonMessage) -> Any:
-        return self.send_request_sync("Slow", {"n": 1}, timeout=request.data["timeout"])
+        return self.send_request_sync("Slow", {"method": "GET", "path": "/slow"},
+                                      timeout=request.data["timeout"])
 
 
 class FireAndForget(BusinessProcess):
@@ -36,3 +38,16 @@ class CallsItself(BusinessProcess):
 
     def on_request(self, request: JsonMessage) -> Any:
         return self.send_request_sync(self.name, request)
+
+
+class PriceWithTax(BusinessProcess):
+    """Asks ``Prices`` (an HTTP operation) for the price of an item, then ``Taxes`` for the
+    tax on that price, and answers with both and their total."""
+
+    def on_request(self, request: JsonMessage) -> dict[str, Any]:
+        item = request.data["item"]
+        price = json.loads(self.send_request_sync(
+            "Prices", {"method": "GET", "path": f"/price/{item}"}).body)["price"]
+        tax = json.loads(self.send_request_sync(
+            "Taxes", {"method": "POST", "path": "/tax", "json": {"price": price}}).body)["tax"]
+        return {"item": item, "price": price, "tax": tax, "total": price + tax}

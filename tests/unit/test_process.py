@@ -262,3 +262,20 @@ def test_the_trace_of_a_session_lays_out_every_hop_in_time_order(store: SqlStore
     ]
     offsets = [float(line.split("s  ", 1)[0]) for line in lines[1:]]
     assert offsets == sorted(offsets) and offsets[-1] == 5.1
+
+
+def test_a_call_never_re_attaches_to_a_message_it_did_not_send(store: SqlStore) -> None:
+    inline = shop(store)
+    mid = inline.send("Shop", {"item": "lamp"})
+    # someone else took the key of the process's first call (e.g. an intake client)
+    squatter = store.accept(target="Quote", body_class=None, body='{"item": "fake"}',
+                            source="intruder", idempotency_key=f"encore-process:{mid}:1:1").id
+    inline.run()
+    row = store.get_message(mid)
+    assert row.status == "Completed"
+    quotes = [m for m in queries.messages(store, session_id=mid) if m["target"] == "Quote"]
+    assert [(m["source"], m["body"]) for m in quotes if m["kind"] == "request"] == [
+        ("Shop", '{"item":"lamp"}')]
+    assert squatter not in [m["id"] for m in quotes]
+    warnings = [e["text"] for e in queries.events(store, queries.EventFilter(type="Warning"))]
+    assert any(f"message {squatter} for Quote holds this call's key" in t for t in warnings)
