@@ -194,12 +194,14 @@ class InlineProduction:
     def run(self) -> int:
         """Deliver messages until none is left, moving the clock on to parked ones;
         return how many deliveries were made."""
-        for count in range(INLINE_STEPS):
+        delivered = 0
+        while delivered < INLINE_STEPS:
             if self.deliver_due():
+                delivered += 1
                 continue
             due = [t for t in map(self.store.next_due_time, self.workers) if t is not None]
             if not due:
-                return count
+                return delivered
             self.clock.advance_to((min(due) - self.clock.start).total_seconds())
         raise RuntimeError(f"still delivering after {INLINE_STEPS} deliveries")
 
