@@ -15,7 +15,6 @@ the interrupted attempt had sent instead of sending them twice. An attempt after
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import threading
 from abc import abstractmethod
@@ -36,8 +35,6 @@ if TYPE_CHECKING:
     from adapters.base import OutboundAdapter
     from engine.production import ProductionConfig
     from engine.store.sql import Accepted, SqlStore
-
-log = logging.getLogger(__name__)
 
 SYNC_POLL = client.WAIT_POLL  # seconds between two looks at a sync call's target message
 KEY_PREFIX = "encore-process:"  # idempotency keys of process calls: prefix, message, run, call
