@@ -1,18 +1,21 @@
 """Putting messages into a production from outside a host (the CLI, scripts, tests)."""
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from engine.clock import Clock, SystemClock
-from engine.errors import ConfigurationError, MessageError
-from engine.message import Message
+from engine.errors import CallFailed, CallTimedOut, ConfigurationError, MessageError
+from engine.message import Message, decode_message
 from engine.production import ProductionConfig
 from engine.store.models import FINAL_STATUSES
-from engine.store.sql import MessageRow, SqlStore
+from engine.store.sql import Accepted, MessageRow, SqlStore
 
 TERMINAL = (*FINAL_STATUSES, "Suspended")
+WAIT_POLL = 0.05  # seconds between two looks at a waited-for message
+MAX_WAIT = 1e9  # seconds: a wait without limit, as a date offset that cannot overflow
 
 
 def send_message(store: SqlStore, production: ProductionConfig, target: str,
@@ -22,10 +25,21 @@ def send_message(store: SqlStore, production: ProductionConfig, target: str,
 
     Raises MessageError (and enqueues nothing) for an unknown target or a malformed body.
     """
+    return accept_message(store, production, target, body, source=source, now=now).id
+
+
+def accept_message(store: SqlStore, production: ProductionConfig, target: str,
+                   body: str | dict[str, Any] | Message, *, source: str = "cli",
+                   session_id: int | None = None, idempotency_key: str | None = None,
+                   now: datetime | None = None) -> Accepted:
+    """:func:`send_message` in a given session (None: the message starts its own) and, with
+    an ``idempotency_key``, at most once per target and key: when such a message exists,
+    nothing is created and that one is returned (``Accepted.created`` False)."""
     request_class = _request_class(production, target)
     message = _validated(request_class, body)
-    return store.enqueue(target=target, body_class=type(message).class_name(),
-                         body=message.to_json(), source=source, now=now)
+    return store.accept(target=target, body_class=type(message).class_name(),
+                        body=message.to_json(), source=source, session_id=session_id,
+                        idempotency_key=idempotency_key, now=now)
 
 
 def send_messages(store: SqlStore, production: ProductionConfig, target: str,
@@ -65,8 +79,10 @@ def _validated(request_class: type[Message], body: str | dict[str, Any] | Messag
 
 
 def wait_for(store: SqlStore, message_id: int, timeout: float, *,
-             clock: Clock | None = None, poll: float = 0.05) -> MessageRow | None:
-    """Wait up to ``timeout`` seconds for ``message_id`` to finish; None if it did not."""
+             clock: Clock | None = None, poll: float = WAIT_POLL,
+             stop: threading.Event | None = None) -> MessageRow | None:
+    """Wait up to ``timeout`` seconds (``math.inf``: no limit) for ``message_id`` to finish,
+    looking every ``poll`` seconds; None if it did not, or if ``stop`` was set first."""
     clock = clock or SystemClock()
     deadline = clock.monotonic() + timeout
     while True:
@@ -75,4 +91,36 @@ def wait_for(store: SqlStore, message_id: int, timeout: float, *,
             return row
         if clock.monotonic() >= deadline:
             return None
-        clock.sleep(min(poll, deadline - clock.monotonic()))
+        if clock.sleep(min(poll, deadline - clock.monotonic()), stop):
+            return None
+
+
+def wait_for_response(store: SqlStore, message_id: int, target: str, timeout: float, *,
+                      clock: Clock | None = None, poll: float = WAIT_POLL,
+                      stop: threading.Event | None = None) -> Any:
+    """Wait up to ``timeout`` seconds (``math.inf``: no limit) for ``message_id``, sent to
+    ``target``, and return its response decoded (None: it completed without one).
+
+    Raises CallFailed with the target's error text when the message ended ``Error``,
+    ``Suspended``, ``Discarded`` or ``Aborted``, and CallTimedOut when it had not finished
+    in time, or when ``stop`` was set first — the message goes on. A message that finished
+    after the deadline counts as not finished (a virtual clock that lets the target work
+    inside the wait may see it only then)."""
+    clock = clock or SystemClock()
+    deadline_at = clock.now() + timedelta(seconds=min(timeout, MAX_WAIT))
+    row = wait_for(store, message_id, timeout, clock=clock, poll=poll, stop=stop)
+    if row is None or (row.time_completed is not None and row.time_completed > deadline_at):
+        current = row or store.get_message(message_id)
+        raise CallTimedOut(f"message {message_id} to {target!r} not finished after "
+                           f"{timeout:g} s", message_id=message_id, target=target,
+                           status=current.status if current else None)
+    if row.status != "Completed":
+        raise CallFailed(f"message {message_id} to {target!r} ended {row.status}: "
+                         f"{row.error_text or 'no error text'}", message_id=message_id,
+                         status=row.status, target=target, error_text=row.error_text)
+    if row.corresponding_id is None:
+        return None
+    response = store.get_message(row.corresponding_id)
+    if response is None:  # purged meanwhile
+        return None
+    return decode_message(response.body_class, response.body)

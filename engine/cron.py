@@ -8,6 +8,8 @@ from apscheduler.triggers.cron import CronTrigger
 
 __all__ = ["parse_schedule"]
 
+# Crontab numbers days of the week 0-7 with 0 and 7 = Sunday; APScheduler 3 numbers them 0-6
+# from Monday. Numbers are translated to names so "1-5" means Monday to Friday, as in cron.
 _DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 
 

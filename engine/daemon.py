@@ -195,7 +195,8 @@ class Daemon:
         runner = ItemRunner(item, store=self.store, clock=self.clock, owner=self.id,
                             lease_seconds=self.production.lease_seconds,
                             poll_interval=self.production.poll_interval, env=self.env,
-                            events=self.events, metrics=self.metrics, lease=lease)
+                            events=self.events, metrics=self.metrics, lease=lease,
+                            production=lambda: self.production)
         self.runners[item.name] = runner
         runner.start()
 

@@ -178,6 +178,45 @@ class Retry(Exception):
         self.reason = reason
 
 
+class CallFailed(EncoreError):
+    """A request sent and waited for — by :meth:`BusinessService.call` or
+    :meth:`BusinessProcess.send_request_sync` — ended without a response: ``status`` is its
+    final status (``Error``, ``Suspended``, ``Discarded``, ``Aborted``), ``error_text`` the
+    target's own error text, ``target`` the item it was sent to."""
+
+    def __init__(self, text: str, *, message_id: int, status: str | None,
+                 target: str | None = None, error_text: str | None = None) -> None:
+        super().__init__(text)
+        self.message_id = message_id
+        self.status = status
+        self.target = target
+        self.error_text = error_text
+
+
+class CallTimedOut(CallFailed):
+    """A request sent and waited for had not finished within the timeout. It goes on;
+    ``status`` is the status it had when the wait ended."""
+
+
+class ProcessError(EncoreError):
+    """A business process cannot make a call: it is not bound to a production, it would
+    wait for its own queue, or (a router) no rule matches the request."""
+
+
+class NoRoute(ProcessError):
+    """A router found no rule that matches the request and has no ``default_target``."""
+
+
+class Interrupted(BaseException):
+    """The daemon is stopping while a process waits for a target.
+
+    A ``BaseException``, like ``asyncio.CancelledError``: user code that catches
+    ``Exception`` around a sync call cannot swallow it. The worker puts the process's
+    message back in its queue with its attempt open; the next start runs the process again
+    and it re-attaches to the requests it had sent (see :class:`engine.BusinessProcess`).
+    """
+
+
 class AdapterNotReady(EncoreError):
     """An adapter could not start (e.g. its WSDL cannot be loaded). The item keeps its
     messages queued and tries again every ``retry_interval``."""

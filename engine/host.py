@@ -11,6 +11,7 @@ import sys
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from engine.message import JsonMessage, Message
@@ -49,6 +50,16 @@ HOST_SETTINGS: tuple[Setting, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class TargetRef:
+    """A target named in an item's settings: ``key`` is the setting, ``where`` says where
+    in it (e.g. ``rule 2 (rules[1])``), ``target`` the item name given there."""
+
+    key: str
+    where: str
+    target: str
+
+
 class BusinessHost(ABC):
     """Common base of hosts: a config name, validated settings, hooks and event helpers."""
 
@@ -66,6 +77,12 @@ class BusinessHost(ABC):
     def declared_settings(cls) -> tuple[Setting, ...]:
         """Every setting an item of this class accepts."""
         return cls.SETTINGS
+
+    @classmethod
+    def declared_targets(cls, settings: Mapping[str, Any]) -> tuple[TargetRef, ...]:
+        """The items that an item of this class with these validated ``settings`` sends
+        to. The production loader refuses a target that is not one of its items."""
+        return ()
 
     def on_init(self) -> None:
         """Called once when the item starts."""

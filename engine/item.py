@@ -7,6 +7,8 @@ next, and waits on that in-memory queue — never on the database — when there
 item shared by several daemons is given a ``lease`` check: its dispatcher claims only while
 its daemon holds the item's lease, and only the head of the queue. A failing dependency (the
 database, a WSDL that will not load) is logged and retried later; it never kills a worker.
+A business process is an item like any other; its hosts are bound to the store, the
+production and the item's stop event, so that they can call other items.
 """
 from __future__ import annotations
 
@@ -18,10 +20,11 @@ from typing import TYPE_CHECKING
 from engine.attempt import AttemptObserver
 from engine.clock import Clock
 from engine.dispatch import Dispatcher, DispatchSettings
-from engine.errors import AdapterNotReady, ClaimLost, EncoreError
+from engine.errors import AdapterNotReady, ClaimLost, EncoreError, Interrupted
 from engine.host import BusinessOperation, EventSink
 from engine.metrics import Metrics
-from engine.production import ItemConfig
+from engine.process import BusinessProcess, ProcessContext
+from engine.production import ItemConfig, ProductionConfig
 from engine.retry import RetryPolicy
 from engine.store.hotpath import Claimed
 from engine.store.rows import MessageRow
@@ -42,7 +45,8 @@ class ItemRunner:
 
     ``lease``: None — every daemon works this item at once; a callable — the item is FIFO
     across daemons: a worker claims only while ``lease()`` is True (this daemon holds the
-    item lease), and then only the head of the queue.
+    item lease), and then only the head of the queue. ``production``: the daemon's current
+    production, which a business process needs to call other items.
     """
 
     def __init__(self, item: ItemConfig, *, store: SqlStore, clock: Clock, owner: str,
@@ -50,8 +54,10 @@ class ItemRunner:
                  env: Mapping[str, str] | None = None, events: EventSink | None = None,
                  metrics: Metrics | None = None,
                  lease: Callable[[], bool] | None = None,
-                 observers: Sequence[AttemptObserver] = ()) -> None:
+                 observers: Sequence[AttemptObserver] = (),
+                 production: Callable[[], ProductionConfig] | None = None) -> None:
         self.item = item
+        self.production = production
         self.store = store
         self.clock = clock
         self.owner = owner
@@ -99,6 +105,9 @@ class ItemRunner:
         for index in range(self.item.pool_size):
             host = self.item.cls(self.item.name, self.item.settings, events=self.events,
                                  adapter=self.adapter)
+            if isinstance(host, BusinessProcess) and self.production is not None:
+                host.bind(ProcessContext(store=self.store, production=self.production,
+                                         clock=self.clock, stop=self.stop_event))
             host.on_init()
             self.hosts.append(host)
             thread = threading.Thread(target=self._work, args=(host,), daemon=True,
@@ -164,6 +173,8 @@ class ItemRunner:
             if claimed.begun is not None and not self.dispatcher.surely_held(row.id):
                 self._confirm_claim(row)  # no write of its own before its request: fence it
             worker.deliver(row, claimed.begun)
+        except Interrupted as exc:  # a process was waiting when the stop came
+            self._put_back(row, exc)
         except ClaimLost as exc:
             log.warning("item %s: %s; abandoning message %d", self.item.name, exc, row.id)
         except EncoreError as exc:
@@ -183,6 +194,19 @@ class ItemRunner:
                                        claims=[(row.id, row.claim_token)]):
             raise ClaimLost(f"message {row.id}: its claim (token {row.claim_token}) expired "
                             "and another daemon has taken it over")
+
+    def _put_back(self, row: MessageRow, why: Interrupted) -> None:
+        """A process interrupted by the stop: its message goes back to its queue with its
+        attempt open, as after a crash; the next start runs it again (if this fails, the
+        claim expires with its lease)."""
+        try:
+            self.store.release(row.id, token=row.claim_token)
+        except EncoreError as exc:
+            log.warning("item %s: message %d stays claimed until its lease expires: %s",
+                        self.item.name, row.id, exc)
+            return
+        log.info("item %s: %s; message %d is back in its queue (its attempt counts as outcome "
+                 "unknown)", self.item.name, why, row.id)
 
     def _abandon(self, row: MessageRow) -> None:
         with self._abandoned_lock:

@@ -6,6 +6,7 @@ never starts with a production it would fail on later.
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import tomllib
@@ -116,6 +117,7 @@ def parse_production(text: str, *, env: Mapping[str, str],
                                  "expected [production] and [[items]]")
     prod = validate_settings("[production]", doc.get("production", {}), PRODUCTION_SETTINGS)
     items = _load_items(doc.get("items", []))
+    _check_targets(items)
     if prod["alert_item"] and prod["alert_item"] not in {i.name for i in items}:
         raise ConfigurationError(f"alert_item {prod['alert_item']!r} is not an item of the "
                                  f"production", item="[production]", key="alert_item")
@@ -153,6 +155,28 @@ def _load_items(raw_items: Any) -> tuple[ItemConfig, ...]:
     return tuple(items)
 
 
+def _check_targets(items: tuple[ItemConfig, ...]) -> None:
+    """Every target an item names in its settings (a router's rules) is another item of the
+    production that takes messages."""
+    by_name = {i.name: i for i in items}
+    for item in items:
+        for ref in item.cls.declared_targets(item.settings):
+            found = by_name.get(ref.target)
+            if ref.target == item.name:
+                problem = "is this item itself; an item cannot wait for its own queue"
+            elif found is None:
+                guess = difflib.get_close_matches(ref.target, list(by_name), n=1)
+                hint = f"; did you mean {guess[0]!r}?" if guess else ""
+                problem = (f"is not an item of the production (items: "
+                           f"{', '.join(sorted(by_name))}){hint}")
+            elif getattr(found.cls, "request_class", None) is None:
+                problem = "is an item that does not take messages"
+            else:
+                continue
+            raise ConfigurationError(f"{ref.where}: target {ref.target!r} {problem}",
+                                     item=item.name, key=ref.key)
+
+
 def resolve_class(path: str, *, item: str) -> type[BusinessHost]:
     """Resolve ``module:Class`` to a BusinessHost subclass, naming the key on failure."""
     module_name, sep, attr = path.partition(":")
@@ -166,6 +190,6 @@ def resolve_class(path: str, *, item: str) -> type[BusinessHost]:
                                  item=item, key="class") from exc
     cls = getattr(module, attr, None)
     if not (isinstance(cls, type) and issubclass(cls, BusinessHost)):
-        raise ConfigurationError(
-            f"{path!r} is not a BusinessOperation or BusinessService class", item=item, key="class")
+        raise ConfigurationError(f"{path!r} is not a BusinessOperation, BusinessProcess or "
+                                 "BusinessService class", item=item, key="class")
     return cls

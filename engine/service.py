@@ -11,13 +11,12 @@ import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-
-from engine.client import send_message, wait_for
+from engine.client import send_message, wait_for_response
 from engine.clock import Clock, SystemClock
 from engine.cron import parse_schedule
-from engine.errors import ConfigurationError, EncoreError, MessageError
+from engine.errors import CallFailed, CallTimedOut, ConfigurationError, EncoreError, MessageError
 from engine.host import BusinessHost, EventSink
-from engine.message import Message, decode_message
+from engine.message import Message
 from engine.production import ProductionConfig
 from engine.settings import Setting
 from engine.store.sql import SqlStore
@@ -27,24 +26,6 @@ __all__ = ["SERVICE_SETTINGS", "BusinessService", "CallFailed", "CallTimedOut",
 
 DEFAULT_CALL_INTERVAL = 5.0  # seconds between two calls of on_process_input
 SCHEDULE_EXAMPLE = 'schedule = "*/5 * * * *" (every 5 minutes) or "30 2 * * mon-fri"'
-
-# Crontab numbers days of the week 0-7 with 0 and 7 = Sunday; APScheduler 3 numbers them 0-6
-# from Monday. Numbers are translated to names so "1-5" means Monday to Friday, as in cron.
-
-
-class CallFailed(EncoreError):
-    """A request sent with :meth:`BusinessService.call` ended without a response:
-    ``status`` is its final status (``Error``, ``Suspended``, ``Discarded``, ``Aborted``)."""
-
-    def __init__(self, text: str, *, message_id: int, status: str | None) -> None:
-        super().__init__(text)
-        self.message_id = message_id
-        self.status = status
-
-
-class CallTimedOut(CallFailed):
-    """A request sent with :meth:`BusinessService.call` had not finished within the timeout.
-    It stays queued; ``status`` is the status it had when the wait ended."""
 
 
 def _check_schedule(value: str) -> str:
@@ -152,22 +133,7 @@ class BusinessService(BusinessHost):
         """
         store, _ = self._attached()
         message_id = self.send(target, message)
-        row = wait_for(store, message_id, timeout, clock=self.clock)
-        if row is None:
-            current = store.get_message(message_id)
-            raise CallTimedOut(
-                f"message {message_id} to {target!r} not finished after {timeout:g} s",
-                message_id=message_id, status=current.status if current else None)
-        if row.status != "Completed":
-            raise CallFailed(f"message {message_id} to {target!r} ended {row.status}: "
-                             f"{row.error_text or 'no error text'}",
-                             message_id=message_id, status=row.status)
-        if row.corresponding_id is None:
-            return None
-        response = store.get_message(row.corresponding_id)
-        if response is None:
-            return None
-        return decode_message(response.body_class, response.body)
+        return wait_for_response(store, message_id, target, timeout, clock=self.clock)
 
     def _attached(self) -> tuple[SqlStore, ProductionConfig]:
         if self.store is None or self.production is None:

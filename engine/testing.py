@@ -2,23 +2,34 @@
 
 :class:`StubAdapter` answers from a script instead of a network; :class:`SimulatedServerAdapter`
 plays a remote service with a fixed reply delay on a virtual clock, enforcing the attempt's
-deadline the way the real adapters do. ``encore simulate`` uses it.
+deadline the way the real adapters do. ``encore simulate`` uses it. :class:`InlineProduction`
+runs a production's items — business processes and the items they call — on one thread and
+a virtual clock, for tests of processes.
 """
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from adapters.base import OutboundAdapter
 from adapters.deadline import TryScope
 from engine.clock import VirtualClock
 from engine.errors import AdapterError, HttpStatusError, ResponseTimeout
+from engine.client import send_message
 from engine.host import BusinessOperation
+from engine.process import BusinessProcess, ProcessContext
+from engine.production import ItemConfig, ProductionConfig
+from engine.store.sql import SqlStore
+from engine.worker import MessageWorker
 
-__all__ = ["SimulatedOperation", "SimulatedServerAdapter", "StubAdapter", "StubCall",
-           "VirtualClock"]
+__all__ = ["InlineProduction", "SimulatedOperation", "SimulatedServerAdapter", "StubAdapter",
+           "StubCall", "VirtualClock"]
+
+INLINE_LEASE = 3600.0  # seconds: an inline claim never expires during a test
+INLINE_STEPS = 10_000  # deliveries InlineProduction.run makes at most
 
 
 @dataclass
@@ -135,3 +146,95 @@ class SimulatedOperation(BusinessOperation):
     def on_message(self, request: Any) -> Any:
         assert isinstance(self.adapter, SimulatedServerAdapter)
         return {"result": self.adapter.invoke()}
+
+
+class InlineProduction:
+    """Runs the operations and processes of ``production`` on the calling thread, on a
+    virtual clock, against ``store`` — a whole chain of calls, instantly, with exact times.
+
+    Each item gets one host and one worker (``pool_size`` is ignored) and the adapter given
+    in ``adapters`` under its name, else one built from its class (as the daemon does). When
+    a process waits for a target, the clock's ``sleep`` first delivers every due message of
+    the items that are not busy, then moves time on: the target's work happens inside the
+    wait, so a sync call's timeout is judged by when the target finished.
+    """
+
+    def __init__(self, production: ProductionConfig, store: SqlStore, *,
+                 adapters: Mapping[str, OutboundAdapter] | None = None,
+                 start: datetime | None = None) -> None:
+        self.production = production
+        self.store = store
+        self.clock = _InlineClock(self, start)
+        self.stop = threading.Event()
+        self.hosts: dict[str, BusinessOperation] = {}
+        self.workers: dict[str, MessageWorker] = {}
+        self._busy: list[str] = []  # items delivering now, innermost last
+        for item in production.items:
+            if issubclass(item.cls, BusinessOperation):
+                self._add(item, (adapters or {}).get(item.name))
+
+    def _add(self, item: ItemConfig, adapter: OutboundAdapter | None) -> None:
+        cls = getattr(item.cls, "adapter_class", None)
+        if adapter is None and cls is not None:
+            adapter = cls(item.settings, item_name=item.name, pool_size=1, clock=self.clock)
+            adapter.start()
+        operation: type[BusinessOperation] = item.cls  # type: ignore[assignment]
+        host = operation(item.name, item.settings, events=self.store.events, adapter=adapter)
+        if isinstance(host, BusinessProcess):
+            host.bind(ProcessContext(store=self.store, production=lambda: self.production,
+                                     clock=self.clock, stop=self.stop))
+        host.on_init()
+        self.hosts[item.name] = host
+        self.workers[item.name] = MessageWorker.from_settings(host, item.settings,
+                                                              store=self.store,
+                                                              clock=self.clock, stop=self.stop)
+
+    def send(self, target: str, body: Any) -> int:
+        """Enqueue ``body`` for ``target`` as ``encore send`` does; return the id."""
+        return send_message(self.store, self.production, target, body, now=self.clock.now())
+
+    def run(self) -> int:
+        """Deliver messages until none is left, moving the clock on to parked ones;
+        return how many deliveries were made."""
+        delivered = 0
+        while delivered < INLINE_STEPS:
+            if self.deliver_due():
+                delivered += 1
+                continue
+            due = [t for t in map(self.store.next_due_time, self.workers) if t is not None]
+            if not due:
+                return delivered
+            self.clock.advance_to((min(due) - self.clock.start).total_seconds())
+        raise RuntimeError(f"still delivering after {INLINE_STEPS} deliveries")
+
+    def deliver_due(self) -> bool:
+        """Deliver one message that is due now, of an item not busy; False if none."""
+        for name, worker in self.workers.items():
+            if name in self._busy:
+                continue
+            row = self.store.claim_next(name, owner="inline", now=self.clock.now(),
+                                        lease_seconds=INLINE_LEASE)
+            if row is None:
+                continue
+            self._busy.append(name)
+            try:
+                worker.deliver(row)
+            finally:
+                self._busy.remove(name)
+            return True
+        return False
+
+
+class _InlineClock(VirtualClock):
+    """A virtual clock whose ``sleep`` lets the other items of an InlineProduction work."""
+
+    def __init__(self, production: InlineProduction, start: datetime | None) -> None:
+        super().__init__(start)
+        self._production = production
+
+    def sleep(self, seconds: float, stop: threading.Event | None = None) -> bool:
+        if stop is not None and stop.is_set():
+            return True
+        while self._production.deliver_due():
+            pass
+        return super().sleep(seconds, stop)

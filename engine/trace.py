@@ -2,20 +2,33 @@
 
 Offsets are seconds from the session's first message, laid out the way the seed article lays
 out its timeline: sent, timeout, retry, give-up, with the event-log rows in between.
+
+A session of several hops — a message from the command line to a router, the router's
+request to an operation, the responses back — is one time line too: each hop is indented
+under the message whose handling sent it, and when the session holds more than one request
+every attempt and event line names its message.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from engine.errors import OperatorError
 from engine.store import queries
 from engine.store.sql import SqlStore
 
+INDENT = "  "  # per hop
+
 
 @dataclass(frozen=True, order=True)
 class TraceLine:
+    """One line; lines at the same time keep the order of their messages (an earlier
+    message caused a later one), then ``order`` (created, sent, ended, event, ending)."""
+
     at: datetime
+    message: int
     order: int
     text: str
 
@@ -30,37 +43,75 @@ def session_of(store: SqlStore, ident: int) -> int:
     raise OperatorError(f"no message or session with id {ident}")
 
 
+def hop_depths(messages: Sequence[Mapping[str, Any]]) -> dict[int, int]:
+    """How many hops each message is from the session's first: a request sent by an item
+    is one deeper than the latest earlier request to that item; a response is as deep as
+    its request."""
+    depths: dict[int, int] = {}
+    latest_to: dict[str, int] = {}  # item → the latest request it received
+    for m in sorted(messages, key=lambda m: m["id"]):
+        if m["kind"] == "response":
+            depths[m["id"]] = depths.get(m["corresponding_id"], 0)
+            continue
+        parent = latest_to.get(m["source"] or "")
+        depths[m["id"]] = 0 if parent is None else depths[parent] + 1
+        latest_to[m["target"]] = m["id"]
+    return depths
+
+
 def trace_lines(store: SqlStore, ident: int) -> list[str]:
     """The trace of the session that message (or session) ``ident`` belongs to."""
     session = session_of(store, ident)
     messages = queries.messages(store, session_id=session)
+    depths = hop_depths(messages)
+    several = sum(m["kind"] == "request" for m in messages) > 1
     lines: list[TraceLine] = []
     for m in messages:
-        arrow = f"{m['source'] or '-'} -> {m['target'] or '-'}"
-        lines.append(TraceLine(m["time_created"], 0,
-                               f"message {m['id']} ({m['kind']}) {arrow} created"))
-        for a in store.attempts(m["id"]):
-            where = f" to {a.server}" if a.server else ""
-            lines.append(TraceLine(a.started_at, 1, f"  attempt {a.attempt} sent{where}"))
-            if a.ended_at is None:
-                lines.append(TraceLine(a.started_at, 2, f"  attempt {a.attempt} in flight"))
-                continue
-            took = (a.ended_at - a.started_at).total_seconds()
-            result = "ok" if a.outcome == "ok" else f"{a.outcome}: {a.error_text}"
-            lines.append(TraceLine(a.ended_at, 2,
-                                   f"  attempt {a.attempt} ended after {took:.3f} s: {result}"))
-        if m["kind"] == "request" and m["time_completed"] is not None:
-            ending = m["status"] + (f": {m['error_text']}" if m["error_text"] else "")
-            lines.append(TraceLine(m["time_completed"], 4, f"message {m['id']} {ending}"))
-        elif m["kind"] == "request":
-            nxt = f", next attempt at {m['next_attempt_at']:%H:%M:%S.%f}"[:-3] \
-                if m["next_attempt_at"] else ""
-            lines.append(TraceLine(m["time_created"], 5,
-                                   f"message {m['id']} is {m['status']}{nxt}"))
+        lines.extend(_message_lines(store, m, INDENT * depths[m["id"]], several))
     for e in queries.events(store, queries.EventFilter(session_id=session)):
-        lines.append(TraceLine(e["time_logged"], 3, f"    [{e['type']}] {e['text']}"))
+        mid = e["message_id"] or 0
+        of = f" (message {mid})" if several and mid else ""
+        lines.append(TraceLine(e["time_logged"], mid, 3, f"{INDENT * depths.get(mid, 0)}"
+                                                        f"    [{e['type']}]{of} {e['text']}"))
     if not lines:
         return []
     lines.sort()
     origin = lines[0].at
-    return [f"{(line.at - origin).total_seconds():+9.3f}s  {line.text}" for line in lines]
+    head = [f"session {session}: {_hops(messages)}"] if several else []
+    return head + [f"{(line.at - origin).total_seconds():+9.3f}s  {line.text}"
+                   for line in lines]
+
+
+def _message_lines(store: SqlStore, m: Mapping[str, Any], pad: str,
+                   several: bool) -> list[TraceLine]:
+    mid = m["id"]
+    arrow = f"{m['source'] or '-'} -> {m['target'] or '-'}"
+    lines = [TraceLine(m["time_created"], mid, 0,
+                       f"{pad}message {mid} ({m['kind']}) {arrow} created")]
+    name = f"attempt {{}} of message {mid}" if several else "attempt {}"
+    for a in store.attempts(mid):
+        attempt = name.format(a.attempt)
+        where = f" to {a.server}" if a.server else ""
+        lines.append(TraceLine(a.started_at, mid, 1, f"{pad}  {attempt} sent{where}"))
+        if a.ended_at is None:
+            lines.append(TraceLine(a.started_at, mid, 2, f"{pad}  {attempt} in flight"))
+            continue
+        took = (a.ended_at - a.started_at).total_seconds()
+        result = "ok" if a.outcome == "ok" else f"{a.outcome}: {a.error_text}"
+        lines.append(TraceLine(a.ended_at, mid, 2,
+                               f"{pad}  {attempt} ended after {took:.3f} s: {result}"))
+    if m["kind"] == "request" and m["time_completed"] is not None:
+        ending = m["status"] + (f": {m['error_text']}" if m["error_text"] else "")
+        lines.append(TraceLine(m["time_completed"], mid, 4, f"{pad}message {mid} {ending}"))
+    elif m["kind"] == "request":
+        nxt = f", next attempt at {m['next_attempt_at']:%H:%M:%S.%f}"[:-3] \
+            if m["next_attempt_at"] else ""
+        lines.append(TraceLine(m["time_created"], mid, 5,
+                               f"{pad}message {mid} is {m['status']}{nxt}"))
+    return lines
+
+
+def _hops(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The requests of the session in order, e.g. ``cli -> Router, Router -> PaymentsPT``."""
+    return ", ".join(f"{m['source'] or '-'} -> {m['target']}"
+                     for m in messages if m["kind"] == "request")

@@ -1,0 +1,222 @@
+"""Business processes: hosts that call other items of the production (DESIGN.md §10).
+
+A :class:`BusinessProcess` is an item like an operation — its own queue, ``pool_size``
+workers, the same retry settings — whose work is to send requests to other items and wait
+for their responses. Every request it sends carries the session of the request in hand and
+names the process as its ``source``, so ``encore trace`` shows the whole chain.
+
+Each request a process sends carries an idempotency key made of the process's message, the
+*run* of its attempt and the call's position. A run is an attempt and those that follow it
+only because the daemon stopped or died in the middle (outcome unknown): they share the
+run's keys, so when a process runs again after a restart, its calls re-attach to the requests
+the interrupted attempt had sent instead of sending them twice. An attempt after a failure
+(a ``Retry``, a reply code action ``R``) starts a new run and sends fresh requests.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+from abc import abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from engine import client
+from engine.clock import Clock
+from engine.errors import CallTimedOut, Interrupted, ProcessError
+from engine.host import HOST_SETTINGS, BusinessOperation, EventSink
+from engine.message import JsonMessage, Message
+from engine.retry.policy import FOREVER
+from engine.settings import Setting
+
+if TYPE_CHECKING:
+    from adapters.base import OutboundAdapter
+    from engine.production import ProductionConfig
+    from engine.store.sql import Accepted, SqlStore
+
+SYNC_POLL = client.WAIT_POLL  # seconds between two looks at a sync call's target message
+KEY_PREFIX = "encore-process:"  # idempotency keys of process calls: prefix, message, run, call
+
+
+def _process_settings() -> tuple[Setting, ...]:
+    """The host settings, but FailureTimeout defaults to -1: a process's attempt lasts as
+    long as the calls it waits for, and a restart in the middle must not make it give up
+    (its failures still end it at once under the default ``reply_code_actions`` E=F)."""
+    return tuple(dataclasses.replace(s, default=FOREVER) if s.name == "failure_timeout" else s
+                 for s in HOST_SETTINGS)
+
+
+PROCESS_SETTINGS: tuple[Setting, ...] = _process_settings()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessContext:
+    """What a process needs of its daemon.
+
+    ``production`` is read at each call, so targets added by a reload are known; ``stop``
+    is the item's stop event (a sync call waiting when it is set raises
+    :class:`~engine.errors.Interrupted`); ``poll``: seconds between two looks at a target
+    message, as :func:`engine.client.wait_for`.
+    """
+
+    store: SqlStore
+    production: Callable[[], ProductionConfig]
+    clock: Clock
+    stop: threading.Event = field(default_factory=threading.Event)
+    poll: float = SYNC_POLL
+
+
+class BusinessProcess(BusinessOperation):
+    """A host that orchestrates other items. Implement :meth:`on_request`.
+
+    Inside it, :meth:`send_request_sync` calls an item and returns its response, and
+    :meth:`send_request_async` only enqueues. What ``on_request`` returns is the response
+    to the process's own caller.
+
+    Retries and FailureTimeout: ``on_request`` runs once per attempt of the process's
+    message, under the item's ``reply_code_actions`` and retry settings, exactly as an
+    operation's ``on_message``. A failed call raises :class:`~engine.errors.CallFailed`
+    (``E#CallFailed``) or, when it was not done in time, its subclass
+    :class:`~engine.errors.CallTimedOut` (``E#CallTimedOut``); under the default ``E=F``
+    the process's message ends in ``Error`` at once with that text. With ``E=R`` (or a
+    ``Retry`` raised) ``on_request`` runs again after ``retry_interval`` and sends fresh
+    requests. ``failure_timeout`` defaults to -1 for processes; set it to bound retries.
+    There is no response timeout on a process's attempt: bound each wait with ``timeout``.
+
+    A process's worker is busy while it waits: give the item a ``pool_size`` as large as
+    the number of messages it should have in flight.
+    """
+
+    SETTINGS = PROCESS_SETTINGS
+    request_class = JsonMessage
+
+    def __init__(self, name: str, settings: Mapping[str, Any], *,
+                 events: EventSink | None = None, adapter: OutboundAdapter | None = None,
+                 context: ProcessContext | None = None) -> None:
+        super().__init__(name, settings, events=events, adapter=adapter)
+        self.context = context
+        self._run = 1  # the run of the attempt in hand (see the module docstring)
+        self._calls = 0  # requests sent in the attempt in hand
+
+    def bind(self, context: ProcessContext) -> None:
+        """Give the process its daemon's store, production, clock and stop event."""
+        self.context = context
+
+    @abstractmethod
+    def on_request(self, request: Any) -> Any:
+        """Handle one request; return the response (a Message, a JSON-able value, or None)."""
+
+    def on_message(self, request: Any) -> Any:
+        """Run :meth:`on_request` for this attempt (not to be overridden)."""
+        self._calls = 0
+        self._run = self._run_of_attempt()
+        return self.on_request(request)
+
+    # -- calls ---------------------------------------------------------------------------
+    def send_request_async(self, target: str, message: Message | Mapping[str, Any] | str
+                           ) -> int:
+        """Enqueue ``message`` for item ``target`` in the session of the request in hand,
+        with this process as its source; return the new message's id. ``message`` is
+        validated against the target's request class (a :class:`JsonMessage` as its data).
+        Raises MessageError for an unknown target or a body that does not fit."""
+        context = self._context()
+        key = f"{KEY_PREFIX}{self.message_id}:{self._run}:{self._calls + 1}"
+        self._calls += 1
+        body = _body(message)
+        accepted = self._accept(context, target, body, key)
+        if not accepted.created and not self._ours(context, accepted.id):
+            # a key taken by someone else (a client's Idempotency-Key): never re-attach to
+            # a message this process did not send
+            self.log_warning(f"message {accepted.id} for {target} holds this call's key "
+                             f"{key!r} but was not sent by {self.name}; sending afresh")
+            accepted = self._accept(context, target, body, None)
+        if not accepted.created:
+            self.log_info(f"re-attached to message {accepted.id} for {target}, sent before "
+                          "this attempt was interrupted")
+        elif self.settings.get("trace"):
+            self.log_trace(f"sent message {accepted.id} to {target}")
+        return accepted.id
+
+    def send_request_sync(self, target: str, message: Message | Mapping[str, Any] | str,
+                          timeout: float | timedelta | None = None) -> Any:
+        """Send ``message`` to ``target`` (as :meth:`send_request_async`), wait for it to
+        finish and return its response, decoded (None when it completed without one).
+
+        ``timeout``: seconds to wait at most, then raise CallTimedOut — the target's
+        message goes on; None waits as long as it takes; 0 looks once. Raises CallFailed
+        with the target's error text when its message ends ``Error``, ``Suspended``,
+        ``Discarded`` or ``Aborted``."""
+        seconds = _seconds(timeout)
+        if target == self.name:
+            raise ProcessError(f"{self.name} cannot wait for a message to itself: its "
+                               "worker would wait for its own queue")
+        context = self._context()
+        started = context.clock.monotonic()
+        message_id = self.send_request_async(target, message)
+        try:
+            response = client.wait_for_response(context.store, message_id, target, seconds,
+                                                clock=context.clock, poll=context.poll,
+                                                stop=context.stop)
+        except CallTimedOut:
+            if context.stop.is_set():
+                raise Interrupted(f"{self.name}: the daemon is stopping while it waits for "
+                                  f"message {message_id} to {target!r}") from None
+            raise
+        if self.settings.get("trace"):
+            self.log_trace(f"{target} answered message {message_id} in "
+                           f"{context.clock.monotonic() - started:.3f} s")
+        return response
+
+    # -- helpers -------------------------------------------------------------------------
+    def _accept(self, context: ProcessContext, target: str,
+                body: Message | dict[str, Any] | str, key: str | None) -> Accepted:
+        return client.accept_message(context.store, context.production(), target, body,
+                                     source=self.name, session_id=self.session_id,
+                                     idempotency_key=key, now=context.clock.now())
+
+    def _ours(self, context: ProcessContext, message_id: int) -> bool:
+        row = context.store.get_message(message_id)
+        return row is not None and (row.source, row.session_id) == (self.name,
+                                                                     self.session_id)
+
+    def _context(self) -> ProcessContext:
+        if self.context is None:
+            raise ProcessError(f"process {self.name} is not bound to a production: run it "
+                               "in a daemon, or bind() a ProcessContext in tests")
+        return self.context
+
+    def _run_of_attempt(self) -> int:
+        """The first attempt of the chain of interrupted attempts that ends with the one in
+        hand: its calls' keys are the ones to re-attach to."""
+        # engine.worker imports the adapters, which import this package: not at the top
+        from engine.worker import CRASH_TEXT  # the text of an attempt cut off by a stop
+
+        run = self.retry_count
+        if run <= 1 or self.context is None or self.message_id is None:
+            return max(run, 1)
+        for attempt in reversed(self.context.store.attempts(self.message_id)):
+            if attempt.attempt >= self.retry_count:
+                continue
+            if attempt.error_text != CRASH_TEXT:
+                break
+            run = attempt.attempt
+        return run
+
+
+def _body(message: Message | Mapping[str, Any] | str) -> Message | dict[str, Any] | str:
+    """What to validate against the target's request class: a JsonMessage as its data
+    (a typed target then gets its own class), other messages and JSON text as they are."""
+    if isinstance(message, JsonMessage):
+        return message.to_dict()
+    return message if isinstance(message, (Message, str)) else dict(message)
+
+
+def _seconds(timeout: float | timedelta | None) -> float:
+    if timeout is None:
+        return math.inf
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+    if math.isnan(seconds) or seconds < 0:
+        raise ValueError(f"timeout must be None or ≥ 0 seconds, got {timeout!r}")
+    return seconds

@@ -1,0 +1,87 @@
+"""Router: a ready-made business process that sends each request to the target of the
+first rule it matches (DESIGN.md §10).
+
+.. code-block:: toml
+
+    [[items]]
+    name = "Router"
+    class = "engine.router:Router"
+    pool_size = 4                    # messages routed at once: each waits for its target
+    [items.settings]
+    rules = [
+      {field = "country", equals = "PT", target = "PaymentsPT"},
+      {field = "amount", greater_than = 1000, target = "Review"},
+    ]
+    default_target = "Payments"      # when no rule matches; "" = the message ends in Error
+
+The rules (:mod:`engine.rules`) are checked when the production loads: an unknown operator,
+a rule without a target, a bad regular expression or a target that is not an item of the
+production is refused, naming the item and the rule. The router's response is the target's
+response; a target that fails makes the router's message fail with its error text.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from engine.errors import NoRoute
+from engine.host import EventSink, TargetRef
+from engine.message import JsonMessage
+from engine.process import PROCESS_SETTINGS, BusinessProcess
+from engine.rules import check_rules, first_match, parse_rules
+from engine.settings import Setting
+
+ROUTER_SETTINGS: tuple[Setting, ...] = (
+    *PROCESS_SETTINGS,
+    Setting(name="rules", kind=list, default=[], check=check_rules,
+            help='routing rules, first match wins: [{field = "country", equals = "PT", '
+                 'target = "PaymentsPT"}, ...]; operators: equals, not_equals, in, '
+                 "greater_than, less_than, matches, exists"),
+    Setting(name="default_target", kind=str, default="",
+            help='the item that gets requests no rule matches; "" = none: such a request '
+                 "ends in Error"),
+    Setting(name="timeout", kind=float, default=0.0, minimum=0,
+            help="seconds to wait for the target's response; 0 = no limit"),
+)
+
+
+class Router(BusinessProcess):
+    """Routes each JSON request to the target of the first matching rule, else to
+    ``default_target``, and answers with the target's response."""
+
+    SETTINGS = ROUTER_SETTINGS
+    request_class = JsonMessage
+
+    def __init__(self, name: str, settings: Mapping[str, Any], *,
+                 events: EventSink | None = None, **kwargs: Any) -> None:
+        super().__init__(name, settings, events=events, **kwargs)
+        self.rules = parse_rules(self.settings["rules"])
+        self.default_target = str(self.settings["default_target"])
+        self.timeout = float(self.settings["timeout"]) or None
+
+    @classmethod
+    def declared_targets(cls, settings: Mapping[str, Any]) -> tuple[TargetRef, ...]:
+        refs = [TargetRef("rules", rule.label, rule.target)
+                for rule in parse_rules(settings["rules"])]
+        if settings["default_target"]:
+            refs.append(TargetRef("default_target", "default_target",
+                                  settings["default_target"]))
+        return tuple(refs)
+
+    def on_request(self, request: JsonMessage) -> Any:
+        target = self.route(request.to_dict())
+        return self.send_request_sync(target, request, timeout=self.timeout)
+
+    def route(self, body: Any) -> str:
+        """The target for ``body``; raises NoRoute when no rule matches and there is no
+        default target."""
+        rule = first_match(self.rules, body)
+        if rule is not None:
+            if self.settings["trace"]:
+                self.log_trace(f"{rule.label} matched: routed to {rule.target}")
+            return rule.target
+        if not self.default_target:
+            raise NoRoute(f"no rule matched and {self.name} has no default_target")
+        if self.settings["trace"]:
+            self.log_trace(f"no rule matched: routed to {self.default_target}")
+        return self.default_target
