@@ -160,8 +160,7 @@ class MessageWorker:
         host.retry, host.suspend_message, host.retry_count = False, False, number
         started, started_at = self.clock.monotonic(), self.clock.now()
         attempt_id = begun if begun is not None else self.store.begin_attempt(
-            row.id, number, started_at=started_at, durable=not self.policy.idempotent,
-            token=row.claim_token)
+            row.id, number, started_at=started_at, token=row.claim_token)
         attempt = _Attempt(number=number, started=started, ended=started, attempt_id=attempt_id,
                            started_at=started_at)
         if adapter is not None:

@@ -53,3 +53,10 @@ def _sqlite_on_begin(conn: Any) -> None:
     # with WAL they never wait for a writer.
     read_only = conn.get_execution_options().get(READ_ONLY, False)
     conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+def reason_of(exc: BaseException) -> str:
+    """The driver's reason for a database error, in one line: never the SQL statement or
+    its bound parameters (message bodies), which SQLAlchemy appends to its messages."""
+    lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

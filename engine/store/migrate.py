@@ -19,6 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 import migrations
 from engine.errors import StoreError
+from engine.store.database import reason_of
 
 MIGRATION_LOCK_KEY = 0x456E636F7265  # pg_advisory_lock key held during an upgrade ("Encore")
 
@@ -47,7 +48,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
                 lock.execute(text("SELECT pg_advisory_unlock(:key)"),
                              {"key": MIGRATION_LOCK_KEY})
     except SQLAlchemyError as exc:
-        raise StoreError(f"database upgrade failed: {exc}") from exc
+        raise StoreError(f"database upgrade failed: {reason_of(exc)}") from exc
 
 
 def check(engine: Engine) -> None:
@@ -56,7 +57,7 @@ def check(engine: Engine) -> None:
     try:
         current = current_revision(engine)
     except SQLAlchemyError as exc:
-        raise StoreError(f"database unavailable: {exc}") from exc
+        raise StoreError(f"database unavailable: {reason_of(exc)}") from exc
     head = head_revision(engine)
     if current == head:
         return

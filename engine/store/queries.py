@@ -12,6 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from engine.clock import as_utc
 from engine.errors import StoreError
+from engine.store.database import reason_of
 from engine.store.models import FINAL_STATUSES, daemon, event_log, message_header
 from engine.store.sql import SqlStore
 
@@ -104,9 +105,7 @@ def _reading(store: SqlStore) -> Iterator[Connection]:
         with store.engine.connect() as conn:
             yield conn
     except SQLAlchemyError as exc:
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        raise StoreError(f"database error: {reason[0] if reason else type(exc).__name__}"
-                         ) from exc
+        raise StoreError(f"database error: {reason_of(exc)}") from exc
 
 
 def _plain(row: Any) -> dict[str, Any]:

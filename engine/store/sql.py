@@ -21,7 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from engine.clock import as_utc, utcnow
 from engine.errors import ClaimLost, StoreError
 from engine.store import migrate
-from engine.store.database import READ_ONLY, create_db_engine
+from engine.store.database import READ_ONLY, create_db_engine, reason_of
 from engine.store.eventlog import SqlEventLog
 from engine.store.hotpath import (Accepted, Claimed, Completion, HotPath, PostgresHotPath,
                                   SqliteHotPath)
@@ -198,10 +198,10 @@ class SqlStore:
         ``token``: the claim's fencing token; raises ClaimLost (and records nothing) when the
         message's claim is no longer that one, so that nothing is sent.
 
-        ``durable``: the commit reaches disk before the request can leave, so that even a
-        database server crash cannot hide an attempt that may have reached the service —
-        needed for non-idempotent items. For idempotent ones a lost record only means the
-        request may be sent once more, which they allow.
+        ``durable`` (the default, and what the worker uses): the commit reaches disk before
+        the request can leave, so that even a database server crash cannot hide an attempt
+        that may have reached the service. That commit also makes every earlier
+        asynchronous one durable.
         """
         h = message_header.c
         with self._tx(durable=durable) as conn:
@@ -471,8 +471,14 @@ class SqlStore:
         return _Transaction(self.engine, durable=durable or not self.is_postgres)
 
     def _read(self) -> Any:
-        """A connection for reads only (on SQLite: no write lock)."""
-        return self.engine.connect().execution_options(**{READ_ONLY: True})
+        """A connection for reads only (on SQLite: no write lock: ``log --follow``,
+        ``status`` and metrics scrapes never wait for writers)."""
+        return _Transaction(self.engine, read_only=True)
+
+    def read(self) -> Any:
+        """A read-only connection for the store's sibling modules (queries, the viewer),
+        with errors turned into StoreError as every store method does."""
+        return self._read()
 
 
 def _check_claim(changed: int, ident: int, token: int | None, what: str = "message") -> None:
@@ -483,26 +489,32 @@ def _check_claim(changed: int, ident: int, token: int | None, what: str = "messa
 
 
 class _Transaction:
-    """``engine.begin()`` that turns SQLAlchemy errors into StoreError with the cause."""
+    """``engine.begin()`` (or a read-only connection) that turns SQLAlchemy errors into
+    StoreError with the driver's reason — never the statement or its parameters."""
 
-    def __init__(self, engine: Engine, *, durable: bool = True) -> None:
-        self._cm = engine.begin()
+    def __init__(self, engine: Engine, *, durable: bool = True, read_only: bool = False
+                 ) -> None:
+        self._engine = engine
+        self._read_only = read_only
         self._durable = durable
+        self._cm: Any = None
 
     def __enter__(self) -> Any:
         try:
+            self._cm = (self._engine.connect().execution_options(**{READ_ONLY: True})
+                        if self._read_only else self._engine.begin())
             conn = self._cm.__enter__()
             if not self._durable:
                 conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
             return conn
         except SQLAlchemyError as exc:
-            raise StoreError(f"database unavailable: {exc}") from exc
+            raise StoreError(f"database unavailable: {reason_of(exc)}") from exc
 
     def __exit__(self, *exc_info: Any) -> bool:
         try:
             self._cm.__exit__(*exc_info)
         except SQLAlchemyError as exc:
-            raise StoreError(f"database error: {exc}") from exc
+            raise StoreError(f"database error: {reason_of(exc)}") from exc
         if exc_info[0] is not None and issubclass(exc_info[0], SQLAlchemyError):
-            raise StoreError(f"database error: {exc_info[1]}") from exc_info[1]
+            raise StoreError(f"database error: {reason_of(exc_info[1])}") from exc_info[1]
         return False

@@ -12,12 +12,14 @@ import pytest
 from engine.clock import SystemClock, VirtualClock, utcnow
 from engine.cluster import (LEADER, DatabaseClock, LeaseKeeper, item_lease_name, pid_namespace,
                             reap_dead_local_daemons)
+from engine.daemon import Daemon
 from engine.errors import StoreError
 from engine.item import ItemRunner
 from engine.production import parse_production
 from engine.store.notify import QueueListener
 from engine.store.sql import Claimed, Completion, SqlStore
 from tests.acceptance.daemon import wait_until
+from tests.servers import HttpTestServer, respond
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 LEASE = 10.0  # seconds
@@ -291,3 +293,30 @@ def test_only_a_daemon_of_this_pid_namespace_is_judged_by_its_pid(
     row = store.get_message(mid)
     assert (row.status, row.claimed_by) == (("Queued", None) if reaped else ("Delivered", "peer"))
     assert (store.leases.get("item:A") is None) is reaped
+
+
+def test_a_claim_orphaned_by_a_lost_commit_expires_and_its_message_finishes(
+        store: SqlStore, database_url: str) -> None:
+    # A claim (with attempt 1 begun) committed, but its daemon never learned of it — as when a
+    # commit is acknowledged and then lost in a database crash, or a worker moved on. The
+    # heartbeat renews only the claims the daemon really holds, so this one expires.
+    with HttpTestServer({"/x": respond(200, "ok")}) as server:
+        production = parse_production(
+            f'[production]\nname = "P"\ndatabase = "{database_url}"\npoll_interval = 0.05\n'
+            f'lease_seconds = 1.5\n[[items]]\nname = "Orphan"\n'
+            f'class = "operations.http:HttpOperation"\n'
+            f'[items.settings]\nurl = "{server.url}/x"\nretry_interval = 0.1\n', env={})
+        (mid,) = store.enqueue_many(target="Orphan", bodies=[
+            ("operations.http:HttpRequest", '{"method": "GET"}')])
+        daemon = Daemon(production, store=store, env={})
+        (orphan,) = store.claim("Orphan", owner=daemon.id, now=utcnow(), lease_seconds=1.5,
+                                begin=True)
+        assert orphan.begun is not None
+        daemon.start()
+        try:
+            wait_until(lambda: store.get_message(mid).status == "Completed", 20,
+                       "the orphaned claim to expire and the message to finish")
+        finally:
+            daemon.stop()
+    first, second = store.attempts(mid)
+    assert first.error_text.startswith("outcome unknown") and second.outcome == "ok"

@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 from sqlalchemy.pool import StaticPool
 
 from engine.errors import StoreError
+from engine.store.database import reason_of
 from engine.store.rows import MessageRow
 
 MAX_IDLE_CONNECTIONS = 8  # driver connections kept open between steps, per store
@@ -151,7 +152,7 @@ class HotPath:
             return func()
         except Exception as exc:
             if self._is_driver_error(exc):
-                raise StoreError(f"database error: {exc}") from exc
+                raise StoreError(f"database error: {reason_of(exc)}") from exc
             raise
 
     def dispose(self) -> None:

@@ -128,7 +128,8 @@ class PostgresHotPath(HotPath):
         params = self._claim_params(target, owner=owner, now=now, lease_seconds=lease_seconds,
                                     limit=limit, fifo=fifo, begin=begin, enabled=enabled)
         params["held"] = list(held)
-        rows = self._run(self._CLAIM_FIFO if fifo else self._CLAIM_ANY, params)
+        # attempts begun with the claim are on disk before any of their requests leaves
+        rows = self._run(self._CLAIM_FIFO if fifo else self._CLAIM_ANY, params, durable=begin)
         width = len(_COLUMNS)
         return [Claimed(MessageRow(**dict(zip(_COLUMNS, r[:width]))),
                         None if r[-1] is None else int(r[-1])) for r in rows]

@@ -144,7 +144,8 @@ class SqliteHotPath(HotPath):
         params = self._claim_params(now=now, **{k: v for k, v in claim.items() if k != "held"})
         params["now"], params["expires"] = _sqlite_time(now), _sqlite_time(params["expires"])
         params["held"] = _json_ids(claim.get("held", ()))
-        with self._transaction() as cur:
+        # attempts begun with the claim are on disk before any of their requests leaves
+        with self._transaction(durable=params["begin"]) as cur:
             def step() -> tuple[list[int], list[Claimed]]:
                 done = self._complete(cur, completions, params["now"]) if completions else []
                 return done, self._claim(cur, params)
