@@ -7,11 +7,13 @@ from the TOML file named by ``ENCORE_CREDENTIALS_FILE`` (a ``[payments]`` table 
 """
 from __future__ import annotations
 
+import base64
 import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 from engine.errors import ConfigurationError
 
@@ -27,8 +29,22 @@ class Credentials:
     name: str = ""  # the credentials name they were resolved from
 
     def redact(self, text: str) -> str:
-        """``text`` with the password replaced by ``***``."""
-        return text.replace(self.password, "***") if self.password else text
+        """``text`` with the password replaced by ``***`` in every form it takes on the
+        wire: as it is, URL-encoded, and inside the Basic ``base64(user:password)`` value
+        (with or without its padding) — a server that echoes the ``Authorization`` header
+        back in an error page must not put the secret in the event log."""
+        for secret in self.secret_forms():
+            text = text.replace(secret, "***")
+        return text
+
+    def secret_forms(self) -> list[str]:
+        """Every encoding of the secret to hide, longest first (so no part of one is left)."""
+        if not self.password:
+            return []
+        basic = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+        forms = {self.password, quote(self.password, safe=""), quote_plus(self.password),
+                 basic, basic.rstrip("=")}
+        return sorted(forms, key=len, reverse=True)
 
 
 def variable_prefix(name: str) -> str:

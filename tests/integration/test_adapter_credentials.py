@@ -102,3 +102,27 @@ def test_soap_can_send_credentials_as_http_basic_instead(tmp_path):
         adapter.invoke("echo", {"text": "x"})
     assert srv.posts[0].headers["Authorization"].startswith("Basic ")
     assert "UsernameToken" not in srv.posts[0].body.decode()
+
+
+def echo_authorization(handler, record) -> None:
+    """A 401 page that echoes the request's Authorization header, as some servers do."""
+    echoed = f"denied: Authorization: {record.headers.get('Authorization')}; pw={PASSWORD}"
+    respond(401, echoed)(handler, record)
+
+
+def test_a_401_page_echoing_the_basic_header_leaks_no_form_of_the_secret():
+    with HttpTestServer({"/echo": echo_authorization}) as srv:
+        adapter = HttpAdapter({"url": srv.url, "credentials": "payments-eu"}, item_name="Pay",
+                              env=ENV)
+        adapter.start()
+        attempt(adapter)
+        with pytest.raises(HttpStatusError) as caught:
+            adapter.send("GET", "/echo")
+        adapter.end_attempt()
+        sent = srv.requests[0].headers["Authorization"]
+    basic = base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
+    assert sent == f"Basic {basic}"  # the server did get the credentials
+    text = str(caught.value)
+    assert "denied" in text and "***" in text
+    for secret in (PASSWORD, basic, basic.rstrip("="), basic[:-4]):
+        assert secret not in text
