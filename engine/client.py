@@ -1,6 +1,8 @@
 """Putting messages into a production from outside a host (the CLI, scripts, tests)."""
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -10,7 +12,7 @@ from engine.errors import ConfigurationError, MessageError
 from engine.message import Message
 from engine.production import ProductionConfig
 from engine.store.models import FINAL_STATUSES
-from engine.store.sql import MessageRow, SqlStore
+from engine.store.sql import Accepted, MessageRow, SqlStore
 
 TERMINAL = (*FINAL_STATUSES, "Suspended")
 
@@ -26,6 +28,40 @@ def send_message(store: SqlStore, production: ProductionConfig, target: str,
     message = _validated(request_class, body)
     return store.enqueue(target=target, body_class=type(message).class_name(),
                          body=message.to_json(), source=source, now=now)
+
+
+def accept_message(store: SqlStore, production: ProductionConfig, target: str,
+                   body: str | dict[str, Any] | Message, *, source: str,
+                   idempotency_key: str | None = None, now: datetime | None = None) -> Accepted:
+    """:func:`send_message` with an ``idempotency_key`` (intake through the API): validate
+    ``body``, then commit it, or find the message already committed with that key for
+    ``target``. Raises MessageError, and creates nothing, for an unknown target or a body
+    that does not fit."""
+    request_class = _request_class(production, target)
+    message = _validated(request_class, body)
+    return store.accept(target=target, body_class=type(message).class_name(),
+                        body=message.to_json(), source=source, now=now,
+                        idempotency_key=idempotency_key)
+
+
+def decode_body(text: str, *, where: str) -> Any:
+    """``text`` as JSON; MessageError naming ``where`` if it is not JSON or holds NaN or an
+    infinity (JSON has neither; DESIGN §4, "Numbers")."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except ValueError as exc:
+        raise MessageError(f"{where}: body is not valid JSON: {exc}") from exc
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large for a finite number")
+    return value
 
 
 def send_messages(store: SqlStore, production: ProductionConfig, target: str,
