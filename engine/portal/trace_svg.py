@@ -30,11 +30,11 @@ COLUMN = 190  # px between participants
 EVENTS_WIDTH = 440  # px of the events column
 TARGET_HEIGHT = 560  # px the whole time line is scaled to
 MAX_SCALE = 400.0  # px per second: short sessions are not stretched past it
-BOTTOM = 40  # px below the last instant
+BOTTOM = 48  # px below the last instant
 OK, FAIL, NEUTRAL = "#2e7d32", "#c62828", "#37474f"
 EVENT_COLOURS = {"Error": FAIL, "Alert": FAIL, "Assert": FAIL, "Warning": "#ef6c00",
                  "Info": "#1565c0", "Trace": "#757575"}
-TEXT_LIMIT = 90  # characters of an event or error shown in the picture
+TEXT_LIMIT = 64  # characters of an event or error shown in the picture (all in its tooltip)
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,8 @@ def _columns(svg: ET.Element, columns: Mapping[str, float], height: float) -> No
         ET.SubElement(group, "rect", {"x": str(x - COLUMN / 2 + 8), "y": "8",
                                       "width": str(COLUMN - 16), "height": "30", "rx": "4",
                                       "fill": "#eceff1", "stroke": "#90a4ae"})
-        _text(group, x, 28, _short(name, 26), anchor="middle", weight="bold")
+        label = _text(group, x, 28, _short(name, 26), anchor="middle", weight="bold")
+        ET.SubElement(label, "title").text = name
         ET.SubElement(group, "line", {"x1": str(x), "y1": "38", "x2": str(x),
                                       "y2": str(height - 10), "stroke": "#b0bec5",
                                       "stroke-dasharray": "4 4"})
@@ -164,8 +165,10 @@ def _message(svg: ET.Element, m: Mapping[str, Any], columns: Mapping[str, float]
     if m["kind"] == "request" and m["time_completed"] and m["status"] != "Completed":
         colour = FAIL if m["status"] == "Error" else NEUTRAL
         reason = f": {m['error_text']}" if m["error_text"] else ""
-        _text(svg, end + 8, scale.y(m["time_completed"]) + 14,
-              _short(f"{m['status']}{reason}", 40), colour=colour, weight="bold")
+        ending = _text(svg, end + 10, scale.y(m["time_completed"]) + 30,
+                       _short(f"message {m['id']} {m['status']}{reason}", 48), colour=colour,
+                       weight="bold")
+        ET.SubElement(ending, "title").text = f"{m['status']}{reason}"
 
 
 def _attempts(svg: ET.Element, m: Mapping[str, Any], attempts: Sequence[AttemptRow],
@@ -241,6 +244,7 @@ def _events(svg: ET.Element, events: Sequence[Mapping[str, Any]], columns: Mappi
         entry = _text(group, x + 10, text_y, _short(f"[{e['type']}] {e['text']}", TEXT_LIMIT),
                       colour=colour, size=11)
         entry.set("data-event", str(e["id"]))
+        ET.SubElement(entry, "title").text = f"[{e['type']}] {e['text']}"
 
 
 def _text(parent: ET.Element, x: float, y: float, text: str, *, anchor: str = "start",
