@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -117,6 +118,9 @@ async def message_action(request: Request) -> Response:
     who = await run_in_threadpool(api_user, request, "operator")
     portal = portal_of(request)
     message_id, action = request.path_params["message_id"], request.path_params["action"]
+    if action not in actions.MESSAGE_ACTIONS:
+        raise HTTPException(404, f"no action {action!r}; expected one of "
+                                 f"{', '.join(actions.MESSAGE_ACTIONS)}")
     shown = await run_in_threadpool(actions.act_on_message, portal.store, portal.items, who,
                                     action, message_id)
     row = await run_in_threadpool(portal.store.get_message, message_id)
@@ -131,7 +135,7 @@ async def item_action(request: Request) -> Response:
     portal = portal_of(request)
     name, action = request.path_params["name"], request.path_params["action"]
     if action not in ("enable", "disable"):
-        raise OperatorError(f"unknown action {action!r}; expected enable or disable")
+        raise HTTPException(404, f"no action {action!r}; expected enable or disable")
     await run_in_threadpool(actions.set_item_enabled, portal.store, portal.items, who, name,
                             action == "enable")
     return reply({"item": name, "enabled": action == "enable"})

@@ -11,6 +11,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -188,7 +189,7 @@ async def message_action(request: Request) -> Response:
     portal = portal_of(request)
     message_id, action = request.path_params["message_id"], request.path_params["action"]
     if action not in actions.MESSAGE_ACTIONS:
-        raise OperatorError(f"unknown action {action!r}")
+        raise HTTPException(404, f"no action {action!r}")
     if not _confirmed(form):
         return _confirm(request, portal, user, f"{action.capitalize()} message {message_id}?",
                         request.url.path)
@@ -202,7 +203,7 @@ async def item_action(request: Request) -> Response:
     portal = portal_of(request)
     name, action = request.path_params["name"], request.path_params["action"]
     if action not in ("enable", "disable"):
-        raise OperatorError(f"unknown action {action!r}; expected enable or disable")
+        raise HTTPException(404, f"no action {action!r}; expected enable or disable")
     if not _confirmed(form):
         return _confirm(request, portal, user, f"{action.capitalize()} item {name}?",
                         request.url.path)

@@ -17,9 +17,9 @@ def production_view(portal: Portal) -> dict[str, Any]:
     """``{"items": [...], "daemons": [...], "leader": id | None, "now": time}``."""
     store, production = portal.store, portal.production
     now = store.db_now()
-    status = viewer.production_status(store, portal.items)
+    status = viewer.production_status(store, portal.items, now=now)
     overrides = store.item_overrides()
-    holders = {lease.name: lease.owner for lease in store.leases.all() if lease.expires_at >= now}
+    holders = status.leases
     items = []
     for item in production.items:
         s = status.items[item.name]

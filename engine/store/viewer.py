@@ -9,17 +9,20 @@ backwards from the cursor until the page is full.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, func, or_, select
+from sqlalchemy import Connection, Select, func, or_, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from engine.clock import as_utc
-from engine.store.models import (FINAL_STATUSES, daemon, event_log, item_breaker,
+from engine.errors import StoreError
+from engine.store.models import (FINAL_STATUSES, daemon, event_log, item_breaker, lease,
                                  message_attempt, message_header)
-from engine.store.queries import _plain, _reading
+from engine.store.queries import _plain
 from engine.store.rows import AttemptRow
 from engine.store.sql import SqlStore
 
@@ -196,12 +199,18 @@ class ItemStatus:
 class ProductionStatus:
     items: dict[str, ItemStatus] = field(default_factory=dict)
     daemons: list[dict[str, Any]] = field(default_factory=list)
+    leases: dict[str, str] = field(default_factory=dict)  # lease name -> owner, unexpired
 
 
-def production_status(store: SqlStore, items: Sequence[str]) -> ProductionStatus:
-    """The queues of ``items`` (a few indexed queries each) and every registered daemon."""
+def production_status(store: SqlStore, items: Sequence[str], *,
+                      now: datetime) -> ProductionStatus:
+    """The queues of ``items`` (a few indexed queries each), every registered daemon, and
+    the leases unexpired at ``now`` (read only: no write lock, even on SQLite)."""
     status = ProductionStatus()
     with _reading(store) as conn:
+        status.leases = {r.name: r.owner for r in conn.execute(
+            select(lease.c.name, lease.c.owner, lease.c.expires_at))
+            if as_utc(r.expires_at) >= now}
         breakers = {r["config_name"]: _plain(r)
                     for r in conn.execute(select(item_breaker)).mappings()}
         for name in items:
@@ -233,6 +242,21 @@ def _item_status(conn: Any, name: str) -> ItemStatus:
     ).mappings().first()
     one.last_error = None if error is None else _plain(error)
     return one
+
+
+# -- reading -----------------------------------------------------------------------------
+@contextmanager
+def _reading(store: SqlStore) -> Iterator[Connection]:
+    """A read-only connection (on SQLite a plain BEGIN: the portal never takes the write
+    lock to read, so it never holds up a daemon); driver errors come out as StoreError
+    without the SQL or its parameters."""
+    try:
+        with store._read() as conn:
+            yield conn
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        raise StoreError(f"database error: {reason[0] if reason else type(exc).__name__}"
+                         ) from exc
 
 
 # -- paging ------------------------------------------------------------------------------

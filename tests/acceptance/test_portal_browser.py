@@ -52,8 +52,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Site(str):
+    """The portal's base URL, which also knows its database's URL (``.database``)."""
+
+    database: str
+
+
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     """The portal's base URL over a database the seed scenario filled."""
     root = tmp_path_factory.mktemp("portal")
     db = root / "encore.db"
@@ -66,7 +72,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = (root / "portal.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "portal", "--port", str(port)],
                             cwd=root, env=cli_env(), stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+    base = Site(f"http://127.0.0.1:{port}")
+    base.database = f"sqlite:///{db}"
     try:
         _wait_for(base, proc)
         yield base
@@ -191,3 +198,19 @@ def test_a_viewer_sees_no_action_button_and_the_server_refuses_a_forged_one(
         return response.status;
     }""", message_id)
     assert status == 403
+
+
+def test_the_event_log_follows_new_events_without_a_reload(page: Any, site: Site) -> None:
+    from engine.store.sql import SqlStore
+
+    log_in(page, site, "vera", "/events?follow=1")
+    assert page.is_checked("#follow")
+    store = SqlStore(site.database)
+    try:
+        store.events.write("Warning", "written while the page was open", config_name="Seed")
+    finally:
+        store.dispose()
+    first_row = page.locator("#event-rows tr").first
+    sync_api.expect(first_row).to_contain_text("written while the page was open",
+                                               timeout=UI_TIMEOUT)
+    assert page.url == f"{site}/events?follow=1"  # no reload: the script added the row

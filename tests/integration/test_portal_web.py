@@ -305,7 +305,7 @@ def test_the_production_page_counts_each_item_s_queue(client: TestClient,
         send(store)
     finish(store, send(store))
     login(client, "vera")
-    status = viewer.production_status(store, ["Echo", "Other"])
+    status = viewer.production_status(store, ["Echo", "Other"], now=store.db_now())
     assert status.items["Echo"].queued == 3 and status.items["Other"].queued == 0
     assert status.items["Echo"].last_error is None  # finish() writes no event
     page = client.get("/?fragment=1").text
