@@ -105,23 +105,12 @@ def portal_of(request: Request) -> Portal:
 def _templates() -> Jinja2Templates:
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                                      autoescape=True)
-    environment.filters.update(ts=_timestamp, age=_age, pretty=_pretty_json, short=_short)
+    environment.filters.update(ts=_timestamp, pretty=_pretty_json, short=_short)
     return Jinja2Templates(env=environment)
 
 
 def _timestamp(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if value else "–"
-
-
-def _age(value: datetime | None, now: datetime | None = None) -> str:
-    """How long ago ``value`` was: ``4 s``, ``12 min``, ``3 h``, ``2 d``."""
-    if value is None:
-        return "–"
-    seconds = max(((now or utcnow()) - value).total_seconds(), 0)
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size * 2:
-            return f"{seconds / size:.0f} {unit}"
-    return f"{seconds:.0f} s"
 
 
 def _pretty_json(text: str | None) -> str:

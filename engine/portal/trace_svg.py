@@ -28,6 +28,7 @@ TOP = 74  # px: headers above the first instant
 LEFT = 20  # px
 COLUMN = 190  # px between participants
 EVENTS_WIDTH = 440  # px of the events column
+EVENTS_GAP = 24  # px between the last column and the events (room for "late reply discarded")
 TARGET_HEIGHT = 560  # px the whole time line is scaled to
 MAX_SCALE = 400.0  # px per second: short sessions are not stretched past it
 BOTTOM = 48  # px below the last instant
@@ -56,7 +57,7 @@ def render_trace(messages: Sequence[Mapping[str, Any]],
     columns = _participants(messages, attempts)
     scale = _scale(messages, attempts, events)
     height = scale.y(_last_time(messages, attempts, events)) + BOTTOM
-    width = LEFT + COLUMN * len(columns) + EVENTS_WIDTH
+    width = LEFT + COLUMN * len(columns) + EVENTS_GAP + EVENTS_WIDTH
     svg = ET.Element("svg", {"xmlns": "http://www.w3.org/2000/svg", "class": "trace",
                              "width": str(width), "height": str(height),
                              "viewBox": f"0 0 {width} {height}", "role": "img",
@@ -66,7 +67,7 @@ def render_trace(messages: Sequence[Mapping[str, Any]],
     for m in messages:
         _message(svg, m, columns, scale)
         _attempts(svg, m, attempts.get(m["id"], ()), columns, scale)
-    _events(svg, events, columns, scale, x=LEFT + COLUMN * len(columns))
+    _events(svg, events, columns, scale, x=LEFT + COLUMN * len(columns) + EVENTS_GAP)
     return ET.tostring(svg, encoding="unicode")
 
 
