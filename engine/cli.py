@@ -4,7 +4,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import os
 import sys
 import time
@@ -16,7 +15,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from engine import report
-from engine.client import send_message, send_messages, wait_for
+from engine.client import decode_body, send_message, send_messages, wait_for
 from engine.clock import utcnow
 from engine.errors import ConfigurationError, EncoreError, MessageError, StoreError
 from engine.production import ProductionConfig, find_production_file, load_production
@@ -265,23 +264,8 @@ def _read_body_option(value: str) -> str:
 
 
 def _decode_body(text: str, *, where: str) -> Any:
-    """``text`` as JSON; MessageError naming ``where`` if it is not JSON or holds NaN or an
-    infinity (JSON has neither; DESIGN §4, "Numbers")."""
-    try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
-    except ValueError as exc:
-        raise MessageError(f"{where}: body is not valid JSON: {exc}") from exc
-
-
-def _refuse_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} is too large for a finite number")
-    return value
+    """``text`` as JSON (see :func:`engine.client.decode_body`)."""
+    return decode_body(text, where=where)
 
 
 def _decode_lines(lines: TextIO, *, name: str) -> list[tuple[int, Any]]:
@@ -478,11 +462,13 @@ def _safe_url(url: str) -> str:
 def _register_optional_commands() -> None:
     from engine.demo import demo
     from engine.operator_cli import register
+    from engine.portal.cli import register as register_portal
     from engine.simulate import simulate_command
 
     main.add_command(simulate_command)
     main.add_command(demo)
     register(main)
+    register_portal(main)
 
 
 _register_optional_commands()

@@ -1,6 +1,8 @@
 """Putting messages into a production from outside a host (the CLI, scripts, tests)."""
 from __future__ import annotations
 
+import json
+import math
 import threading
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -40,6 +42,26 @@ def accept_message(store: SqlStore, production: ProductionConfig, target: str,
     return store.accept(target=target, body_class=type(message).class_name(),
                         body=message.to_json(), source=source, session_id=session_id,
                         idempotency_key=idempotency_key, now=now)
+
+
+def decode_body(text: str, *, where: str) -> Any:
+    """``text`` as JSON; MessageError naming ``where`` if it is not JSON or holds NaN or an
+    infinity (JSON has neither; DESIGN §4, "Numbers")."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except ValueError as exc:
+        raise MessageError(f"{where}: body is not valid JSON: {exc}") from exc
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large for a finite number")
+    return value
 
 
 def send_messages(store: SqlStore, production: ProductionConfig, target: str,

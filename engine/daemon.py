@@ -78,6 +78,7 @@ class Daemon:
                                              events=self.events, leader=self.is_leader)
         self.metrics_server: MetricsServer | None = None
         self.listener: QueueListener | None = None
+        self.portal: Any = None  # engine.portal.server.PortalServer, with [portal]
 
     @property
     def heartbeat_interval(self) -> float:
@@ -109,6 +110,12 @@ class Daemon:
             self._start_item(item)
         self._start_scheduler()
         self._start_metrics()
+        if self.production.portal is not None:  # [portal]: the portal on a thread of ours
+            from engine.portal.server import PortalServer
+
+            self.portal = PortalServer(self.store, self.production, self.production.portal,
+                                       env=self.env)
+            self.portal.start()
         log.info("production %s started: %d item(s), daemon %s%s", self.production.name,
                  len(self.runners), self.id, " (leader)" if self.is_leader() else "")
 
@@ -256,6 +263,8 @@ class Daemon:
         claims of attempts still in flight are not taken over meanwhile. Returns True when
         every worker stopped in time."""
         deadline = self.clock.monotonic() + self.production.shutdown_timeout
+        if self.portal is not None:  # intake first: the portal's API takes messages in
+            self.portal.stop()
         self.scheduler.stop_services()
         for runner in self.runners.values():
             runner.request_stop()

@@ -42,6 +42,16 @@ PRODUCTION_SETTINGS: tuple[Setting, ...] = (
             help="days finished messages are kept before the scheduler purges them; 0 = forever"),
 )
 
+PORTAL_SETTINGS: tuple[Setting, ...] = (
+    Setting(name="host", kind=str, default="127.0.0.1",
+            help="address the management portal listens on (loopback by default)"),
+    Setting(name="port", kind=int, default=8080, minimum=1,
+            help="port of the management portal and JSON API"),
+    Setting(name="tls_cert", kind=str, default="",
+            help="PEM certificate file; with tls_key, the portal serves HTTPS"),
+    Setting(name="tls_key", kind=str, default="", help="PEM private key file of tls_cert"),
+)
+
 ITEM_KEYS: tuple[Setting, ...] = (
     Setting(name="name", kind=str),
     Setting(name="class", kind=str),
@@ -64,6 +74,21 @@ class ItemConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PortalConfig:
+    """The ``[portal]`` table: where ``encore run`` (and, by default, ``encore portal``)
+    serves the management portal. ``tls_cert`` and ``tls_key`` are both set or both ''."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    tls_cert: str = ""
+    tls_key: str = ""
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ProductionConfig:
     """A loaded production file."""
 
@@ -77,6 +102,7 @@ class ProductionConfig:
     metrics_host: str = "127.0.0.1"
     retention_days: float = 0
     alert_item: str = ""
+    portal: PortalConfig | None = None  # None: no [portal] table, `encore run` serves none
     path: Path | None = None
 
     def item(self, name: str) -> ItemConfig:
@@ -111,10 +137,10 @@ def parse_production(text: str, *, env: Mapping[str, str],
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"production file {str(path or '<text>')!r} is not valid TOML: "
                                  f"{exc}") from exc
-    unknown = sorted(set(doc) - {"production", "items"})
+    unknown = sorted(set(doc) - {"production", "items", "portal"})
     if unknown:
         raise ConfigurationError(f"unknown top-level table(s) {', '.join(unknown)}; "
-                                 "expected [production] and [[items]]")
+                                 "expected [production], [[items]] and [portal]")
     prod = validate_settings("[production]", doc.get("production", {}), PRODUCTION_SETTINGS)
     items = _load_items(doc.get("items", []))
     _check_targets(items)
@@ -128,7 +154,23 @@ def parse_production(text: str, *, env: Mapping[str, str],
                             shutdown_timeout=prod["shutdown_timeout"],
                             metrics_port=prod["metrics_port"], metrics_host=prod["metrics_host"],
                             retention_days=prod["retention_days"],
-                            alert_item=prod["alert_item"], path=path)
+                            alert_item=prod["alert_item"],
+                            portal=_load_portal(doc["portal"]) if "portal" in doc else None,
+                            path=path)
+
+
+def _load_portal(raw: Any) -> PortalConfig:
+    if not isinstance(raw, dict):
+        raise ConfigurationError("portal must be a table: [portal]")
+    keys = validate_settings("[portal]", raw, PORTAL_SETTINGS)
+    if bool(keys["tls_cert"]) != bool(keys["tls_key"]):
+        missing = "tls_key" if keys["tls_cert"] else "tls_cert"
+        raise ConfigurationError("tls_cert and tls_key go together: set both for HTTPS, or "
+                                 "neither", item="[portal]", key=missing)
+    if keys["port"] > 65535:
+        raise ConfigurationError(f"{keys['port']} is out of range; expected a port 1-65535",
+                                 item="[portal]", key="port")
+    return PortalConfig(**keys)
 
 
 def _load_items(raw_items: Any) -> tuple[ItemConfig, ...]:

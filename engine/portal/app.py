@@ -1,0 +1,204 @@
+"""The portal's ASGI application: :func:`create_app` over a store and a production.
+
+Pages (:mod:`engine.portal.pages`) and the JSON API (:mod:`engine.portal.api`,
+:mod:`engine.portal.intake`) share one :class:`Portal` — the store, the production, the
+authenticator and the templates — kept in ``app.state.portal``. Refusals are exceptions
+turned into responses in one place: JSON ``{"error": …}`` under ``/api/``, a page elsewhere
+(a missing session there is a redirect to ``/login``). Every response carries a strict
+Content-Security-Policy: the pages load nothing but their own CSS and JavaScript.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from engine.clock import utcnow
+from engine.errors import MessageError, OperatorError, StoreError
+from engine.portal.auth import (AuthError, Authenticator, Forbidden, LoginThrottled,
+                                NotAuthenticated, Principal, portal_secret)
+from engine.portal.filters import FilterError
+from engine.production import ProductionConfig
+from engine.store.sql import SqlStore
+
+log = logging.getLogger(__name__)
+
+HERE = Path(__file__).parent
+SECURITY_HEADERS = {
+    "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+                               "img-src 'self' data:; connect-src 'self'; form-action 'self'; "
+                               "frame-ancestors 'none'; base-uri 'none'",
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "same-origin",
+    "cache-control": "no-store",
+}
+
+
+@dataclass
+class Portal:
+    """What every route needs."""
+
+    store: SqlStore
+    production: ProductionConfig
+    auth: Authenticator
+    templates: Jinja2Templates
+    tls: bool = False
+
+    @property
+    def items(self) -> list[str]:
+        return [item.name for item in self.production.items]
+
+    def render(self, request: Request, template: str, context: Mapping[str, Any], *,
+               user: Principal | None, status_code: int = 200) -> Response:
+        """A page: ``template`` with ``context``, the user, and what their role allows."""
+        page = {"user": user, "can_act": bool(user and user.may("operator")),
+                "csrf": user.csrf if user else "", "production": self.production.name,
+                "now": utcnow(), **context}
+        return self.templates.TemplateResponse(request, template, page, status_code=status_code)
+
+
+def create_app(store: SqlStore, production: ProductionConfig, *, secret: str | None = None,
+               tls: bool = False, env: Mapping[str, str] | None = None) -> Starlette:
+    """The portal and API for ``production`` on ``store``. ``secret`` signs the session
+    cookies (default: ``$ENCORE_PORTAL_SECRET``, else random for this process); ``tls``
+    marks the session cookie Secure."""
+    from engine.portal import api, intake, pages
+
+    env = os.environ if env is None else env
+    auth = Authenticator(store, secret or portal_secret(env))
+    portal = Portal(store, production, auth, _templates(), tls=tls)
+    routes = [*pages.routes(), *api.routes(), *intake.routes(),
+              Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]
+    app = Starlette(routes=routes, middleware=[Middleware(SecurityHeaders)],
+                    exception_handlers={Exception: _server_error, HTTPException: _http_error,
+                                        AuthError: _auth_error, FilterError: _bad_request,
+                                        MessageError: _bad_request, OperatorError: _conflict,
+                                        StoreError: _unavailable})
+    app.state.portal = portal
+    return app
+
+
+def portal_of(request: Request) -> Portal:
+    portal: Portal = request.app.state.portal
+    return portal
+
+
+# -- templates ---------------------------------------------------------------------------
+def _templates() -> Jinja2Templates:
+    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
+                                     autoescape=True)
+    environment.filters.update(ts=_timestamp, pretty=_pretty_json, short=_short)
+    return Jinja2Templates(env=environment)
+
+
+def _timestamp(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if value else "–"
+
+
+def _pretty_json(text: str | None) -> str:
+    if text is None:
+        return ""
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except ValueError:
+        return text
+
+
+def _short(text: str | None, limit: int = 120) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+# -- refusals ----------------------------------------------------------------------------
+def _is_api(request: Request) -> bool:
+    return request.url.path.startswith("/api/")
+
+
+def error_response(request: Request, status: int, text: str,
+                   headers: Mapping[str, str] | None = None) -> Response:
+    """``{"error": text}`` for the API, the error page for a person."""
+    if _is_api(request):
+        return JSONResponse({"error": text}, status_code=status, headers=headers)
+    portal = portal_of(request)
+    user = getattr(request.state, "user", None)
+    response = portal.render(request, "error.html", {"status": status, "text": text},
+                             user=user, status_code=status)
+    response.headers.update(headers or {})
+    return response
+
+
+async def _auth_error(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, NotAuthenticated):
+        if _is_api(request):
+            return error_response(request, 401, str(exc), {"www-authenticate": "Bearer"})
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
+    if isinstance(exc, LoginThrottled):
+        return error_response(request, 429, str(exc),
+                              {"retry-after": str(int(exc.retry_after) + 1)})
+    status = 403 if isinstance(exc, Forbidden) else 400
+    return error_response(request, status, str(exc))
+
+
+async def _bad_request(request: Request, exc: Exception) -> Response:
+    return error_response(request, 400, str(exc))
+
+
+async def _conflict(request: Request, exc: Exception) -> Response:
+    status = 404 if "does not exist" in str(exc) or "no item named" in str(exc) else 409
+    return error_response(request, status, str(exc))
+
+
+async def _unavailable(request: Request, exc: Exception) -> Response:
+    log.error("portal: %s", exc)
+    return error_response(request, 503, "the database is unavailable; try again")
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return error_response(request, exc.status_code, str(exc.detail), exc.headers)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    log.exception("portal: unexpected error on %s", request.url.path)
+    return error_response(request, 500, "internal error; see the portal's log")
+
+
+class SecurityHeaders:
+    """Adds :data:`SECURITY_HEADERS` to every response that has not set them."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                present = {k.lower() for k, _ in message.get("headers", [])}
+                extra = [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()
+                         if k.encode() not in present]
+                message["headers"] = [*message.get("headers", []), *extra]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)

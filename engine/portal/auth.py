@@ -1,0 +1,236 @@
+"""Who is asking, and may they: passwords, sessions, API tokens, CSRF, roles, login limits.
+
+- Passwords are hashed with argon2 (``argon2-cffi``'s defaults, re-hashed at login when the
+  defaults grow). API tokens are 256 random bits, shown once and stored as their SHA-256:
+  a token needs no slow hash, and the digest can be looked up by an index.
+- A portal session is a cookie signed with the portal's secret (``itsdangerous``) that names
+  the user and carries the session's CSRF token. The user is read again on every request,
+  so removing a user ends their sessions; the cookie is HttpOnly, SameSite=Strict, and
+  Secure when the portal serves TLS.
+- Every form carries the CSRF token; the login form, sent before there is a session, carries
+  one paired with a short-lived signed cookie instead.
+- Failed logins are counted per user name and per client address; past
+  :data:`LOGIN_FAILURES` within :data:`LOGIN_WINDOW` seconds, logins are refused until the
+  window has passed (counted in this process: each portal keeps its own).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from itsdangerous import BadSignature, URLSafeTimedSerializer
+
+from engine.clock import utcnow
+from engine.errors import EncoreError
+from engine.store import accounts
+from engine.store.sql import SqlStore
+
+ROLE_RANK = {"sender": 0, "viewer": 1, "operator": 2, "admin": 3}
+SESSION_COOKIE = "encore_session"
+LOGIN_COOKIE = "encore_login"  # pairs with the login form's CSRF token
+SESSION_MAX_AGE = 8 * 3600  # seconds a session lasts after login
+LOGIN_FORM_MAX_AGE = 3600  # seconds a login form stays valid
+LOGIN_FAILURES = 5  # failed logins allowed per user name or address in LOGIN_WINDOW
+LOGIN_WINDOW = 300.0  # seconds
+TOKEN_PREFIX = "enc_"
+SECRET_ENV = "ENCORE_PORTAL_SECRET"  # shared by the portals of one database, if set
+
+
+class AuthError(EncoreError):
+    """Base of the refusals below; the text is safe to show."""
+
+
+class NotAuthenticated(AuthError):
+    """No valid session or token (HTTP 401; pages redirect to /login)."""
+
+
+class Forbidden(AuthError):
+    """Known, but the role is too low or the CSRF token is wrong (HTTP 403)."""
+
+
+class LoginThrottled(AuthError):
+    """Too many failed logins (HTTP 429)."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"too many failed logins; try again in {retry_after:.0f} s")
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class Principal:
+    """A logged-in user (``kind`` "user", with the session's ``csrf`` token) or the
+    holder of an API token (``kind`` "token")."""
+
+    name: str
+    role: str
+    kind: str
+    csrf: str = ""
+
+    def may(self, role: str) -> bool:
+        """True if this principal's role is ``role`` or above it."""
+        return ROLE_RANK.get(self.role, -1) >= ROLE_RANK[role]
+
+    def require(self, role: str) -> None:
+        if not self.may(role):
+            raise Forbidden(f"{self.kind} {self.name!r} has role {self.role}; this needs "
+                            f"{role} or above")
+
+
+# -- secrets and hashes ----------------------------------------------------------------
+_hasher = PasswordHasher()
+
+
+def hash_password(password: str) -> str:
+    """The argon2 hash of ``password`` (refused if empty)."""
+    if not password:
+        raise AuthError("the password is empty")
+    return _hasher.hash(password)
+
+
+def new_token() -> str:
+    """A new API token: 256 random bits, URL-safe."""
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def token_digest(token: str) -> str:
+    """What is stored of a token: its SHA-256, hex."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def portal_secret(env: Mapping[str, str]) -> str:
+    """``$ENCORE_PORTAL_SECRET``, else a random secret for this process (its sessions end
+    when it stops, and other portals on the database do not accept them)."""
+    return env.get(SECRET_ENV) or secrets.token_urlsafe(32)
+
+
+# -- login limits ------------------------------------------------------------------------
+class LoginLimiter:
+    """Counts failed logins per key (a user name, an address) over a sliding window."""
+
+    def __init__(self, *, failures: int = LOGIN_FAILURES, window: float = LOGIN_WINDOW,
+                 monotonic: Callable[[], float] | None = None) -> None:
+        self.failures, self.window = failures, window
+        self._now = monotonic or time.monotonic
+        self._seen: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def check(self, keys: list[str]) -> None:
+        """Raise LoginThrottled if any of ``keys`` has used up its failures."""
+        now = self._now()
+        with self._lock:
+            for key in keys:
+                times = self._recent(key, now)
+                if len(times) >= self.failures:
+                    raise LoginThrottled(times[0] + self.window - now)
+
+    def failed(self, keys: list[str]) -> None:
+        now = self._now()
+        with self._lock:
+            for key in keys:
+                self._recent(key, now).append(now)
+
+    def succeeded(self, key: str) -> None:
+        with self._lock:
+            self._seen.pop(key, None)
+
+    def _recent(self, key: str, now: float) -> deque[float]:
+        times = self._seen.setdefault(key, deque())
+        while times and times[0] <= now - self.window:
+            times.popleft()
+        return times
+
+
+# -- the authenticator -------------------------------------------------------------------
+class Authenticator:
+    """Checks passwords, sessions and tokens against the store's users and tokens."""
+
+    def __init__(self, store: SqlStore, secret: str, *,
+                 limiter: LoginLimiter | None = None) -> None:
+        self.store = store
+        self.limiter = limiter or LoginLimiter()
+        self._sessions = URLSafeTimedSerializer(secret, salt="encore-portal-session")
+        self._login_forms = URLSafeTimedSerializer(secret, salt="encore-portal-login")
+        self._dummy_hash = _hasher.hash(secrets.token_hex(8))
+
+    # logins
+    def login(self, username: str, password: str, client: str) -> Principal:
+        """The user, if ``password`` is theirs; else NotAuthenticated (the same text
+        whether or not the user exists), or LoginThrottled."""
+        keys = [f"user:{username}", f"addr:{client}"]
+        self.limiter.check(keys)
+        user = accounts.get_user(self.store, username)
+        if not self._verify(user.password_hash if user else self._dummy_hash, password) \
+                or user is None:
+            self.limiter.failed(keys)
+            raise NotAuthenticated("wrong user name or password")
+        self.limiter.succeeded(f"user:{username}")
+        if _hasher.check_needs_rehash(user.password_hash):
+            accounts.set_password_hash(self.store, user.name, _hasher.hash(password))
+        return Principal(user.name, user.role, "user", csrf=secrets.token_urlsafe(24))
+
+    @staticmethod
+    def _verify(password_hash: str, password: str) -> bool:
+        try:
+            return _hasher.verify(password_hash, password)
+        except (VerificationError, InvalidHashError):
+            return False
+
+    # sessions
+    def session_cookie(self, user: Principal) -> str:
+        return self._sessions.dumps({"u": user.name, "c": user.csrf})
+
+    def session_user(self, cookie: str | None) -> Principal | None:
+        """The user of a session cookie, if it is valid and the user still exists."""
+        if not cookie:
+            return None
+        try:
+            data: Any = self._sessions.loads(cookie, max_age=SESSION_MAX_AGE)
+        except BadSignature:
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("u"), str):
+            return None
+        user = accounts.get_user(self.store, data["u"])
+        if user is None:
+            return None
+        return Principal(user.name, user.role, "user", csrf=str(data.get("c", "")))
+
+    # login form CSRF
+    def login_form_token(self) -> tuple[str, str]:
+        """(token for the form, value of the login cookie) for a new login form."""
+        token = secrets.token_urlsafe(24)
+        return token, self._login_forms.dumps(token)
+
+    def check_login_form(self, cookie: str | None, token: str | None) -> None:
+        try:
+            expected = self._login_forms.loads(cookie or "", max_age=LOGIN_FORM_MAX_AGE)
+        except BadSignature:
+            expected = None
+        if not token or not isinstance(expected, str) or \
+                not hmac.compare_digest(expected, token):
+            raise Forbidden("the login form has expired; reload the page and try again")
+
+    # API tokens
+    def bearer(self, authorization: str | None) -> Principal | None:
+        """The holder of the token in an ``Authorization: Bearer …`` header, if valid."""
+        scheme, _, token = (authorization or "").partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token.startswith(TOKEN_PREFIX):
+            return None
+        row = accounts.find_token(self.store, token_digest(token), now=utcnow())
+        return None if row is None else Principal(row.name, row.role, "token")
+
+
+def check_csrf(user: Principal, token: str | None) -> None:
+    """Refuse a form whose CSRF token is not the session's."""
+    if not token or not user.csrf or not hmac.compare_digest(user.csrf, token):
+        raise Forbidden("the form's CSRF token is missing or wrong; reload the page and "
+                        "try again")

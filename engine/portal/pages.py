@@ -1,0 +1,263 @@
+"""The portal's pages (DESIGN.md §9): server-rendered, readable without JavaScript.
+
+Reads are plain ``def`` endpoints (Starlette runs them in its thread pool, where the store's
+blocking calls belong). Every POST is a form with the session's CSRF token; an action also
+asks for confirmation — the page's script asks in a dialog, and without it the server shows
+a confirmation page — and is refused (403) below the operator role.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from engine.errors import OperatorError
+from engine.portal import actions, filters
+from engine.portal.app import Portal, portal_of
+from engine.portal.auth import (LOGIN_COOKIE, SESSION_COOKIE, SESSION_MAX_AGE, AuthError,
+                                LoginThrottled, NotAuthenticated, Principal, check_csrf)
+from engine.portal.status import production_view
+from engine.portal.trace_view import session_trace
+from engine.store import operator, viewer
+from engine.store.models import EVENT_TYPES, MESSAGE_STATUSES
+
+
+def routes() -> list[BaseRoute]:
+    return [
+        Route("/login", login_form, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["GET", "POST"]),
+        Route("/", production, methods=["GET"]),
+        Route("/messages", messages, methods=["GET"]),
+        Route("/messages/resend", bulk_resend_form, methods=["GET"]),
+        Route("/messages/resend", bulk_resend, methods=["POST"]),
+        Route("/messages/{message_id:int}", message, methods=["GET"]),
+        Route("/messages/{message_id:int}/{action}", message_action, methods=["POST"]),
+        Route("/trace/{session_id:int}", trace, methods=["GET"]),
+        Route("/events", events, methods=["GET"]),
+        Route("/suspended", suspended, methods=["GET"]),
+        Route("/items/{name}/{action}", item_action, methods=["POST"]),
+    ]
+
+
+def current_user(request: Request, role: str = "viewer") -> Principal:
+    """The session's user, with at least ``role``; NotAuthenticated or Forbidden."""
+    user = portal_of(request).auth.session_user(request.cookies.get(SESSION_COOKIE))
+    if user is None:
+        raise NotAuthenticated("log in first")
+    request.state.user = user
+    user.require(role)
+    return user
+
+
+# -- login -------------------------------------------------------------------------------
+def login_form(request: Request, *, error: str = "", status: int = 200) -> Response:
+    portal = portal_of(request)
+    if not error and portal.auth.session_user(request.cookies.get(SESSION_COOKIE)):
+        return RedirectResponse(_next(request.query_params.get("next")), status_code=303)
+    token, cookie = portal.auth.login_form_token()
+    response = portal.render(request, "login.html",
+                             {"login_csrf": token, "error": error,
+                              "next": _next(request.query_params.get("next"))},
+                             user=None, status_code=status)
+    response.set_cookie(LOGIN_COOKIE, cookie, max_age=3600, httponly=True, samesite="strict",
+                        secure=portal.tls, path="/login")
+    return response
+
+
+async def login(request: Request) -> Response:
+    portal = portal_of(request)
+    form = await request.form()
+    client = request.client.host if request.client else "?"
+    try:
+        portal.auth.check_login_form(request.cookies.get(LOGIN_COOKIE), _field(form, "csrf_token"))
+        user = await run_in_threadpool(portal.auth.login, _field(form, "username"),
+                                       _field(form, "password"), client)
+    except LoginThrottled as exc:
+        return login_form(request, error=str(exc), status=429)
+    except AuthError as exc:
+        status = 401 if isinstance(exc, NotAuthenticated) else 403
+        return login_form(request, error=str(exc), status=status)
+    response = RedirectResponse(_next(_field(form, "next")), status_code=303)
+    response.set_cookie(SESSION_COOKIE, portal.auth.session_cookie(user),
+                        max_age=SESSION_MAX_AGE, httponly=True, samesite="strict",
+                        secure=portal.tls, path="/")
+    response.delete_cookie(LOGIN_COOKIE, path="/login")
+    return response
+
+
+def logout(request: Request) -> Response:
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
+                           secure=portal_of(request).tls)
+    return response
+
+
+def _next(target: str | None) -> str:
+    """Where to go after logging in: a path of this site only."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+# -- reading -----------------------------------------------------------------------------
+def production(request: Request) -> Response:
+    user = current_user(request)
+    portal = portal_of(request)
+    template = "_production.html" if request.query_params.get("fragment") else "production.html"
+    return portal.render(request, template, production_view(portal), user=user)
+
+
+def messages(request: Request) -> Response:
+    user = current_user(request)
+    portal = portal_of(request)
+    params = request.query_params
+    flt = filters.message_filter(params)
+    page = viewer.messages_page(portal.store, flt, **filters.cursor(params))
+    kept = filters.kept(params, filters.MESSAGE_PARAMS)
+    return portal.render(request, "messages.html", {
+        "page": page, "params": kept, "items": portal.items, "statuses": MESSAGE_STATUSES,
+        "older": filters.link("/messages", kept, before=page.older) if page.older else None,
+        "newer": filters.link("/messages", kept, after=page.newer) if page.newer else None,
+        "bulk_link": filters.link("/messages/resend", kept)}, user=user)
+
+
+def message(request: Request) -> Response:
+    user = current_user(request)
+    portal = portal_of(request)
+    message_id = request.path_params["message_id"]
+    row = viewer.message(portal.store, message_id)
+    if row is None:
+        raise OperatorError(f"message {message_id} does not exist")
+    related_id = row["corresponding_id"]
+    related = viewer.message(portal.store, related_id) if related_id else None
+    return portal.render(request, "message.html", {
+        "m": row, "related": related,
+        "attempts": viewer.attempts_of(portal.store, [message_id])[message_id],
+        "events": viewer.events_of(portal.store, [message_id]),
+        "allowed": _allowed_actions(row)}, user=user)
+
+
+def _allowed_actions(row: dict[str, Any]) -> list[str]:
+    if row["kind"] != "request":
+        return []
+    allowed = {"resend": operator.RESENDABLE_STATUSES,
+               "suspend": operator.SUSPENDABLE_STATUSES,
+               "discard": operator.DISCARDABLE_STATUSES}
+    return [action for action, statuses in allowed.items() if row["status"] in statuses]
+
+
+def trace(request: Request) -> Response:
+    user = current_user(request)
+    portal = portal_of(request)
+    view = session_trace(portal.store, request.path_params["session_id"])
+    return portal.render(request, "trace.html", view, user=user)
+
+
+def events(request: Request) -> Response:
+    user = current_user(request)
+    portal = portal_of(request)
+    params = request.query_params
+    flt = filters.event_filter(params)
+    page = viewer.events_page(portal.store, flt, **filters.cursor(params))
+    kept = filters.kept(params, filters.EVENT_PARAMS)
+    context = {"page": page, "params": kept, "items": portal.items, "types": EVENT_TYPES,
+               "follow": params.get("follow") == "1",
+               "older": filters.link("/events", kept, before=page.older) if page.older else None,
+               "newer": filters.link("/events", kept, after=page.newer) if page.newer else None,
+               "rows_link": filters.link("/events", kept, fragment=1)}
+    template = "_event_rows.html" if params.get("fragment") else "events.html"
+    return portal.render(request, template, context, user=user)
+
+
+def suspended(request: Request) -> Response:
+    user = current_user(request)
+    portal = portal_of(request)
+    item = request.query_params.get("item") or None
+    rows = operator.suspended_messages(portal.store, item=item)
+    return portal.render(request, "suspended.html", {"rows": rows, "item": item}, user=user)
+
+
+# -- actions -----------------------------------------------------------------------------
+async def message_action(request: Request) -> Response:
+    user, form = await _acting_user(request)
+    portal = portal_of(request)
+    message_id, action = request.path_params["message_id"], request.path_params["action"]
+    if action not in actions.MESSAGE_ACTIONS:
+        raise HTTPException(404, f"no action {action!r}")
+    if not _confirmed(form):
+        return _confirm(request, portal, user, f"{action.capitalize()} message {message_id}?",
+                        request.url.path)
+    shown = await run_in_threadpool(actions.act_on_message, portal.store, portal.items, user,
+                                    action, message_id)
+    return RedirectResponse(f"/messages/{shown}", status_code=303)
+
+
+async def item_action(request: Request) -> Response:
+    user, form = await _acting_user(request)
+    portal = portal_of(request)
+    name, action = request.path_params["name"], request.path_params["action"]
+    if action not in ("enable", "disable"):
+        raise HTTPException(404, f"no action {action!r}; expected enable or disable")
+    if not _confirmed(form):
+        return _confirm(request, portal, user, f"{action.capitalize()} item {name}?",
+                        request.url.path)
+    await run_in_threadpool(actions.set_item_enabled, portal.store, portal.items, user, name,
+                            action == "enable")
+    return RedirectResponse("/", status_code=303)
+
+
+def bulk_resend_form(request: Request) -> Response:
+    user = current_user(request, "operator")
+    portal = portal_of(request)
+    params = request.query_params
+    flt = filters.message_filter(params)
+    kept = filters.kept(params, filters.MESSAGE_PARAMS)
+    return portal.render(request, "bulk_resend.html", {
+        "params": kept, "count": viewer.count_messages(portal.store, flt, resendable=True),
+        "limit": actions.BULK_RESEND_LIMIT, "back": filters.link("/messages", kept)}, user=user)
+
+
+async def bulk_resend(request: Request) -> Response:
+    user, form = await _acting_user(request)
+    portal = portal_of(request)
+    params = {name: _field(form, name) for name in filters.MESSAGE_PARAMS}
+    flt = filters.message_filter(params)
+    typed = _field(form, "count").strip()
+    if not typed.isdigit():
+        raise OperatorError("type the number of messages to resend, to confirm")
+    new_ids = await run_in_threadpool(actions.bulk_resend, portal.store, portal.items, user,
+                                      flt, int(typed))
+    return portal.render(request, "bulk_done.html", {
+        "new_ids": new_ids, "back": filters.link("/messages", filters.kept(
+            params, filters.MESSAGE_PARAMS))}, user=user)
+
+
+async def _acting_user(request: Request) -> tuple[Principal, FormData]:
+    """The operator posting a form with the right CSRF token (checked before the role, so
+    that a forged post learns nothing)."""
+    form = await request.form()
+    user = await run_in_threadpool(current_user, request, "viewer")
+    check_csrf(user, _field(form, "csrf_token"))
+    user.require("operator")
+    return user, form
+
+
+def _confirmed(form: FormData) -> bool:
+    return _field(form, "confirmed") == "yes"
+
+
+def _confirm(request: Request, portal: Portal, user: Principal, question: str,
+             action: str) -> Response:
+    return portal.render(request, "confirm.html", {"question": question, "action": action},
+                         user=user)
+
+
+def _field(form: FormData, name: str) -> str:
+    value = form.get(name)
+    return value if isinstance(value, str) else ""

@@ -1,0 +1,105 @@
+"""Serving the portal with uvicorn: in the foreground (``encore portal``) or on a thread of
+``encore run`` (``[portal]`` in the production file).
+
+Loopback by default. A portal that listens beyond loopback without TLS sends passwords,
+session cookies and tokens in clear: it still starts (a proxy in front may add TLS) but
+writes a ``Warning`` event saying so.
+"""
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import uvicorn
+
+from engine.errors import ConfigurationError
+from engine.portal.app import create_app
+from engine.production import PortalConfig, ProductionConfig
+from engine.store.sql import SqlStore
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT = 10.0  # seconds a threaded portal may take to listen
+STOP_TIMEOUT = 5.0  # seconds a threaded portal may take to stop
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and ``localhost``."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def warn_if_exposed(store: SqlStore, config: PortalConfig) -> None:
+    """The ``Warning`` event of a portal beyond loopback without TLS."""
+    if is_loopback(config.host) or config.tls:
+        return
+    store.events.write("Warning", f"the portal listens on {config.host}:{config.port} without "
+                       "TLS: passwords, session cookies and API tokens cross the network in "
+                       "clear; set tls_cert and tls_key in [portal], or keep it on loopback "
+                       "behind a TLS proxy", source_class="Portal", source_method="serve")
+
+
+def uvicorn_config(store: SqlStore, production: ProductionConfig, config: PortalConfig, *,
+                   env: Mapping[str, str] | None = None) -> uvicorn.Config:
+    """The uvicorn settings of a portal for ``production`` on ``store``."""
+    for name in ("tls_cert", "tls_key"):
+        path = getattr(config, name)
+        if path and not Path(path).is_file():
+            raise ConfigurationError(f"{path!r} is not a readable file", item="[portal]",
+                                     key=name)
+    app = create_app(store, production, tls=config.tls, env=env)
+    return uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
+                          access_log=False, ssl_certfile=config.tls_cert or None,
+                          ssl_keyfile=config.tls_key or None, server_header=False,
+                          lifespan="off")
+
+
+def serve(store: SqlStore, production: ProductionConfig, config: PortalConfig, *,
+          env: Mapping[str, str] | None = None) -> None:
+    """Serve in the foreground until SIGINT/SIGTERM."""
+    settings = uvicorn_config(store, production, config, env=env)
+    warn_if_exposed(store, config)
+    log.info("portal on %s://%s:%d", "https" if config.tls else "http", config.host,
+             config.port)
+    uvicorn.Server(settings).run()
+
+
+class PortalServer:
+    """The portal on a daemon thread of ``encore run``: :meth:`start`, :meth:`stop`."""
+
+    def __init__(self, store: SqlStore, production: ProductionConfig, config: PortalConfig, *,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.config = config
+        self._store = store
+        self._server = uvicorn.Server(uvicorn_config(store, production, config, env=env))
+        self._thread = threading.Thread(target=self._server.run, name="portal", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.config.tls else 'http'}://{self.config.host}:{self.config.port}"
+
+    def start(self) -> None:
+        """Listen, or raise ConfigurationError (the port is taken, say) within
+        :data:`START_TIMEOUT` seconds. uvicorn installs no signal handlers off the main
+        thread: the daemon's own handlers stay."""
+        warn_if_exposed(self._store, self.config)
+        self._thread.start()
+        deadline = time.monotonic() + START_TIMEOUT
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise ConfigurationError(f"the portal could not listen on {self.url}",
+                                         item="[portal]")
+            time.sleep(0.02)
+        log.info("portal on %s", self.url)
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(STOP_TIMEOUT)

@@ -1,0 +1,262 @@
+"""The Visual Trace of a session as one inline SVG (DESIGN.md §9).
+
+A column per participant — each sender (CLI, API, a service or process, an operator's
+resend), each item, each remote server — with time flowing down on one linear scale. One
+arrow per message between hosts (``data-message="ID"``, a link to ``/messages/ID``); one group
+per attempt from the item to the server it went to (``data-attempt="K"``,
+``data-outcome="…"``): the request at its start, the answer (or the timeout) at its end,
+labelled with the attempt number, outcome and duration, green for ``ok`` and red otherwise.
+A timed-out attempt is marked "late reply discarded" (the engine never hands it on); the
+wait before the next attempt shows as a gap with its length. The session's events stand in
+a column on the right, each at its time, with a dot on its item's line.
+
+Every text goes through ElementTree, which escapes it: a body or an error holding markup is
+shown as text.
+"""
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from engine.store.operator import resent_from
+from engine.store.rows import AttemptRow
+
+TOP = 74  # px: headers above the first instant
+LEFT = 20  # px
+COLUMN = 190  # px between participants
+EVENTS_WIDTH = 440  # px of the events column
+EVENTS_GAP = 24  # px between the last column and the events (room for "late reply discarded")
+TARGET_HEIGHT = 560  # px the whole time line is scaled to
+MAX_SCALE = 400.0  # px per second: short sessions are not stretched past it
+BOTTOM = 48  # px below the last instant
+OK, FAIL, NEUTRAL = "#2e7d32", "#c62828", "#37474f"
+EVENT_COLOURS = {"Error": FAIL, "Alert": FAIL, "Assert": FAIL, "Warning": "#ef6c00",
+                 "Info": "#1565c0", "Trace": "#757575"}
+TEXT_LIMIT = 64  # characters of an event or error shown in the picture (all in its tooltip)
+
+
+@dataclass(frozen=True)
+class _Scale:
+    origin: datetime
+    px_per_second: float
+
+    def y(self, when: datetime | None) -> float:
+        if when is None:
+            return TOP
+        return round(TOP + (when - self.origin).total_seconds() * self.px_per_second, 1)
+
+
+def render_trace(messages: Sequence[Mapping[str, Any]],
+                 attempts: Mapping[int, Sequence[AttemptRow]],
+                 events: Sequence[Mapping[str, Any]]) -> str:
+    """The SVG text of a session: its ``messages`` (oldest first), their ``attempts`` by
+    message id, and its ``events``."""
+    columns = _participants(messages, attempts)
+    scale = _scale(messages, attempts, events)
+    height = scale.y(_last_time(messages, attempts, events)) + BOTTOM
+    width = LEFT + COLUMN * len(columns) + EVENTS_GAP + EVENTS_WIDTH
+    svg = ET.Element("svg", {"xmlns": "http://www.w3.org/2000/svg", "class": "trace",
+                             "width": str(width), "height": str(height),
+                             "viewBox": f"0 0 {width} {height}", "role": "img",
+                             "aria-label": "Visual Trace"})
+    _markers(svg)
+    _columns(svg, columns, height)
+    for m in messages:
+        _message(svg, m, columns, scale)
+        _attempts(svg, m, attempts.get(m["id"], ()), columns, scale)
+    _events(svg, events, columns, scale, x=LEFT + COLUMN * len(columns) + EVENTS_GAP)
+    return ET.tostring(svg, encoding="unicode")
+
+
+# -- layout ------------------------------------------------------------------------------
+def sender_label(source: str | None) -> str:
+    """How a message's ``source`` is named as a participant."""
+    original = resent_from(source)
+    if original is not None:
+        return f"operator (resend of {original})"
+    return source or "(unknown sender)"
+
+
+def _participants(messages: Sequence[Mapping[str, Any]],
+                  attempts: Mapping[int, Sequence[AttemptRow]]) -> dict[str, float]:
+    """Column x of each participant: hosts in order of appearance, then servers."""
+    hosts: list[str] = []
+    servers: list[str] = []
+    for m in messages:
+        pair = ((sender_label(m["source"]), m["target"]) if m["kind"] == "request"
+                else (m["source"] or "(unknown)", sender_label(m["target"])))
+        hosts += [p for p in pair if p not in hosts]
+        for a in attempts.get(m["id"], ()):
+            server = _server(a)
+            if server not in servers:
+                servers.append(server)
+    names = hosts + [s for s in servers if s not in hosts]
+    return {name: LEFT + COLUMN * i + COLUMN / 2 for i, name in enumerate(names)}
+
+
+def _server(attempt: AttemptRow) -> str:
+    return f"server {attempt.server}" if attempt.server else "remote server"
+
+
+def _times(messages: Sequence[Mapping[str, Any]], attempts: Mapping[int, Sequence[AttemptRow]],
+           events: Sequence[Mapping[str, Any]]) -> list[datetime]:
+    times = [t for m in messages for t in (m["time_created"], m["time_completed"]) if t]
+    times += [t for rows in attempts.values() for a in rows for t in (a.started_at, a.ended_at)
+              if t]
+    return times + [e["time_logged"] for e in events]
+
+
+def _scale(messages: Sequence[Mapping[str, Any]], attempts: Mapping[int, Sequence[AttemptRow]],
+           events: Sequence[Mapping[str, Any]]) -> _Scale:
+    times = _times(messages, attempts, events)
+    if not times:
+        return _Scale(datetime.min, 1.0)
+    span = (max(times) - min(times)).total_seconds()
+    return _Scale(min(times), min(MAX_SCALE, TARGET_HEIGHT / span) if span > 0 else MAX_SCALE)
+
+
+def _last_time(messages: Sequence[Mapping[str, Any]], attempts: Mapping[int, Sequence[AttemptRow]],
+               events: Sequence[Mapping[str, Any]]) -> datetime | None:
+    times = _times(messages, attempts, events)
+    return max(times) if times else None
+
+
+# -- drawing -----------------------------------------------------------------------------
+def _markers(svg: ET.Element) -> None:
+    defs = ET.SubElement(svg, "defs")
+    for name, colour in (("ok", OK), ("fail", FAIL), ("msg", NEUTRAL)):
+        marker = ET.SubElement(defs, "marker", {
+            "id": f"arrow-{name}", "viewBox": "0 0 10 10", "refX": "10", "refY": "5",
+            "markerWidth": "7", "markerHeight": "7", "orient": "auto-start-reverse"})
+        ET.SubElement(marker, "path", {"d": "M0,0 L10,5 L0,10 z", "fill": colour})
+
+
+def _columns(svg: ET.Element, columns: Mapping[str, float], height: float) -> None:
+    for name, x in columns.items():
+        group = ET.SubElement(svg, "g", {"class": "participant", "data-participant": name})
+        ET.SubElement(group, "rect", {"x": str(x - COLUMN / 2 + 8), "y": "8",
+                                      "width": str(COLUMN - 16), "height": "30", "rx": "4",
+                                      "fill": "#eceff1", "stroke": "#90a4ae"})
+        label = _text(group, x, 28, _short(name, 26), anchor="middle", weight="bold")
+        ET.SubElement(label, "title").text = name
+        ET.SubElement(group, "line", {"x1": str(x), "y1": "38", "x2": str(x),
+                                      "y2": str(height - 10), "stroke": "#b0bec5",
+                                      "stroke-dasharray": "4 4"})
+
+
+def _message(svg: ET.Element, m: Mapping[str, Any], columns: Mapping[str, float],
+             scale: _Scale) -> None:
+    if m["kind"] == "request":
+        start, end = columns[sender_label(m["source"])], columns[m["target"]]
+    else:
+        start, end = columns[m["source"] or "(unknown)"], columns[sender_label(m["target"])]
+    y = scale.y(m["time_created"])
+    link = ET.SubElement(svg, "a", {"href": f"/messages/{m['id']}"})
+    group = ET.SubElement(link, "g", {"class": f"message status-{m['status']}",
+                                      "data-message": str(m["id"])})
+    ET.SubElement(group, "title").text = f"message {m['id']} ({m['kind']}): {m['status']}"
+    ET.SubElement(group, "line", {"x1": str(start), "y1": str(y), "x2": str(end - 3),
+                                  "y2": str(y), "stroke": NEUTRAL, "stroke-width": "2",
+                                  "marker-end": "url(#arrow-msg)"})
+    kind = "response" if m["kind"] == "response" else m["status"]
+    _text(group, (start + end) / 2, y - 6, f"message {m['id']} · {kind}", anchor="middle")
+    if m["kind"] == "request" and m["time_completed"] and m["status"] != "Completed":
+        colour = FAIL if m["status"] == "Error" else NEUTRAL
+        reason = f": {m['error_text']}" if m["error_text"] else ""
+        ending = _text(svg, end + 10, scale.y(m["time_completed"]) + 30,
+                       _short(f"message {m['id']} {m['status']}{reason}", 48), colour=colour,
+                       weight="bold")
+        ET.SubElement(ending, "title").text = f"{m['status']}{reason}"
+
+
+def _attempts(svg: ET.Element, m: Mapping[str, Any], attempts: Sequence[AttemptRow],
+              columns: Mapping[str, float], scale: _Scale) -> None:
+    item = columns.get(m["target"])
+    if item is None or m["kind"] != "request":
+        return
+    previous_end: datetime | None = None
+    for a in attempts:
+        if previous_end is not None and a.started_at > previous_end:
+            _wait(svg, item, scale.y(previous_end), scale.y(a.started_at),
+                  (a.started_at - previous_end).total_seconds())
+        _attempt(svg, a, item, columns[_server(a)], scale)
+        previous_end = a.ended_at or a.started_at
+
+
+def _attempt(svg: ET.Element, a: AttemptRow, item: float, server: float, scale: _Scale) -> None:
+    ok = a.outcome == "ok"
+    colour, arrow = (OK, "url(#arrow-ok)") if ok else (FAIL, "url(#arrow-fail)")
+    group = ET.SubElement(svg, "g", {"class": f"attempt outcome-{a.outcome or 'in_flight'}",
+                                     "data-attempt": str(a.attempt),
+                                     "data-outcome": a.outcome or ""})
+    y0, y1 = scale.y(a.started_at), scale.y(a.ended_at or a.started_at)
+    took = f"{(a.ended_at - a.started_at).total_seconds():.3f} s" if a.ended_at else "in flight"
+    title = f"attempt {a.attempt} to {a.server or 'remote'}: {a.outcome or 'in flight'}, {took}"
+    if a.error_text:
+        title += f" — {a.error_text}"
+    ET.SubElement(group, "title").text = title
+    ET.SubElement(group, "rect", {"x": str(item - 4), "y": str(y0), "width": "8",
+                                  "height": str(max(y1 - y0, 2)), "fill": colour,
+                                  "fill-opacity": "0.35"})
+    ET.SubElement(group, "line", {"x1": str(item + 4), "y1": str(y0), "x2": str(server - 3),
+                                  "y2": str(y0), "stroke": colour, "stroke-width": "2",
+                                  "marker-end": arrow})
+    if a.ended_at is None:
+        _text(group, item + 10, y0 + 14, f"#{a.attempt} in flight", colour=NEUTRAL)
+        return
+    ET.SubElement(group, "line", {"x1": str(server), "y1": str(y1), "x2": str(item + 7),
+                                  "y2": str(y1), "stroke": colour, "stroke-width": "1.5",
+                                  "stroke-dasharray": "" if ok else "6 3",
+                                  "marker-end": arrow})
+    detail = f" {a.status_code}" if a.status_code else ""
+    _text(group, item + 10, y1 + 14, f"#{a.attempt} {a.outcome}{detail} · {took}",
+          colour=colour, weight="bold")
+    if a.outcome == "timeout":
+        _text(group, server + 6, y1 - 4, "late reply discarded", colour=FAIL, size=10)
+
+
+def _wait(svg: ET.Element, x: float, y0: float, y1: float, seconds: float) -> None:
+    group = ET.SubElement(svg, "g", {"class": "retry-wait"})
+    ET.SubElement(group, "line", {"x1": str(x - 12), "y1": str(y0), "x2": str(x - 12),
+                                  "y2": str(y1), "stroke": "#78909c", "stroke-width": "1",
+                                  "stroke-dasharray": "2 3"})
+    if y1 - y0 > 12:
+        _text(group, x - 16, (y0 + y1) / 2 + 4, f"wait {seconds:.3f} s", anchor="end",
+              colour="#546e7a", size=10)
+
+
+def _events(svg: ET.Element, events: Sequence[Mapping[str, Any]], columns: Mapping[str, float],
+            scale: _Scale, *, x: float) -> None:
+    group = ET.SubElement(svg, "g", {"class": "events"})
+    _text(group, x + 10, 28, "events", weight="bold")
+    last_y = 0.0
+    for e in events:
+        y = scale.y(e["time_logged"])
+        colour = EVENT_COLOURS.get(e["type"], NEUTRAL)
+        item_x = columns.get(e["config_name"] or "")
+        if item_x is not None:
+            ET.SubElement(group, "circle", {"cx": str(item_x), "cy": str(y), "r": "4",
+                                            "fill": colour})
+        text_y = max(y + 4, last_y + 13)  # events close in time stack instead of overlapping
+        last_y = text_y
+        entry = _text(group, x + 10, text_y, _short(f"[{e['type']}] {e['text']}", TEXT_LIMIT),
+                      colour=colour, size=11)
+        entry.set("data-event", str(e["id"]))
+        ET.SubElement(entry, "title").text = f"[{e['type']}] {e['text']}"
+
+
+def _text(parent: ET.Element, x: float, y: float, text: str, *, anchor: str = "start",
+          colour: str = NEUTRAL, weight: str = "normal", size: int = 12) -> ET.Element:
+    node = ET.SubElement(parent, "text", {"x": str(round(x, 1)), "y": str(round(y, 1)),
+                                          "text-anchor": anchor, "fill": colour,
+                                          "font-weight": weight, "font-size": str(size)})
+    node.text = text
+    return node
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
