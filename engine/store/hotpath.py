@@ -176,7 +176,8 @@ class HotPath:
 
     # -- steps (per dialect) ---------------------------------------------------------------
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
-                     source: str | None, session_id: int | None, now: datetime) -> list[int]:
+                     source: str | None, session_id: int | None, now: datetime,
+                     trace_context: str | None = None) -> list[int]:
         raise NotImplementedError
 
     def accept(self, target: str, body_class: str | None, body: str, *, source: str | None,
@@ -275,7 +276,8 @@ class SqliteHotPath(HotPath):
         conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
 
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
-                     source: str | None, session_id: int | None, now: datetime) -> list[int]:
+                     source: str | None, session_id: int | None, now: datetime,
+                     trace_context: str | None = None) -> list[int]:
         stamp = _sqlite_time(now)
         with self._transaction(durable=True) as cur:
             def insert() -> list[int]:
@@ -285,7 +287,7 @@ class SqliteHotPath(HotPath):
                 cur.executemany(self._INSERT, [
                     {"id": new_id, "session_id": session_id, "source": source,
                      "target": target, "body_class": body_class, "body": body, "now": stamp,
-                     "key": None, "trace": None}
+                     "key": None, "trace": trace_context}
                     for new_id, (body_class, body) in zip(ids, bodies)])
                 return ids
             return self._guard(insert)
@@ -409,7 +411,7 @@ class PostgresHotPath(HotPath):
         f"AS b(body_class, body, ord)), "
         f"ins AS (INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) "
         f"SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', n.body_class, "
-        f"n.body, 'Queued', false, :now, false, 0, 0, NULL, NULL FROM n ORDER BY n.ord "
+        f"n.body, 'Queued', false, :now, false, 0, 0, NULL, :trace::text FROM n ORDER BY n.ord "
         f"RETURNING id) "
         f"SELECT ins.id, pg_notify('encore_queue', :target) FROM ins ORDER BY ins.id")
     # The unique index on (target, idempotency_key) decides between racing duplicates: the
@@ -472,11 +474,12 @@ class PostgresHotPath(HotPath):
             return self._guard(lambda: conn.execute(sql, params, prepare=True).fetchall())
 
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
-                     source: str | None, session_id: int | None, now: datetime) -> list[int]:
+                     source: str | None, session_id: int | None, now: datetime,
+                     trace_context: str | None = None) -> list[int]:
         rows = self._run(self._INSERT, {
             "body_classes": [b[0] for b in bodies], "bodies": [b[1] for b in bodies],
-            "session_id": session_id, "source": source, "target": target, "now": now},
-            durable=True)
+            "session_id": session_id, "source": source, "target": target, "now": now,
+            "trace": trace_context}, durable=True)
         return [int(r[0]) for r in rows]
 
     def accept(self, target: str, body_class: str | None, body: str, *, source: str | None,
