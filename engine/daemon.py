@@ -37,6 +37,7 @@ from engine.host import BusinessOperation
 from engine.item import ItemRunner
 from engine.production import ItemConfig, ProductionConfig, load_production
 from engine.metrics import Metrics, MetricsServer
+from engine.otel import tracing_for
 from engine.scheduler import ProductionScheduler
 from engine.store import queries
 from engine.store.notify import QueueListener, parse_switch
@@ -78,6 +79,7 @@ class Daemon:
                                              events=self.events, leader=self.is_leader)
         self.metrics_server: MetricsServer | None = None
         self.listener: QueueListener | None = None
+        self.tracing = tracing_for(production)  # None: tracing off (read at start only)
 
     @property
     def heartbeat_interval(self) -> float:
@@ -195,7 +197,8 @@ class Daemon:
         runner = ItemRunner(item, store=self.store, clock=self.clock, owner=self.id,
                             lease_seconds=self.production.lease_seconds,
                             poll_interval=self.production.poll_interval, env=self.env,
-                            events=self.events, metrics=self.metrics, lease=lease)
+                            events=self.events, metrics=self.metrics, lease=lease,
+                            tracing=self.tracing)
         self.runners[item.name] = runner
         runner.start()
 
@@ -265,6 +268,8 @@ class Daemon:
         self._stop_listening()
         if self.metrics_server is not None:
             self.metrics_server.stop()
+        if self.tracing is not None:
+            self.tracing.flush()
         try:
             if not clean:
                 self.store.release_claims(self.id)

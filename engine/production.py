@@ -16,6 +16,7 @@ from typing import Any
 
 from engine.errors import ConfigurationError
 from engine.host import BusinessHost
+from engine.otel import tracing_wanted
 from engine.settings import Setting, validate_settings
 from engine.store.database import DEFAULT_DATABASE_URL
 
@@ -39,6 +40,9 @@ PRODUCTION_SETTINGS: tuple[Setting, ...] = (
             help="item that receives every Alert as a message (e.g. an HTTP webhook); '' = none"),
     Setting(name="retention_days", kind=float, default=0, minimum=0,
             help="days finished messages are kept before the scheduler purges them; 0 = forever"),
+    Setting(name="otel", kind=bool, default=False,
+            help="OpenTelemetry tracing (the encore-engine[otel] extra); the standard OTEL_* "
+                 "variables turn it on too, OTEL_SDK_DISABLED=true off"),
 )
 
 ITEM_KEYS: tuple[Setting, ...] = (
@@ -76,6 +80,7 @@ class ProductionConfig:
     metrics_host: str = "127.0.0.1"
     retention_days: float = 0
     alert_item: str = ""
+    otel: bool = False  # tracing on: the file's otel setting or the OTEL_* variables
     path: Path | None = None
 
     def item(self, name: str) -> ItemConfig:
@@ -126,7 +131,8 @@ def parse_production(text: str, *, env: Mapping[str, str],
                             shutdown_timeout=prod["shutdown_timeout"],
                             metrics_port=prod["metrics_port"], metrics_host=prod["metrics_host"],
                             retention_days=prod["retention_days"],
-                            alert_item=prod["alert_item"], path=path)
+                            alert_item=prod["alert_item"],
+                            otel=tracing_wanted(prod["otel"], env), path=path)
 
 
 def _load_items(raw_items: Any) -> tuple[ItemConfig, ...]:
