@@ -40,16 +40,21 @@ WAIT = 20.0  # seconds a test waits for a message at most
 
 _exporter = InMemorySpanExporter()
 _lock = threading.Lock()
+_installed: list[TracerProvider] = []
 
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    """The spans ended during the test (the global provider is installed once)."""
+    """The spans ended during the test. The global provider is set once per process: ours,
+    or the SDK provider something set before, to which the exporter is added."""
     with _lock:
-        if not isinstance(trace.get_tracer_provider(), TracerProvider):
-            provider = TracerProvider()
+        if not _installed:
+            if not isinstance(trace.get_tracer_provider(), TracerProvider):
+                trace.set_tracer_provider(TracerProvider())
+            provider = trace.get_tracer_provider()
+            assert isinstance(provider, TracerProvider)
             provider.add_span_processor(SimpleSpanProcessor(_exporter))
-            trace.set_tracer_provider(provider)
+            _installed.append(provider)
     _exporter.clear()
     yield _exporter
     _exporter.clear()
@@ -203,7 +208,7 @@ def test_a_daemon_restart_between_two_attempts_keeps_the_trace(
         store: SqlStore, spans: InMemorySpanExporter) -> None:
     route = sequence(respond(503), respond(200, "ok"))
     with HttpTestServer({"/orders": route}) as server:
-        prod = production(http_item(server.url, retry_interval=0.5, failure_timeout=30))
+        prod = production(http_item(server.url, retry_interval=1.5, failure_timeout=30))
         with running(store, prod):
             mid = send_message(store, prod, "Orders", {"method": "POST", "path": "/orders"})
             _wait_until(lambda: any(a.ended_at for a in store.attempts(mid)))
