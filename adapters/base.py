@@ -27,7 +27,7 @@ from adapters.deadline import TryScope, try_scope
 from adapters.failover import ServerPool
 from adapters.settings import (COMMON_SETTINGS, DEFAULT_CONNECT_TIMEOUT,
                                DEFAULT_RESPONSE_TIMEOUT)
-from engine.attempt import AttemptContext
+from engine.attempt import AttemptContext, HttpExchange
 from engine.clock import Clock, SystemClock
 from engine.errors import (AdapterError, AdapterNotReady, ConfigurationError, NotSent,
                            ResponseTimeout)
@@ -132,6 +132,7 @@ class OutboundAdapter(ABC):
     def begin_attempt(self, ctx: AttemptContext) -> None:
         self._local.ctx = ctx
         self._local.server = None
+        self._local.exchange = None
 
     def end_attempt(self) -> str | None:
         """Close the attempt; return the server it used (for ``message_attempt.server``)."""
@@ -150,6 +151,11 @@ class OutboundAdapter(ABC):
 
     def note_server(self, server: str | None) -> None:
         self._local.server = server
+
+    def exchange(self) -> HttpExchange | None:
+        """The last HTTP request of this thread's current (or just ended) attempt: method,
+        URL and status code, for observers such as tracing. None when it made none."""
+        return getattr(self._local, "exchange", None)
 
     def attempt_headers(self) -> dict[str, str]:
         """HTTP headers every request of the current attempt carries: the observers' (a
@@ -198,6 +204,9 @@ class OutboundAdapter(ABC):
                 if err is None:
                     raise
                 raise err from exc
+            finally:
+                if scope.exchange is not None:
+                    self._local.exchange = scope.exchange
             if scope.expired():  # a response completed after the deadline is discarded
                 raise ResponseTimeout(f"the response from {server} came after the response "
                                       f"timeout of {self.response_timeout:g} seconds")

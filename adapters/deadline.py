@@ -27,6 +27,8 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
+from engine.attempt import HttpExchange
+
 
 class DeadlineExceeded(TimeoutError):
     """No time left before the attempt's deadline. A ``TimeoutError`` (= ``socket.timeout``),
@@ -42,6 +44,7 @@ class TryScope:
     sent: bool = False  # True once any byte of the request was written to the socket
     status_code: int | None = None  # of the last response received in this try
     headers: dict[str, str] | None = None  # of the last response received in this try
+    exchange: HttpExchange | None = None  # the last request of this try (for tracing)
 
     def remaining(self) -> float:
         """Seconds left before the deadline; ≤ 0 when it has passed."""

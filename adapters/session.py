@@ -15,6 +15,7 @@ import requests.auth
 import urllib3.exceptions
 
 from adapters.deadline import DeadlineExceeded, DeadlineHTTPAdapter, TryScope
+from engine.attempt import HttpExchange
 from engine.errors import (AdapterError, ConnectFailed, ConnectionReset, HttpStatusError,
                            ResponseRejected, ResponseTimeout)
 
@@ -76,11 +77,13 @@ class ItemSession:
         ``requests``/``urllib3`` exceptions, for :func:`classify_transport_error`.
         """
         connect = min(self.connect_timeout, scope.time_left())
+        scope.exchange = HttpExchange(method, url)
         response = self.requests.request(
             method, url, headers=dict(headers or {}), data=data, json=json, stream=True,
             timeout=(connect, scope.time_left()), allow_redirects=allow_redirects,
             auth=None if credentials else _WITHOUT_CREDENTIALS)
         scope.status_code, scope.headers = response.status_code, dict(response.headers)
+        scope.exchange = HttpExchange(method, url, response.status_code)
         try:
             body = read_body(response, self.max_response_bytes)
         finally:

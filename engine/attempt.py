@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from engine.store.rows import MessageRow
 
-__all__ = ["AttemptContext", "AttemptObserver", "AttemptReport"]
+__all__ = ["AttemptContext", "AttemptObserver", "AttemptReport", "HttpExchange"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,15 @@ class AttemptContext:
 
 
 @dataclass(frozen=True)
+class HttpExchange:
+    """The last HTTP request of an attempt, as the adapter sent it (HTTP and SOAP alike)."""
+
+    method: str  # "POST", "GET", ...
+    url: str  # the full URL it went to (the last hop of a redirect chain)
+    status_code: int | None = None  # of its response; None when no response came
+
+
+@dataclass(frozen=True)
 class AttemptReport:
     """How an attempt ended, as observers are told."""
 
@@ -38,8 +47,10 @@ class AttemptReport:
     outcome: str  # "ok", or message_attempt.outcome of the failure
     seconds: float  # from its start to its end
     server: str | None = None
-    status_code: int | None = None
+    status_code: int | None = None  # of the failure; a success's is in ``exchange``
     error: BaseException | None = None
+    # the attempt's last HTTP request; None when it made none (or has no adapter)
+    exchange: HttpExchange | None = None
 
 
 class AttemptObserver:

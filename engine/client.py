@@ -1,4 +1,8 @@
-"""Putting messages into a production from outside a host (the CLI, scripts, tests)."""
+"""Putting messages into a production from outside a host (the CLI, scripts, tests).
+
+With tracing on (:mod:`engine.otel`) every send is a PRODUCER span whose context is stored
+with the message(s).
+"""
 from __future__ import annotations
 
 import json
@@ -11,6 +15,7 @@ from typing import Any
 from engine.clock import Clock, SystemClock
 from engine.errors import CallFailed, CallTimedOut, ConfigurationError, MessageError
 from engine.message import Message, decode_message
+from engine.otel import producer_span
 from engine.production import ProductionConfig
 from engine.store.models import FINAL_STATUSES
 from engine.store.sql import Accepted, MessageRow, SqlStore
@@ -39,9 +44,14 @@ def accept_message(store: SqlStore, production: ProductionConfig, target: str,
     nothing is created and that one is returned (``Accepted.created`` False)."""
     request_class = _request_class(production, target)
     message = _validated(request_class, body)
-    return store.accept(target=target, body_class=type(message).class_name(),
-                        body=message.to_json(), source=source, session_id=session_id,
-                        idempotency_key=idempotency_key, now=now)
+    with producer_span(production, target) as producer:
+        accepted = store.accept(target=target, body_class=type(message).class_name(),
+                                body=message.to_json(), source=source, session_id=session_id,
+                                idempotency_key=idempotency_key, now=now,
+                                trace_context=producer.context)
+        if accepted.created:
+            producer.sent([accepted.id])
+    return accepted
 
 
 def decode_body(text: str, *, where: str) -> Any:
@@ -78,7 +88,11 @@ def send_messages(store: SqlStore, production: ProductionConfig, target: str,
         except MessageError as exc:
             raise MessageError(f"message {position}: {exc}") from exc
         encoded.append((type(message).class_name(), message.to_json()))
-    return store.enqueue_many(target=target, bodies=encoded, source=source, now=now)
+    with producer_span(production, target, batch=len(encoded)) as producer:
+        ids = store.enqueue_many(target=target, bodies=encoded, source=source, now=now,
+                                 trace_context=producer.context)
+        producer.sent(ids)
+    return ids
 
 
 def _request_class(production: ProductionConfig, target: str) -> type[Message]:

@@ -37,6 +37,7 @@ from engine.host import BusinessOperation
 from engine.item import ItemRunner
 from engine.production import ItemConfig, ProductionConfig, load_production
 from engine.metrics import Metrics, MetricsServer
+from engine.otel import tracing_for
 from engine.scheduler import ProductionScheduler
 from engine.store import queries
 from engine.store.notify import QueueListener, parse_switch
@@ -79,6 +80,7 @@ class Daemon:
         self.metrics_server: MetricsServer | None = None
         self.listener: QueueListener | None = None
         self.portal: Any = None  # engine.portal.server.PortalServer, with [portal]
+        self.tracing = tracing_for(production)  # None: tracing off (read at start only)
 
     @property
     def heartbeat_interval(self) -> float:
@@ -203,7 +205,8 @@ class Daemon:
                             lease_seconds=self.production.lease_seconds,
                             poll_interval=self.production.poll_interval, env=self.env,
                             events=self.events, metrics=self.metrics, lease=lease,
-                            production=lambda: self.production)
+                            production=lambda: self.production,
+                            tracing=self.tracing)
         self.runners[item.name] = runner
         runner.start()
 
@@ -275,6 +278,8 @@ class Daemon:
         self._stop_listening()
         if self.metrics_server is not None:
             self.metrics_server.stop()
+        if self.tracing is not None:
+            self.tracing.flush()
         try:
             if not clean:
                 self.store.release_claims(self.id)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 from engine.attempt import AttemptObserver
@@ -23,6 +24,7 @@ from engine.dispatch import Dispatcher, DispatchSettings
 from engine.errors import AdapterNotReady, ClaimLost, EncoreError, Interrupted
 from engine.host import BusinessOperation, EventSink
 from engine.metrics import Metrics
+from engine.otel import NO_DELIVERY, Delivery
 from engine.process import BusinessProcess, ProcessContext
 from engine.production import ItemConfig, ProductionConfig
 from engine.retry import RetryPolicy
@@ -34,6 +36,7 @@ from engine.worker import MessageWorker
 
 if TYPE_CHECKING:  # adapters import the engine; the engine only names their base class
     from adapters.base import OutboundAdapter
+    from engine.otel.spans import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +58,8 @@ class ItemRunner:
                  metrics: Metrics | None = None,
                  lease: Callable[[], bool] | None = None,
                  observers: Sequence[AttemptObserver] = (),
-                 production: Callable[[], ProductionConfig] | None = None) -> None:
+                 production: Callable[[], ProductionConfig] | None = None,
+                 tracing: Tracing | None = None) -> None:
         self.item = item
         self.production = production
         self.store = store
@@ -73,6 +77,10 @@ class ItemRunner:
         self.adapter = self._build_adapter()
         # what watches every attempt of this item (breaker, rate limit, tracing)
         self.observers: list[AttemptObserver] = list(observers)
+        # tracing watches last: an attempt held back by another observer starts no span
+        self.tracing = tracing.item(item.name) if tracing is not None else None
+        if self.tracing is not None:
+            self.observers.append(self.tracing)
         self.hosts: list[BusinessOperation] = []
         self.threads: list[threading.Thread] = []
         self._abandoned: dict[int, int] = {}  # id → token: messages a failed delivery left
@@ -172,7 +180,8 @@ class ItemRunner:
                 return
             if claimed.begun is not None and not self.dispatcher.surely_held(row.id):
                 self._confirm_claim(row)  # no write of its own before its request: fence it
-            worker.deliver(row, claimed.begun)
+            with self._traced(row) as delivery:
+                delivery.ended(worker.deliver(row, claimed.begun).value)
         except Interrupted as exc:  # a process was waiting when the stop came
             self._put_back(row, exc)
         except ClaimLost as exc:
@@ -186,6 +195,12 @@ class ItemRunner:
             self._abandon(row)
             log.exception("item %s: unexpected error in worker", self.item.name)
             self.stop_event.wait(STORE_RETRY_DELAY)
+
+    def _traced(self, row: MessageRow) -> AbstractContextManager[Delivery]:
+        """The CONSUMER span of this delivery of ``row`` (tracing on), else nothing."""
+        if self.tracing is None:
+            return nullcontext(NO_DELIVERY)
+        return self.tracing.delivery(row)
 
     def _confirm_claim(self, row: MessageRow) -> None:
         """Renew the claim on ``row`` if it is still this one; else raise ClaimLost."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from engine.errors import ConfigurationError
 from engine.host import BusinessHost
+from engine.otel import tracing_wanted
 from engine.settings import Setting, validate_settings
 from engine.store.database import DEFAULT_DATABASE_URL
 
@@ -40,6 +41,9 @@ PRODUCTION_SETTINGS: tuple[Setting, ...] = (
             help="item that receives every Alert as a message (e.g. an HTTP webhook); '' = none"),
     Setting(name="retention_days", kind=float, default=0, minimum=0,
             help="days finished messages are kept before the scheduler purges them; 0 = forever"),
+    Setting(name="otel", kind=bool, default=False,
+            help="OpenTelemetry tracing (the encore-engine[otel] extra); the standard OTEL_* "
+                 "variables turn it on too, OTEL_SDK_DISABLED=true off"),
 )
 
 PORTAL_SETTINGS: tuple[Setting, ...] = (
@@ -103,6 +107,7 @@ class ProductionConfig:
     retention_days: float = 0
     alert_item: str = ""
     portal: PortalConfig | None = None  # None: no [portal] table, `encore run` serves none
+    otel: bool = False  # tracing on: the file's otel setting or the OTEL_* variables
     path: Path | None = None
 
     def item(self, name: str) -> ItemConfig:
@@ -156,7 +161,7 @@ def parse_production(text: str, *, env: Mapping[str, str],
                             retention_days=prod["retention_days"],
                             alert_item=prod["alert_item"],
                             portal=_load_portal(doc["portal"]) if "portal" in doc else None,
-                            path=path)
+                            otel=tracing_wanted(prod["otel"], env), path=path)
 
 
 def _load_portal(raw: Any) -> PortalConfig:

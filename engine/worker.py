@@ -189,7 +189,8 @@ class MessageWorker:
         outcome = outcome_of(err) if failed else "ok"
         self._after_attempt_observers(row, AttemptReport(
             number=number, outcome=outcome, seconds=attempt.ended - attempt.started,
-            server=attempt.server, status_code=getattr(err, "status_code", None), error=err))
+            server=attempt.server, status_code=getattr(err, "status_code", None), error=err,
+            exchange=adapter.exchange() if adapter is not None else None))
         if self.metrics is not None:
             self.metrics.observe_attempt(host.name, outcome, attempt.ended - attempt.started)
         if self.trace:

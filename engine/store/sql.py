@@ -98,14 +98,15 @@ class SqlStore:
 
     def enqueue_many(self, *, target: str, bodies: list[tuple[str | None, str]],
                      source: str | None = None, session_id: int | None = None,
-                     now: datetime | None = None) -> list[int]:
+                     now: datetime | None = None,
+                     trace_context: str | None = None) -> list[int]:
         """Commit new requests for ``target`` (``(body_class, body)`` pairs) in one durable
         transaction; return their ids in order. Each starts its own session unless
-        ``session_id`` is given."""
+        ``session_id`` is given. ``trace_context``: the producer's, stored with each."""
         if not bodies:
             return []
         ids = self._hot.enqueue_many(target, bodies, source=source, session_id=session_id,
-                                     now=now or utcnow())
+                                     now=now or utcnow(), trace_context=trace_context)
         self._announcer.call_back([target])  # PostgreSQL: NOTIFY went with the INSERT
         return ids
 

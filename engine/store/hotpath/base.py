@@ -165,7 +165,8 @@ class HotPath:
 
     # -- steps (per dialect) ---------------------------------------------------------------
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
-                     source: str | None, session_id: int | None, now: datetime) -> list[int]:
+                     source: str | None, session_id: int | None, now: datetime,
+                     trace_context: str | None = None) -> list[int]:
         raise NotImplementedError
 
     def accept(self, target: str, body_class: str | None, body: str, *, source: str | None,

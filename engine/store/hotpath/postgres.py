@@ -36,7 +36,8 @@ class PostgresHotPath(HotPath):
         f"AS b(body_class, body, ord)), "
         f"ins AS (INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) "
         f"SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', n.body_class, "
-        f"n.body, 'Queued', false, :now, false, 0, 0, NULL, NULL FROM n ORDER BY n.ord "
+        f"n.body, 'Queued', false, :now, false, 0, 0, NULL, :trace::text FROM n "
+        f"ORDER BY n.ord "
         f"RETURNING id) "
         f"SELECT ins.id, pg_notify('encore_queue', :target) FROM ins ORDER BY ins.id")
     # The unique index on (target, idempotency_key) decides between racing duplicates: the
@@ -99,11 +100,12 @@ class PostgresHotPath(HotPath):
             return self._guard(lambda: conn.execute(sql, params, prepare=True).fetchall())
 
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
-                     source: str | None, session_id: int | None, now: datetime) -> list[int]:
+                     source: str | None, session_id: int | None, now: datetime,
+                     trace_context: str | None = None) -> list[int]:
         rows = self._run(self._INSERT, {
             "body_classes": [b[0] for b in bodies], "bodies": [b[1] for b in bodies],
-            "session_id": session_id, "source": source, "target": target, "now": now},
-            durable=True)
+            "session_id": session_id, "source": source, "target": target, "now": now,
+            "trace": trace_context}, durable=True)
         return [int(r[0]) for r in rows]
 
     def accept(self, target: str, body_class: str | None, body: str, *, source: str | None,

@@ -92,7 +92,8 @@ class SqliteHotPath(HotPath):
         conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
 
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
-                     source: str | None, session_id: int | None, now: datetime) -> list[int]:
+                     source: str | None, session_id: int | None, now: datetime,
+                     trace_context: str | None = None) -> list[int]:
         stamp = _sqlite_time(now)
         with self._transaction(durable=True) as cur:
             def insert() -> list[int]:
@@ -102,7 +103,7 @@ class SqliteHotPath(HotPath):
                 cur.executemany(self._INSERT, [
                     {"id": new_id, "session_id": session_id, "source": source,
                      "target": target, "body_class": body_class, "body": body, "now": stamp,
-                     "key": None, "trace": None}
+                     "key": None, "trace": trace_context}
                     for new_id, (body_class, body) in zip(ids, bodies)])
                 return ids
             return self._guard(insert)
