@@ -67,6 +67,8 @@ message_header = Table(
     Index("ix_message_header_claim", "claimed_by"),
     Index("ix_message_header_session", "session_id"),
     Index("ix_message_header_idempotency", "target", "idempotency_key", unique=True),
+    Index("ix_message_header_status", "status", "id"),  # the Message Viewer's filters
+    Index("ix_message_header_created", "time_created"),
 )
 
 message_attempt = Table(

@@ -59,7 +59,8 @@ def kill_while_a_batch_is_held(tmp_path: Path, *, idempotent: bool
                      respond(200, "ok"))
     server = HttpTestServer({"/pay": route}).__enter__()
     store = production(tmp_path, http_item("Pay", server.url, response_timeout=HELD + 10,
-                                           idempotent=idempotent))
+                                           idempotent=idempotent, retry_interval=0.2,
+                                           failure_timeout=120))
     ids = send_all(tmp_path, "Pay", 30)
     with RunningDaemon(tmp_path) as daemon:
         wait_until(lambda: len(server.requests) > FAST, 20, "the held request to arrive")
@@ -74,7 +75,7 @@ def test_a_batch_claimed_by_a_killed_daemon_is_resent_for_an_idempotent_item(
     try:
         assert open_at_kill >= 2  # the request in flight and attempts begun with the batch
         with RunningDaemon(tmp_path) as daemon:
-            wait_until(lambda: done(store, ids), 30, "every message to settle")
+            wait_until(lambda: done(store, ids), 60, "every message to settle")
             assert daemon.terminate() == 0
         assert statuses(store, ids) == ["Completed"] * len(ids)
         seen = received(server)
@@ -93,7 +94,7 @@ def test_a_killed_non_idempotent_item_leaves_at_most_one_outcome_unknown_per_wor
     try:
         assert open_at_kill == 1  # attempts begin one by one, durably, before each request
         with RunningDaemon(tmp_path) as daemon:
-            wait_until(lambda: done(store, ids), 30, "every message to settle")
+            wait_until(lambda: done(store, ids), 60, "every message to settle")
             assert daemon.terminate() == 0
         final = statuses(store, ids)
         assert final.count("Suspended") == 1 and final.count("Completed") == len(ids) - 1
