@@ -6,7 +6,9 @@ services and the housekeeping — heartbeat and lease renewal, queue alerts, pur
 only waits for signals; the handlers only set events. Shutdown stops intake first, then
 waits for the workers with one overall timeout (``shutdown_timeout``); messages still in hand
 go back to their queue, and their open attempts count as outcome unknown on the next start.
-SIGHUP reloads the production file: changed items restart, the others keep running.
+SIGHUP reloads the production file, all or nothing: new and changed items are built first,
+and if one of them cannot start the reload is refused; else changed items restart and the
+others keep running.
 
 Several daemons may share one database (DESIGN.md §5, docs/scale-out.md): each claims
 messages under a lease its heartbeat renews; the ``leader`` lease decides which one runs
@@ -50,6 +52,11 @@ PURGE_INTERVAL = 3600.0  # seconds between purges for retention_days
 SIGNAL_POLL = 1.0  # seconds the main loop sleeps between looks at its flags
 GIL_SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while others wait
 FORGET_AFTER_LEASES = 10  # a daemon silent for this many lease_seconds is taken off the list
+
+
+def _operation_items(production: ProductionConfig) -> list[ItemConfig]:
+    """The items of ``production`` that run on worker threads (business operations)."""
+    return [i for i in production.items if issubclass(i.cls, BusinessOperation)]
 
 
 class Daemon:
@@ -185,16 +192,27 @@ class Daemon:
         return [i for i in self.production.items if issubclass(i.cls, BusinessOperation)]
 
     def _start_item(self, item: ItemConfig) -> None:
+        """Build, prepare and start ``item``'s runner; raises as :meth:`_build_runner` does."""
+        self._launch(self._build_runner(item))
+
+    def _build_runner(self, item: ItemConfig) -> ItemRunner:
+        """``item``'s runner, prepared — adapter made, hosts made, ``on_init`` called — but
+        not started. Raises :class:`EncoreError` naming the item; nothing of it is left."""
         lease = None
         if is_fifo(item):
-            name = item_lease_name(item.name)
-            self.leases.want(name)
-            lease = functools.partial(self.leases.hold, name)
+            lease = functools.partial(self.leases.hold, item_lease_name(item.name))
         runner = ItemRunner(item, store=self.store, clock=self.clock, owner=self.id,
                             lease_seconds=self.production.lease_seconds,
                             poll_interval=self.production.poll_interval, env=self.env,
                             events=self.events, metrics=self.metrics, lease=lease)
-        self.runners[item.name] = runner
+        runner.prepare()
+        return runner
+
+    def _launch(self, runner: ItemRunner) -> None:
+        """Start a prepared runner's threads: from now on it claims messages."""
+        if runner.lease is not None:
+            self.leases.want(item_lease_name(runner.item.name))
+        self.runners[runner.item.name] = runner
         runner.start()
 
     def _reap_dead_local_daemons(self) -> None:
@@ -269,29 +287,68 @@ class Daemon:
 
     # -- reload --------------------------------------------------------------------------
     def reload(self) -> None:
-        """Re-read the production file; restart changed items, keep the others running."""
+        """Re-read the production file, all or nothing (DESIGN.md §8).
+
+        Every new or changed item is built first — adapter, hosts, ``on_init`` — while the
+        running production goes on. If the file or any of those items fails, the reload is
+        refused with one ``Error`` event naming the item and the reason, what was built is
+        torn down, and nothing changes. Otherwise changed and removed items stop, the new
+        runners start, and unchanged items keep running throughout.
+        """
         if self.production.path is None:
             log.warning("reload requested, but the production did not come from a file")
             return
         try:
             new = load_production(self.production.path, self.env)
-        except EncoreError as exc:
-            log.error("reload refused, the production keeps running unchanged: %s", exc)
+            built = self._build_changed(new)
+        except Exception as exc:  # noqa: BLE001 - a refused reload never stops the daemon
+            self._refuse_reload(exc)
             return
-        old_items = {i.name: i for i in self._operations()}
+        self._switch_to(new, built)
+
+    def _build_changed(self, new: ProductionConfig) -> dict[str, ItemRunner]:
+        """Prepared runners for the operation items of ``new`` that are not running as they
+        are; if one fails, tear down the others and raise its error."""
+        running = {i.name: i for i in _operation_items(self.production)}
+        built: dict[str, ItemRunner] = {}
+        try:
+            for item in _operation_items(new):
+                if running.get(item.name) != item:
+                    built[item.name] = self._build_runner(item)
+        except Exception:
+            for runner in built.values():
+                runner.discard()
+            raise
+        return built
+
+    def _refuse_reload(self, exc: Exception) -> None:
+        """One ``Error`` event naming the item (when known) and the reason."""
+        reason = str(exc) if isinstance(exc, EncoreError) else f"{type(exc).__name__}: {exc}"
+        text = f"reload refused, the production keeps running unchanged: {reason}"
+        if not isinstance(exc, EncoreError):
+            log.error("unexpected error during the reload", exc_info=exc)
+        try:  # the event log also logs it
+            self.events.write("Error", text, config_name=getattr(exc, "item", None),
+                              source_class="Daemon", source_method="reload")
+        except EncoreError as write_error:
+            log.error("%s (not in the event log: %s)", text, write_error)
+
+    def _switch_to(self, new: ProductionConfig, built: dict[str, ItemRunner]) -> None:
+        """Stop the runners of changed and removed items, then start ``built``."""
+        names = {i.name for i in _operation_items(new)}
+        stale = [n for n in self.runners if n in built or n not in names]
+        stopping = [self.runners.pop(name) for name in stale]
+        for runner in stopping:
+            runner.request_stop()
+        deadline = self.clock.monotonic() + new.shutdown_timeout
+        for runner in stopping:
+            runner.join(max(deadline - self.clock.monotonic(), 0.0))
+            if runner.lease is not None:
+                self.leases.release(item_lease_name(runner.item.name))
         self.production = new
         self.events.production = new
-        new_items = {i.name: i for i in self._operations()}
-        for name, item in old_items.items():
-            if new_items.get(name) != item:
-                runner = self.runners.pop(name)
-                runner.request_stop()
-                runner.join(new.shutdown_timeout)
-                if runner.lease is not None:
-                    self.leases.release(item_lease_name(name))
-        for name, item in new_items.items():
-            if name not in self.runners:
-                self._start_item(item)
+        for runner in built.values():
+            self._launch(runner)
         log.info("production reloaded from %s: %d item(s) running", new.path, len(self.runners))
 
     def _stop_listening(self) -> None:

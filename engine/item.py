@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from adapters.base import OutboundAdapter
 from engine.clock import Clock
 from engine.dispatch import Dispatcher, DispatchSettings
-from engine.errors import AdapterNotReady, ClaimLost, EncoreError
+from engine.errors import AdapterNotReady, ClaimLost, ConfigurationError, EncoreError
 from engine.host import BusinessOperation, EventSink
 from engine.metrics import Metrics
 from engine.production import ItemConfig
@@ -65,6 +65,7 @@ class ItemRunner:
         self._abandoned: dict[int, int] = {}  # id → token: messages a failed delivery left
         self._abandoned_lock = threading.Lock()
         self._abandoned_batch = 0  # FIFO: the last claim made before a delivery was cut short
+        self._prepared = False
         self._ready = False
         self._ready_lock = threading.Lock()
         self._next_start_try = 0.0
@@ -80,27 +81,69 @@ class ItemRunner:
         return self.dispatcher.wakeup
 
     def _build_adapter(self) -> OutboundAdapter | None:
+        """The item's adapter; ConfigurationError naming the item if it cannot be made."""
         cls = getattr(self.item.cls, "adapter_class", None)
         if cls is None:
             return None
-        return cls(self.item.settings, item_name=self.item.name, pool_size=self.item.pool_size,
-                   env=self.env, clock=self.clock)
+        try:
+            return cls(self.item.settings, item_name=self.item.name,
+                       pool_size=self.item.pool_size, env=self.env, clock=self.clock)
+        except EncoreError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a user's adapter class: its error, named
+            raise ConfigurationError(f"{cls.__name__} cannot be created: "
+                                     f"{type(exc).__name__}: {exc}", item=self.item.name) from exc
 
     # -- lifecycle -----------------------------------------------------------------------
-    def start(self) -> None:
-        """Create the host instances, start the workers and the dispatcher."""
-        for index in range(self.item.pool_size):
+    def prepare(self) -> None:
+        """Everything that can fail before the item runs: create the ``pool_size`` host
+        instances, call their ``on_init``, and try to start the adapter once.
+
+        Raises :class:`~engine.errors.ConfigurationError` naming the item (credentials that
+        name nothing set, an ``on_init`` that raised, ...) after undoing what it made
+        (:meth:`discard`). An adapter that is only not ready yet (a WSDL that is down) is no
+        failure: the dispatcher keeps trying it every ``retry_interval``.
+        """
+        try:
+            for _ in range(self.item.pool_size):
+                self.hosts.append(self._make_host())
+            self._try_start_adapter()
+        except Exception:
+            self.discard()
+            raise
+        self._prepared = True
+
+    def _make_host(self) -> BusinessOperation:
+        """One host instance, its ``on_init`` called; a user's error becomes the item's."""
+        try:
             host = self.item.cls(self.item.name, self.item.settings, events=self.events,
                                  adapter=self.adapter)
             host.on_init()
-            self.hosts.append(host)
+        except Exception as exc:  # noqa: BLE001 - user code: its error names the item
+            raise ConfigurationError(f"{self.item.class_path} failed to start (on_init): "
+                                     f"{type(exc).__name__}: {exc}", item=self.item.name) from exc
+        return host
+
+    def start(self) -> None:
+        """Start the workers and the dispatcher (after :meth:`prepare`, which it calls if
+        that was not done; it may raise as :meth:`prepare` does)."""
+        if not self._prepared:
+            self.prepare()
+        for index, host in enumerate(self.hosts):
             thread = threading.Thread(target=self._work, args=(host,), daemon=True,
                                       name=f"{self.item.name}-{index + 1}")
             self.threads.append(thread)
-        self._try_start_adapter()
-        for thread in self.threads:
             thread.start()
         self.dispatcher.start()
+
+    def discard(self) -> None:
+        """Undo :meth:`prepare` for a runner that will never start: ``on_tear_down`` of
+        every host it made, and the adapter stopped."""
+        for host in self.hosts:
+            _quietly(host.on_tear_down)
+        self.hosts.clear()
+        if self.adapter is not None:
+            _quietly(self.adapter.stop)
 
     def request_stop(self) -> None:
         """Stop intake: workers finish the attempt in hand and claim nothing more; messages
