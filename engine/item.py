@@ -21,6 +21,7 @@ from engine.errors import AdapterNotReady, ClaimLost, ConfigurationError, Encore
 from engine.host import BusinessOperation, EventSink
 from engine.metrics import Metrics
 from engine.production import ItemConfig
+from engine.readiness import ReadinessLog
 from engine.retry import RetryPolicy
 from engine.store.hotpath import Claimed
 from engine.store.rows import MessageRow
@@ -69,6 +70,8 @@ class ItemRunner:
         self._ready = False
         self._ready_lock = threading.Lock()
         self._next_start_try = 0.0
+        self._readiness = ReadinessLog(self._write_readiness, clock,
+                                       retry_interval=self.retry_interval)
         self.dispatcher = Dispatcher(DispatchSettings(
             target=item.name, owner=owner, pool_size=item.pool_size, fifo=lease is not None,
             begin=RetryPolicy.from_settings(item.settings).idempotent, enabled=item.enabled,
@@ -242,7 +245,9 @@ class ItemRunner:
         return self._try_start_adapter() and (self.lease is None or self.lease())
 
     def _try_start_adapter(self) -> bool:
-        """Start the adapter once; if it cannot start, try again every retry_interval."""
+        """Start the adapter once; if it cannot start, try again every retry_interval, with
+        one Error event at the first failure, a reminder Warning at most every
+        NOT_READY_REMINDER_INTERVAL seconds, and one Info event when it starts."""
         if self._ready or self.adapter is None:
             return True
         with self._ready_lock:
@@ -252,17 +257,19 @@ class ItemRunner:
                 warnings = self.adapter.start()
             except AdapterNotReady as exc:
                 self._next_start_try = self.clock.monotonic() + self.retry_interval
-                self.events.write("Error", f"adapter not ready, messages stay queued; "
-                                        f"trying again in {self.retry_interval:g} s: {exc}",
-                                        config_name=self.item.name, source_class="ItemRunner",
-                                        source_method="start")
+                self._readiness.failed(exc)
                 return False
+            self._ready = True
+            self._readiness.started()
             for text in warnings:
                 self.events.write("Warning", text, config_name=self.item.name,
-                                        source_class=type(self.adapter).__name__,
-                                        source_method="start")
-            self._ready = True
+                                  source_class=type(self.adapter).__name__,
+                                  source_method="start")
             return True
+
+    def _write_readiness(self, type_: str, text: str) -> None:
+        self.events.write(type_, text, config_name=self.item.name, source_class="ItemRunner",
+                          source_method="start")
 
 
 def _quietly(func: object) -> None:
