@@ -91,14 +91,18 @@ class Daemon:
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
-        """Check the schema, reclaim the work of dead daemons of this host, register, take
-        the leases that are free, and start every operation item and the scheduler."""
+        """Check the schema; build every operation item (adapter, hosts, ``on_init``) and
+        open the metrics endpoint — what can fail, before anything runs; then reclaim the
+        work of dead daemons of this host, register, take the leases that are free, and
+        start the items and the scheduler. A start that fails leaves nothing running and
+        nothing registered: no attempt can have begun."""
         self.store.check_schema()
         # Workers spend their time in socket calls; when one returns it waits for the GIL
         # for up to the switch interval while another thread computes (the "convoy"
         # effect): 5 ms by default, longer than a fast service takes to answer.
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         self._sync_clock()
+        runners = self._prepare_start()
         self._reap_dead_local_daemons()
         self.store.register_daemon(self.id, host=self.host, pid=os.getpid(),
                                    production=self.production.name,
@@ -110,12 +114,23 @@ class Daemon:
                 self.leases.want(item_lease_name(item.name))
         self.leases.renew()
         self._start_listening()
-        for item in self._operations():
-            self._start_item(item)
+        for runner in runners.values():
+            self._launch(runner)
         self._start_scheduler()
-        self._start_metrics()
         log.info("production %s started: %d item(s), daemon %s%s", self.production.name,
                  len(self.runners), self.id, " (leader)" if self.is_leader() else "")
+
+    def _prepare_start(self) -> dict[str, ItemRunner]:
+        """Every operation item's runner, prepared, and the metrics endpoint serving; if
+        one of them fails, nothing of the others is left."""
+        runners = self._build_runners(self._operations())
+        try:
+            self._start_metrics()
+        except Exception:
+            for runner in runners.values():
+                runner.discard()
+            raise
+        return runners
 
     def _start_scheduler(self) -> None:
         self.scheduler.add_housekeeping("heartbeat", self.heartbeat_interval, self.heartbeat)
@@ -191,9 +206,18 @@ class Daemon:
     def _operations(self) -> list[ItemConfig]:
         return [i for i in self.production.items if issubclass(i.cls, BusinessOperation)]
 
-    def _start_item(self, item: ItemConfig) -> None:
-        """Build, prepare and start ``item``'s runner; raises as :meth:`_build_runner` does."""
-        self._launch(self._build_runner(item))
+    def _build_runners(self, items: list[ItemConfig]) -> dict[str, ItemRunner]:
+        """A prepared runner for each of ``items``; if one fails, tear down the others and
+        raise its error."""
+        built: dict[str, ItemRunner] = {}
+        try:
+            for item in items:
+                built[item.name] = self._build_runner(item)
+        except Exception:
+            for runner in built.values():
+                runner.discard()
+            raise
+        return built
 
     def _build_runner(self, item: ItemConfig) -> ItemRunner:
         """``item``'s runner, prepared — adapter made, hosts made, ``on_init`` called — but
@@ -308,18 +332,10 @@ class Daemon:
 
     def _build_changed(self, new: ProductionConfig) -> dict[str, ItemRunner]:
         """Prepared runners for the operation items of ``new`` that are not running as they
-        are; if one fails, tear down the others and raise its error."""
+        are; if one fails, nothing of the others is left."""
         running = {i.name: i for i in _operation_items(self.production)}
-        built: dict[str, ItemRunner] = {}
-        try:
-            for item in _operation_items(new):
-                if running.get(item.name) != item:
-                    built[item.name] = self._build_runner(item)
-        except Exception:
-            for runner in built.values():
-                runner.discard()
-            raise
-        return built
+        return self._build_runners([i for i in _operation_items(new)
+                                    if running.get(i.name) != i])
 
     def _refuse_reload(self, exc: Exception) -> None:
         """One ``Error`` event naming the item (when known) and the reason."""
