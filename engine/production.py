@@ -18,6 +18,7 @@ from engine.errors import ConfigurationError
 from engine.host import BusinessHost
 from engine.settings import Setting, validate_settings
 from engine.store.database import DEFAULT_DATABASE_URL
+from engine.user_modules import add_production_directory, shadowing_hint
 
 DEFAULT_PRODUCTION_FILE = "production.toml"
 
@@ -92,13 +93,16 @@ def find_production_file(option: str | None, env: Mapping[str, str]) -> Path:
 
 
 def load_production(path: Path, env: Mapping[str, str] | None = None) -> ProductionConfig:
-    """Read and validate the production file at ``path``."""
+    """Read and validate the production file at ``path``. Its directory goes at the end of
+    ``sys.path``, so that the classes it names may live beside it
+    (:mod:`engine.user_modules`)."""
     env = os.environ if env is None else env
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigurationError(f"cannot read production file {str(path)!r}: {exc.strerror}. "
                                  "Pass -p PATH or set ENCORE_PRODUCTION.") from exc
+    add_production_directory(path)
     return parse_production(text, env=env, path=path)
 
 
@@ -162,9 +166,12 @@ def resolve_class(path: str, *, item: str) -> type[BusinessHost]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigurationError(f"module {module_name!r} cannot be imported: {exc}",
-                                 item=item, key="class") from exc
+        raise ConfigurationError(f"module {module_name!r} cannot be imported: {exc}"
+                                 f"{shadowing_hint(module_name)}", item=item, key="class") from exc
     cls = getattr(module, attr, None)
+    if cls is None:
+        raise ConfigurationError(f"module {module_name!r} has no {attr!r}"
+                                 f"{shadowing_hint(module_name)}", item=item, key="class")
     if not (isinstance(cls, type) and issubclass(cls, BusinessHost)):
         raise ConfigurationError(
             f"{path!r} is not a BusinessOperation or BusinessService class", item=item, key="class")
