@@ -8,14 +8,14 @@ from typing import Any
 from engine.clock import Clock, SystemClock
 from engine.errors import ConfigurationError, MessageError
 from engine.message import Message
-from engine.production import ProductionConfig
+from engine.production import ProductionConfig, ProductionOutline
 from engine.store.models import FINAL_STATUSES
 from engine.store.sql import MessageRow, SqlStore
 
 TERMINAL = (*FINAL_STATUSES, "Suspended")
 
 
-def send_message(store: SqlStore, production: ProductionConfig, target: str,
+def send_message(store: SqlStore, production: ProductionConfig | ProductionOutline, target: str,
                  body: str | dict[str, Any] | Message, *, source: str = "cli",
                  now: datetime | None = None) -> int:
     """Validate ``body`` against the target's request class, enqueue it, return its id.
@@ -28,7 +28,7 @@ def send_message(store: SqlStore, production: ProductionConfig, target: str,
                          body=message.to_json(), source=source, now=now)
 
 
-def send_messages(store: SqlStore, production: ProductionConfig, target: str,
+def send_messages(store: SqlStore, production: ProductionConfig | ProductionOutline, target: str,
                   bodies: Iterable[str | dict[str, Any] | Message], *, source: str = "cli",
                   now: datetime | None = None) -> list[int]:
     """Validate every body, then enqueue them all in one transaction; return their ids in
@@ -45,7 +45,8 @@ def send_messages(store: SqlStore, production: ProductionConfig, target: str,
     return store.enqueue_many(target=target, bodies=encoded, source=source, now=now)
 
 
-def _request_class(production: ProductionConfig, target: str) -> type[Message]:
+def _request_class(production: ProductionConfig | ProductionOutline, target: str
+                   ) -> type[Message]:
     try:
         item = production.item(target)
     except ConfigurationError as exc:

@@ -14,8 +14,12 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from engine.host import BusinessHost
 
 ENCORE_PACKAGES = ("engine", "adapters", "operations", "migrations")
 
@@ -41,6 +45,29 @@ def check_own_packages() -> None:
                 f"the package {name!r} was imported from {where}, not from Encore ({home}): "
                 f"a package or module of yours named {name!r} hides Encore's; rename yours "
                 f"({taken_names()} are Encore's own)")
+
+
+def resolve_class(path: str, *, item: str) -> type[BusinessHost]:
+    """Resolve ``module:Class`` to a BusinessHost subclass, naming the key on failure."""
+    from engine.host import BusinessHost  # with the first class: it brings the retry engine
+
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigurationError(f"{path!r} is not of the form 'module:Class'", item=item,
+                                 key="class")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"module {module_name!r} cannot be imported: {exc}"
+                                 f"{shadowing_hint(module_name)}", item=item, key="class") from exc
+    cls = getattr(module, attr, None)
+    if cls is None:
+        raise ConfigurationError(f"module {module_name!r} has no {attr!r}"
+                                 f"{shadowing_hint(module_name)}", item=item, key="class")
+    if not (isinstance(cls, type) and issubclass(cls, BusinessHost)):
+        raise ConfigurationError(
+            f"{path!r} is not a BusinessOperation or BusinessService class", item=item, key="class")
+    return cls
 
 
 def shadowing_hint(module_name: str) -> str:

@@ -109,7 +109,9 @@ def test_an_item_in_a_user_package_named_operations_gets_an_error_saying_why(
         tmp_path: Path) -> None:
     path = app(tmp_path, name="Charges", cls="operations.charges:ChargeCard")
     package(path.parent, "operations", {"charges.py": "raise AssertionError('imported')\n"})
-    result = encore("-p", str(path), "send", "Charges", "--body", "{}", cwd=tmp_path / "elsewhere")
+    elsewhere = tmp_path / "elsewhere"
+    assert encore("-p", str(path), "db", "upgrade", cwd=elsewhere).returncode == 0
+    result = encore("-p", str(path), "send", "Charges", "--body", "{}", cwd=elsewhere)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "No module named 'operations.charges'" in result.stderr
     assert "'operations' is Encore's own package" in result.stderr
