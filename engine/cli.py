@@ -5,6 +5,7 @@ import dataclasses
 import json
 import logging
 import os
+import pkgutil
 import sys
 import time
 from datetime import datetime, timedelta
@@ -18,7 +19,9 @@ from engine import report
 from engine.client import decode_body, send_message, send_messages, wait_for
 from engine.clock import utcnow
 from engine.errors import ConfigurationError, EncoreError, MessageError, StoreError
-from engine.production import ProductionConfig, find_production_file, load_production
+from engine.operator_cli import register as register_operator_commands
+from engine.production import (ProductionConfig, ProductionOutline, find_production_file,
+                               read_outline)
 from engine.store import migrate, queries
 from engine.store.database import DEFAULT_DATABASE_URL, normalise_url
 from engine.store.sql import SqlStore
@@ -27,24 +30,35 @@ EVENT_TYPES = click.Choice(["Assert", "Error", "Warning", "Info", "Trace", "Aler
 
 
 class Context:
-    """Lazily loads the production file and opens the store for a command."""
+    """Lazily reads the production file and opens the store for a command.
+
+    ``outline`` imports none of the classes the items name (enough for the commands that
+    only read the database); ``production`` imports them all (``encore run``).
+    """
 
     def __init__(self, production_option: str | None) -> None:
         self.option = production_option
+        self._outline: ProductionOutline | None = None
         self._production: ProductionConfig | None = None
         self._store: SqlStore | None = None
 
     @property
+    def outline(self) -> ProductionOutline:
+        if self._outline is None:
+            self._outline = read_outline(find_production_file(self.option, os.environ))
+        return self._outline
+
+    @property
     def production(self) -> ProductionConfig:
         if self._production is None:
-            self._production = load_production(find_production_file(self.option, os.environ))
+            self._production = self.outline.resolve()
         return self._production
 
     def database_url(self) -> str:
         """The production's database; without a production file, $ENCORE_DATABASE_URL."""
         path = find_production_file(self.option, os.environ)
         if path.exists() or self.option:
-            return self.production.database
+            return self.outline.database
         return os.environ.get("ENCORE_DATABASE_URL", DEFAULT_DATABASE_URL)
 
     @property
@@ -125,8 +139,47 @@ def _first_line(exc: BaseException) -> str:
 pass_ctx = click.make_pass_decorator(Context)
 
 
+# Commands imported only when they run (they bring the daemon, adapters, HTTP and SOAP
+# stacks): name → ("module:attribute", the summary `encore --help` shows without importing).
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("engine.demo:demo",
+             "Play the seed scenario (÷10) live against a loopback SOAP service."),
+    "simulate": ("engine.simulate:simulate_command",
+                 "Print the retry timeline the engine produces, on a virtual clock, at once."),
+    "portal": ("engine.portal.cli:portal", "Serve the management portal and JSON API from "
+               "the production's database (no daemon needed)."),
+    "user": ("engine.portal.cli:user",
+             "Portal users: viewers read, operators also act, admins also manage users."),
+    "token": ("engine.portal.cli:token",
+              "API tokens: senders submit messages, viewers read, operators also act."),
+}
+
+
 class EncoreGroup(click.Group):
-    """Turns Encore's own errors into one clear line and exit status 1."""
+    """Turns Encore's own errors into one clear line and exit status 1, and imports the
+    :data:`LAZY_COMMANDS` only when one of them runs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY_COMMANDS and cmd_name not in self.commands:
+            self.add_command(pkgutil.resolve_name(LAZY_COMMANDS[cmd_name][0]), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list of ``--help``: a lazy command by its summary, not imported."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            command = self.commands.get(name)
+            if command is None:  # a stand-in that only knows the summary
+                command = click.Command(name, help=LAZY_COMMANDS[name][1])
+            if not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -190,7 +243,7 @@ def send(ctx: Context, target: str, body: str | None, many: TextIO | None,
         return
     assert body is not None
     request = _decode_body(_read_body_option(body), where="--body")
-    message_id = send_message(ctx.store, ctx.production, target, request)
+    message_id = send_message(ctx.store, ctx.outline, target, request)
     if wait is None:
         _print_sent(message_id, "Queued", None, as_json)
         return
@@ -236,8 +289,8 @@ def _send_many(ctx: Context, target: str, lines: TextIO, as_json: bool) -> None:
     first and last id."""
     name = "stdin" if lines.name == "<stdin>" else lines.name
     bodies = _decode_lines(lines, name=name)
-    _check_bodies(ctx.production, target, bodies, name=name)
-    ids = send_messages(ctx.store, ctx.production, target, [b for _, b in bodies],
+    _check_bodies(ctx.outline, target, bodies, name=name)
+    ids = send_messages(ctx.store, ctx.outline, target, [b for _, b in bodies],
                         source="cli")
     first, last = (ids[0], ids[-1]) if ids else (None, None)
     if as_json:
@@ -277,7 +330,7 @@ def _decode_lines(lines: TextIO, *, name: str) -> list[tuple[int, Any]]:
         raise MessageError(f"{name} is not UTF-8 text: {exc}") from exc
 
 
-def _check_bodies(production: ProductionConfig, target: str, bodies: list[tuple[int, Any]],
+def _check_bodies(production: ProductionOutline, target: str, bodies: list[tuple[int, Any]],
                   *, name: str) -> None:
     """Refuse the first body that does not fit ``target``'s request class, naming its line.
     An unknown target is left to :func:`send_messages`, which says so."""
@@ -381,11 +434,11 @@ def trace(ctx: Context, ident: int) -> None:
 def status(ctx: Context) -> None:
     """Items, queue depths, retries, last errors, and every daemon: alive or not, the items
     it serves, and the leases it holds (leader; FIFO items it alone works)."""
-    production, store = ctx.production, ctx.store
+    production, store = ctx.outline, ctx.store
     stats, overrides = queries.queue_stats(store), store.item_overrides()
     now = store.db_now()
     rows = []
-    for item in production.items:
+    for item in production.entries:
         s = stats.get(item.name, {})
         oldest = s.get("oldest")
         last_error = s.get("last_error")
@@ -459,19 +512,7 @@ def _safe_url(url: str) -> str:
         return "(the database URL, which is not a valid SQLAlchemy URL)"
 
 
-def _register_optional_commands() -> None:
-    from engine.demo import demo
-    from engine.operator_cli import register
-    from engine.portal.cli import register as register_portal
-    from engine.simulate import simulate_command
-
-    main.add_command(simulate_command)
-    main.add_command(demo)
-    register(main)
-    register_portal(main)
-
-
-_register_optional_commands()
+register_operator_commands(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -16,7 +16,7 @@ from engine.clock import Clock, SystemClock
 from engine.errors import CallFailed, CallTimedOut, ConfigurationError, MessageError
 from engine.message import Message, decode_message
 from engine.otel import producer_span
-from engine.production import ProductionConfig
+from engine.production import ProductionConfig, ProductionOutline
 from engine.store.models import FINAL_STATUSES
 from engine.store.sql import Accepted, MessageRow, SqlStore
 
@@ -25,7 +25,7 @@ WAIT_POLL = 0.05  # seconds between two looks at a waited-for message
 MAX_WAIT = 1e9  # seconds: a wait without limit, as a date offset that cannot overflow
 
 
-def send_message(store: SqlStore, production: ProductionConfig, target: str,
+def send_message(store: SqlStore, production: ProductionConfig | ProductionOutline, target: str,
                  body: str | dict[str, Any] | Message, *, source: str = "cli",
                  now: datetime | None = None) -> int:
     """Validate ``body`` against the target's request class, enqueue it, return its id.
@@ -35,8 +35,8 @@ def send_message(store: SqlStore, production: ProductionConfig, target: str,
     return accept_message(store, production, target, body, source=source, now=now).id
 
 
-def accept_message(store: SqlStore, production: ProductionConfig, target: str,
-                   body: str | dict[str, Any] | Message, *, source: str = "cli",
+def accept_message(store: SqlStore, production: ProductionConfig | ProductionOutline,
+                   target: str, body: str | dict[str, Any] | Message, *, source: str = "cli",
                    session_id: int | None = None, idempotency_key: str | None = None,
                    now: datetime | None = None) -> Accepted:
     """:func:`send_message` in a given session (None: the message starts its own) and, with
@@ -74,7 +74,7 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def send_messages(store: SqlStore, production: ProductionConfig, target: str,
+def send_messages(store: SqlStore, production: ProductionConfig | ProductionOutline, target: str,
                   bodies: Iterable[str | dict[str, Any] | Message], *, source: str = "cli",
                   now: datetime | None = None) -> list[int]:
     """Validate every body, then enqueue them all in one transaction; return their ids in
@@ -95,7 +95,8 @@ def send_messages(store: SqlStore, production: ProductionConfig, target: str,
     return ids
 
 
-def _request_class(production: ProductionConfig, target: str) -> type[Message]:
+def _request_class(production: ProductionConfig | ProductionOutline, target: str
+                   ) -> type[Message]:
     try:
         item = production.item(target)
     except ConfigurationError as exc:

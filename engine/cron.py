@@ -1,10 +1,13 @@
 """Crontab expressions as APScheduler triggers: one module for the cron strings of service
-schedules and item working windows (it imports nothing of the engine)."""
+schedules and item working windows (it imports nothing of the engine, and APScheduler only
+when an expression is parsed: commands that never see one stay quick)."""
 from __future__ import annotations
 
 from datetime import timezone
+from typing import TYPE_CHECKING
 
-from apscheduler.triggers.cron import CronTrigger
+if TYPE_CHECKING:
+    from apscheduler.triggers.cron import CronTrigger
 
 __all__ = ["parse_schedule"]
 
@@ -25,6 +28,8 @@ def parse_schedule(expr: str) -> CronTrigger:
         raise ValueError(f"expected 5 fields (minute hour day month day-of-week), "
                          f"got {len(fields)}")
     minute, hour, day, month, dow = fields
+    from apscheduler.triggers.cron import CronTrigger
+
     return CronTrigger(minute=minute, hour=hour, day=day, month=month,
                        day_of_week=_crontab_days(dow), timezone=timezone.utc)
 

@@ -6,7 +6,9 @@ services and the housekeeping — heartbeat and lease renewal, queue alerts, pur
 only waits for signals; the handlers only set events. Shutdown stops intake first, then
 waits for the workers with one overall timeout (``shutdown_timeout``); messages still in hand
 go back to their queue, and their open attempts count as outcome unknown on the next start.
-SIGHUP reloads the production file: changed items restart, the others keep running.
+SIGHUP reloads the production file, all or nothing: new and changed items are built first,
+and if one of them cannot start the reload is refused; else changed items restart and the
+others keep running.
 
 Several daemons may share one database (DESIGN.md §5, docs/scale-out.md): each claims
 messages under a lease its heartbeat renews; the ``leader`` lease decides which one runs
@@ -53,6 +55,11 @@ GIL_SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while others w
 FORGET_AFTER_LEASES = 10  # a daemon silent for this many lease_seconds is taken off the list
 
 
+def _operation_items(production: ProductionConfig) -> list[ItemConfig]:
+    """The items of ``production`` that run on worker threads (business operations)."""
+    return [i for i in production.items if issubclass(i.cls, BusinessOperation)]
+
+
 class Daemon:
     """One running production."""
 
@@ -88,14 +95,18 @@ class Daemon:
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
-        """Check the schema, reclaim the work of dead daemons of this host, register, take
-        the leases that are free, and start every operation item and the scheduler."""
+        """Check the schema; build every operation item (adapter, hosts, ``on_init``) and
+        open the metrics endpoint — what can fail, before anything runs; then reclaim the
+        work of dead daemons of this host, register, take the leases that are free, and
+        start the items and the scheduler. A start that fails leaves nothing running and
+        nothing registered: no attempt can have begun."""
         self.store.check_schema()
         # Workers spend their time in socket calls; when one returns it waits for the GIL
         # for up to the switch interval while another thread computes (the "convoy"
         # effect): 5 ms by default, longer than a fast service takes to answer.
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         self._sync_clock()
+        runners = self._prepare_start()
         self._reap_dead_local_daemons()
         self.store.register_daemon(self.id, host=self.host, pid=os.getpid(),
                                    pid_namespace=self.pid_namespace,
@@ -108,10 +119,9 @@ class Daemon:
                 self.leases.want(item_lease_name(item.name))
         self.leases.renew()
         self._start_listening()
-        for item in self._operations():
-            self._start_item(item)
+        for runner in runners.values():
+            self._launch(runner)
         self._start_scheduler()
-        self._start_metrics()
         if self.production.portal is not None:  # [portal]: the portal on a thread of ours
             from engine.portal.server import PortalServer
 
@@ -120,6 +130,18 @@ class Daemon:
             self.portal.start()
         log.info("production %s started: %d item(s), daemon %s%s", self.production.name,
                  len(self.runners), self.id, " (leader)" if self.is_leader() else "")
+
+    def _prepare_start(self) -> dict[str, ItemRunner]:
+        """Every operation item's runner, prepared, and the metrics endpoint serving; if
+        one of them fails, nothing of the others is left."""
+        runners = self._build_runners(self._operations())
+        try:
+            self._start_metrics()
+        except Exception:
+            for runner in runners.values():
+                runner.discard()
+            raise
+        return runners
 
     def _start_scheduler(self) -> None:
         self.scheduler.add_housekeeping("heartbeat", self.heartbeat_interval, self.heartbeat)
@@ -195,19 +217,39 @@ class Daemon:
     def _operations(self) -> list[ItemConfig]:
         return [i for i in self.production.items if issubclass(i.cls, BusinessOperation)]
 
-    def _start_item(self, item: ItemConfig) -> None:
+    def _build_runners(self, items: list[ItemConfig]) -> dict[str, ItemRunner]:
+        """A prepared runner for each of ``items``; if one fails, tear down the others and
+        raise its error."""
+        built: dict[str, ItemRunner] = {}
+        try:
+            for item in items:
+                built[item.name] = self._build_runner(item)
+        except Exception:
+            for runner in built.values():
+                runner.discard()
+            raise
+        return built
+
+    def _build_runner(self, item: ItemConfig) -> ItemRunner:
+        """``item``'s runner, prepared — adapter made, hosts made, ``on_init`` called — but
+        not started. Raises :class:`EncoreError` naming the item; nothing of it is left."""
         lease = None
         if is_fifo(item):
-            name = item_lease_name(item.name)
-            self.leases.want(name)
-            lease = functools.partial(self.leases.hold, name)
+            lease = functools.partial(self.leases.hold, item_lease_name(item.name))
         runner = ItemRunner(item, store=self.store, clock=self.clock, owner=self.id,
                             lease_seconds=self.production.lease_seconds,
                             poll_interval=self.production.poll_interval, env=self.env,
                             events=self.events, metrics=self.metrics, lease=lease,
                             production=lambda: self.production,
                             tracing=self.tracing)
-        self.runners[item.name] = runner
+        runner.prepare()
+        return runner
+
+    def _launch(self, runner: ItemRunner) -> None:
+        """Start a prepared runner's threads: from now on it claims messages."""
+        if runner.lease is not None:
+            self.leases.want(item_lease_name(runner.item.name))
+        self.runners[runner.item.name] = runner
         runner.start()
 
     def _reap_dead_local_daemons(self) -> None:
@@ -293,29 +335,60 @@ class Daemon:
 
     # -- reload --------------------------------------------------------------------------
     def reload(self) -> None:
-        """Re-read the production file; restart changed items, keep the others running."""
+        """Re-read the production file, all or nothing (DESIGN.md §8).
+
+        Every new or changed item is built first — adapter, hosts, ``on_init`` — while the
+        running production goes on. If the file or any of those items fails, the reload is
+        refused with one ``Error`` event naming the item and the reason, what was built is
+        torn down, and nothing changes. Otherwise changed and removed items stop, the new
+        runners start, and unchanged items keep running throughout.
+        """
         if self.production.path is None:
             log.warning("reload requested, but the production did not come from a file")
             return
         try:
             new = load_production(self.production.path, self.env)
-        except EncoreError as exc:
-            log.error("reload refused, the production keeps running unchanged: %s", exc)
+            built = self._build_changed(new)
+        except Exception as exc:  # noqa: BLE001 - a refused reload never stops the daemon
+            self._refuse_reload(exc)
             return
-        old_items = {i.name: i for i in self._operations()}
+        self._switch_to(new, built)
+
+    def _build_changed(self, new: ProductionConfig) -> dict[str, ItemRunner]:
+        """Prepared runners for the operation items of ``new`` that are not running as they
+        are; if one fails, nothing of the others is left."""
+        running = {i.name: i for i in _operation_items(self.production)}
+        return self._build_runners([i for i in _operation_items(new)
+                                    if running.get(i.name) != i])
+
+    def _refuse_reload(self, exc: Exception) -> None:
+        """One ``Error`` event naming the item (when known) and the reason."""
+        reason = str(exc) if isinstance(exc, EncoreError) else f"{type(exc).__name__}: {exc}"
+        text = f"reload refused, the production keeps running unchanged: {reason}"
+        if not isinstance(exc, EncoreError):
+            log.error("unexpected error during the reload", exc_info=exc)
+        try:  # the event log also logs it
+            self.events.write("Error", text, config_name=getattr(exc, "item", None),
+                              source_class="Daemon", source_method="reload")
+        except EncoreError as write_error:
+            log.error("%s (not in the event log: %s)", text, write_error)
+
+    def _switch_to(self, new: ProductionConfig, built: dict[str, ItemRunner]) -> None:
+        """Stop the runners of changed and removed items, then start ``built``."""
+        names = {i.name for i in _operation_items(new)}
+        stale = [n for n in self.runners if n in built or n not in names]
+        stopping = [self.runners.pop(name) for name in stale]
+        for runner in stopping:
+            runner.request_stop()
+        deadline = self.clock.monotonic() + new.shutdown_timeout
+        for runner in stopping:
+            runner.join(max(deadline - self.clock.monotonic(), 0.0))
+            if runner.lease is not None:
+                self.leases.release(item_lease_name(runner.item.name))
         self.production = new
         self.events.production = new
-        new_items = {i.name: i for i in self._operations()}
-        for name, item in old_items.items():
-            if new_items.get(name) != item:
-                runner = self.runners.pop(name)
-                runner.request_stop()
-                runner.join(new.shutdown_timeout)
-                if runner.lease is not None:
-                    self.leases.release(item_lease_name(name))
-        for name, item in new_items.items():
-            if name not in self.runners:
-                self._start_item(item)
+        for runner in built.values():
+            self._launch(runner)
         log.info("production reloaded from %s: %d item(s) running", new.path, len(self.runners))
 
     def _stop_listening(self) -> None:

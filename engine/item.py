@@ -21,12 +21,14 @@ from typing import TYPE_CHECKING
 from engine.attempt import AttemptObserver
 from engine.clock import Clock
 from engine.dispatch import Dispatcher, DispatchSettings
-from engine.errors import AdapterNotReady, ClaimLost, EncoreError, Interrupted
+from engine.errors import (AdapterNotReady, ClaimLost, ConfigurationError, EncoreError,
+                           Interrupted)
 from engine.host import BusinessOperation, EventSink
 from engine.metrics import Metrics
 from engine.otel import NO_DELIVERY, Delivery
 from engine.process import BusinessProcess, ProcessContext
 from engine.production import ItemConfig, ProductionConfig
+from engine.readiness import ReadinessLog
 from engine.retry import RetryPolicy
 from engine.store.hotpath import Claimed
 from engine.store.rows import MessageRow
@@ -86,9 +88,12 @@ class ItemRunner:
         self._abandoned: dict[int, int] = {}  # id → token: messages a failed delivery left
         self._abandoned_lock = threading.Lock()
         self._abandoned_batch = 0  # FIFO: the last claim made before a delivery was cut short
+        self._prepared = False
         self._ready = False
         self._ready_lock = threading.Lock()
         self._next_start_try = 0.0
+        self._readiness = ReadinessLog(self._write_readiness, clock,
+                                       retry_interval=self.retry_interval)
         self.dispatcher = Dispatcher(DispatchSettings(
             target=item.name, owner=owner, pool_size=item.pool_size, fifo=lease is not None,
             begin=RetryPolicy.from_settings(item.settings).idempotent, enabled=item.enabled,
@@ -101,30 +106,72 @@ class ItemRunner:
         return self.dispatcher.wakeup
 
     def _build_adapter(self) -> OutboundAdapter | None:
+        """The item's adapter; ConfigurationError naming the item if it cannot be made."""
         cls = getattr(self.item.cls, "adapter_class", None)
         if cls is None:
             return None
-        return cls(self.item.settings, item_name=self.item.name, pool_size=self.item.pool_size,
-                   env=self.env, clock=self.clock)
+        try:
+            return cls(self.item.settings, item_name=self.item.name,
+                       pool_size=self.item.pool_size, env=self.env, clock=self.clock)
+        except EncoreError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a user's adapter class: its error, named
+            raise ConfigurationError(f"{cls.__name__} cannot be created: "
+                                     f"{type(exc).__name__}: {exc}", item=self.item.name) from exc
 
     # -- lifecycle -----------------------------------------------------------------------
-    def start(self) -> None:
-        """Create the host instances, start the workers and the dispatcher."""
-        for index in range(self.item.pool_size):
+    def prepare(self) -> None:
+        """Everything that can fail before the item runs: create the ``pool_size`` host
+        instances, call their ``on_init``, and try to start the adapter once.
+
+        Raises :class:`~engine.errors.ConfigurationError` naming the item (credentials that
+        name nothing set, an ``on_init`` that raised, ...) after undoing what it made
+        (:meth:`discard`). An adapter that is only not ready yet (a WSDL that is down) is no
+        failure: the dispatcher keeps trying it every ``retry_interval``.
+        """
+        try:
+            for _ in range(self.item.pool_size):
+                self.hosts.append(self._make_host())
+            self._try_start_adapter()
+        except Exception:
+            self.discard()
+            raise
+        self._prepared = True
+
+    def _make_host(self) -> BusinessOperation:
+        """One host instance, its ``on_init`` called; a user's error becomes the item's."""
+        try:
             host = self.item.cls(self.item.name, self.item.settings, events=self.events,
                                  adapter=self.adapter)
             if isinstance(host, BusinessProcess) and self.production is not None:
                 host.bind(ProcessContext(store=self.store, production=self.production,
                                          clock=self.clock, stop=self.stop_event))
             host.on_init()
-            self.hosts.append(host)
+        except Exception as exc:  # noqa: BLE001 - user code: its error names the item
+            raise ConfigurationError(f"{self.item.class_path} failed to start (on_init): "
+                                     f"{type(exc).__name__}: {exc}", item=self.item.name) from exc
+        return host
+
+    def start(self) -> None:
+        """Start the workers and the dispatcher (after :meth:`prepare`, which it calls if
+        that was not done; it may raise as :meth:`prepare` does)."""
+        if not self._prepared:
+            self.prepare()
+        for index, host in enumerate(self.hosts):
             thread = threading.Thread(target=self._work, args=(host,), daemon=True,
                                       name=f"{self.item.name}-{index + 1}")
             self.threads.append(thread)
-        self._try_start_adapter()
-        for thread in self.threads:
             thread.start()
         self.dispatcher.start()
+
+    def discard(self) -> None:
+        """Undo :meth:`prepare` for a runner that will never start: ``on_tear_down`` of
+        every host it made, and the adapter stopped."""
+        for host in self.hosts:
+            _quietly(host.on_tear_down)
+        self.hosts.clear()
+        if self.adapter is not None:
+            _quietly(self.adapter.stop)
 
     def request_stop(self) -> None:
         """Stop intake: workers finish the attempt in hand and claim nothing more; messages
@@ -256,7 +303,9 @@ class ItemRunner:
         return self._try_start_adapter() and (self.lease is None or self.lease())
 
     def _try_start_adapter(self) -> bool:
-        """Start the adapter once; if it cannot start, try again every retry_interval."""
+        """Start the adapter once; if it cannot start, try again every retry_interval, with
+        one Error event at the first failure, a reminder Warning at most every
+        NOT_READY_REMINDER_INTERVAL seconds, and one Info event when it starts."""
         if self._ready or self.adapter is None:
             return True
         with self._ready_lock:
@@ -266,17 +315,19 @@ class ItemRunner:
                 warnings = self.adapter.start()
             except AdapterNotReady as exc:
                 self._next_start_try = self.clock.monotonic() + self.retry_interval
-                self.events.write("Error", f"adapter not ready, messages stay queued; "
-                                        f"trying again in {self.retry_interval:g} s: {exc}",
-                                        config_name=self.item.name, source_class="ItemRunner",
-                                        source_method="start")
+                self._readiness.failed(exc)
                 return False
+            self._ready = True
+            self._readiness.started()
             for text in warnings:
                 self.events.write("Warning", text, config_name=self.item.name,
-                                        source_class=type(self.adapter).__name__,
-                                        source_method="start")
-            self._ready = True
+                                  source_class=type(self.adapter).__name__,
+                                  source_method="start")
             return True
+
+    def _write_readiness(self, type_: str, text: str) -> None:
+        self.events.write(type_, text, config_name=self.item.name, source_class="ItemRunner",
+                          source_method="start")
 
 
 def _quietly(func: object) -> None:

@@ -7,6 +7,7 @@ and a health check at ``GET /healthz`` from a daemon thread, on loopback by defa
 """
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import socket
@@ -15,6 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
+
+from engine.errors import ConfigurationError
 
 __all__ = ["CONTENT_TYPE", "DEFAULT_BUCKETS", "Metrics", "MetricsServer"]
 
@@ -189,10 +192,14 @@ class MetricsServer:
         return f"http://[{host}]:{port}" if ":" in str(host) else f"http://{host}:{port}"
 
     def start(self) -> None:
-        """Bind and serve in a daemon thread. Raises OSError if the address is taken."""
+        """Bind and serve in a daemon thread. Raises :class:`ConfigurationError` naming the
+        address when it cannot be bound (the port is taken, the host is not this machine's)."""
         if self._server is not None:
             raise RuntimeError("the metrics server is already started")
-        server = _Server((self.host, self.port), _Handler, owner=self)
+        try:
+            server = _Server((self.host, self.port), _Handler, owner=self)
+        except OSError as exc:
+            raise _bind_error(self.host, self.port, exc) from exc
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
                                         name="encore-metrics", daemon=True)
@@ -227,6 +234,22 @@ class MetricsServer:
             log.exception("health check failed")
             return False, f"health check failed: {type(exc).__name__}: {exc}"
         return bool(ok), str(reason or ("ok" if ok else "unhealthy"))
+
+
+def _bind_error(host: str, port: int, exc: OSError) -> ConfigurationError:
+    """Why the metrics endpoint cannot listen on ``host:port``, and what to do."""
+    where = f"cannot serve the metrics on {host}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return ConfigurationError(f"{where}: port {port} is already in use (by another "
+                                  "`encore run`, or another program); choose another "
+                                  "metrics_port, or 0 for none", key="metrics_port")
+    if exc.errno == errno.EACCES:
+        return ConfigurationError(f"{where}: permission denied (ports below 1024 need "
+                                  "privileges)", key="metrics_port")
+    if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+        return ConfigurationError(f"{where}: {host!r} is not an address of this machine",
+                                  key="metrics_host")
+    return ConfigurationError(f"{where}: {exc.strerror or exc}", key="metrics_port")
 
 
 class _Server(ThreadingHTTPServer):

@@ -1,7 +1,7 @@
 """Operator commands: resend, suspend, discard, suspended, enable, disable, purge.
 
 ``register(main)`` adds them to the ``encore`` group. They reach the production and the store
-through the group's context object (``.production``, ``.store``); every refusal is an
+through the group's context object (``.outline``, ``.store``); every refusal is an
 :class:`~engine.errors.OperatorError`, which the group prints as ``error: …`` with exit 1.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import click
 
 from engine import report
 from engine.clock import utcnow
-from engine.production import ProductionConfig
+from engine.production import ProductionOutline
 from engine.store import operator
 from engine.store.sql import SqlStore
 
@@ -29,7 +29,7 @@ class OperatorContext(Protocol):
     def store(self) -> SqlStore: ...
 
     @property
-    def production(self) -> ProductionConfig: ...
+    def outline(self) -> ProductionOutline: ...
 
 
 def parse_duration(text: str) -> timedelta:
@@ -42,7 +42,7 @@ def parse_duration(text: str) -> timedelta:
 
 
 def _known_items(ctx: OperatorContext) -> list[str]:
-    return [item.name for item in ctx.production.items]
+    return [entry.name for entry in ctx.outline.entries]
 
 
 @click.command()

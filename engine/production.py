@@ -3,23 +3,39 @@
 Loading validates everything up front — unknown keys (with the closest valid key suggested),
 wrong types and ranges, classes that do not import, duplicate item names — so that a daemon
 never starts with a production it would fail on later.
+
+It happens in two steps. :func:`read_outline` checks the file and every key that needs no
+class — the ``[production]`` settings, each item's name, class path, pool size and switch —
+without importing anything the items name: that is all that commands which only read the
+database need (``encore status``, ``log``, ...), and it keeps them quick. Then
+:meth:`ProductionOutline.resolve` imports every item's class and validates its settings
+against the class (:func:`load_production` does both); :meth:`ProductionOutline.item` does it
+for one item (``encore send``).
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
-import importlib
 import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import ConfigurationError
-from engine.host import BusinessHost
 from engine.otel import tracing_wanted
 from engine.settings import Setting, validate_settings
 from engine.store.database import DEFAULT_DATABASE_URL
+from engine.user_modules import add_production_directory, resolve_class
+
+if TYPE_CHECKING:  # imported with the first class an item names, not before
+    from engine.host import BusinessHost
+
+__all__ = ["DEFAULT_PRODUCTION_FILE", "ITEM_KEYS", "PORTAL_SETTINGS", "PRODUCTION_SETTINGS",
+           "ItemConfig", "ItemEntry", "PortalConfig", "ProductionConfig", "ProductionOutline", "find_production_file",
+           "load_production", "parse_outline", "parse_production", "read_outline",
+           "resolve_class"]
 
 DEFAULT_PRODUCTION_FILE = "production.toml"
 
@@ -56,6 +72,7 @@ PORTAL_SETTINGS: tuple[Setting, ...] = (
     Setting(name="tls_key", kind=str, default="", help="PEM private key file of tls_cert"),
 )
 
+
 ITEM_KEYS: tuple[Setting, ...] = (
     Setting(name="name", kind=str),
     Setting(name="class", kind=str),
@@ -78,6 +95,26 @@ class ItemConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ItemEntry:
+    """One item as the production file lists it: its keys checked, its class not imported
+    and its settings not yet validated against that class."""
+
+    name: str
+    class_path: str
+    pool_size: int = 1
+    enabled: bool = True
+    raw_settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def resolve(self) -> ItemConfig:
+        """Import the class and validate the settings against it; ConfigurationError
+        naming the item and the key otherwise."""
+        cls = resolve_class(self.class_path, item=self.name)
+        settings = validate_settings(self.name, self.raw_settings, cls.declared_settings())
+        return ItemConfig(name=self.name, class_path=self.class_path, cls=cls,
+                          pool_size=self.pool_size, enabled=self.enabled, settings=settings)
+
+
+@dataclass(frozen=True, kw_only=True)
 class PortalConfig:
     """The ``[portal]`` table: where ``encore run`` (and, by default, ``encore portal``)
     serves the management portal. ``tls_cert`` and ``tls_key`` are both set or both ''."""
@@ -93,12 +130,11 @@ class PortalConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProductionConfig:
-    """A loaded production file."""
+class ProductionSettings:
+    """The ``[production]`` table, validated; ``database`` after ``ENCORE_DATABASE_URL``."""
 
     name: str
     database: str
-    items: tuple[ItemConfig, ...]
     lease_seconds: float = 30.0
     poll_interval: float = 0.5
     shutdown_timeout: float = 30.0
@@ -110,12 +146,49 @@ class ProductionConfig:
     otel: bool = False  # tracing on: the file's otel setting or the OTEL_* variables
     path: Path | None = None
 
+
+@dataclass(frozen=True, kw_only=True)
+class ProductionConfig(ProductionSettings):
+    """A loaded production file: every item's class imported and its settings validated."""
+
+    items: tuple[ItemConfig, ...]
+
     def item(self, name: str) -> ItemConfig:
         for item in self.items:
             if item.name == name:
                 return item
-        known = ", ".join(i.name for i in self.items) or "none"
-        raise ConfigurationError(f"no item named {name!r} in the production (items: {known})")
+        raise _no_such_item(name, self.items)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProductionOutline(ProductionSettings):
+    """A production file read without importing the classes its items name (see the
+    module doc): enough for commands that only read the database."""
+
+    entries: tuple[ItemEntry, ...]
+
+    def entry(self, name: str) -> ItemEntry:
+        """The item ``name`` as listed; ConfigurationError naming the items otherwise."""
+        for entry in self.entries:
+            if entry.name == name:
+                return entry
+        raise _no_such_item(name, self.entries)
+
+    def item(self, name: str) -> ItemConfig:
+        """Item ``name`` resolved (its class imported), as :meth:`ProductionConfig.item`."""
+        return self.entry(name).resolve()
+
+    def resolve(self) -> ProductionConfig:
+        """The whole production: every item's class imported and its settings validated."""
+        common = {f.name: getattr(self, f.name) for f in dataclasses.fields(ProductionSettings)}
+        items = tuple(e.resolve() for e in self.entries)
+        _check_targets(items)
+        return ProductionConfig(**common, items=items)
+
+
+def _no_such_item(name: str, items: tuple[ItemConfig | ItemEntry, ...]) -> ConfigurationError:
+    known = ", ".join(i.name for i in items) or "none"
+    return ConfigurationError(f"no item named {name!r} in the production (items: {known})")
 
 
 def find_production_file(option: str | None, env: Mapping[str, str]) -> Path:
@@ -124,19 +197,34 @@ def find_production_file(option: str | None, env: Mapping[str, str]) -> Path:
 
 
 def load_production(path: Path, env: Mapping[str, str] | None = None) -> ProductionConfig:
-    """Read and validate the production file at ``path``."""
+    """Read and validate the production file at ``path``, every item's class imported.
+    Its directory goes at the end of ``sys.path``, so that the classes it names may live
+    beside it (:mod:`engine.user_modules`)."""
+    return read_outline(path, env).resolve()
+
+
+def read_outline(path: Path, env: Mapping[str, str] | None = None) -> ProductionOutline:
+    """Read the production file at ``path`` and check what needs no class (see the module
+    doc); its directory goes at the end of ``sys.path`` for the classes it names."""
     env = os.environ if env is None else env
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigurationError(f"cannot read production file {str(path)!r}: {exc.strerror}. "
                                  "Pass -p PATH or set ENCORE_PRODUCTION.") from exc
-    return parse_production(text, env=env, path=path)
+    add_production_directory(path)
+    return parse_outline(text, env=env, path=path)
 
 
 def parse_production(text: str, *, env: Mapping[str, str],
                      path: Path | None = None) -> ProductionConfig:
     """Validate production-file ``text``; ``env`` may override the database URL."""
+    return parse_outline(text, env=env, path=path).resolve()
+
+
+def parse_outline(text: str, *, env: Mapping[str, str],
+                  path: Path | None = None) -> ProductionOutline:
+    """Check production-file ``text`` without importing its classes (see the module doc)."""
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -147,21 +235,35 @@ def parse_production(text: str, *, env: Mapping[str, str],
         raise ConfigurationError(f"unknown top-level table(s) {', '.join(unknown)}; "
                                  "expected [production], [[items]] and [portal]")
     prod = validate_settings("[production]", doc.get("production", {}), PRODUCTION_SETTINGS)
-    items = _load_items(doc.get("items", []))
-    _check_targets(items)
-    if prod["alert_item"] and prod["alert_item"] not in {i.name for i in items}:
+    entries = _read_items(doc.get("items", []))
+    if prod["alert_item"] and prod["alert_item"] not in {e.name for e in entries}:
         raise ConfigurationError(f"alert_item {prod['alert_item']!r} is not an item of the "
                                  f"production", item="[production]", key="alert_item")
-    database = env.get("ENCORE_DATABASE_URL") or prod["database"]
-    return ProductionConfig(name=prod["name"], database=database, items=items,
-                            lease_seconds=prod["lease_seconds"],
-                            poll_interval=prod["poll_interval"],
-                            shutdown_timeout=prod["shutdown_timeout"],
-                            metrics_port=prod["metrics_port"], metrics_host=prod["metrics_host"],
-                            retention_days=prod["retention_days"],
-                            alert_item=prod["alert_item"],
-                            portal=_load_portal(doc["portal"]) if "portal" in doc else None,
-                            otel=tracing_wanted(prod["otel"], env), path=path)
+    prod["database"] = env.get("ENCORE_DATABASE_URL") or prod["database"]
+    prod["otel"] = tracing_wanted(prod["otel"], env)
+    portal = _load_portal(doc["portal"]) if "portal" in doc else None
+    return ProductionOutline(**prod, portal=portal, entries=entries, path=path)
+
+
+def _read_items(raw_items: Any) -> tuple[ItemEntry, ...]:
+    if not isinstance(raw_items, list):
+        raise ConfigurationError("items must be an array of tables: [[items]]")
+    entries: list[ItemEntry] = []
+    seen: set[str] = set()
+    for index, raw in enumerate(raw_items, start=1):
+        label = str(raw.get("name", f"#{index}")) if isinstance(raw, dict) else f"#{index}"
+        for required in ("name", "class"):
+            if not isinstance(raw, dict) or required not in raw:
+                raise ConfigurationError(f"missing required key {required!r}", item=label)
+        keys = validate_settings(label, raw, ITEM_KEYS)
+        if keys["name"] in seen:
+            raise ConfigurationError("duplicate item name; every item needs a unique name",
+                                     item=keys["name"])
+        seen.add(keys["name"])
+        entries.append(ItemEntry(name=keys["name"], class_path=keys["class"],
+                                 pool_size=keys["pool_size"], enabled=keys["enabled"],
+                                 raw_settings=keys["settings"] or {}))
+    return tuple(entries)
 
 
 def _load_portal(raw: Any) -> PortalConfig:
@@ -176,30 +278,6 @@ def _load_portal(raw: Any) -> PortalConfig:
         raise ConfigurationError(f"{keys['port']} is out of range; expected a port 1-65535",
                                  item="[portal]", key="port")
     return PortalConfig(**keys)
-
-
-def _load_items(raw_items: Any) -> tuple[ItemConfig, ...]:
-    if not isinstance(raw_items, list):
-        raise ConfigurationError("items must be an array of tables: [[items]]")
-    items: list[ItemConfig] = []
-    seen: set[str] = set()
-    for index, raw in enumerate(raw_items, start=1):
-        label = str(raw.get("name", f"#{index}")) if isinstance(raw, dict) else f"#{index}"
-        for required in ("name", "class"):
-            if not isinstance(raw, dict) or required not in raw:
-                raise ConfigurationError(f"missing required key {required!r}", item=label)
-        keys = validate_settings(label, raw, ITEM_KEYS)
-        if keys["name"] in seen:
-            raise ConfigurationError("duplicate item name; every item needs a unique name",
-                                     item=keys["name"])
-        seen.add(keys["name"])
-        cls = resolve_class(keys["class"], item=keys["name"])
-        settings = validate_settings(keys["name"], keys["settings"] or {},
-                                     cls.declared_settings())
-        items.append(ItemConfig(name=keys["name"], class_path=keys["class"], cls=cls,
-                                pool_size=keys["pool_size"], enabled=keys["enabled"],
-                                settings=settings))
-    return tuple(items)
 
 
 def _check_targets(items: tuple[ItemConfig, ...]) -> None:
@@ -222,21 +300,3 @@ def _check_targets(items: tuple[ItemConfig, ...]) -> None:
                 continue
             raise ConfigurationError(f"{ref.where}: target {ref.target!r} {problem}",
                                      item=item.name, key=ref.key)
-
-
-def resolve_class(path: str, *, item: str) -> type[BusinessHost]:
-    """Resolve ``module:Class`` to a BusinessHost subclass, naming the key on failure."""
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigurationError(f"{path!r} is not of the form 'module:Class'", item=item,
-                                 key="class")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(f"module {module_name!r} cannot be imported: {exc}",
-                                 item=item, key="class") from exc
-    cls = getattr(module, attr, None)
-    if not (isinstance(cls, type) and issubclass(cls, BusinessHost)):
-        raise ConfigurationError(f"{path!r} is not a BusinessOperation, BusinessProcess or "
-                                 "BusinessService class", item=item, key="class")
-    return cls

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -58,7 +59,17 @@ class Setting:
         return text
 
     def clean(self, value: Any, item: str) -> Any:
-        """Return ``value`` validated and normalised, or raise :class:`ConfigurationError`."""
+        """Return ``value`` validated and normalised, or raise :class:`ConfigurationError`.
+
+        Every number must be finite, in the value and in its lists: TOML has ``nan`` and
+        ``inf``, which would pass any range check and then make no sense as seconds or
+        counts. (A table's entries are left to the table's own validation.)
+        """
+        bad = _not_finite(value)
+        if bad is not None:
+            raise ConfigurationError(
+                f"{bad!r} is not a finite number (NaN and infinities are refused); expected "
+                f"{self.describe()}", item=item, key=self.name)
         if value in self.allow and type(value) is not bool:
             return value
         if value is self.default or (value is None and self.default is None):
@@ -79,6 +90,18 @@ class Setting:
             except ValueError as exc:
                 raise ConfigurationError(str(exc), item=item, key=self.name) from exc
         return value
+
+
+def _not_finite(value: Any) -> float | None:
+    """The first NaN or infinity in ``value`` or in its (nested) lists; None if none."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else value
+    if isinstance(value, (list, tuple)):
+        for element in value:
+            bad = _not_finite(element)
+            if bad is not None:
+                return bad
+    return None
 
 
 def _kind_name(kind: type) -> str:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from apscheduler.triggers.base import BaseTrigger
+if TYPE_CHECKING:  # the triggers come from engine.service, with APScheduler, when needed
+    from apscheduler.triggers.base import BaseTrigger
 
 from engine.cron import parse_schedule
 

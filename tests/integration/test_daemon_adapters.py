@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -118,24 +119,37 @@ class Switch:
 
 
 def test_a_wsdl_that_cannot_load_keeps_messages_queued_until_it_can(store: SqlStore) -> None:
+    """One Error when it first fails, nothing while it keeps failing, one Info when it loads
+    (the ten-minute reminders are timed on a virtual clock, tests/unit/test_readiness.py)."""
     switch = Switch()
     routes = {"GET /soap": switch, "POST /soap": soap_xml(200, soap_reply("late but fine"))}
     with HttpTestServer(routes) as server:
         item = ('[[items]]\nname = "Late"\nclass = "operations.soap:SoapOperation"\n'
-                f'[items.settings]\nwsdl = "{server.url}/soap?wsdl"\nretry_interval = 0.3\n')
+                f'[items.settings]\nwsdl = "{server.url}/soap?wsdl"\nretry_interval = 0.2\n')
         with running(store, item) as (daemon, production):
             mid = send_message(store, production, "Late",
                                {"operation": "echo", "args": {"text": "x"}})
-            assert wait_for(store, mid, timeout=1.0) is None  # still queued, daemon alive
-            assert store.get_message(mid).status == "Queued"
+            wait_until(lambda: len(fetches(server)) >= 4, 20, "four tries to load the WSDL")
+            assert store.get_message(mid).status == "Queued"  # still queued, daemon alive
             switch.on.set()
-            row = wait_for(store, mid, timeout=10)
+            row = wait_for(store, mid, timeout=20)
             assert daemon.health()[0]
     assert row is not None and row.status == "Completed"
-    errors = queries.events(store, queries.EventFilter(type="Error", item="Late"))
-    assert errors and all("not ready" in e["text"] for e in errors)
-    fetches = [r for r in server.requests if r.method == "GET"]
-    assert len(fetches) >= 2  # retried, about every retry_interval
+    events = queries.events(store, queries.EventFilter(item="Late"))
+    assert [e["type"] for e in events] == ["Error", "Info"], events
+    assert "not ready" in events[0]["text"] and "503" in events[0]["text"]
+    assert "adapter ready after" in events[1]["text"]
+
+
+def fetches(server: HttpTestServer) -> list[Any]:
+    return [r for r in server.requests if r.method == "GET"]
+
+
+def wait_until(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.05)
 
 
 PASSWORD = "s3cr3t-Pa55word-9f1c"

@@ -5,6 +5,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
+import migrations
+from engine.store import migrate
 from engine.store.models import metadata
 from engine.store.sql import SqlStore
 
@@ -31,3 +33,25 @@ def test_a_database_behind_the_code_is_refused_until_upgraded(database_url: str)
     store.upgrade()
     store.check_schema()
     store.dispose()
+
+
+def test_the_head_the_quick_schema_check_compares_with_is_alembics() -> None:
+    """``migrations.HEAD`` spares every command Alembic's import (engine/store/migrate.py);
+    a stale one would only cost time, but it must name the newest revision."""
+    store = SqlStore("sqlite://")
+    try:
+        assert migrations.HEAD == migrate.head_revision(store.engine)
+    finally:
+        store.dispose()
+
+
+def test_the_revision_is_read_without_alembic_as_alembic_reads_it(database_url: str) -> None:
+    store = SqlStore(database_url)
+    try:
+        assert migrate.current_revision(store.engine) is None  # no tables at all
+        store.upgrade()
+        with store.engine.connect() as conn:
+            expected = MigrationContext.configure(conn).get_current_revision()
+        assert migrate.current_revision(store.engine) == expected == migrations.HEAD
+    finally:
+        store.dispose()

@@ -43,3 +43,10 @@ class RetryTwiceOperation(BusinessOperation):
             self.retry = True
             return None
         return {"attempt": self.retry_count}
+
+
+class BrokenInitOperation(EchoOperation):
+    """Cannot start: its ``on_init`` raises."""
+
+    def on_init(self) -> None:
+        raise RuntimeError("the ledger file is locked")

@@ -90,3 +90,35 @@ def test_the_production_file_is_found_by_option_then_environment_then_default(
     assert find_production_file(None, {}) == Path("production.toml")
     with pytest.raises(ConfigurationError, match="cannot read production file"):
         load_production(tmp_path / "missing.toml", {})
+
+
+@pytest.mark.parametrize(("edit", "item", "key", "value"), [
+    # TOML's nan passes every range check unless refused
+    (("retry_interval = 10", "retry_interval = nan"), "Payments", "retry_interval", "nan"),
+    # an infinite response timeout under its CamelCase alias
+    (("ResponseTimeout = 7", "ResponseTimeout = inf"), "Payments", "response_timeout", "inf"),
+    # -inf is refused as not finite, not merely as out of range
+    (("FailureTimeout = 30", "FailureTimeout = -inf"), "Payments", "failure_timeout", "-inf"),
+    # +inf in a setting whose minimum it would satisfy
+    (("retry_interval = 10", "backoff_max = +inf"), "Payments", "backoff_max", "inf"),
+    # inside a list
+    (("retry_interval = 10", "retry_on_status = [503, nan]"), "Payments", "retry_on_status",
+     "nan"),
+    # a production setting
+    (('name = "Demo"', 'name = "Demo"\nlease_seconds = inf'), "[production]", "lease_seconds",
+     "inf"),
+    # jitter takes a number or "full": the number must still be finite
+    (("retry_interval = 10", "jitter = nan"), "Payments", "jitter", "nan"),
+])
+def test_nan_and_infinity_are_refused_naming_the_item_and_the_key(
+        edit: tuple[str, str], item: str, key: str, value: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        parse(GOOD.replace(*edit))
+    text = str(info.value)
+    assert f"item {item!r}, setting {key!r}: {value} is not a finite number" in text
+    assert (info.value.item, info.value.key) == (item, key)
+
+
+def test_finite_floats_and_integers_are_accepted() -> None:
+    prod = parse(GOOD.replace("retry_interval = 10", "retry_interval = 1e3\nbackoff_max = 0.5"))
+    assert prod.item("Payments").settings["retry_interval"] == 1000.0

@@ -1,0 +1,69 @@
+"""The events of an adapter that cannot start yet (DESIGN.md §8).
+
+A WSDL that is down leaves its item not ready: the item tries again every
+``retry_interval``, and its messages stay queued. Writing an event per try would bury the
+event log (720 an hour at a 5-second interval), so :class:`ReadinessLog` writes one
+``Error`` when the adapter first fails, nothing while it keeps failing but a reminder
+``Warning`` at most every :data:`NOT_READY_REMINDER_INTERVAL` seconds, and one ``Info``
+when it starts.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from engine.clock import Clock
+
+NOT_READY_REMINDER_INTERVAL = 600.0  # seconds between reminders while an adapter stays down
+
+EventWriter = Callable[[str, str], None]  # (event type, text)
+
+
+class ReadinessLog:
+    """Turns the tries of one adapter to start into a few events (see the module doc).
+
+    ``write(type, text)`` writes one event; ``clock.monotonic()`` times the outage;
+    ``retry_interval`` (seconds) is only quoted in the texts. Not thread-safe: the caller
+    holds its own lock around each try.
+    """
+
+    def __init__(self, write: EventWriter, clock: Clock, *, retry_interval: float,
+                 reminder_interval: float = NOT_READY_REMINDER_INTERVAL) -> None:
+        self._write = write
+        self.clock = clock
+        self.retry_interval = retry_interval
+        self.reminder_interval = reminder_interval
+        self._down_since: float | None = None  # monotonic seconds of the first failure
+        self._last_event = 0.0  # monotonic seconds of the Error or the last reminder
+        self._failures = 0
+
+    @property
+    def down(self) -> bool:
+        """True between a failure and the next start."""
+        return self._down_since is not None
+
+    def failed(self, reason: Exception) -> None:
+        """One more try failed with ``reason``."""
+        now = self.clock.monotonic()
+        if self._down_since is None:
+            self._write("Error", f"adapter not ready, messages stay queued; trying again every "
+                                 f"{self.retry_interval:g} s: {reason}")
+            self._down_since = self._last_event = now
+        elif now - self._last_event >= self.reminder_interval:
+            self._write("Warning", f"adapter still not ready after {self._outage(now)} "
+                                   f"({self._failures + 1} tries), messages stay queued: "
+                                   f"{reason}")
+            self._last_event = now
+        self._failures += 1
+
+    def started(self) -> None:
+        """The adapter started: one ``Info`` if it had failed before."""
+        if self._down_since is None:
+            return
+        now = self.clock.monotonic()
+        self._write("Info", f"adapter ready after {self._outage(now)} ({self._failures + 1} "
+                            "tries); the queued messages are being delivered")
+        self._down_since, self._failures = None, 0
+
+    def _outage(self, now: float) -> str:
+        seconds = 0.0 if self._down_since is None else now - self._down_since
+        return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
