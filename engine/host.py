@@ -107,10 +107,18 @@ class BusinessHost(ABC):
     def log_alert(self, text: str) -> None:
         self._log("Alert", text)
 
-    def _log(self, type_: str, text: str, *, stack: str | None = None) -> None:
+    def log_event(self, type_: str, text: str, *, method: str,
+                  exc: BaseException | None = None) -> None:
+        """Write an event of ``type_`` about the message in hand, naming ``method`` as its
+        ``source_method`` (the engine's observers name theirs: ``on_give_up``, ...)."""
+        stack = "".join(traceback.format_exception(exc)) if exc is not None else None
+        self._log(type_, text, stack=stack, method=method)
+
+    def _log(self, type_: str, text: str, *, stack: str | None = None,
+             method: str | None = None) -> None:
         if self.events is None:
             return
-        caller = sys._getframe(2).f_code.co_name
+        caller = method or sys._getframe(2).f_code.co_name
         self.events.write(type_, text, config_name=self.name, message_id=self.message_id,
                           session_id=self.session_id, source_class=type(self).__qualname__,
                           source_method=caller, stack=stack)

@@ -1,0 +1,149 @@
+"""Running one attempt: the first of the worker's three parts (DESIGN.md §3.1).
+
+:class:`AttemptRunner` does what one attempt needs and nothing more: ask the attempt
+observers (a rate limit may wait, a breaker may hold the message, tracing adds a header),
+record the attempt's start — a durable write conditional on the claim, unless the batch claim
+began it — give the adapter the attempt's deadline, run ``on_message`` once, record a failed
+attempt's end, and tell the observers how it ended. It returns an :class:`AttemptOutcome`;
+what follows (retry, give up, complete) is the delivery policy's to decide
+(:mod:`engine.delivery_policy`) and the worker's to do (:mod:`engine.worker`).
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from engine.attempt import AttemptContext, AttemptObserver, AttemptReport
+from engine.clock import Clock
+from engine.errors import AdapterError
+from engine.host import BusinessOperation
+from engine.retry import RetryPolicy
+from engine.store.rows import MessageRow
+from engine.store.sql import SqlStore
+
+__all__ = ["AttemptOutcome", "AttemptRunner", "error_text", "idempotency_key", "outcome_of"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptOutcome:
+    """How one attempt ended. Times: ``started``/``ended`` on the monotonic clock (the
+    retry policy's), ``started_at``/``ended_at`` as stored (aware UTC)."""
+
+    number: int  # 1 for the first attempt of the message
+    attempt_id: int  # its message_attempt row
+    started: float
+    ended: float
+    started_at: datetime
+    ended_at: datetime
+    response: Any = None
+    error: BaseException | None = None
+    server: str | None = None
+    retry_asked: bool = False  # the operation set self.retry
+    suspend_asked: bool = False  # the operation set self.suspend_message
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None or self.retry_asked or self.suspend_asked
+
+    @property
+    def outcome(self) -> str:
+        """``ok``, or the ``message_attempt.outcome`` of the failure."""
+        return outcome_of(self.error) if self.failed else "ok"
+
+    @property
+    def seconds(self) -> float:
+        return self.ended - self.started
+
+
+def error_text(error: BaseException | None) -> str:
+    """An attempt's error as stored and logged (None: the operation asked for a retry)."""
+    if error is None:
+        return "the operation asked for a retry"
+    return f"{type(error).__name__}: {error}"
+
+
+def outcome_of(error: BaseException | None) -> str:
+    return error.outcome if isinstance(error, AdapterError) else "error"
+
+
+def idempotency_key(row: MessageRow) -> str:
+    """One stable key per message, the same on every attempt and after a restart."""
+    return str(uuid.uuid5(uuid.NAMESPACE_OID, f"encore:{row.id}:{row.time_created.isoformat()}"))
+
+
+class AttemptRunner:
+    """Runs the attempts of one host instance (see the module docstring)."""
+
+    def __init__(self, host: BusinessOperation, *, store: SqlStore, clock: Clock,
+                 policy: RetryPolicy, observers: Sequence[AttemptObserver] = ()) -> None:
+        self.host = host
+        self.store = store
+        self.clock = clock
+        self.policy = policy
+        self.observers = tuple(observers)
+
+    def run(self, row: MessageRow, request: Any, number: int, first_started: float | None,
+            begun: int | None = None) -> AttemptOutcome:
+        """Attempt ``number`` of the claimed message ``row``. ``first_started``: s_1 on the
+        monotonic clock (None: this is the first). ``begun``: the id of the attempt row
+        the batch claim began (its true start is recorded at its end). Raises AttemptHeld
+        when an observer keeps the message from being sent now, ClaimLost when the claim is
+        gone (nothing is sent then)."""
+        host, adapter = self.host, self.host.adapter
+        headers = self._before(row, number)
+        host.retry, host.suspend_message, host.retry_count = False, False, number
+        started, started_at = self.clock.monotonic(), self.clock.now()
+        attempt_id = begun if begun is not None else self.store.begin_attempt(
+            row.id, number, started_at=started_at, token=row.claim_token)
+        if adapter is not None:
+            s_1 = started if first_started is None else first_started
+            deadline = self.policy.deadline(first_started=s_1, started=started,
+                                            response_timeout=adapter.response_timeout)
+            adapter.begin_attempt(AttemptContext(deadline=deadline, message_id=row.id,
+                                                 idempotency_key=idempotency_key(row),
+                                                 headers=headers))
+        response, error = None, None
+        try:
+            response = host.on_message(request)
+        except Exception as exc:  # noqa: BLE001 - every failure of user code is recorded
+            error = exc
+        finally:
+            server = adapter.end_attempt() if adapter is not None else None
+        outcome = AttemptOutcome(
+            number=number, attempt_id=attempt_id, started=started, ended=self.clock.monotonic(),
+            started_at=started_at, ended_at=self.clock.now(), response=response, error=error,
+            server=server, retry_asked=host.retry, suspend_asked=host.suspend_message)
+        if outcome.failed:  # a success is recorded with the completion, in one transaction
+            self.store.end_attempt(attempt_id, ended_at=outcome.ended_at, server=server,
+                                   outcome=outcome.outcome,
+                                   status_code=getattr(error, "status_code", None),
+                                   error_text=error_text(error),
+                                   started_at=started_at if begun is not None else None,
+                                   token=row.claim_token)
+        self._after(row, outcome)
+        return outcome
+
+    def _before(self, row: MessageRow, number: int) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        for observer in self.observers:
+            headers.update(observer.before_attempt(row, number) or {})
+        return headers
+
+    def _after(self, row: MessageRow, outcome: AttemptOutcome) -> None:
+        adapter = self.host.adapter
+        report = AttemptReport(
+            number=outcome.number, outcome=outcome.outcome, seconds=outcome.seconds,
+            server=outcome.server, status_code=getattr(outcome.error, "status_code", None),
+            error=outcome.error, exchange=adapter.exchange() if adapter is not None else None)
+        for observer in self.observers:
+            try:
+                observer.after_attempt(row, report)
+            except Exception:  # noqa: BLE001 - an observer never fails a delivery
+                log.exception("item %s: attempt observer %s failed", self.host.name,
+                              type(observer).__name__)

@@ -1,0 +1,129 @@
+"""What follows an attempt: the second of the worker's three parts (DESIGN.md §3.1).
+
+:class:`DeliveryPolicy` turns an :class:`~engine.attempt_runner.AttemptOutcome` into a
+:class:`Judgement` — complete, retry at T, give up, suspend, or switch the item off — from the
+item's reply code actions, its retry policy and the operation's ``on_failure_timeout`` hook.
+It decides only; the worker acts (writes, waits, parks) and tells the observers.
+"""
+from __future__ import annotations
+
+import enum
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from engine.attempt_runner import AttemptOutcome, error_text
+from engine.errors import AdapterError, Retry
+from engine.host import BusinessOperation
+from engine.retry import Action, AttemptState, Decision, ReplyCodeActions, RetryPolicy
+from engine.retry.reply_codes import Actions
+
+__all__ = ["DeliveryPolicy", "Judgement", "Verdict"]
+
+
+class Verdict(str, enum.Enum):
+    """What the worker does with the message after an attempt."""
+
+    COMPLETE = "complete"
+    RETRY = "retry"
+    GIVE_UP = "give_up"  # ends in Error
+    SUSPEND = "suspend"  # ends in Suspended, for an operator
+    DISABLE = "disable"  # reply code action D: the item off, the message back in its queue
+
+
+@dataclass(frozen=True, kw_only=True)
+class Judgement:
+    """A verdict and what the worker needs to carry it out and report it."""
+
+    verdict: Verdict
+    at: float | None = None  # RETRY: monotonic start of the next attempt
+    text: str = ""  # GIVE_UP / SUSPEND: the message's error text; DISABLE: the reason
+    response: Any = None  # COMPLETE: the response to store
+    attempt_open: bool = False  # COMPLETE: the attempt is a success still to be ended
+    from_hook: bool = False  # COMPLETE: on_failure_timeout answered
+    warn: bool = False  # reply code action W
+    first_failure: bool = False  # attempt 1 failed: rule 6's first Error event
+    unexpected: BaseException | None = None  # an error of the operation's own code
+    decided: bool = False  # the retry policy decided (alerts follow such failures)
+
+
+class DeliveryPolicy:
+    """The item's reply code actions and retry policy, applied to one attempt's outcome."""
+
+    def __init__(self, policy: RetryPolicy, reply_codes: ReplyCodeActions, *,
+                 rng: random.Random | None = None) -> None:
+        self.policy = policy
+        self.reply_codes = reply_codes
+        self.rng = rng or random.Random()
+
+    def judge(self, host: BusinessOperation, request: Any, outcome: AttemptOutcome,
+              first_started: float) -> Judgement:
+        """What follows ``outcome`` (``first_started``: s_1 on the monotonic clock). May call
+        ``host.on_failure_timeout(request)`` when the FailureTimeout runs out."""
+        if not outcome.failed:
+            return Judgement(verdict=Verdict.COMPLETE, response=outcome.response,
+                             attempt_open=True)
+        err = outcome.error
+        actions = self._reply_actions(err)
+        if actions.complete:
+            return Judgement(verdict=Verdict.COMPLETE, warn=actions.warn)
+        first = {"warn": actions.warn, "first_failure": outcome.number == 1,
+                 "unexpected": err if err is not None and not isinstance(
+                     err, (AdapterError, Retry)) else None}
+        if outcome.suspend_asked or actions.suspend:
+            return Judgement(verdict=Verdict.SUSPEND, **first,
+                             text=f"suspended after attempt {outcome.number}: "
+                                  f"{error_text(err)}")
+        retry_needed = (outcome.retry_asked or isinstance(err, Retry) or actions.retry
+                        or (isinstance(err, AdapterError) and err.retryable))
+        if actions.disable and not actions.retry:
+            return Judgement(verdict=Verdict.DISABLE, **first, text=_disabled(err))
+        state = AttemptState(attempt=outcome.number, first_started=first_started,
+                             started=outcome.started, ended=outcome.ended, error=err)
+        decision = self.policy.decide(state, retry_needed=retry_needed, rng=self.rng)
+        if decision.action is Action.GIVE_UP and "FailureTimeout" in decision.reason:
+            response, hooked = self._failure_timeout_hook(host, request, state, decision)
+            if hooked is None:  # on_failure_timeout answered instead
+                return Judgement(verdict=Verdict.COMPLETE, response=response, from_hook=True,
+                                 **first)
+            decision = hooked
+        return self.carry_out(decision, state, actions, **first)
+
+    def carry_out(self, decision: Decision, state: AttemptState,
+                  actions: Actions | None = None, **flags: Any) -> Judgement:
+        """The judgement that follows the retry policy's ``decision`` about ``state``."""
+        last = error_text(state.error)
+        if decision.action is Action.SUSPEND:
+            return Judgement(verdict=Verdict.SUSPEND, decided=True, **flags,
+                             text=f"{decision.reason}; last error: {last}")
+        if decision.action is Action.GIVE_UP:
+            if actions is not None and actions.disable:
+                return Judgement(verdict=Verdict.DISABLE, decided=True, **flags,
+                                 text=_disabled(state.error))
+            return Judgement(verdict=Verdict.GIVE_UP, decided=True, **flags,
+                             text=f"giving up: {decision.reason}; last error: {last}")
+        assert decision.at is not None
+        return Judgement(verdict=Verdict.RETRY, at=decision.at, decided=True, **flags)
+
+    def _failure_timeout_hook(self, host: BusinessOperation, request: Any,
+                              state: AttemptState, decision: Decision
+                              ) -> tuple[Any, Decision | None]:
+        """``on_failure_timeout``: (its response, None) when it answered; else (None, the
+        decision — a retry if it set ``host.retry``, the give-up otherwise)."""
+        host.retry = False
+        response = host.on_failure_timeout(request)
+        if response is not None:
+            return response, None
+        if host.retry:
+            at = self.policy.backoff.next_start(state, self.rng)
+            return None, Decision(Action.RETRY, at=state.ended if at is None else at)
+        return None, decision
+
+    def _reply_actions(self, err: BaseException | None) -> Actions:
+        if err is None or isinstance(err, Retry):
+            return Actions()
+        return self.reply_codes.evaluate(err)
+
+
+def _disabled(err: BaseException | None) -> str:
+    return f"disabled by reply code action D after: {error_text(err)}"
