@@ -33,13 +33,14 @@ from engine.clock import Clock
 from engine.cluster import (LEADER, DatabaseClock, LeaseKeeper, forget_silent_daemons, is_fifo,
                             item_lease_name, pid_namespace, reap_dead_local_daemons)
 from engine.errors import EncoreError
+from engine.guards import ItemGuards
 from engine.host import BusinessOperation
 from engine.item import ItemRunner
 from engine.production import ItemConfig, ProductionConfig, load_production
 from engine.metrics import Metrics, MetricsServer
 from engine.scheduler import ProductionScheduler
 from engine.store import queries
-from engine.store.notify import QueueListener, parse_switch
+from engine.store.notify import QueueListener, parse_breaker, parse_switch
 from engine.store.operator import purge
 from engine.store.sql import SqlStore
 
@@ -68,6 +69,7 @@ class Daemon:
         self.stop_requested = threading.Event()
         self.reload_requested = threading.Event()
         self.runners: dict[str, ItemRunner] = {}
+        self.guards: dict[str, ItemGuards] = {}  # rate limit and circuit breaker, per item
         self.events = AlertingEventLog(self.store.events, self.store, production)
         self._alarms: dict[tuple[str, str], ThresholdAlarm] = {}
         self.metrics = Metrics()
@@ -133,6 +135,10 @@ class Daemon:
             self.listener.start()
 
     def _wake(self, payload: str) -> None:
+        breaker = parse_breaker(payload)
+        if breaker is not None and breaker in self.guards:
+            self.guards[breaker].changed_elsewhere()
+            payload = breaker  # and the item's dispatcher looks again
         switch = parse_switch(payload)
         runner = self.runners.get(payload if switch is None else switch[0])
         if runner is None:
@@ -192,11 +198,18 @@ class Daemon:
             name = item_lease_name(item.name)
             self.leases.want(name)
             lease = functools.partial(self.leases.hold, name)
+        stop = threading.Event()
+        guards = ItemGuards.from_settings(item.name, item.settings, store=self.store,
+                                          clock=self.clock, owner=self.id, events=self.events,
+                                          metrics=self.metrics, stop=stop)
         runner = ItemRunner(item, store=self.store, clock=self.clock, owner=self.id,
                             lease_seconds=self.production.lease_seconds,
                             poll_interval=self.production.poll_interval, env=self.env,
-                            events=self.events, metrics=self.metrics, lease=lease)
+                            events=self.events, metrics=self.metrics, lease=lease,
+                            observers=guards.observers, may_claim=guards.may_claim, stop=stop)
+        guards.wake_with(runner.wakeup.set)
         self.runners[item.name] = runner
+        self.guards[item.name] = guards
         runner.start()
 
     def _reap_dead_local_daemons(self) -> None:
@@ -263,6 +276,8 @@ class Daemon:
         clean = self.scheduler.shutdown(
             wait=True, timeout=max(deadline - self.clock.monotonic(), 0.0)) and clean
         self._stop_listening()
+        for guards in self.guards.values():
+            guards.close()
         if self.metrics_server is not None:
             self.metrics_server.stop()
         try:
@@ -296,6 +311,7 @@ class Daemon:
                 runner = self.runners.pop(name)
                 runner.request_stop()
                 runner.join(new.shutdown_timeout)
+                self.guards.pop(name).close()
                 if runner.lease is not None:
                     self.leases.release(item_lease_name(name))
         for name, item in new_items.items():

@@ -39,7 +39,9 @@ class ItemRunner:
 
     ``lease``: None — every daemon works this item at once; a callable — the item is FIFO
     across daemons: a worker claims only while ``lease()`` is True (this daemon holds the
-    item lease), and then only the head of the queue.
+    item lease), and then only the head of the queue. ``may_claim``: one more condition of
+    every claim (the circuit breaker: False while it is open). ``stop``: the event that
+    stops the item (one is made when None), for observers that wait.
     """
 
     def __init__(self, item: ItemConfig, *, store: SqlStore, clock: Clock, owner: str,
@@ -47,7 +49,9 @@ class ItemRunner:
                  env: Mapping[str, str] | None = None, events: EventSink | None = None,
                  metrics: Metrics | None = None,
                  lease: Callable[[], bool] | None = None,
-                 observers: Sequence[AttemptObserver] = ()) -> None:
+                 observers: Sequence[AttemptObserver] = (),
+                 may_claim: Callable[[], bool] | None = None,
+                 stop: threading.Event | None = None) -> None:
         self.item = item
         self.store = store
         self.clock = clock
@@ -58,7 +62,8 @@ class ItemRunner:
         self.events: EventSink = events or store.events
         self.metrics = metrics
         self.lease = lease
-        self.stop_event = threading.Event()
+        self.may_claim = may_claim
+        self.stop_event = stop or threading.Event()
         self.retry_interval = float(item.settings["retry_interval"])
         self.window = ScheduleWindow.from_setting(item.settings["schedule"])
         self.adapter = self._build_adapter()
@@ -207,11 +212,13 @@ class ItemRunner:
 
     def _can_claim(self) -> bool:
         """The dispatcher may claim: the adapter started, the schedule window (if any) is
-        open, and this daemon holds the FIFO item's lease (if any). The operator's switch is
-        read by the claim itself."""
+        open, this daemon holds the FIFO item's lease (if any) and ``may_claim`` (the
+        circuit breaker, if any) allows it. The operator's switch is read by the claim
+        itself."""
         if self.window is not None and not self.window.is_open(self.clock.now()):
             return False
-        return self._try_start_adapter() and (self.lease is None or self.lease())
+        return (self._try_start_adapter() and (self.lease is None or self.lease())
+                and (self.may_claim is None or self.may_claim()))
 
     def _try_start_adapter(self) -> bool:
         """Start the adapter once; if it cannot start, try again every retry_interval."""
