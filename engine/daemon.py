@@ -201,7 +201,8 @@ class Daemon:
         stop = threading.Event()
         guards = ItemGuards.from_settings(item.name, item.settings, store=self.store,
                                           clock=self.clock, owner=self.id, events=self.events,
-                                          metrics=self.metrics, stop=stop)
+                                          metrics=self.metrics, stop=stop,
+                                          lease_seconds=self.production.lease_seconds)
         runner = ItemRunner(item, store=self.store, clock=self.clock, owner=self.id,
                             lease_seconds=self.production.lease_seconds,
                             poll_interval=self.production.poll_interval, env=self.env,

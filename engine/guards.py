@@ -37,14 +37,18 @@ class ItemGuards:
     def from_settings(cls, item: str, settings: Mapping[str, Any], *, store: SqlStore,
                       clock: Clock, owner: str, events: EventSink | None = None,
                       metrics: Metrics | None = None, stop: threading.Event | None = None,
+                      lease_seconds: float = 0.0,
                       listener: Transition | None = None) -> ItemGuards:
         """The guards ``settings`` (an item's validated settings) ask for. ``stop``: set when
-        the item stops (a worker waiting for a rate-limit slot then gives up)."""
+        the item stops (a worker waiting for a rate-limit slot then gives up);
+        ``lease_seconds``: the daemon's claim lease (a claim is confirmed after a wait for
+        a slot; 0: not confirmed, one process only)."""
         limit = RateLimit.from_settings(settings)
         breaker = BreakerSettings.from_settings(settings)
         return cls(
             limiter=None if limit is None else RateLimiter(
-                item, limit, store=store, clock=clock, stop=stop, metrics=metrics),
+                item, limit, store=store, clock=clock, stop=stop, metrics=metrics,
+                owner=owner if lease_seconds > 0 else None, lease_seconds=lease_seconds),
             breaker=None if breaker is None else CircuitBreaker(
                 item, breaker, store=store, clock=clock, owner=owner, events=events,
                 metrics=metrics, listener=listener))

@@ -41,7 +41,9 @@ class Metrics:
       half-open (no attempt starts but its probe), 0 while closed — as this daemon last read
       it; items without a breaker have no sample;
     - ``encore_rate_limit_wait_seconds_total{item}`` (counter): seconds workers waited for a
-      slot of the item's ``rate_limit`` (waits that started, counted in full).
+      slot of the item's ``rate_limit`` (waits that started, counted in full); no sample
+      before the first wait.
+    The last two appear only in a production that has a breaker, or a rate limit.
     """
 
     def __init__(self, buckets: Iterable[float] = DEFAULT_BUCKETS) -> None:
@@ -119,12 +121,14 @@ class Metrics:
                        f"{_number(histogram.total)}")
             out.append(f"encore_attempt_seconds_count{_labels(item=item)} "
                        f"{_number(cumulative)}")
-        _header(out, "encore_breaker_open", "gauge",
-                "1 while the item's circuit breaker is open or half-open, 0 while closed.")
+        if breakers:  # only a production with a breaker or a rate limit has these
+            _header(out, "encore_breaker_open", "gauge",
+                    "1 while the item's circuit breaker is open or half-open, 0 while closed.")
         for item, is_open in breakers:
             out.append(f"encore_breaker_open{_labels(item=item)} {int(is_open)}")
-        _header(out, "encore_rate_limit_wait_seconds_total", "counter",
-                "Seconds workers waited for a slot of the item's rate limit.")
+        if rate_waits:
+            _header(out, "encore_rate_limit_wait_seconds_total", "counter",
+                    "Seconds workers waited for a slot of the item's rate limit.")
         for item, seconds in rate_waits:
             out.append(f"encore_rate_limit_wait_seconds_total{_labels(item=item)} "
                        f"{_number(seconds)}")

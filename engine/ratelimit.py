@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.attempt import AttemptObserver
 from engine.clock import Clock
-from engine.errors import AttemptHeld
+from engine.errors import AttemptHeld, ClaimLost
 
 if TYPE_CHECKING:
     from engine.metrics import Metrics
@@ -85,16 +85,23 @@ class RateLimiter(AttemptObserver):
 
     ``stop``: set when the daemon stops; a worker waiting for a slot then gives the message
     back to its queue unsent (:class:`~engine.errors.AttemptHeld`, due at once).
+    ``owner`` and ``lease_seconds``: this daemon's id and claim lease; after a wait, the
+    message's claim is confirmed (renewed by a write conditional on its token) before the
+    attempt starts, so a daemon frozen while it waited sends nothing that another daemon has
+    taken over (:class:`~engine.errors.ClaimLost`). None: no confirmation (one process).
     """
 
     def __init__(self, item: str, limit: RateLimit, *, store: SqlStore, clock: Clock,
-                 stop: threading.Event | None = None, metrics: Metrics | None = None) -> None:
+                 stop: threading.Event | None = None, metrics: Metrics | None = None,
+                 owner: str | None = None, lease_seconds: float = 0.0) -> None:
         self.item = item
         self.limit = limit
         self.store = store
         self.clock = clock
         self.stop = stop or threading.Event()
         self.metrics = metrics
+        self.owner = owner
+        self.lease_seconds = lease_seconds
         store.rate_buckets.ensure(item, capacity=limit.count, now=clock.now())
 
     def before_attempt(self, row: MessageRow, number: int) -> None:
@@ -110,4 +117,16 @@ class RateLimiter(AttemptObserver):
         if self.clock.sleep(wait, self.stop):
             raise AttemptHeld(f"the daemon is stopping while message {row.id} waited for a "
                               f"slot of rate_limit {self.limit.text}")
+        self._confirm_claim(row)
         return None
+
+    def _confirm_claim(self, row: MessageRow) -> None:
+        """After a wait: the claim on ``row`` is still this daemon's, or ClaimLost."""
+        if self.owner is None:
+            return
+        if not self.store.renew_leases(self.owner, now=self.clock.now(),
+                                       lease_seconds=self.lease_seconds,
+                                       claims=[(row.id, row.claim_token)]):
+            raise ClaimLost(f"message {row.id}: its claim (token {row.claim_token}) expired "
+                            "while it waited for a rate-limit slot, and another daemon has "
+                            "taken it over")

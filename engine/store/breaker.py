@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import case, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
 
 from engine.clock import as_utc
+from engine.errors import StoreError
 from engine.store.models import item_breaker
 from engine.store.notify import breaker_announcement
 
@@ -70,16 +72,19 @@ class SqlBreakers:
 
     def get(self, item: str) -> BreakerRow | None:
         """``item``'s breaker as stored, or None."""
-        with self._store._read() as conn:
-            row = conn.execute(select(item_breaker).where(item_breaker.c.config_name == item)
-                               ).mappings().first()
-        return _row(row) if row else None
+        rows = self._select(select(item_breaker).where(item_breaker.c.config_name == item))
+        return _row(rows[0]) if rows else None
 
     def all(self) -> dict[str, BreakerRow]:
         """Every stored breaker, by item."""
-        with self._store._read() as conn:
-            rows = conn.execute(select(item_breaker)).mappings().all()
-        return {r["config_name"]: _row(r) for r in rows}
+        return {r["config_name"]: _row(r) for r in self._select(select(item_breaker))}
+
+    def _select(self, query: Any) -> list[Any]:
+        try:
+            with self._store._read() as conn:
+                return list(conn.execute(query).mappings().all())
+        except SQLAlchemyError as exc:
+            raise StoreError(f"database error: {exc}") from exc
 
     def record_failure(self, item: str, *, threshold: int, open_seconds: float,
                        now: datetime) -> BreakerRow | None:

@@ -14,6 +14,7 @@ from engine.breaker import BREAKER_REFRESH, BreakerSettings, CircuitBreaker
 from engine.clock import VirtualClock
 from engine.errors import AttemptHeld, ConfigurationError, ResponseTimeout
 from engine.host import HOST_SETTINGS
+from engine.metrics import Metrics
 from engine.settings import validate_settings
 from engine.simulate import simulate
 from engine.store import queries
@@ -318,3 +319,15 @@ def test_below_the_threshold_the_timeline_is_unchanged() -> None:
     seed = {"response_timeout": 7, "retry_interval": 10, "failure_timeout": 30}
     with_breaker = timeline(**seed, breaker_threshold=5, behaviour=ServerBehaviour(delay=8))
     assert with_breaker == timeline(**seed, behaviour=ServerBehaviour(delay=8))
+
+
+def test_the_breaker_state_is_a_prometheus_gauge(store: SqlStore, clock: VirtualClock) -> None:
+    metrics = Metrics()
+    breaker = CircuitBreaker(ITEM, BreakerSettings(threshold=1, open_seconds=30,
+                                                   probe_seconds=35),
+                             store=store, clock=clock, owner="A", metrics=metrics)
+    assert 'encore_breaker_open{item="Item"} 0' in metrics.render()
+    fail(breaker, message(store, clock))
+    assert 'encore_breaker_open{item="Item"} 1' in metrics.render()
+    metrics.rate_limited(ITEM, 0.25)
+    assert 'encore_rate_limit_wait_seconds_total{item="Item"} 0.25' in metrics.render()

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from engine.clock import VirtualClock
-from engine.errors import AttemptHeld, ConfigurationError
+from engine.errors import AttemptHeld, ClaimLost, ConfigurationError
 from engine.guards import ItemGuards
 from engine.host import HOST_SETTINGS
 from engine.ratelimit import RateLimit, RateLimiter
@@ -152,3 +152,19 @@ def test_a_limiter_waiting_when_its_item_stops_holds_the_message_unsent(
         limiter.before_attempt(row(store, clock), 1)
     assert held.value.until is None and "stopping" in str(held.value)
     assert clock.now() == clock.start + timedelta(0)  # it never slept
+
+
+def test_after_a_wait_a_claim_taken_over_meanwhile_is_not_sent(store: SqlStore) -> None:
+    clock = VirtualClock()
+    limiter = RateLimiter(ITEM, RateLimit.parse("1/s"), store=store, clock=clock,
+                          owner="daemon-A", lease_seconds=30)
+    for _ in range(2):
+        store.enqueue(target=ITEM, body_class=None, body="{}", now=clock.now())
+    first = store.claim_next(ITEM, owner="daemon-A", now=clock.now(), lease_seconds=30)
+    second = store.claim_next(ITEM, owner="daemon-A", now=clock.now(), lease_seconds=30)
+    assert first is not None and second is not None
+    limiter.before_attempt(first, 1)  # the burst: no wait, no confirmation needed
+    store.release(second.id, token=second.claim_token)  # "another daemon took it over"
+    store.claim_next(ITEM, owner="daemon-B", now=clock.now(), lease_seconds=30)
+    with pytest.raises(ClaimLost):
+        limiter.before_attempt(second, 1)  # it waited 1 s, then found its claim gone
