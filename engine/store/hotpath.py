@@ -199,6 +199,12 @@ class HotPath:
               held: Sequence[int] = ()) -> list[Claimed]:
         raise NotImplementedError
 
+    def execute(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        """One statement of another store module (a rate-limit slot), written for this
+        driver (``:name`` placeholders on SQLite, ``%(name)s`` on PostgreSQL), in a
+        transaction of its own whose commit does not wait for the disk; its rows."""
+        raise NotImplementedError
+
     def complete_and_claim(self, completions: Sequence[Completion], *, now: datetime,
                            **claim: Any) -> tuple[list[int], list[Claimed]]:
         """:meth:`complete_many`, then :meth:`claim` (keyword arguments as it takes them)."""
@@ -273,6 +279,10 @@ class SqliteHotPath(HotPath):
 
     def _prepare(self, conn: Any, durable: bool) -> None:
         conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+
+    def execute(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        with self._transaction() as cur:
+            return self._guard(lambda: cur.execute(sql, params).fetchall())
 
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
                      source: str | None, session_id: int | None, now: datetime) -> list[int]:
@@ -470,6 +480,9 @@ class PostgresHotPath(HotPath):
     def _run(self, sql: str, params: dict[str, Any], *, durable: bool = False) -> list[Any]:
         with self._connection(durable) as conn:
             return self._guard(lambda: conn.execute(sql, params, prepare=True).fetchall())
+
+    def execute(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        return self._run(sql, params)
 
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
                      source: str | None, session_id: int | None, now: datetime) -> list[int]:

@@ -6,16 +6,16 @@ A bucket is a row ``(config_name, tokens, refilled_at)``. :meth:`SqlRateBuckets.
 bucket may go below zero: a negative count is a queue of reserved slots, so the answer says
 how long the caller must wait for its own (``-tokens / rate`` seconds) and nobody polls.
 
-The statement runs in a transaction that does not wait for the disk on PostgreSQL
-(``synchronous_commit = off``): a bucket update lost in a database crash only hands out again
+The statement runs on the store's hot-path connections (a prepared statement on a driver
+connection of its own, :meth:`~engine.store.hotpath.HotPath.execute`), in a transaction that
+does not wait for the disk: a bucket update lost in a database crash only hands out again
 the few slots taken just before it.
 """
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import DateTime, Float, String, bindparam, text
 from sqlalchemy.dialects import postgresql, sqlite
 
 from engine.store.models import item_rate
@@ -27,10 +27,10 @@ __all__ = ["SqlRateBuckets"]
 
 _TAKE_POSTGRES = """
 UPDATE item_rate SET
-  tokens = LEAST(:capacity, tokens
-                 + GREATEST(EXTRACT(EPOCH FROM (:now - refilled_at))::float8, 0) * :rate) - 1,
-  refilled_at = GREATEST(refilled_at, :now)
-WHERE config_name = :item
+  tokens = LEAST(%(capacity)s, tokens + GREATEST(
+      EXTRACT(EPOCH FROM (%(now)s::timestamptz - refilled_at))::float8, 0) * %(rate)s) - 1,
+  refilled_at = GREATEST(refilled_at, %(now)s::timestamptz)
+WHERE config_name = %(item)s
 RETURNING tokens"""
 
 # Timestamps are naive UTC text in one format on SQLite, 'YYYY-MM-DD HH:MM:SS.ffffff': max()
@@ -55,10 +55,8 @@ class SqlRateBuckets:
         self._store = store
         postgres = store.is_postgres
         self._insert: Any = postgresql.insert if postgres else sqlite.insert
-        self._take = text(_TAKE_POSTGRES if postgres else _TAKE_SQLITE).bindparams(
-            bindparam("capacity", type_=Float), bindparam("rate", type_=Float),
-            bindparam("now", type_=DateTime(timezone=True)), bindparam("item", type_=String)
-        ).columns(tokens=Float)
+        self._take = _TAKE_POSTGRES if postgres else _TAKE_SQLITE
+        self._time = (lambda t: t) if postgres else _sqlite_time
 
     def ensure(self, item: str, *, capacity: int, now: datetime) -> None:
         """Create ``item``'s bucket, full, unless it exists (then it is left as it is)."""
@@ -71,10 +69,10 @@ class SqlRateBuckets:
         """Take the next slot of ``item``'s bucket (``capacity`` tokens, refilled at
         ``per_second``) and return the seconds from ``now`` until it is due: 0 when a token
         was there. Creates the bucket, full, if it is missing."""
-        params = {"capacity": float(capacity), "rate": float(per_second), "now": now,
-                  "item": item}
-        with self._store._tx(durable=False) as conn:
-            left = conn.execute(self._take, params).scalar()
+        params = {"capacity": float(capacity), "rate": float(per_second),
+                  "now": self._time(now), "item": item}
+        rows = self._store._hot.execute(self._take, params)
+        left = rows[0][0] if rows else None
         if left is None:
             self.ensure(item, capacity=capacity, now=now)
             return self.take(item, capacity=capacity, per_second=per_second, now=now)
@@ -87,3 +85,8 @@ class SqlRateBuckets:
             value = conn.execute(item_rate.select().with_only_columns(item_rate.c.tokens)
                                  .where(item_rate.c.config_name == item)).scalar()
         return None if value is None else float(value)
+
+
+def _sqlite_time(value: datetime) -> str:
+    """The text SQLAlchemy stores for an aware datetime on SQLite (naive UTC)."""
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
