@@ -33,7 +33,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from engine.attempt import AttemptObserver, AttemptReport
@@ -115,9 +115,8 @@ class CircuitBreaker(AttemptObserver):
         self._stale = False  # told that another daemon changed the breaker
         self._timer: threading.Timer | None = None
         self._timer_at: datetime | None = None  # when the pending wake-up fires
-        now = clock.now()
-        store.breakers.ensure(item, now=now)
-        self._row = BreakerRow.closed(item, now)
+        store.breakers.ensure(item, now=clock.now())
+        self._row = BreakerRow.closed(item, datetime.min.replace(tzinfo=timezone.utc))
         self._read_at = float("-inf")
         self.refresh()
 
@@ -275,8 +274,11 @@ class CircuitBreaker(AttemptObserver):
 
     # -- helpers -------------------------------------------------------------------------
     def _learn(self, row: BreakerRow) -> None:
-        """Take ``row`` as the breaker's state; publish it (metrics, wake-up timer)."""
+        """Take ``row`` as the breaker's state, unless this daemon already knows a later one
+        (a read that raced a transition); publish it (metrics, wake-up timer)."""
         with self._lock:
+            if row.updated_at < self._row.updated_at:
+                row = self._row
             self._row, self._read_at, self._stale = row, self.clock.monotonic(), False
         if self.metrics is not None:
             self.metrics.set_breaker_open(self.item, row.state != CLOSED)

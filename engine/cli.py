@@ -432,10 +432,12 @@ def _breakers(store: SqlStore) -> dict[str, BreakerRow] | None:
 def _breaker_text(item: ItemConfig, breakers: dict[str, BreakerRow] | None,
                   now: datetime) -> str:
     """``closed``, ``closed, 2 failed``, ``open, probe in 25s``, ``half-open`` (its probe in
-    flight); ``-`` without a breaker."""
+    flight); ``-`` without a breaker, ``?`` on a schema from before breakers."""
     if not item.settings.get("breaker_threshold"):
         return "-"
-    row = None if breakers is None else breakers.get(item.name)
+    if breakers is None:
+        return "?"
+    row = breakers.get(item.name)
     if row is None or row.state == "closed":
         failures = 0 if row is None else row.failures
         return f"closed, {failures} failed" if failures else "closed"
