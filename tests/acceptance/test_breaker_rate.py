@@ -22,6 +22,7 @@ OUTAGE = 3.0  # seconds the server answers 503
 OPEN_SECONDS = 4.0  # breaker_open_seconds: the probe comes after the outage
 RACING_GRACE = 0.5  # seconds after the opening in which another daemon may still start one
 MESSAGES = 12
+LATE = 0.2  # seconds a request may arrive after its rate-limit slot on a busy machine
 
 
 class Outage:
@@ -116,9 +117,11 @@ def test_twenty_messages_at_5_per_s_are_spread_over_3_s(
     first = min(r.at for r in server.requests)
     arrivals = sorted(r.at - first for r in server.requests)
     assert len(arrivals) == 20
-    assert arrivals[-1] >= 2.9, arrivals  # 5 at once, then one every 0.2 s: 3 s
-    for k, t in enumerate(arrivals):  # the k-th is never early by more than a moment
-        assert t >= (k - 4) * 0.2 - 0.1, (k, arrivals)
+    # 5 at once, then one every 0.2 s: 3 s from the first slot to the last (less the moment
+    # the first request may have taken to arrive after its slot)
+    assert arrivals[-1] >= 3.0 - LATE, arrivals
+    for k, t in enumerate(arrivals):  # the k-th never before its slot
+        assert t >= (k - 4) * 0.2 - LATE, (k, arrivals)
     assert sum(1 for t in arrivals if t < 0.1) <= 5  # the burst is at most N
 
 
