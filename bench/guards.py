@@ -7,8 +7,8 @@ Two measurements, each printed with the machine's load average:
    from pyrate-limiter's SQL buckets (``SQLiteBucket``, ``PostgresBucket``: a sliding-window
    log, one row per slot), on a SQLite file and on PostgreSQL. The limit is far above the
    rate reached, so nobody waits: the figure is the cost of asking. pyrate-limiter is not a
-   dependency of Encore; without it (``pip install pyrate-limiter psycopg-pool``) its rows
-   say so.
+   dependency of Encore, only of the ``bench`` extra (``pip install -e '.[bench]'``);
+   without it its rows say so.
 2. **The no-op drain** of ``bench/drain.py`` (a queue filled first, then drained by a daemon
    in this process, ``bench.ops:NoopOperation``) with the breaker and the limiter off and on:
    ``breaker_threshold = 5`` (closed all along: what every successful attempt pays) and
