@@ -20,9 +20,10 @@ from engine.client import decode_body, send_message, send_messages, wait_for
 from engine.clock import utcnow
 from engine.errors import ConfigurationError, EncoreError, MessageError, StoreError
 from engine.operator_cli import register as register_operator_commands
-from engine.production import (ProductionConfig, ProductionOutline, find_production_file,
-                               read_outline)
+from engine.production import (ItemEntry, ProductionConfig, ProductionOutline,
+                               find_production_file, read_outline)
 from engine.store import migrate, queries
+from engine.store.breaker import BreakerRow
 from engine.store.database import DEFAULT_DATABASE_URL, normalise_url
 from engine.store.sql import SqlStore
 
@@ -437,6 +438,7 @@ def status(ctx: Context) -> None:
     production, store = ctx.outline, ctx.store
     stats, overrides = queries.queue_stats(store), store.item_overrides()
     now = store.db_now()
+    breakers = _breakers(store)
     rows = []
     for item in production.entries:
         s = stats.get(item.name, {})
@@ -445,12 +447,40 @@ def status(ctx: Context) -> None:
         rows.append((item.name, "yes" if overrides.get(item.name, item.enabled) else "no",
                      item.pool_size, s.get("queued", 0),
                      f"{(now - oldest).total_seconds():.0f}s" if oldest else "-",
-                     s.get("retrying", 0), last_error[1] if last_error else "-"))
+                     s.get("retrying", 0), _breaker_text(item, breakers, now),
+                     item.raw_settings.get("rate_limit") or "-",
+                     last_error[1] if last_error else "-"))
     click.echo(f"production {production.name} on {_safe_url(store.url)}")
     click.echo(report.table(("item", "enabled", "pool", "queued", "oldest", "retrying",
-                             "last error"), rows))
+                             "breaker", "rate limit", "last error"), rows))
     click.echo("")
     click.echo(_daemon_table(store, now, production.lease_seconds))
+
+
+def _breakers(store: SqlStore) -> dict[str, BreakerRow] | None:
+    """Every item's circuit breaker; None on a schema from before breakers."""
+    try:
+        return store.breakers.all()
+    except EncoreError:
+        return None
+
+
+def _breaker_text(item: ItemEntry, breakers: dict[str, BreakerRow] | None,
+                  now: datetime) -> str:
+    """``closed``, ``closed, 2 failed``, ``open, probe in 25s``, ``half-open`` (its probe in
+    flight); ``-`` without a breaker, ``?`` on a schema from before breakers."""
+    if not item.raw_settings.get("breaker_threshold"):
+        return "-"
+    if breakers is None:
+        return "?"
+    row = breakers.get(item.name)
+    if row is None or row.state == "closed":
+        failures = 0 if row is None else row.failures
+        return f"closed, {failures} failed" if failures else "closed"
+    if row.state == "open" and row.open_until is not None:
+        left = max((row.open_until - now).total_seconds(), 0.0)
+        return f"open, probe in {left:.0f}s"
+    return "half-open"
 
 
 def _daemon_table(store: SqlStore, now: datetime, lease_seconds: float) -> str:

@@ -26,6 +26,7 @@ import socket
 import sys
 import threading
 import uuid
+import weakref
 from datetime import timedelta
 from collections.abc import Mapping
 from typing import Any
@@ -35,6 +36,7 @@ from engine.clock import Clock
 from engine.cluster import (LEADER, DatabaseClock, LeaseKeeper, forget_silent_daemons, is_fifo,
                             item_lease_name, pid_namespace, reap_dead_local_daemons)
 from engine.errors import EncoreError
+from engine.guards import ItemGuards
 from engine.host import BusinessOperation
 from engine.item import ItemRunner
 from engine.production import ItemConfig, ProductionConfig, load_production
@@ -42,7 +44,7 @@ from engine.metrics import Metrics, MetricsServer
 from engine.otel import tracing_for
 from engine.scheduler import ProductionScheduler
 from engine.store import queries
-from engine.store.notify import QueueListener, parse_switch
+from engine.store.notify import QueueListener, parse_breaker, parse_switch
 from engine.store.operator import purge
 from engine.store.sql import SqlStore
 
@@ -76,6 +78,9 @@ class Daemon:
         self.stop_requested = threading.Event()
         self.reload_requested = threading.Event()
         self.runners: dict[str, ItemRunner] = {}
+        # rate limit and circuit breaker of each runner (closed with it)
+        self._guards: weakref.WeakKeyDictionary[ItemRunner, ItemGuards] = \
+            weakref.WeakKeyDictionary()
         self.events = AlertingEventLog(self.store.events, self.store, production)
         self._alarms: dict[tuple[str, str], ThresholdAlarm] = {}
         self.metrics = Metrics()
@@ -164,6 +169,11 @@ class Daemon:
             self.listener.start()
 
     def _wake(self, payload: str) -> None:
+        breaker = parse_breaker(payload)
+        guards = self._guards.get(self.runners.get(breaker)) if breaker is not None else None
+        if guards is not None:
+            guards.changed_elsewhere()
+            payload = breaker  # and the item's dispatcher looks again
         switch = parse_switch(payload)
         runner = self.runners.get(payload if switch is None else switch[0])
         if runner is None:
@@ -236,12 +246,20 @@ class Daemon:
         lease = None
         if is_fifo(item):
             lease = functools.partial(self.leases.hold, item_lease_name(item.name))
+        stop = threading.Event()
+        guards = ItemGuards.from_settings(item.name, item.settings, store=self.store,
+                                          clock=self.clock, owner=self.id, events=self.events,
+                                          metrics=self.metrics, stop=stop,
+                                          lease_seconds=self.production.lease_seconds)
         runner = ItemRunner(item, store=self.store, clock=self.clock, owner=self.id,
                             lease_seconds=self.production.lease_seconds,
                             poll_interval=self.production.poll_interval, env=self.env,
                             events=self.events, metrics=self.metrics, lease=lease,
                             production=lambda: self.production,
-                            tracing=self.tracing)
+                            tracing=self.tracing, observers=guards.observers,
+                            may_claim=guards.may_claim, stop=stop, on_close=guards.close)
+        guards.wake_with(runner.wakeup.set)
+        self._guards[runner] = guards
         runner.prepare()
         return runner
 
@@ -318,6 +336,9 @@ class Daemon:
         clean = self.scheduler.shutdown(
             wait=True, timeout=max(deadline - self.clock.monotonic(), 0.0)) and clean
         self._stop_listening()
+        for runner in self.runners.values():  # also those that did not stop in time
+            if (guards := self._guards.get(runner)) is not None:
+                guards.close()
         if self.metrics_server is not None:
             self.metrics_server.stop()
         if self.tracing is not None:

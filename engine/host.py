@@ -14,7 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from engine.breaker import DEFAULT_OPEN_SECONDS, check_open_seconds
 from engine.message import JsonMessage, Message
+from engine.ratelimit import check_rate_limit
 from engine.retry import RETRY_SETTINGS
 from engine.settings import Setting
 from engine.window import check_window
@@ -47,6 +49,15 @@ HOST_SETTINGS: tuple[Setting, ...] = (
     Setting(name="schedule", kind=dict, default={}, check=check_window,
             help='cron start and stop times (UTC) of the item\'s working window, e.g. '
                  '{ start = "0 8 * * 1-5", stop = "0 18 * * 1-5" }; {} = always'),
+    Setting(name="breaker_threshold", kind=int, default=0, minimum=0,
+            help="consecutive failed attempts (across all daemons) that open the item's "
+                 "circuit breaker; 0 = no breaker"),
+    Setting(name="breaker_open_seconds", kind=float, default=DEFAULT_OPEN_SECONDS,
+            check=check_open_seconds,
+            help="seconds an open breaker lets no attempt start before one probe attempt"),
+    Setting(name="rate_limit", kind=str, default=None, check=check_rate_limit,
+            help='at most N attempt starts per period over all daemons, burst ≤ N: "N/s", '
+                 '"N/min" or "N/h"; not set = no limit'),
 )
 
 

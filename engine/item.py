@@ -51,7 +51,11 @@ class ItemRunner:
     ``lease``: None — every daemon works this item at once; a callable — the item is FIFO
     across daemons: a worker claims only while ``lease()`` is True (this daemon holds the
     item lease), and then only the head of the queue. ``production``: the daemon's current
-    production, which a business process needs to call other items.
+    production, which a business process needs to call other items. ``may_claim``: one more
+    condition of every claim (the circuit breaker: False while it is open). ``stop``: the
+    event that stops the item (one is made when None), for observers that wait.
+    ``on_close``: called once the runner is done with (stopped, or discarded unstarted), to
+    release what was made for it (the breaker's and rate limit's state).
     """
 
     def __init__(self, item: ItemConfig, *, store: SqlStore, clock: Clock, owner: str,
@@ -61,7 +65,10 @@ class ItemRunner:
                  lease: Callable[[], bool] | None = None,
                  observers: Sequence[AttemptObserver] = (),
                  production: Callable[[], ProductionConfig] | None = None,
-                 tracing: Tracing | None = None) -> None:
+                 tracing: Tracing | None = None,
+                 may_claim: Callable[[], bool] | None = None,
+                 stop: threading.Event | None = None,
+                 on_close: Callable[[], object] | None = None) -> None:
         self.item = item
         self.production = production
         self.store = store
@@ -73,7 +80,9 @@ class ItemRunner:
         self.events: EventSink = events or store.events
         self.metrics = metrics
         self.lease = lease
-        self.stop_event = threading.Event()
+        self.may_claim = may_claim
+        self.on_close = on_close
+        self.stop_event = stop or threading.Event()
         self.retry_interval = float(item.settings["retry_interval"])
         self.window = ScheduleWindow.from_setting(item.settings["schedule"])
         self.adapter = self._build_adapter()
@@ -172,6 +181,8 @@ class ItemRunner:
         self.hosts.clear()
         if self.adapter is not None:
             _quietly(self.adapter.stop)
+        if self.on_close is not None:
+            _quietly(self.on_close)
 
     def request_stop(self) -> None:
         """Stop intake: workers finish the attempt in hand and claim nothing more; messages
@@ -196,6 +207,8 @@ class ItemRunner:
             _quietly(host.on_tear_down)
         if self.adapter is not None:
             _quietly(self.adapter.stop)
+        if self.on_close is not None:
+            _quietly(self.on_close)
         return True
 
     def held_claims(self) -> list[tuple[int, int]]:
@@ -296,11 +309,13 @@ class ItemRunner:
 
     def _can_claim(self) -> bool:
         """The dispatcher may claim: the adapter started, the schedule window (if any) is
-        open, and this daemon holds the FIFO item's lease (if any). The operator's switch is
-        read by the claim itself."""
+        open, this daemon holds the FIFO item's lease (if any) and ``may_claim`` (the
+        circuit breaker, if any) allows it. The operator's switch is read by the claim
+        itself."""
         if self.window is not None and not self.window.is_open(self.clock.now()):
             return False
-        return self._try_start_adapter() and (self.lease is None or self.lease())
+        return (self._try_start_adapter() and (self.lease is None or self.lease())
+                and (self.may_claim is None or self.may_claim()))
 
     def _try_start_adapter(self) -> bool:
         """Start the adapter once; if it cannot start, try again every retry_interval, with

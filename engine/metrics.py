@@ -39,7 +39,14 @@ class Metrics:
       (``ok``, ``timeout``, ``connect_error``, …);
     - ``encore_give_ups_total{item}`` (counter): messages that ended in ``Error`` after
       their retries ran out;
-    - ``encore_attempt_seconds{item}`` (histogram): attempt durations in seconds.
+    - ``encore_attempt_seconds{item}`` (histogram): attempt durations in seconds;
+    - ``encore_breaker_open{item}`` (gauge): 1 while the item's circuit breaker is open or
+      half-open (no attempt starts but its probe), 0 while closed — as this daemon last read
+      it; items without a breaker have no sample;
+    - ``encore_rate_limit_wait_seconds_total{item}`` (counter): seconds workers waited for a
+      slot of the item's ``rate_limit`` (waits that started, counted in full); no sample
+      before the first wait.
+    The last two appear only in a production that has a breaker, or a rate limit.
     """
 
     def __init__(self, buckets: Iterable[float] = DEFAULT_BUCKETS) -> None:
@@ -48,6 +55,8 @@ class Metrics:
         self._attempts: dict[tuple[str, str], int] = {}
         self._give_ups: dict[str, int] = {}
         self._histograms: dict[str, _Histogram] = {}
+        self._breaker_open: dict[str, bool] = {}
+        self._rate_waits: dict[str, float] = {}
         self._queue_depth: Callable[[], Mapping[str, int]] | None = None
 
     def observe_attempt(self, item: str, outcome: str, seconds: float) -> None:
@@ -67,6 +76,16 @@ class Metrics:
         with self._lock:
             self._give_ups[item] = self._give_ups.get(item, 0) + 1
 
+    def set_breaker_open(self, item: str, is_open: bool) -> None:
+        """The circuit breaker of ``item`` is open or half-open (True) or closed (False)."""
+        with self._lock:
+            self._breaker_open[item] = bool(is_open)
+
+    def rate_limited(self, item: str, seconds: float) -> None:
+        """A worker of ``item`` waits ``seconds`` for a slot of its rate limit."""
+        with self._lock:
+            self._rate_waits[item] = self._rate_waits.get(item, 0.0) + max(float(seconds), 0.0)
+
     def set_queue_depth_source(self, source: Callable[[], Mapping[str, int]] | None) -> None:
         """``source()`` returns the queue depth per item; it is called at each scrape,
         outside the registry's lock. None: no queue depth samples."""
@@ -80,6 +99,8 @@ class Metrics:
             give_ups = sorted(self._give_ups.items())
             histograms = [(item, self._histograms[item].copy())
                           for item in sorted(self._histograms)]
+            breakers = sorted(self._breaker_open.items())
+            rate_waits = sorted(self._rate_waits.items())
         out: list[str] = []
         _header(out, "encore_queue_depth", "gauge", "Messages waiting in the item's queue.")
         for item, depth in sorted(depths.items()):
@@ -103,6 +124,17 @@ class Metrics:
                        f"{_number(histogram.total)}")
             out.append(f"encore_attempt_seconds_count{_labels(item=item)} "
                        f"{_number(cumulative)}")
+        if breakers:  # only a production with a breaker or a rate limit has these
+            _header(out, "encore_breaker_open", "gauge",
+                    "1 while the item's circuit breaker is open or half-open, 0 while closed.")
+        for item, is_open in breakers:
+            out.append(f"encore_breaker_open{_labels(item=item)} {int(is_open)}")
+        if rate_waits:
+            _header(out, "encore_rate_limit_wait_seconds_total", "counter",
+                    "Seconds workers waited for a slot of the item's rate limit.")
+        for item, seconds in rate_waits:
+            out.append(f"encore_rate_limit_wait_seconds_total{_labels(item=item)} "
+                       f"{_number(seconds)}")
         return "\n".join(out) + "\n"
 
     def _read_queue_depths(self) -> Mapping[str, int]:

@@ -3,6 +3,13 @@
 It runs the real :class:`~engine.worker.MessageWorker` and :class:`~engine.retry.RetryPolicy`
 against a simulated service on an in-memory SQLite store, then reads the timeline back from
 the attempt rows it wrote — the same rows a real run writes.
+
+With ``--breaker-threshold N`` the item also has its real circuit breaker
+(:mod:`engine.breaker`): the message's own failed attempts open it, a retry that falls while
+it is open puts the message back in the queue until the open period ends, and the next
+attempt is the breaker's probe. The timeline then also holds ``breaker_open`` (it opened, or
+opened again after a failed probe), ``breaker_hold`` (an attempt held back), ``breaker_half_open``
+(the probe is let through) and ``breaker_close`` (the probe succeeded).
 """
 from __future__ import annotations
 
@@ -10,19 +17,22 @@ import json
 import logging
 import random
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
 import click
 
+from engine.breaker import BreakerSettings, CircuitBreaker
 from engine.clock import VirtualClock
 from engine.errors import ConfigurationError
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.store.sql import SqlStore
 from engine.testing import ServerBehaviour, SimulatedOperation, SimulatedServerAdapter
-from engine.worker import MessageWorker
+from engine.worker import MessageWorker, Result
 
 ITEM = "Simulated"
+MAX_HOLDS = 10_000  # a breaker that holds the message more often than this ends the run
 
 
 @dataclass(frozen=True)
@@ -30,7 +40,9 @@ class TimelineEvent:
     """One line of the timeline: ``t`` seconds after the first attempt started."""
 
     t: float
-    event: str  # attempt_start|attempt_timeout|attempt_error|late_response|retry_wait|give_up|success
+    # attempt_start|attempt_timeout|attempt_error|late_response|retry_wait|give_up|success,
+    # and with a breaker breaker_open|breaker_hold|breaker_half_open|breaker_close
+    event: str
     attempt: int | None = None
     server: int | None = None
     detail: str = ""
@@ -56,13 +68,13 @@ def simulate(settings: dict[str, Any], behaviour: ServerBehaviour, *, servers: i
                                      item_name=ITEM)
     adapter.start()
     host = SimulatedOperation(ITEM, clean, events=store.events, adapter=adapter)
+    breaker_events: list[TimelineEvent] = []
+    observers = _breaker(clean, store, clock, breaker_events)
     worker = MessageWorker.from_settings(host, clean, store=store, clock=clock,
-                                         rng=random.Random(seed))
+                                         rng=random.Random(seed), observers=observers)
     message_id = store.enqueue(target=ITEM, body_class=None, body="{}", now=clock.now())
-    row = store.claim_next(ITEM, owner="simulate", now=clock.now(), lease_seconds=3600)
-    assert row is not None
-    worker.deliver(row)
-    timeline = _timeline(store, message_id, clock, behaviour)
+    _deliver(store, worker, clock, message_id)
+    timeline = _timeline(store, message_id, clock, behaviour, breaker_events)
     final = store.get_message(message_id)
     assert final is not None
     errors = queries.events(store, queries.EventFilter(type="Error", message_id=message_id))
@@ -72,8 +84,43 @@ def simulate(settings: dict[str, Any], behaviour: ServerBehaviour, *, servers: i
     return result
 
 
+def _breaker(settings: dict[str, Any], store: SqlStore, clock: VirtualClock,
+             events: list[TimelineEvent]) -> list[CircuitBreaker]:
+    """The item's circuit breaker, if the settings ask for one, telling ``events``."""
+    breaker = BreakerSettings.from_settings(settings)
+    if breaker is None:
+        return []
+
+    def t(when: datetime) -> float:
+        return round((when - clock.start).total_seconds(), 6)
+
+    def tell(kind: str, when: datetime, attempt: int, until: datetime | None) -> None:
+        detail = {"half_open": "one probe attempt", "close": "the probe succeeded"}.get(
+            kind, f"until {t(until):g}" if until is not None else "until the probe ends")
+        events.append(TimelineEvent(t(when), f"breaker_{kind}", attempt, None, detail))
+    return [CircuitBreaker(ITEM, breaker, store=store, clock=clock, owner="simulate",
+                           events=store.events, listener=tell)]
+
+
+def _deliver(store: SqlStore, worker: MessageWorker, clock: VirtualClock,
+             message_id: int) -> None:
+    """Deliver the message until it ends; a message the breaker held goes back to its queue
+    and is claimed again when it is due, as a dispatcher would."""
+    for _ in range(MAX_HOLDS):
+        row = store.claim_next(ITEM, owner="simulate", now=clock.now(), lease_seconds=3600)
+        assert row is not None
+        if worker.deliver(row) is not Result.HELD:
+            return
+        held = store.get_message(message_id)
+        assert held is not None and held.next_attempt_at is not None
+        clock.advance_to((held.next_attempt_at - clock.start).total_seconds())
+    raise ConfigurationError(f"the breaker held the message {MAX_HOLDS} times: give the "
+                             "simulation an end (--failure-timeout, --max-attempts)")
+
+
 def _timeline(store: SqlStore, message_id: int, clock: VirtualClock,
-              behaviour: ServerBehaviour) -> list[TimelineEvent]:
+              behaviour: ServerBehaviour,
+              breaker_events: list[TimelineEvent] | None = None) -> list[TimelineEvent]:
     origin = clock.start
     attempts = store.attempts(message_id)
     servers = {name: i for i, name in enumerate(sorted({a.server for a in attempts if a.server}))}
@@ -102,8 +149,10 @@ def _timeline(store: SqlStore, message_id: int, clock: VirtualClock,
     else:
         events.append(TimelineEvent(t(final.time_completed), "give_up", final.attempts,
                                     detail=final.error_text or ""))
-    rank = {"attempt_start": 0, "attempt_timeout": 1, "attempt_error": 1, "late_response": 2,
-            "retry_wait": 3, "success": 4, "give_up": 4}
+    events += breaker_events or []
+    rank = {"breaker_half_open": -1, "attempt_start": 0, "attempt_timeout": 1,
+            "attempt_error": 1, "late_response": 2, "breaker_open": 2, "retry_wait": 3,
+            "breaker_hold": 3, "breaker_close": 4, "success": 5, "give_up": 5}
     events.sort(key=lambda e: (e.t, e.attempt or 0, rank[e.event]))
     return events
 
@@ -132,6 +181,10 @@ def _clock(t: float) -> str:
 @click.option("--jitter", default="0", show_default=True, help="seconds, or 'full'")
 @click.option("--max-attempts", type=int, default=0, show_default=True)
 @click.option("--strict", is_flag=True, help="strict_failure_timeout = true")
+@click.option("--breaker-threshold", type=int, default=0, show_default=True,
+              help="consecutive failed attempts that open the circuit breaker; 0 = none")
+@click.option("--breaker-open-seconds", type=float, default=30.0, show_default=True,
+              help="seconds the breaker stays open before its probe attempt")
 @click.option("--seed", type=int, default=0, show_default=True, help="random seed for jitter")
 @click.option("--json", "as_json", is_flag=True, help="print the timeline as JSON")
 def simulate_command(response_timeout: float, retry_interval: float, failure_timeout: float,
@@ -139,7 +192,8 @@ def simulate_command(response_timeout: float, retry_interval: float, failure_tim
                      fail_first: int | None, status: int | None, retry_after: str | None,
                      backoff: str, backoff_base: float, backoff_multiplier: float,
                      backoff_max: float, jitter: str, max_attempts: int, strict: bool,
-                     seed: int, as_json: bool) -> None:
+                     breaker_threshold: int, breaker_open_seconds: float, seed: int,
+                     as_json: bool) -> None:
     """Print the retry timeline the engine produces, on a virtual clock, at once."""
     if failure_timeout == -1 and max_attempts == 0 and (fail_first is None):
         raise ConfigurationError("--failure-timeout -1 retries forever: add --max-attempts N "
@@ -150,20 +204,23 @@ def simulate_command(response_timeout: float, retry_interval: float, failure_tim
                 "backoff_multiplier": backoff_multiplier, "backoff_max": backoff_max,
                 "jitter": jitter if jitter == "full" else float(jitter),
                 "max_attempts": max_attempts, "strict_failure_timeout": strict,
-                "bad_server_cooldown": 3600.0}
+                "bad_server_cooldown": 3600.0, "breaker_threshold": breaker_threshold,
+                "breaker_open_seconds": breaker_open_seconds}
     behaviour = ServerBehaviour(delay=server_delay, fail_first=fail_first, status=status,
                                 retry_after=retry_after)
-    for noisy in ("alembic", "engine.store.eventlog"):  # the timeline says it all
+    for noisy in ("alembic", "engine.store.eventlog", "engine.worker", "engine.breaker"):
+        # the timeline says it all
         logging.getLogger(noisy).setLevel(logging.CRITICAL + 1)
     result = simulate(settings, behaviour, servers=servers, seed=seed)
     if as_json:
         click.echo(json.dumps([{k: v for k, v in asdict(e).items() if k != "detail"}
                                for e in result.timeline]))
         return
+    width = max([16] + [len(e.event) for e in result.timeline])
     for e in result.timeline:
         where = f"server {chr(ord('A') + e.server)}" if e.server is not None and servers > 1 else ""
         label = f"attempt {e.attempt}" if e.attempt else ""
-        click.echo(f"{_clock(e.t):>9}  {e.event:<16} {label:<11} {where:<9} {e.detail}".rstrip())
+        click.echo(f"{_clock(e.t):>9}  {e.event:<{width}} {label:<11} {where:<9} {e.detail}".rstrip())
     click.echo(f"\n{result.server_requests} request(s) sent, {result.attempts} attempt(s), "
                f"{result.error_events} Error event(s); message ended {result.status}")
 

@@ -25,6 +25,7 @@ import ssl
 import struct
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -73,12 +74,14 @@ sys.meta_path[:] = [_SpecFinder(f) if type(f).__name__ == "_SixMetaPathImporter"
 
 @dataclass
 class Recorded:
-    """One request as the server received it. Header names keep the client's spelling."""
+    """One request as the server received it. Header names keep the client's spelling;
+    ``at`` is when it arrived (``time.monotonic()``)."""
 
     method: str
     path: str
     headers: dict[str, str]
     body: bytes
+    at: float = field(default_factory=time.monotonic)
 
 
 Route = Callable[["_Handler", Recorded], None]

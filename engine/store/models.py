@@ -156,6 +156,8 @@ item_breaker = Table(
     Column("open_until", _Time),
     Column("probe_owner", String(100)),
     Column("updated_at", _Time, nullable=False),
+    # one more with every transition: their order as the database applied them
+    Column("version", Integer, nullable=False, default=0, server_default="0"),
 )
 
 # An item's rate-limit token bucket, shared by every daemon (DESIGN.md §11).

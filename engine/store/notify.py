@@ -32,6 +32,7 @@ RECONNECT_DELAY = 2.0  # seconds between attempts to reconnect a lost listener c
 
 QueueCallback = Callable[[str], object]  # called with the name of a target that has work
 SWITCH_PREFIX = "switch "  # announcements of an operator's switch: "switch on|off <item>"
+BREAKER_PREFIX = "breaker "  # announcements that an item's circuit breaker opened or closed
 
 
 def switch_announcement(item: str, enabled: bool) -> str:
@@ -46,6 +47,17 @@ def parse_switch(payload: str) -> tuple[str, bool] | None:
         return None
     state, _, item = payload[len(SWITCH_PREFIX):].partition(" ")
     return item, state == "on"
+
+
+def breaker_announcement(item: str) -> str:
+    """The announcement that the circuit breaker of ``item`` opened or closed: every daemon
+    reads the breaker's row again (DESIGN.md §11)."""
+    return f"{BREAKER_PREFIX}{item}"
+
+
+def parse_breaker(payload: str) -> str | None:
+    """The item if ``payload`` announces a change of its circuit breaker, else None."""
+    return payload[len(BREAKER_PREFIX):] if payload.startswith(BREAKER_PREFIX) else None
 
 
 class QueueAnnouncer:

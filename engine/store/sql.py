@@ -21,6 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from engine.clock import as_utc, utcnow
 from engine.errors import ClaimLost, StoreError
 from engine.store import migrate
+from engine.store.breaker import SqlBreakers
 from engine.store.database import READ_ONLY, create_db_engine, reason_of
 from engine.store.eventlog import SqlEventLog
 from engine.store.hotpath import (Accepted, Claimed, Completion, HotPath, PostgresHotPath,
@@ -28,6 +29,7 @@ from engine.store.hotpath import (Accepted, Claimed, Completion, HotPath, Postgr
 from engine.store.leases import SqlLeases
 from engine.store.models import daemon, item_state, message_attempt, message_header
 from engine.store.notify import QueueAnnouncer, QueueCallback, switch_announcement
+from engine.store.ratelimit import SqlRateBuckets
 from engine.store.rows import AttemptEnd, AttemptRow, MessageRow
 
 __all__ = ["Accepted", "AttemptRow", "Claimed", "Completion", "MessageRow", "SqlStore"]
@@ -40,8 +42,10 @@ class SqlStore:
         self.url = url
         self.engine = engine or create_db_engine(url)
         self.events = SqlEventLog(self.engine)
-        self.leases = SqlLeases(self)
         self.is_postgres = self.engine.dialect.name == "postgresql"
+        self.leases = SqlLeases(self)
+        self.breakers = SqlBreakers(self)  # circuit breakers (item_breaker)
+        self.rate_buckets = SqlRateBuckets(self)  # rate-limit token buckets (item_rate)
         self._announcer = QueueAnnouncer(postgres=self.is_postgres)
         driver_error = self.engine.dialect.loaded_dbapi.Error
         hot = PostgresHotPath if self.is_postgres else SqliteHotPath

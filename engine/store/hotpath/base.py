@@ -189,6 +189,12 @@ class HotPath:
               held: Sequence[int] = ()) -> list[Claimed]:
         raise NotImplementedError
 
+    def execute(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        """One statement of another store module (a rate-limit slot), written for this
+        driver (``:name`` placeholders on SQLite, ``%(name)s`` on PostgreSQL), in a
+        transaction of its own whose commit does not wait for the disk; its rows."""
+        raise NotImplementedError
+
     def complete_and_claim(self, completions: Sequence[Completion], *, now: datetime,
                            **claim: Any) -> tuple[list[int], list[Claimed]]:
         """:meth:`complete_many`, then :meth:`claim` (keyword arguments as it takes them)."""

@@ -99,6 +99,9 @@ class PostgresHotPath(HotPath):
         with self._connection(durable) as conn:
             return self._guard(lambda: conn.execute(sql, params, prepare=True).fetchall())
 
+    def execute(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        return self._run(sql, params)
+
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
                      source: str | None, session_id: int | None, now: datetime,
                      trace_context: str | None = None) -> list[int]:

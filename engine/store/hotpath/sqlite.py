@@ -91,6 +91,10 @@ class SqliteHotPath(HotPath):
     def _prepare(self, conn: Any, durable: bool) -> None:
         conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
 
+    def execute(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        with self._transaction() as cur:
+            return self._guard(lambda: cur.execute(sql, params).fetchall())
+
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
                      source: str | None, session_id: int | None, now: datetime,
                      trace_context: str | None = None) -> list[int]:

@@ -1,0 +1,132 @@
+"""The rate limit of an item (DESIGN.md §11): at most N attempt starts per period, summed over
+every daemon on the database, with a burst of at most N.
+
+``rate_limit = "5/s"`` (or ``"300/min"``, ``"1000/h"``) gives the item a token bucket of
+capacity N, refilled at N per period, kept in the ``item_rate`` table and shared by every
+daemon. :class:`RateLimiter` is an :class:`~engine.attempt.AttemptObserver`: before each
+attempt (first ones and retries alike) it takes a slot with one SQL statement
+(:meth:`~engine.store.ratelimit.SqlRateBuckets.take`) that answers how long to wait for it,
+then the worker sleeps that long — before the attempt starts, so the wait is never part of a
+response timeout. A slot is *reserved*, not polled for: the bucket may go below zero, each
+reservation being the next free slot, so a waiting worker sleeps exactly once and an idle
+item costs nothing.
+
+Over any stretch of ``t`` seconds at most ``N + N·t/period`` attempts start (N at once after
+a quiet spell, then one every ``period/N`` seconds). A slot reserved by a worker that then
+stops is lost, never given twice.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from engine.attempt import AttemptObserver
+from engine.clock import Clock
+from engine.errors import AttemptHeld, ClaimLost
+
+if TYPE_CHECKING:
+    from engine.metrics import Metrics
+    from engine.store.rows import MessageRow
+    from engine.store.sql import SqlStore
+
+__all__ = ["PERIODS", "RateLimit", "RateLimiter", "check_rate_limit"]
+
+log = logging.getLogger(__name__)
+
+PERIODS: dict[str, float] = {"s": 1.0, "min": 60.0, "h": 3600.0}  # unit → seconds
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(s|min|h)\s*$")
+EXAMPLE = '"5/s", "300/min" or "1000/h"'
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """``count`` attempt starts per ``period`` seconds, with a burst of at most ``count``."""
+
+    count: int
+    period: float  # seconds
+    text: str  # as configured, normalised: "5/s"
+
+    @property
+    def per_second(self) -> float:
+        """The refill rate: slots per second."""
+        return self.count / self.period
+
+    @classmethod
+    def parse(cls, text: str) -> RateLimit:
+        """``"N/s"``, ``"N/min"`` or ``"N/h"`` with a whole N ≥ 1; ValueError otherwise."""
+        match = _RATE.match(text) if isinstance(text, str) else None
+        if match is None:
+            raise ValueError(f"{text!r} is not a rate; expected N/s, N/min or N/h with a whole "
+                             f"N ≥ 1, e.g. {EXAMPLE}")
+        count, unit = int(match.group(1)), match.group(2)
+        if count < 1:
+            raise ValueError(f"{text!r}: N must be at least 1 (leave rate_limit out for no "
+                             "limit)")
+        return cls(count=count, period=PERIODS[unit], text=f"{count}/{unit}")
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> RateLimit | None:
+        """The item's limit; None when ``rate_limit`` is not set (no limit)."""
+        text = settings.get("rate_limit")
+        return None if not text else cls.parse(text)
+
+
+def check_rate_limit(value: str) -> str:
+    """Validate a ``rate_limit`` setting; returns it normalised (``"5 / s"`` → ``"5/s"``)."""
+    return RateLimit.parse(value).text
+
+
+class RateLimiter(AttemptObserver):
+    """Waits, before every attempt of one item, for a slot of the item's shared bucket.
+
+    ``stop``: set when the daemon stops; a worker waiting for a slot then gives the message
+    back to its queue unsent (:class:`~engine.errors.AttemptHeld`, due at once).
+    ``owner`` and ``lease_seconds``: this daemon's id and claim lease; after a wait, the
+    message's claim is confirmed (renewed by a write conditional on its token) before the
+    attempt starts, so a daemon frozen while it waited sends nothing that another daemon has
+    taken over (:class:`~engine.errors.ClaimLost`). None: no confirmation (one process).
+    """
+
+    def __init__(self, item: str, limit: RateLimit, *, store: SqlStore, clock: Clock,
+                 stop: threading.Event | None = None, metrics: Metrics | None = None,
+                 owner: str | None = None, lease_seconds: float = 0.0) -> None:
+        self.item = item
+        self.limit = limit
+        self.store = store
+        self.clock = clock
+        self.stop = stop or threading.Event()
+        self.metrics = metrics
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        store.rate_buckets.ensure(item, capacity=limit.count, now=clock.now())
+
+    def before_attempt(self, row: MessageRow, number: int) -> None:
+        wait = self.store.rate_buckets.take(self.item, capacity=self.limit.count,
+                                            per_second=self.limit.per_second,
+                                            now=self.clock.now())
+        if wait <= 0:
+            return None
+        if self.metrics is not None:
+            self.metrics.rate_limited(self.item, wait)
+        log.debug("item %s: message %d waits %.3f s for a slot of rate_limit %s", self.item,
+                  row.id, wait, self.limit.text)
+        if self.clock.sleep(wait, self.stop):
+            raise AttemptHeld(f"the daemon is stopping while message {row.id} waited for a "
+                              f"slot of rate_limit {self.limit.text}")
+        self._confirm_claim(row)
+        return None
+
+    def _confirm_claim(self, row: MessageRow) -> None:
+        """After a wait: the claim on ``row`` is still this daemon's, or ClaimLost."""
+        if self.owner is None:
+            return
+        if not self.store.renew_leases(self.owner, now=self.clock.now(),
+                                       lease_seconds=self.lease_seconds,
+                                       claims=[(row.id, row.claim_token)]):
+            raise ClaimLost(f"message {row.id}: its claim (token {row.claim_token}) expired "
+                            "while it waited for a rate-limit slot, and another daemon has "
+                            "taken it over")

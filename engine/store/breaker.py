@@ -1,0 +1,175 @@
+"""Circuit breakers in the ``item_breaker`` table, shared by every daemon (DESIGN.md §11).
+
+A breaker is a row ``(config_name, state, failures, open_until, probe_owner, updated_at)``
+with ``state`` one of ``closed``, ``open``, ``half_open``. Every transition is one
+conditional ``UPDATE … RETURNING`` statement, so daemons racing for it agree on who made it:
+
+- :meth:`SqlBreakers.record_failure` counts a failed attempt while ``closed`` and opens the
+  breaker in the same statement when the count reaches the threshold;
+- :meth:`SqlBreakers.take_probe` lets exactly one attempt through once ``open_until`` has
+  passed (``half_open``, ``probe_owner`` = the caller); ``open_until`` then says when that
+  probe counts as lost (its daemon died) and another may be taken;
+- :meth:`SqlBreakers.close` and :meth:`SqlBreakers.reopen` end the probe, only for its owner.
+
+Opening and closing are announced to every daemon (``NOTIFY`` on PostgreSQL, this process's
+callbacks everywhere) with :func:`~engine.store.notify.breaker_announcement`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import case, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
+
+from engine.clock import as_utc
+from engine.errors import StoreError
+from engine.store.database import reason_of
+from engine.store.models import item_breaker
+from engine.store.notify import breaker_announcement
+
+if TYPE_CHECKING:
+    from engine.store.sql import SqlStore
+
+__all__ = ["CLOSED", "HALF_OPEN", "OPEN", "BreakerRow", "SqlBreakers"]
+
+CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+
+
+@dataclass(frozen=True)
+class BreakerRow:
+    """An ``item_breaker`` row (timestamps aware UTC). ``open_until``: while ``open``, the
+    end of the open period; while ``half_open``, when the probe counts as lost."""
+
+    item: str
+    state: str
+    failures: int  # consecutive failed attempts counted while closed
+    open_until: datetime | None
+    probe_owner: str | None
+    updated_at: datetime
+    version: int = 0  # one more with every transition (their order in the database)
+
+    @classmethod
+    def closed(cls, item: str, now: datetime) -> BreakerRow:
+        return cls(item=item, state=CLOSED, failures=0, open_until=None, probe_owner=None,
+                   updated_at=now)
+
+
+class SqlBreakers:
+    """The ``item_breaker`` table of one store (``store.breakers``)."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self._store = store
+        self._insert: Any = postgresql.insert if store.is_postgres else sqlite.insert
+
+    def ensure(self, item: str, *, now: datetime) -> None:
+        """Create ``item``'s breaker, closed, unless it exists (then it is left as it is)."""
+        stmt = self._insert(item_breaker).values(config_name=item, state=CLOSED, failures=0,
+                                                 updated_at=now)
+        with self._store._tx() as conn:
+            conn.execute(stmt.on_conflict_do_nothing(
+                index_elements=[item_breaker.c.config_name]))
+
+    def get(self, item: str) -> BreakerRow | None:
+        """``item``'s breaker as stored, or None."""
+        rows = self._select(select(item_breaker).where(item_breaker.c.config_name == item))
+        return _row(rows[0]) if rows else None
+
+    def all(self) -> dict[str, BreakerRow]:
+        """Every stored breaker, by item."""
+        return {r["config_name"]: _row(r) for r in self._select(select(item_breaker))}
+
+    def _select(self, query: Any) -> list[Any]:
+        try:
+            with self._store._read() as conn:
+                return list(conn.execute(query).mappings().all())
+        except SQLAlchemyError as exc:
+            raise StoreError(f"database error: {reason_of(exc)}") from exc
+
+    def record_failure(self, item: str, *, threshold: int, open_seconds: float,
+                       now: datetime) -> BreakerRow | None:
+        """Count one failed attempt of ``item`` if its breaker is closed, opening it (until
+        ``now + open_seconds``) when the count reaches ``threshold``. Returns the row as it
+        is now — ``state`` ``open`` only if this very call opened it — or None when the
+        breaker was not closed (nothing counted)."""
+        c = item_breaker.c
+        opens = c.failures + 1 >= threshold
+        stmt = (update(item_breaker).where(c.config_name == item, c.state == CLOSED)
+                .values(failures=c.failures + 1, updated_at=now, version=c.version + 1,
+                        state=case((opens, OPEN), else_=CLOSED),
+                        open_until=case((opens, now + timedelta(seconds=open_seconds)),
+                                        else_=None))
+                .returning(*item_breaker.c))
+        return self._transition(item, stmt, announce=lambda r: r.state == OPEN)
+
+    def reset_failures(self, item: str, *, now: datetime) -> None:
+        """A success: the count of consecutive failures of a closed breaker goes back to 0."""
+        c = item_breaker.c
+        with self._store._tx(durable=False) as conn:
+            conn.execute(update(item_breaker).where(c.config_name == item, c.state == CLOSED,
+                                                    c.failures > 0)
+                         .values(failures=0, updated_at=now, version=c.version + 1))
+
+    def take_probe(self, item: str, owner: str, *, now: datetime,
+                   probe_seconds: float) -> BreakerRow | None:
+        """Let one attempt through: if ``item``'s breaker is open (or half-open with a lost
+        probe) and ``open_until`` has passed, make it half-open with ``owner`` as its probe,
+        which counts as lost after ``probe_seconds``. Returns the row if ``owner`` got the
+        probe, else None."""
+        c = item_breaker.c
+        stmt = (update(item_breaker)
+                .where(c.config_name == item, c.state.in_((OPEN, HALF_OPEN)),
+                       c.open_until <= now)
+                .values(state=HALF_OPEN, probe_owner=owner, updated_at=now,
+                        version=c.version + 1,
+                        open_until=now + timedelta(seconds=probe_seconds))
+                .returning(*item_breaker.c))
+        return self._transition(item, stmt)
+
+    def close(self, item: str, owner: str, *, now: datetime) -> BreakerRow | None:
+        """The probe of ``owner`` succeeded: close the breaker, count from 0. None if the
+        probe was no longer ``owner``'s (it counted as lost and another took it)."""
+        c = item_breaker.c
+        stmt = (update(item_breaker)
+                .where(c.config_name == item, c.state == HALF_OPEN, c.probe_owner == owner)
+                .values(state=CLOSED, failures=0, open_until=None, probe_owner=None,
+                        updated_at=now, version=c.version + 1)
+                .returning(*item_breaker.c))
+        return self._transition(item, stmt, announce=lambda r: True)
+
+    def reopen(self, item: str, owner: str, *, now: datetime,
+               open_seconds: float) -> BreakerRow | None:
+        """The probe of ``owner`` failed: open the breaker again until ``now +
+        open_seconds``. None if the probe was no longer ``owner``'s."""
+        c = item_breaker.c
+        stmt = (update(item_breaker)
+                .where(c.config_name == item, c.state == HALF_OPEN, c.probe_owner == owner)
+                .values(state=OPEN, probe_owner=None, updated_at=now,
+                        version=c.version + 1,
+                        open_until=now + timedelta(seconds=open_seconds))
+                .returning(*item_breaker.c))
+        return self._transition(item, stmt)
+
+    def _transition(self, item: str, stmt: Any,
+                    announce: Any = None) -> BreakerRow | None:
+        """Run one transition; announce it to every daemon when ``announce(row)`` says so."""
+        news = [breaker_announcement(item)]
+        with self._store._tx() as conn:
+            found = conn.execute(stmt).mappings().first()
+            row = _row(found) if found is not None else None
+            told = row is not None and announce is not None and announce(row)
+            if told:
+                self._store._announcer.notify(conn, news)
+        if told:
+            self._store._announcer.call_back(news)
+        return row
+
+
+def _row(row: Any) -> BreakerRow:
+    updated = as_utc(row["updated_at"])
+    assert updated is not None
+    return BreakerRow(item=row["config_name"], state=row["state"], failures=row["failures"],
+                      open_until=as_utc(row["open_until"]), probe_owner=row["probe_owner"],
+                      updated_at=updated, version=row["version"])
