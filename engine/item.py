@@ -236,7 +236,7 @@ class ItemRunner:
             self._release_abandoned()
             if (self.stop_event.is_set() or self.dispatcher.held_back.is_set()
                     or self._behind_abandoned(batch)):
-                self.store.release(row.id, token=row.claim_token)  # not begun: back it goes
+                self._put_back_unsent(claimed)
                 return
             if claimed.begun is not None and not self.dispatcher.surely_held(row.id):
                 self._confirm_claim(row)  # no write of its own before its request: fence it
@@ -261,6 +261,17 @@ class ItemRunner:
         if self.tracing is None:
             return nullcontext(NO_DELIVERY)
         return self.tracing.delivery(row)
+
+    def _put_back_unsent(self, claimed: Claimed) -> None:
+        """A claimed message not sent (a stop, the item switched off): back to its queue,
+        and an attempt the batch claim began for it taken back, so that the next delivery
+        does not count it as outcome unknown."""
+        row = claimed.row
+        if claimed.begun is None:
+            self.store.release(row.id, token=row.claim_token)
+        else:
+            self.store.hold(row.id, token=row.claim_token, until=self.clock.now(),
+                            begun=claimed.begun)
 
     def _confirm_claim(self, row: MessageRow) -> None:
         """Renew the claim on ``row`` if it is still this one; else raise ClaimLost."""

@@ -158,3 +158,29 @@ def test_a_disable_holds_at_once_even_with_messages_already_claimed(
             store.dispose()
     # only the attempts in flight at the disable went out: none of the claimed batch
     assert 40 <= sent <= 40 + pool_size - 1
+
+
+def test_messages_claimed_and_not_sent_at_a_stop_go_back_without_an_open_attempt(
+        tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    store = SqlStore(url)
+    store.upgrade()
+    with HttpTestServer({"/pay": respond(200, "ok", delay=0.3)}) as server:
+        prod = parse_production(
+            f'[production]\nname = "T"\ndatabase = "{url}"\npoll_interval = 0.05\n'
+            + http_item("Pay", server.url), env={})
+        ids = store.enqueue_many(target="Pay", bodies=[
+            ("operations.http:HttpRequest", json.dumps(post(f"m{i:03d}"))) for i in range(20)])
+        daemon = Daemon(prod, store=store, env={})
+        daemon.start()
+        try:
+            wait_until(lambda: len(server.requests) >= 1, 20, "the first request")
+        finally:
+            daemon.stop()
+        sent = len(server.requests)
+    unsent = [mid for mid in ids if store.get_message(mid).status == "Queued"]
+    assert unsent and sent + len(unsent) == len(ids)
+    for mid in unsent:  # no attempt left open to be taken for an outcome unknown
+        row = store.get_message(mid)
+        assert store.attempts(mid) == [] and row.attempts == 0 and row.first_attempt_at is None
+    store.dispose()
