@@ -1,9 +1,10 @@
-"""Prometheus metrics and a health check, served over HTTP without extra dependencies.
+"""Prometheus metrics and a health check, served over HTTP.
 
-:class:`Metrics` is a thread-safe in-process registry that workers feed
-(:meth:`Metrics.observe_attempt`, :meth:`Metrics.give_up`) and that renders the Prometheus
-text exposition format, version 0.0.4. :class:`MetricsServer` serves it at ``GET /metrics``
-and a health check at ``GET /healthz`` from a daemon thread, on loopback by default.
+:class:`Metrics` is the registry that workers feed (:meth:`Metrics.observe_attempt`,
+:meth:`Metrics.give_up`, ...), on ``prometheus_client`` (its own registry per daemon, so
+several daemons in one process — tests — never mix their counts). :class:`MetricsServer`
+serves it at ``GET /metrics`` (the Prometheus text format 0.0.4) and a health check at
+``GET /healthz`` from a daemon thread, on loopback by default.
 """
 from __future__ import annotations
 
@@ -12,10 +13,14 @@ import logging
 import math
 import socket
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 
 from engine.errors import ConfigurationError
 
@@ -29,9 +34,13 @@ DEFAULT_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 6
 
 HealthCheck = Callable[[], tuple[bool, str]]
 
+# No `<name>_created` series beside each counter: Encore's exposition is the plain 0.0.4
+# format its dashboards read.
+prometheus_client.disable_created_metrics()
+
 
 class Metrics:
-    """Counters, a gauge and a histogram per item, rendered for Prometheus.
+    """Counters, gauges and a histogram per item, rendered for Prometheus.
 
     - ``encore_queue_depth{item}`` (gauge): read from the source given to
       :meth:`set_queue_depth_source` at each scrape;
@@ -51,91 +60,58 @@ class Metrics:
 
     def __init__(self, buckets: Iterable[float] = DEFAULT_BUCKETS) -> None:
         self.buckets = tuple(sorted(float(b) for b in buckets if not math.isinf(b)))
-        self._lock = threading.Lock()
-        self._attempts: dict[tuple[str, str], int] = {}
-        self._give_ups: dict[str, int] = {}
-        self._histograms: dict[str, _Histogram] = {}
-        self._breaker_open: dict[str, bool] = {}
-        self._rate_waits: dict[str, float] = {}
+        self.registry = CollectorRegistry(auto_describe=True)
         self._queue_depth: Callable[[], Mapping[str, int]] | None = None
+        self.registry.register(_QueueDepthCollector(self._read_queue_depths))
+        self._attempts = Counter("encore_attempts", "Attempts, by item and outcome.",
+                                 ["item", "outcome"], registry=self.registry)
+        self._give_ups = Counter("encore_give_ups",
+                                 "Messages that ended in Error after their retries ran out.",
+                                 ["item"], registry=self.registry)
+        self._seconds = Histogram("encore_attempt_seconds", "Duration of attempts in seconds.",
+                                  ["item"], buckets=self.buckets, registry=self.registry)
+        self._lock = threading.Lock()
+        self._breaker_open: Gauge | None = None  # made at first use: absent otherwise
+        self._rate_waits: Counter | None = None
 
     def observe_attempt(self, item: str, outcome: str, seconds: float) -> None:
         """Count one attempt of ``item`` that ended with ``outcome`` after ``seconds``
         (negative values count as 0)."""
-        seconds = max(float(seconds), 0.0)
-        with self._lock:
-            key = (item, outcome)
-            self._attempts[key] = self._attempts.get(key, 0) + 1
-            histogram = self._histograms.get(item)
-            if histogram is None:
-                histogram = self._histograms[item] = _Histogram(self.buckets)
-            histogram.observe(seconds)
+        self._attempts.labels(item, outcome).inc()
+        self._seconds.labels(item).observe(max(float(seconds), 0.0))
 
     def give_up(self, item: str) -> None:
         """Count one message of ``item`` that gave up."""
-        with self._lock:
-            self._give_ups[item] = self._give_ups.get(item, 0) + 1
+        self._give_ups.labels(item).inc()
 
     def set_breaker_open(self, item: str, is_open: bool) -> None:
         """The circuit breaker of ``item`` is open or half-open (True) or closed (False)."""
         with self._lock:
-            self._breaker_open[item] = bool(is_open)
+            if self._breaker_open is None:
+                self._breaker_open = Gauge(
+                    "encore_breaker_open",
+                    "1 while the item's circuit breaker is open or half-open, 0 while closed.",
+                    ["item"], registry=self.registry)
+        self._breaker_open.labels(item).set(1 if is_open else 0)
 
     def rate_limited(self, item: str, seconds: float) -> None:
         """A worker of ``item`` waits ``seconds`` for a slot of its rate limit."""
         with self._lock:
-            self._rate_waits[item] = self._rate_waits.get(item, 0.0) + max(float(seconds), 0.0)
+            if self._rate_waits is None:
+                self._rate_waits = Counter(
+                    "encore_rate_limit_wait_seconds",
+                    "Seconds workers waited for a slot of the item's rate limit.",
+                    ["item"], registry=self.registry)
+        self._rate_waits.labels(item).inc(max(float(seconds), 0.0))
 
     def set_queue_depth_source(self, source: Callable[[], Mapping[str, int]] | None) -> None:
-        """``source()`` returns the queue depth per item; it is called at each scrape,
-        outside the registry's lock. None: no queue depth samples."""
+        """``source()`` returns the queue depth per item; it is called at each scrape.
+        None: no queue depth samples."""
         self._queue_depth = source
 
     def render(self) -> str:
         """Every metric in the Prometheus text exposition format 0.0.4."""
-        depths = self._read_queue_depths()
-        with self._lock:
-            attempts = sorted(self._attempts.items())
-            give_ups = sorted(self._give_ups.items())
-            histograms = [(item, self._histograms[item].copy())
-                          for item in sorted(self._histograms)]
-            breakers = sorted(self._breaker_open.items())
-            rate_waits = sorted(self._rate_waits.items())
-        out: list[str] = []
-        _header(out, "encore_queue_depth", "gauge", "Messages waiting in the item's queue.")
-        for item, depth in sorted(depths.items()):
-            out.append(f"encore_queue_depth{_labels(item=item)} {_number(depth)}")
-        _header(out, "encore_attempts_total", "counter", "Attempts, by item and outcome.")
-        for (item, outcome), count in attempts:
-            out.append(f"encore_attempts_total{_labels(item=item, outcome=outcome)} "
-                       f"{_number(count)}")
-        _header(out, "encore_give_ups_total", "counter",
-                "Messages that ended in Error after their retries ran out.")
-        for item, count in give_ups:
-            out.append(f"encore_give_ups_total{_labels(item=item)} {_number(count)}")
-        _header(out, "encore_attempt_seconds", "histogram", "Duration of attempts in seconds.")
-        for item, histogram in histograms:
-            cumulative = 0
-            for bound, count in zip((*self.buckets, math.inf), histogram.counts):
-                cumulative += count
-                out.append(f"encore_attempt_seconds_bucket{_labels(item=item, le=_number(bound))}"
-                           f" {_number(cumulative)}")
-            out.append(f"encore_attempt_seconds_sum{_labels(item=item)} "
-                       f"{_number(histogram.total)}")
-            out.append(f"encore_attempt_seconds_count{_labels(item=item)} "
-                       f"{_number(cumulative)}")
-        if breakers:  # only a production with a breaker or a rate limit has these
-            _header(out, "encore_breaker_open", "gauge",
-                    "1 while the item's circuit breaker is open or half-open, 0 while closed.")
-        for item, is_open in breakers:
-            out.append(f"encore_breaker_open{_labels(item=item)} {int(is_open)}")
-        if rate_waits:
-            _header(out, "encore_rate_limit_wait_seconds_total", "counter",
-                    "Seconds workers waited for a slot of the item's rate limit.")
-        for item, seconds in rate_waits:
-            out.append(f"encore_rate_limit_wait_seconds_total{_labels(item=item)} "
-                       f"{_number(seconds)}")
-        return "\n".join(out) + "\n"
+        return generate_latest(self.registry).decode("utf-8")
 
     def _read_queue_depths(self) -> Mapping[str, int]:
         source = self._queue_depth
@@ -148,54 +124,22 @@ class Metrics:
             return {}
 
 
-class _Histogram:
-    """Per-bucket counts (not cumulative; the last one is +Inf) and the sum."""
+class _QueueDepthCollector:
+    """``encore_queue_depth``, read from the database at each scrape."""
 
-    def __init__(self, buckets: tuple[float, ...]) -> None:
-        self.buckets = buckets
-        self.counts = [0] * (len(buckets) + 1)
-        self.total = 0.0
+    def __init__(self, read: Callable[[], Mapping[str, int]]) -> None:
+        self._read = read
 
-    def observe(self, value: float) -> None:
-        index = len(self.buckets)
-        for i, bound in enumerate(self.buckets):
-            if value <= bound:
-                index = i
-                break
-        self.counts[index] += 1
-        self.total += value
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("encore_queue_depth", "Messages waiting in the item's queue.",
+                                   labels=["item"])
+        for item, depth in sorted(self._read().items()):
+            family.add_metric([item], depth)
+        yield family
 
-    def copy(self) -> _Histogram:
-        twin = _Histogram(self.buckets)
-        twin.counts, twin.total = list(self.counts), self.total
-        return twin
-
-
-def _header(out: list[str], name: str, kind: str, text: str) -> None:
-    help_text = text.replace("\\", "\\\\").replace("\n", "\\n")
-    out.append(f"# HELP {name} {help_text}")
-    out.append(f"# TYPE {name} {kind}")
-
-
-def _labels(**labels: str) -> str:
-    inner = ",".join(f'{key}="{_escape(str(value))}"' for key, value in labels.items())
-    return "{" + inner + "}"
-
-
-def _escape(value: str) -> str:
-    """Label value escaping of the text format: backslash, double quote, line feed."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _number(value: float) -> str:
-    """A sample value as Prometheus writes it (Go float syntax: +Inf, -Inf, NaN)."""
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily("encore_queue_depth", "Messages waiting in the item's queue.",
+                                labels=["item"])
 
 
 class MetricsServer:
