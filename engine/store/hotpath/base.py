@@ -28,25 +28,32 @@ _SELECT_COLUMNS = ", ".join(f"h.{c}" for c in _COLUMNS)
 _TIMES = frozenset({"time_created", "time_processed", "time_completed", "first_attempt_at",
                     "next_attempt_at", "lease_expires_at"})
 
-# The messages a claim may take. ``:fifo``: only the head of the queue, in order — queued
-# messages older than any held by another claim (``:held``: those the claimer holds itself,
-# which it delivers in order before these), up to the first that is not due yet. Otherwise any
-# due queued message, oldest first. Either way nothing while the item is switched off by an
-# operator (item_state), else as the production file says (``:enabled``). Two index probes
-# on (target, status, id) find the head: never a scan of the queue.
-_PICK = """
+# The messages a claim may take: any due queued message, oldest first (_PICK_ANY), or for a
+# FIFO item only the head of the queue, in order (_PICK_FIFO) — queued messages older than
+# any held by another claim (``:held``: those the claimer holds itself, which it delivers in
+# order before these), up to the first that is not due yet; index probes on (target, status,
+# id) and (target, status, next_attempt_at) find the head, never a scan of the queue. Either
+# way nothing while the item is switched off by an operator (item_state), else as the
+# production file says (``:enabled``).
+_PICK_ANY = """
+    SELECT q.id, q.attempts FROM message_header q
+    WHERE q.target = :target AND q.status = 'Queued'
+      AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= :now)
+      AND coalesce((SELECT s.enabled FROM item_state s WHERE s.config_name = :target),
+                   :enabled)
+    ORDER BY q.id LIMIT :limit"""
+_PICK_FIFO = """
     SELECT q.id, q.attempts FROM message_header q
     WHERE q.target = :target AND q.status = 'Queued'
       AND coalesce((SELECT s.enabled FROM item_state s WHERE s.config_name = :target),
                    :enabled)
-      AND (:fifo OR q.next_attempt_at IS NULL OR q.next_attempt_at <= :now)
-      AND (NOT :fifo OR q.id < coalesce(
+      AND q.id < coalesce(
             (SELECT min(d.id) FROM message_header d
-             WHERE d.target = :target AND d.status = 'Delivered' AND {not_held}), :no_id))
-      AND (NOT :fifo OR q.id < coalesce(
-            (SELECT min(w.id) FROM message_header w
+             WHERE d.target = :target AND d.status = 'Delivered' AND {not_held}), :no_id)
+      AND q.id < coalesce(
+            (SELECT min(w.id) FROM message_header w {due_index}
              WHERE w.target = :target AND w.status = 'Queued' AND w.next_attempt_at > :now),
-            :no_id))
+            :no_id)
     ORDER BY q.id LIMIT :limit"""
 
 # Claim the picked messages: Delivered, leased to :owner, a new fencing token, and — when

@@ -9,7 +9,8 @@ from engine.store.hotpath.base import (
     _CLAIM_SET,
     _COLUMNS,
     _INSERT_MESSAGE_COLUMNS,
-    _PICK,
+    _PICK_ANY,
+    _PICK_FIFO,
     _SELECT_COLUMNS,
     Accepted,
     Claimed,
@@ -61,9 +62,12 @@ class PostgresHotPath(HotPath):
         "SELECT claimed.*, begun.id FROM claimed LEFT JOIN begun "
         "ON begun.message_id = claimed.id ORDER BY claimed.id")
     # A FIFO head locked for a moment (an operator's action) is waited for, never skipped.
-    _PICK = _PICK.format(not_held="d.id <> ALL(:held::bigint[])")
-    _CLAIM_FIFO = _pg(_CLAIM.format(pick=_PICK, skip=""))
-    _CLAIM_ANY = _pg(_CLAIM.format(pick=_PICK, skip=" SKIP LOCKED"))
+    # One statement per kind of claim, so that each gets a plan of its own (a generic plan
+    # of one statement for both would have to scan).
+    _CLAIM_FIFO = _pg(_CLAIM.format(
+        pick=_PICK_FIFO.format(not_held="d.id <> ALL(:held::bigint[])", due_index=""),
+        skip=""))
+    _CLAIM_ANY = _pg(_CLAIM.format(pick=_PICK_ANY, skip=" SKIP LOCKED"))
     _COMPLETE = _pg(
         "WITH d AS (SELECT c.*, CASE WHEN c.has_response "
         "THEN nextval('message_header_id_seq') END AS response_id "

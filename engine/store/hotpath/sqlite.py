@@ -13,7 +13,8 @@ from engine.store.hotpath.base import (
     _CLAIM_SET,
     _COLUMNS,
     _INSERT_MESSAGE_COLUMNS,
-    _PICK,
+    _PICK_ANY,
+    _PICK_FIFO,
     _SELECT_COLUMNS,
     _TIMES,
     Accepted,
@@ -130,7 +131,12 @@ class SqliteHotPath(HotPath):
                 return Accepted(params["id"], session_id or params["id"], True)
             return self._guard(accept)
 
-    _PICK = _PICK.format(not_held="d.id NOT IN (SELECT value FROM json_each(:held))")
+    _PICK_ANY = _PICK_ANY
+    # The parked-message probe must range over (target, status, next_attempt_at), not scan
+    # the whole queue in id order, which SQLite's planner would otherwise choose.
+    _PICK_FIFO = _PICK_FIFO.format(
+        not_held="d.id NOT IN (SELECT value FROM json_each(:held))",
+        due_index="INDEXED BY ix_message_header_due")
 
     def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
               limit: int, fifo: bool, begin: bool, enabled: bool,
@@ -157,7 +163,8 @@ class SqliteHotPath(HotPath):
             return self._guard(step)
 
     def _claim(self, cur: Any, params: dict[str, Any]) -> list[Claimed]:
-        picked = cur.execute(self._PICK, params).fetchall()
+        pick = self._PICK_FIFO if params["fifo"] else self._PICK_ANY
+        picked = cur.execute(pick, params).fetchall()
         if not picked:
             return []
         params["ids"] = _json_ids([p[0] for p in picked])
