@@ -37,7 +37,9 @@ _INLINE = {"SELECT coalesce(max(id), 0) + 1 FROM message_header": "next id (max(
 # -- what is counted ----------------------------------------------------------------------------
 
 class Tally:
-    """Counts shared by the daemon's threads; nothing is counted until :meth:`start`.
+    """Counts shared by the daemon's threads; nothing is counted until :meth:`start`, nor
+    ever in the thread that called it (the bench's: its producer, switch and wait loop may
+    use the daemon's store, as the throughput scenarios do, without being counted).
 
     ``counts`` keys: ``tx`` (transactions), ``durable`` (commits that wrote and waited for
     the disk), ``statements``, ``round_trips`` (PostgreSQL), each prefixed ``hot.`` or
@@ -47,6 +49,7 @@ class Tally:
 
     def __init__(self) -> None:
         self.on = False
+        self._bench_thread: int | None = None
         self.counts: Counter[str] = Counter()
         self.kinds: Counter[str] = Counter()
         self.kind_s: Counter[str] = Counter()
@@ -54,11 +57,16 @@ class Tally:
         self._lock = threading.Lock()
 
     def start(self) -> None:
+        self._bench_thread = threading.get_ident()
         self.on = True
+
+    def counting(self) -> bool:
+        """True once started, in a thread of the daemon."""
+        return self.on and threading.get_ident() != self._bench_thread
 
     def add(self, *keys: str, kind: str | None = None, seconds: float = 0.0) -> None:
         """Count one of each of ``keys`` (and one statement of ``kind``)."""
-        if not self.on:
+        if not self.counting():
             return
         with self._lock:
             for key in keys:
@@ -71,7 +79,7 @@ class Tally:
     def step(self, *, successes: int, claimed: int | None) -> None:
         """One hot-path step: ``successes`` recorded, ``claimed`` rows claimed (None: no
         claim in this step)."""
-        if not self.on:
+        if not self.counting():
             return
         with self._lock:
             if successes:

@@ -60,9 +60,9 @@ class Sizes:
     spy: dict[tuple[str, str], int]
 
 
-QUICK = Sizes(census=1000, costs=300, spy={("noop", "SQLite"): 40000, ("soap", "SQLite"): 3000,
+QUICK = Sizes(census=2000, costs=300, spy={("noop", "SQLite"): 40000, ("soap", "SQLite"): 3000,
                                            ("noop", "PostgreSQL"): 15000})
-FULL = Sizes(census=5000, costs=2000, spy={("noop", "SQLite"): 150000, ("soap", "SQLite"): 10000,
+FULL = Sizes(census=10000, costs=2000, spy={("noop", "SQLite"): 150000, ("soap", "SQLite"): 10000,
                                            ("noop", "PostgreSQL"): 50000})
 
 
@@ -126,53 +126,51 @@ class Census:
 
 def census(kind: str, queue: str, url: str, urls: dict[str, str], count: int) -> Census:
     """Count the daemon's database work for ``count`` messages of the ``kind`` path. The
-    producer, the switch and the wait loop use a store of their own: only the daemon's
-    store is counted, from the first message measured to the last one finished (the
-    start-up and the shutdown are left out)."""
+    producer, the switch and the wait loop share the daemon's store, as in the throughput
+    scenarios, but run in this thread, which the tally leaves out: only the daemon's threads
+    are counted, from the first message measured to the last one finished (the start-up and
+    the shutdown are left out)."""
     store = h.fresh_store(url)
     tally = experiments.install_census(store)
-    client = SqlStore(url)
     item, text_, body = _production(kind, url, urls)
     prod = h.load(text_)
     try:
         if queue == "live":
-            seen, start = _live(store, client, prod, item, body, count, tally)
+            seen, start = _live(store, prod, item, body, count, tally)
         else:
-            seen, start = _filled(store, client, prod, item, body, count, tally), None
-        w = h.window(client, item)
+            seen, start = _filled(store, prod, item, body, count, tally), None
+        w = h.window(store, item)
     finally:
-        client.dispose()
         store.dispose()
     return Census(title=_title(kind, url), queue=queue, count=count,
                   msgs_per_s=h.rate(count, start or w.first_processed, w.last_completed),
-                  load=loadavg(),
-                  postgres=not url.startswith("sqlite"), counts=seen["counts"],
+                  load=loadavg(), postgres=not url.startswith("sqlite"), counts=seen["counts"],
                   kinds=seen["kinds"], kind_s=seen["kind_s"], driver_s=seen["driver_s"])
 
 
-def _live(store: SqlStore, client: SqlStore, prod: Any, item: str, body: dict[str, Any],
-          count: int, tally: experiments.Tally) -> tuple[dict[str, Any], datetime]:
+def _live(store: SqlStore, prod: Any, item: str, body: dict[str, Any], count: int,
+          tally: experiments.Tally) -> tuple[dict[str, Any], datetime]:
     """A producer enqueues ``count`` messages one transaction each while the daemon works
     (after one warm-up message). Returns the tally and the first enqueue's time."""
     with h.running_daemon(prod, store):
-        h.warm_up(client, prod, item, body)
+        h.warm_up(store, prod, item, body)
         tally.start()
-        first, _ = h.produce(client, prod, item, body, count)
-        h.wait_finished(client, item, count + 1, timeout=600)
+        first, _ = h.produce(store, prod, item, body, count)
+        h.wait_finished(store, item, count + 1, timeout=600)
         return tally.snapshot(), first  # before the shutdown's statements
 
 
-def _filled(store: SqlStore, client: SqlStore, prod: Any, item: str, body: dict[str, Any],
-            count: int, tally: experiments.Tally) -> dict[str, Any]:
+def _filled(store: SqlStore, prod: Any, item: str, body: dict[str, Any], count: int,
+            tally: experiments.Tally) -> dict[str, Any]:
     """``count`` messages queued with the item switched off, then drained (no warm-up: the
     first claim is the drain's). Returns the tally."""
-    client.set_item_enabled(item, False, reason="bench: fill the queue first", now=utcnow())
-    h.fill(client, prod, item, body, count)
+    store.set_item_enabled(item, False, reason="bench: fill the queue first", now=utcnow())
+    h.fill(store, prod, item, body, count)
     with h.running_daemon(prod, store):
         time.sleep(SETTLE_S)
         tally.start()
-        client.set_item_enabled(item, True, reason=None, now=utcnow())
-        h.wait_finished(client, item, count, timeout=600)
+        store.set_item_enabled(item, True, reason=None, now=utcnow())
+        h.wait_finished(store, item, count, timeout=600)
         return tally.snapshot()  # before the shutdown's statements
 
 
@@ -199,8 +197,9 @@ def format_census(rows: list[Census]) -> str:
     lines = ["### Census: database work per message (in-process daemon, pool 1)", "",
              "Per message; `a (b + c)` is the total, then the hot path (`engine/store/hotpath`) "
              "and SQLAlchemy (`engine/store/sql.py`: leases, expired claims, the heartbeat, "
-             "failures). *live*: a producer enqueues one message per transaction meanwhile; "
-             "*filled*: the queue is filled first. Durable commits: those that wrote and "
+             "failures). *live*: a producer enqueues one message per transaction meanwhile, "
+             "on the daemon's store (as for `noop_msgs_per_s`); *filled*: the queue is filled "
+             "first (as for `noop_drain_msgs_per_s`). Durable commits: those that wrote and "
              "waited for the disk (SQLite `synchronous = FULL`, PostgreSQL "
              "`synchronous_commit = on`). Statements leave out BEGIN and COMMIT. Rows per "
              "claim: mean over the claims that found work. Driver ms: time inside the "
