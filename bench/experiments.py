@@ -1,390 +1,420 @@
-"""What-if stores: the no-op figure with some of the profile's suggestions applied, to put
-numbers on them before anyone changes the engine. ``python bench/run.py --profile``.
+"""Measurement devices of ``python bench/run.py --profile``: a counting hot path, and the
+cost of one committed transaction.
 
-These subclasses are measurement devices, not proposals to copy: ``MergedStore`` writes an
-attempt's row only when it ends, which would lose the in-flight record on a crash. The real
-change (claim and begin in one transaction, end and complete in another) issues the same
-number of transactions per message as ``MergedStore`` does.
+- :func:`install_census` swaps a store's hot path (``SqlStore._hot``, the prebuilt statements
+  on driver connections of its own, which SQLAlchemy's events do not see) for a subclass
+  whose driver connections count what goes through them, and listens to the store's
+  SQLAlchemy engine for the rest (failures, retries, leases, the heartbeat): transactions,
+  statements by kind, commits that wait for the disk, round trips to PostgreSQL, the rows of
+  each claim and the successes of each group commit. Nothing in ``engine/`` knows of it.
+- :func:`transaction_costs` times one committed single-row UPDATE on SQLite (``synchronous``
+  NORMAL and FULL) and on PostgreSQL (``synchronous_commit`` off and on): the price of the
+  durable commits the census counts.
 """
 from __future__ import annotations
 
-import statistics
+import sqlite3
 import threading
 import time
-from datetime import timedelta
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import bindparam, create_engine, func, insert, or_, select, update
+from sqlalchemy import event
 
 from bench import harness as h
-from engine.store.database import normalise_url
-from engine.store.models import message_attempt, message_header
-from engine.store.sql import MessageRow, SqlStore
+from engine.store.hotpath import Claimed, Completion, PostgresHotPath, SqliteHotPath
+from engine.store.sql import SqlStore
 
-OVERRIDES_TTL = 1.0  # seconds an item_overrides() answer is reused
-
-
-class ClaimStore(SqlStore):
-    """The claim as one index-friendly branch: ``status = 'Queued'`` and due, in id order,
-    which the (target, status, id) index answers without reading finished messages. Only
-    when that finds nothing does it fall back to the engine's claim (expired leases)."""
-
-    def claim_next(self, target: str, *, owner: str, now: Any, lease_seconds: float,
-                   **kwargs: Any) -> Any:
-        if kwargs.get("fifo"):
-            return super().claim_next(target, owner=owner, now=now,
-                                      lease_seconds=lease_seconds, **kwargs)
-        hc = message_header.c
-        pick = (select(hc.id).where(hc.target == target, hc.status == "Queued",
-                                    or_(hc.next_attempt_at.is_(None), hc.next_attempt_at <= now))
-                .order_by(hc.id).limit(1))
-        if self.engine.dialect.name == "postgresql":
-            pick = pick.with_for_update(skip_locked=True)
-        stmt = (update(message_header).where(hc.id == pick.scalar_subquery())
-                .values(status="Delivered", claimed_by=owner,
-                        lease_expires_at=now + timedelta(seconds=lease_seconds),
-                        time_processed=func.coalesce(hc.time_processed, now))
-                .returning(*message_header.c))
-        with self.engine.begin() as conn:
-            row = conn.execute(stmt).mappings().first()
-        if row is not None:
-            return MessageRow.from_mapping(row)
-        return super().claim_next(target, owner=owner, now=now, lease_seconds=lease_seconds,
-                                  **kwargs)
+GROUP = 50  # single-row UPDATEs per transaction in the group-commit row of the costs
+_WRITES = ("INSERT", "UPDATE", "DELETE")
+# hot-path SQL written inline rather than as a class constant
+_INLINE = {"SELECT coalesce(max(id), 0) + 1 FROM message_header": "next id (max(id) + 1)"}
 
 
-class CachedStore(ClaimStore):
-    """ClaimStore, and no per-message reads: ``item_overrides`` cached for a second; ``open_attempt`` not
-    asked for a message claimed with no attempt yet (it cannot have an open one)."""
+# -- what is counted ----------------------------------------------------------------------------
 
-    def __init__(self, url: str, **kwargs: Any) -> None:
-        super().__init__(url, **kwargs)
-        self._fresh: set[int] = set()
-        self._overrides: tuple[float, dict[str, bool]] = (-1e9, {})
+class Tally:
+    """Counts shared by the daemon's threads; nothing is counted until :meth:`start`, nor
+    ever in the thread that called it (the bench's: its producer, switch and wait loop may
+    use the daemon's store, as the throughput scenarios do, without being counted).
+
+    ``counts`` keys: ``tx`` (transactions), ``durable`` (commits that wrote and waited for
+    the disk), ``statements``, ``round_trips`` (PostgreSQL), each prefixed ``hot.`` or
+    ``sqla.``; ``claims``, ``claimed``, ``group_commits``, ``successes`` (hot-path steps).
+    ``kinds``: statements (and BEGIN, COMMIT) by kind, ``kind_s`` the seconds inside the
+    driver's calls by kind, ``driver_s`` their sum."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self._bench_thread: int | None = None
+        self.counts: Counter[str] = Counter()
+        self.kinds: Counter[str] = Counter()
+        self.kind_s: Counter[str] = Counter()
+        self.driver_s = 0.0
         self._lock = threading.Lock()
 
-    def claim_next(self, *args: Any, **kwargs: Any) -> Any:
-        row = super().claim_next(*args, **kwargs)
-        if row is not None and row.attempts == 0:
-            with self._lock:
-                self._fresh.add(row.id)
-        return row
+    def start(self) -> None:
+        self._bench_thread = threading.get_ident()
+        self.on = True
 
-    def open_attempt(self, message_id: int) -> Any:
-        with self._lock:
-            if message_id in self._fresh:
-                self._fresh.discard(message_id)
-                return None
-        return super().open_attempt(message_id)
+    def counting(self) -> bool:
+        """True once started, in a thread of the daemon."""
+        return self.on and threading.get_ident() != self._bench_thread
 
-    def item_overrides(self) -> dict[str, bool]:
-        at, value = self._overrides
-        if time.monotonic() - at > OVERRIDES_TTL:
-            value = super().item_overrides()
-            self._overrides = (time.monotonic(), value)
-        return value
-
-
-class MergedStore(CachedStore):
-    """CachedStore, and an attempt's begin, end and the completion in one transaction
-    (no SELECT of the request either: the claimed row already holds what it needs).
-    Any other outcome writes the attempt first, then goes the usual way."""
-
-    def __init__(self, url: str, **kwargs: Any) -> None:
-        super().__init__(url, **kwargs)
-        self._rows: dict[int, Any] = {}
-        self._pending: dict[int, dict[str, Any]] = {}  # message id → attempt values
-        self._next_fake = -1
-
-    def claim_next(self, *args: Any, **kwargs: Any) -> Any:
-        row = super().claim_next(*args, **kwargs)
-        if row is not None:
-            self._rows[row.id] = row
-        return row
-
-    def begin_attempt(self, message_id: int, attempt: int, *, started_at: Any) -> int:
-        with self._lock:
-            fake, self._next_fake = self._next_fake, self._next_fake - 1
-            self._pending[fake] = {"message_id": message_id, "attempt": attempt,
-                                   "started_at": started_at}
-        return fake
-
-    def end_attempt(self, attempt_id: int, **values: Any) -> None:
-        if attempt_id >= 0:
-            return super().end_attempt(attempt_id, **values)
-        self._pending[attempt_id].update(values)
-
-    def _take(self, message_id: int) -> dict[str, Any] | None:
-        with self._lock:
-            for key, values in list(self._pending.items()):
-                if values["message_id"] == message_id:
-                    return self._pending.pop(key)
-        return None
-
-    def _flush(self, message_id: int) -> None:
-        attempt = self._take(message_id)
-        if attempt is not None:
-            with self.engine.begin() as conn:
-                _write_attempt(conn, attempt)
-
-    def complete(self, message_id: int, *, response_class: str | None,
-                 response_body: str | None, now: Any) -> int | None:
-        attempt, row = self._take(message_id), self._rows.pop(message_id, None)
-        if attempt is None or row is None:
-            return super().complete(message_id, response_class=response_class,
-                                    response_body=response_body, now=now)
-        hc = message_header.c
-        with self.engine.begin() as conn:
-            _write_attempt(conn, attempt)
-            response_id = None
-            if response_body is not None:
-                response_id = conn.execute(insert(message_header).values(
-                    session_id=row.session_id, source=row.target, target=row.source or "",
-                    kind="response", body_class=response_class, body=response_body,
-                    status="Completed", is_error=False, time_created=now, time_processed=now,
-                    time_completed=now, corresponding_id=message_id, retry_needed=False,
-                    attempts=0).returning(hc.id)).scalar_one()
-            conn.execute(update(message_header).where(hc.id == message_id).values(
-                status="Completed", is_error=False, retry_needed=False, next_attempt_at=None,
-                time_completed=now, corresponding_id=response_id, claimed_by=None,
-                lease_expires_at=None))
-        return response_id
-
-    def schedule_retry(self, message_id: int, **kwargs: Any) -> None:
-        self._flush(message_id)
-        super().schedule_retry(message_id, **kwargs)
-
-    def finish(self, message_id: int, **kwargs: Any) -> None:
-        self._flush(message_id)
-        super().finish(message_id, **kwargs)
-
-    def release(self, message_id: int) -> None:
-        self._flush(message_id)
-        super().release(message_id)
-
-
-class BatchStore(MergedStore):
-    """MergedStore, and batches: ``BATCH`` messages claimed in one statement, and the
-    successes of a batch (attempt rows and completions) written in one transaction when the
-    batch is used up — group commit. A completion is durable up to one batch later."""
-
-    BATCH = 50  # messages per claim and per group commit
-
-    def __init__(self, url: str, **kwargs: Any) -> None:
-        super().__init__(url, **kwargs)
-        self._ready: list[Any] = []
-        self._done: list[tuple[dict[str, Any], Any, str | None, str | None, Any]] = []
-
-    def claim_next(self, target: str, *, owner: str, now: Any, lease_seconds: float,
-                   **kwargs: Any) -> Any:
-        # A FIFO item (pool 1, blocking) is claimed in batches too: its one worker takes
-        # the batch in id order, and the no-op never parks a message, so order holds.
-        if not self._ready:
-            self._flush_done()
-            self._ready = self._claim_batch(target, owner, now, lease_seconds)
-        if not self._ready:
-            return super().claim_next(target, owner=owner, now=now,
-                                      lease_seconds=lease_seconds, **kwargs)
-        row = self._ready.pop(0)
-        with self._lock:
-            self._rows[row.id] = row
-            if row.attempts == 0:
-                self._fresh.add(row.id)
-        return row
-
-    def _claim_batch(self, target: str, owner: str, now: Any, lease_seconds: float) -> list[Any]:
-        hc = message_header.c
-        pick = (select(hc.id).where(hc.target == target, hc.status == "Queued",
-                                    or_(hc.next_attempt_at.is_(None), hc.next_attempt_at <= now))
-                .order_by(hc.id).limit(self.BATCH))
-        if self.engine.dialect.name == "postgresql":
-            pick = pick.with_for_update(skip_locked=True)
-        stmt = (update(message_header).where(hc.id.in_(pick.scalar_subquery()))
-                .values(status="Delivered", claimed_by=owner,
-                        lease_expires_at=now + timedelta(seconds=lease_seconds),
-                        time_processed=func.coalesce(hc.time_processed, now))
-                .returning(*message_header.c))
-        with self.engine.begin() as conn:
-            rows = [MessageRow.from_mapping(r) for r in conn.execute(stmt).mappings()]
-        return sorted(rows, key=lambda r: r.id)
-
-    def complete(self, message_id: int, *, response_class: str | None,
-                 response_body: str | None, now: Any) -> int | None:
-        attempt, row = self._take(message_id), self._rows.pop(message_id, None)
-        if attempt is None or row is None:
-            return super().complete(message_id, response_class=response_class,
-                                    response_body=response_body, now=now)
-        self._done.append((attempt, row, response_class, response_body, now))
-        return None  # the response id is known only at the group commit
-
-    def _flush_done(self) -> None:
-        if not self._done:
+    def add(self, *keys: str, kind: str | None = None, seconds: float = 0.0) -> None:
+        """Count one of each of ``keys`` (and one statement of ``kind``)."""
+        if not self.counting():
             return
-        done, self._done = self._done, []
-        with self.engine.begin() as conn:
-            for attempt, row, response_class, response_body, now in done:
-                _write_attempt(conn, attempt)
-                response_id = None
-                if response_body is not None:
-                    response_id = conn.execute(insert(message_header).values(
-                        session_id=row.session_id, source=row.target, target=row.source or "",
-                        kind="response", body_class=response_class, body=response_body,
-                        status="Completed", is_error=False, time_created=now,
-                        time_processed=now, time_completed=now, corresponding_id=row.id,
-                        retry_needed=False, attempts=0).returning(message_header.c.id)
-                    ).scalar_one()
-                conn.execute(update(message_header).where(message_header.c.id == row.id).values(
-                    status="Completed", is_error=False, retry_needed=False,
-                    next_attempt_at=None, time_completed=now, corresponding_id=response_id,
-                    claimed_by=None, lease_expires_at=None))
+        with self._lock:
+            for key in keys:
+                self.counts[key] += 1
+            if kind is not None:
+                self.kinds[kind] += 1
+                self.kind_s[kind] += seconds
+            self.driver_s += seconds
+
+    def step(self, *, successes: int, claimed: int | None) -> None:
+        """One hot-path step: ``successes`` recorded, ``claimed`` rows claimed (None: no
+        claim in this step)."""
+        if not self.counting():
+            return
+        with self._lock:
+            if successes:
+                self.counts["group_commits"] += 1
+                self.counts["successes"] += successes
+            if claimed is not None:
+                self.counts["claims"] += 1
+                self.counts["claimed"] += claimed
+                self.counts["claims_with_rows"] += bool(claimed)
+
+    def snapshot(self) -> dict[str, Any]:
+        """A copy of everything counted so far."""
+        with self._lock:
+            return {"counts": Counter(self.counts), "kinds": Counter(self.kinds),
+                    "kind_s": Counter(self.kind_s), "driver_s": self.driver_s}
 
 
-def _write_attempt(conn: Any, a: dict[str, Any]) -> None:
-    hc = message_header.c
-    conn.execute(update(message_header).where(hc.id == a["message_id"]).values(
-        attempts=a["attempt"], next_attempt_at=None,
-        first_attempt_at=func.coalesce(hc.first_attempt_at, a["started_at"])))
-    conn.execute(insert(message_attempt).values(
-        message_id=a["message_id"], attempt=a["attempt"], started_at=a["started_at"],
-        ended_at=a.get("ended_at"), outcome=a.get("outcome"), server=a.get("server"),
-        status_code=a.get("status_code"), error_text=a.get("error_text")))
+def statement_kind(statement: str) -> str:
+    """``VERB table`` of an SQL statement, e.g. ``UPDATE message_header``."""
+    words = statement.replace("(", " ").split()
+    upper = [w.upper() for w in words]
+    verb = upper[0] if upper else "?"
+    marker = {"UPDATE": "UPDATE", "INSERT": "INTO", "DELETE": "FROM"}.get(verb, "FROM")
+    table = words[upper.index(marker) + 1] if marker in upper[:-1] else "?"
+    return f"{verb} {table}"
 
 
-# -- running them -------------------------------------------------------------------------------
-
-def noop_with(store: SqlStore, url: str, count: int) -> float:
-    """No-op msgs/s (pool 1) through an in-process daemon on ``store`` (a fresh database)."""
-    try:
-        prod = h.load(h.production_text(database=url, item="Noop",
-                                        cls="bench.ops:NoopOperation"))
-        return h.daemon_throughput(store, prod, "Noop", {"n": 1}, count)["msgs_per_s"]
-    finally:
-        store.dispose()
+def _statement_names(cls: type) -> dict[str, str]:
+    """SQL text → name of the class constant that holds it (``_PICK``, ``_COMPLETE``…)."""
+    names = dict(_INLINE)
+    for klass in reversed(cls.__mro__):
+        for name, value in vars(klass).items():
+            if isinstance(value, str) and name.lstrip("_").isupper():
+                names[value] = name
+    return names
 
 
-def _prepared(store: SqlStore) -> SqlStore:
-    store.upgrade()
-    return store
+# -- the hot path's driver connections, counted ----------------------------------------------------
+
+class _SqliteCursor:
+    """A sqlite3 cursor that counts: ``BEGIN IMMEDIATE`` opens a transaction, ``COMMIT``
+    ends it (durable when the connection runs ``synchronous = FULL`` and rows changed)."""
+
+    def __init__(self, cursor: sqlite3.Cursor, conn: _SqliteConnection) -> None:
+        self._cur = cursor
+        self._conn = conn
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        return self._conn.timed(sql, lambda: self._cur.execute(sql, params))
+
+    def executemany(self, sql: str, seq: Any) -> Any:
+        return self._conn.timed(sql, lambda: self._cur.executemany(sql, seq))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cur, name)
 
 
-STORE_VARIANTS = (("as is", SqlStore),
-                  ("index-friendly claim", ClaimStore),
-                  ("+ no per-message reads", CachedStore),
-                  ("+ end and complete in one transaction", MergedStore),
-                  (f"+ claims and successes in batches of {BatchStore.BATCH}", BatchStore))
-REPEATS = 3  # runs of each variant, interleaved; the median is reported
+class _SqliteConnection:
+    """A sqlite3 connection of the hot path whose cursors count (see :class:`_SqliteCursor`)."""
+
+    def __init__(self, conn: sqlite3.Connection, durable: bool, tally: Tally,
+                 names: dict[str, str]) -> None:
+        self._conn, self._durable, self._tally, self._names = conn, durable, tally, names
+        self._changes_at_begin = 0
+
+    def cursor(self) -> _SqliteCursor:
+        return _SqliteCursor(self._conn.cursor(), self)
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        return self.timed(sql, lambda: self._conn.execute(sql, params))
+
+    def timed(self, sql: str, call: Any) -> Any:
+        """Run ``call`` (the driver's execute of ``sql``) and count it."""
+        t0 = time.perf_counter()
+        result = call()
+        seconds = time.perf_counter() - t0
+        verb = sql.lstrip().split(None, 1)[0].upper()
+        if verb == "BEGIN":
+            self._changes_at_begin = self._conn.total_changes
+            self._tally.add("hot.tx", seconds=seconds, kind="BEGIN IMMEDIATE")
+        elif verb == "COMMIT":
+            wrote = self._conn.total_changes > self._changes_at_begin
+            keys = ("hot.durable",) if self._durable and wrote else ()
+            self._tally.add(*keys, seconds=seconds, kind="COMMIT, synchronous = "
+                            f"{'FULL' if self._durable else 'NORMAL'}")
+        elif verb != "ROLLBACK":
+            self._tally.add("hot.statements", seconds=seconds,
+                            kind=self._names.get(sql) or statement_kind(sql))
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
 
 
-def _one(db: str, work: Any, pg_url: str | None, name: str, count: int) -> float:
-    if db == "SQLite":
-        url = h.sqlite_url(work, f"what-if-{time.monotonic_ns()}.db")
-    else:
-        url = normalise_url(pg_url or "")
-        h.reset_postgres(url)
-    stores = dict(STORE_VARIANTS)
-    if name in stores:
-        return noop_with(_prepared(stores[name](url)), url, count)
-    kwargs: dict[str, Any] = {}
-    if "synchronous_commit" in name:
-        kwargs["connect_args"] = {"options": "-c synchronous_commit=off"}
-    engine = create_engine(url, pool_pre_ping=False, pool_size=10, max_overflow=20, **kwargs)
-    return noop_with(_prepared(SqlStore(url, engine=engine)), url, count)
+class _PgConnection:
+    """A psycopg connection of the hot path (autocommit) that counts: every ``execute`` is a
+    statement, a transaction and a round trip; durable when the connection runs
+    ``synchronous_commit = on`` and the statement returned rows (it wrote)."""
+
+    def __init__(self, conn: Any, durable: bool, tally: Tally, names: dict[str, str]) -> None:
+        self._conn, self._durable, self._tally, self._names = conn, durable, tally, names
+
+    def execute(self, sql: str, params: Any = None, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        cursor = self._conn.execute(sql, params, **kwargs)
+        seconds = time.perf_counter() - t0
+        keys = ["hot.tx", "hot.statements", "hot.round_trips"]
+        if self._durable and (cursor.rowcount or 0) > 0:
+            keys.append("hot.durable")
+        self._tally.add(*keys, seconds=seconds,
+                        kind=self._names.get(sql) or statement_kind(sql))
+        return cursor
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
 
 
-def applicable() -> bool:
-    """The what-if stores override the store API of commit 6d63043 (``claim_next``, then
-    ``begin_attempt``/``end_attempt``/``complete(message_id)``); an engine that claims with
-    ``claim_and_begin`` has already taken those steps, and the stores would not apply."""
-    return not hasattr(SqlStore, "claim_and_begin")
+class _Counting:
+    """Mixed into a hot path: its new driver connections count, and so do its steps (a
+    claim's rows, a group commit's successes), once per step however the dialect nests
+    them."""
+
+    tally: Tally
+    _wrapper: type
+    _names: dict[str, str]
+    _depth: threading.local
+
+    def _new_connection(self, durable: bool) -> Any:
+        conn = super()._new_connection(durable)  # type: ignore[misc]
+        return self._wrapper(conn, durable, self.tally, self._names)
+
+    @contextmanager
+    def _outer(self) -> Iterator[bool]:
+        """True for the outermost step call of this thread."""
+        depth = getattr(self._depth, "n", 0)
+        self._depth.n = depth + 1
+        try:
+            yield depth == 0
+        finally:
+            self._depth.n = depth
+
+    def complete_and_claim(self, completions: Sequence[Completion], *, now: Any,
+                           **claim: Any) -> tuple[list[int], list[Claimed]]:
+        with self._outer() as outer:
+            done, claimed = super().complete_and_claim(  # type: ignore[misc]
+                completions, now=now, **claim)
+        if outer:
+            self.tally.step(successes=len(completions), claimed=len(claimed))
+        return done, claimed
+
+    def claim(self, target: str, **kwargs: Any) -> list[Claimed]:
+        with self._outer() as outer:
+            claimed = super().claim(target, **kwargs)  # type: ignore[misc]
+        if outer:
+            self.tally.step(successes=0, claimed=len(claimed))
+        return claimed
+
+    def complete_many(self, completions: Sequence[Completion], *, now: Any) -> list[int]:
+        with self._outer() as outer:
+            done = super().complete_many(completions, now=now)  # type: ignore[misc]
+        if outer:
+            self.tally.step(successes=len(completions), claimed=None)
+        return done
 
 
-def variants(work: Any, pg_url: str | None, count: int) -> list[tuple[str, str, float]]:
-    """(database, variant, median no-op msgs/s of ``REPEATS`` interleaved runs); empty when
-    the engine's store API is not the one the variants were written for."""
-    if not applicable():
-        return []
-    plan = [("SQLite", name) for name, _ in STORE_VARIANTS]
-    if pg_url is not None:
-        plan += [("PostgreSQL", name) for name, _ in STORE_VARIANTS]
-        plan += [("PostgreSQL", "as is, without pool_pre_ping"),
-                 ("PostgreSQL", ("without pool_pre_ping, synchronous_commit = off "
-                                 "(trades durability: to size the fsync cost only)"))]
-    runs: dict[tuple[str, str], list[float]] = {key: [] for key in plan}
-    for _ in range(REPEATS):
-        for db, name in plan:
-            runs[(db, name)].append(_one(db, work, pg_url, name, count))
-    return [(db, name, statistics.median(runs[(db, name)])) for db, name in plan]
+class CountingSqliteHotPath(_Counting, SqliteHotPath):
+    """:class:`SqliteHotPath` on counting connections."""
+
+    _wrapper = _SqliteConnection
+    _names = _statement_names(SqliteHotPath)
 
 
-def format_variants(rows: list[tuple[str, str, float]]) -> str:
-    if not rows:
-        return ("### What-if\n\nSkipped: this engine already claims and begins in one "
-                "transaction (`claim_and_begin`), so the what-if stores, written against the "
-                "store of commit 6d63043, do not apply. See BENCHMARKS.md for their figures.")
-    lines = [(f"### What-if: no-op msgs/s (pool 1, SQLite file / PostgreSQL), suggestions "
-              f"applied cumulatively in a bench-only store (median of {REPEATS} interleaved "
-              "runs)"),
-             "", "| database | variant | msg/s |", "|---|---|---|"]
-    lines += [f"| {db} | {name} | {value:.0f} |" for db, name, value in rows]
-    return "\n".join(lines)
+class CountingPostgresHotPath(_Counting, PostgresHotPath):
+    """:class:`PostgresHotPath` on counting connections."""
+
+    _wrapper = _PgConnection
+    _names = _statement_names(PostgresHotPath)
 
 
-# -- the cost of one transaction ---------------------------------------------------------------
+# -- SQLAlchemy's side ---------------------------------------------------------------------------
 
-def transaction_costs(work: Any, count: int = 2000) -> list[tuple[str, float]]:
-    """(way, ms) of one single-row UPDATE committed on its own, on SQLite, five ways."""
-    import sqlite3
+def _listen(store: SqlStore, tally: Tally) -> None:
+    """Count the statements, transactions and durable commits the store runs through
+    SQLAlchemy (SQLite's BEGIN IMMEDIATE is no statement here). On PostgreSQL a transaction
+    that ran statements costs a BEGIN and a COMMIT/ROLLBACK round trip besides them (psycopg
+    sends them separately)."""
+    engine, pg = store.engine, store.is_postgres
 
-    url = h.sqlite_url(work, "tx-cost.db")
-    store = h.fresh_store(url)
-    ids = [store.enqueue(target="T", body_class=None, body="{}") for _ in range(count)]
-    hc = message_header.c
-    prebuilt = update(message_header).where(hc.id == bindparam("mid")).values(
-        status=bindparam("st"))
-    raw = sqlite3.connect(str(work / "tx-cost.db"), isolation_level=None)
-    raw.execute("PRAGMA synchronous=NORMAL")
+    @event.listens_for(engine, "begin")
+    def begin(conn: Any) -> None:
+        conn.info["census"] = {"wrote": False, "sync_off": False, "ran": False}
+        tally.add("sqla.tx")
 
-    def core_built_per_call(i: int, st: str) -> None:
-        with store.engine.begin() as conn:
-            conn.execute(update(message_header).where(hc.id == i).values(status=st))
+    @event.listens_for(engine, "before_cursor_execute")
+    def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        conn.info["census_t0"] = time.perf_counter()
 
-    def core_prebuilt(i: int, st: str) -> None:
-        with store.engine.begin() as conn:
-            conn.execute(prebuilt, {"mid": i, "st": st})
+    @event.listens_for(engine, "after_cursor_execute")
+    def after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seconds = time.perf_counter() - conn.info.pop("census_t0", time.perf_counter())
+        state = conn.info.setdefault("census", {"wrote": False, "sync_off": False,
+                                                "ran": False})
+        verb = statement.lstrip().split(None, 1)[0].upper()
+        if verb == "BEGIN":  # SQLite's BEGIN IMMEDIATE, from the engine's begin hook
+            tally.add(seconds=seconds, kind="SQLAlchemy: BEGIN")
+            return
+        keys = ["sqla.statements"] + (["sqla.round_trips"] if pg else [])
+        if pg and not state["ran"]:
+            keys.append("sqla.round_trips")  # psycopg's BEGIN
+        state["ran"] = True
+        if "synchronous_commit TO OFF" in statement:
+            state["sync_off"] = True
+        elif verb in _WRITES and (cursor.rowcount or 0) > 0:
+            state["wrote"] = True
+        tally.add(*keys, seconds=seconds, kind=f"SQLAlchemy: {statement_kind(statement)}")
 
-    def driver_sql(i: int, st: str) -> None:
-        with store.engine.begin() as conn:
-            conn.exec_driver_sql("UPDATE message_header SET status = ? WHERE id = ?", (st, i))
+    def end(committed: bool) -> Any:
+        def ended(conn: Any) -> None:
+            state = conn.info.pop("census", None) or {}
+            keys = ["sqla.round_trips"] if pg and state.get("ran") else []
+            # SQLite: the engine's connect hook sets synchronous = NORMAL, no fsync per commit
+            if committed and state.get("wrote") and pg and not state.get("sync_off"):
+                keys.append("sqla.durable")
+            tally.add(*keys)
+        return ended
 
-    def plain_sqlite3(i: int, st: str) -> None:
+    event.listen(engine, "commit", end(True))
+    event.listen(engine, "rollback", end(False))
+
+
+def install_census(store: SqlStore) -> Tally:
+    """Count the database work of ``store`` from now on (see the module docstring); the
+    returned tally counts once started. Bench-only: it replaces a private attribute."""
+    tally = Tally()
+    old = store._hot  # noqa: SLF001 - a measurement device
+    cls = CountingPostgresHotPath if store.is_postgres else CountingSqliteHotPath
+    hot = cls(store.engine, old._is_driver_error)  # noqa: SLF001
+    hot.tally, hot._depth = tally, threading.local()
+    old.dispose()
+    store._hot = hot  # noqa: SLF001
+    _listen(store, tally)
+    return tally
+
+
+# -- the cost of one transaction -------------------------------------------------------------------
+
+def _timed_per_call(calls: int, fn: Any) -> float:
+    """Milliseconds per call of ``fn(i)`` for i in range(calls)."""
+    t0 = time.perf_counter()
+    for i in range(calls):
+        fn(i)
+    return (time.perf_counter() - t0) / calls * 1000
+
+
+def _sqlite_costs(path: Path, ids: list[int]) -> list[tuple[str, float]]:
+    """One committed UPDATE on a sqlite3 connection as the hot path opens them (WAL)."""
+    raw = sqlite3.connect(str(path), isolation_level=None)
+    raw.execute("PRAGMA journal_mode=WAL")
+    sql = "UPDATE message_header SET status = ? WHERE id = ?"
+
+    def one(i: int) -> None:
         raw.execute("BEGIN IMMEDIATE")
-        raw.execute("UPDATE message_header SET status = ? WHERE id = ?", (st, i))
+        raw.execute(sql, ("Delivered" if i % 2 else "Queued", ids[i % len(ids)]))
+        raw.execute("COMMIT")
+
+    def group(i: int) -> None:
+        raw.execute("BEGIN IMMEDIATE")
+        for j in range(GROUP):
+            raw.execute(sql, ("Delivered" if i % 2 else "Queued", ids[(i + j) % len(ids)]))
         raw.execute("COMMIT")
 
     out = []
-    for name, fn in (("SQLAlchemy Core, statement built per call (as SqlStore does)",
-                      core_built_per_call),
-                     ("SQLAlchemy Core, statement built once (bindparam)", core_prebuilt),
-                     ("SQLAlchemy exec_driver_sql", driver_sql),
-                     ("sqlite3 directly", plain_sqlite3)):
-        t0 = time.perf_counter()
-        for n, i in enumerate(ids):
-            fn(i, "Delivered" if n % 2 else "Queued")
-        out.append((name, (time.perf_counter() - t0) / count * 1000))
-    t0 = time.perf_counter()
-    raw.execute("BEGIN IMMEDIATE")
-    for i in ids:
-        raw.execute("UPDATE message_header SET status = 'Queued' WHERE id = ?", (i,))
-    raw.execute("COMMIT")
-    out.append((f"sqlite3, {count} updates in one transaction (per update)",
-                (time.perf_counter() - t0) / count * 1000))
+    for sync in ("NORMAL", "FULL"):
+        raw.execute(f"PRAGMA synchronous={sync}")
+        out.append((f"SQLite, synchronous = {sync}, one UPDATE per transaction",
+                    _timed_per_call(len(ids), one)))
+    out.append((f"SQLite, synchronous = FULL, {GROUP} UPDATEs per transaction (per UPDATE)",
+                _timed_per_call(max(len(ids) // GROUP, 1), group) / GROUP))
     raw.close()
-    store.dispose()
     return out
 
 
-def format_costs(rows: list[tuple[str, float]]) -> str:
-    lines = ["### One single-row UPDATE, committed on its own (SQLite, WAL, synchronous=NORMAL)",
-             "", "| way | ms |", "|---|---|"]
+def _pg_costs(store: SqlStore, ids: list[int]) -> list[tuple[str, float]]:
+    """One UPDATE on an autocommit psycopg connection (one round trip, one transaction)."""
+    raw = store.engine.raw_connection()
+    conn = raw.driver_connection
+    raw.detach()
+    conn.rollback()
+    conn.autocommit = True
+    sql = "UPDATE message_header SET status = %s WHERE id = %s"
+
+    def one(i: int) -> None:
+        conn.execute(sql, ("Delivered" if i % 2 else "Queued", ids[i % len(ids)]), prepare=True)
+
+    def group(i: int) -> None:
+        with conn.transaction():
+            for j in range(GROUP):
+                conn.execute(sql, ("Delivered" if i % 2 else "Queued",
+                                   ids[(i + j) % len(ids)]), prepare=True)
+
+    out = []
+    for sync in ("off", "on"):
+        conn.execute(f"SET synchronous_commit TO {sync}")
+        out.append((f"PostgreSQL, synchronous_commit = {sync}, one UPDATE per transaction "
+                    "(autocommit)", _timed_per_call(len(ids), one)))
+    out.append((f"PostgreSQL, synchronous_commit = on, {GROUP} UPDATEs per transaction "
+                "(per UPDATE)", _timed_per_call(max(len(ids) // GROUP, 1), group) / GROUP))
+    conn.close()
+    return out
+
+
+def _rows(store: SqlStore, count: int) -> list[int]:
+    return store.enqueue_many(target="T", bodies=[(None, "{}")] * count)
+
+
+def transaction_costs(work: Path, pg_url: str | None, count: int) -> list[tuple[str, float]]:
+    """(way, ms) of one single-row UPDATE committed on its own, SQLite and PostgreSQL, each
+    with and without waiting for the disk; and the same UPDATE ``GROUP`` to a commit."""
+    url = h.sqlite_url(work, "tx-cost.db")
+    store = h.fresh_store(url)
+    try:
+        out = _sqlite_costs(work / "tx-cost.db", _rows(store, count))
+    finally:
+        store.dispose()
+    if pg_url:
+        store = h.fresh_store(pg_url)
+        try:
+            out += _pg_costs(store, _rows(store, count))
+        finally:
+            store.dispose()
+    return out
+
+
+def format_costs(rows: list[tuple[str, float]], load: str) -> str:
+    lines = [f"### One committed single-row UPDATE (load average {load})", "",
+             "| way | ms |", "|---|---|"]
     lines += [f"| {name} | {ms:.3f} |" for name, ms in rows]
     return "\n".join(lines)

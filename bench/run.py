@@ -8,7 +8,9 @@ one JSON object with exactly the keys of the issue's table (null where a scenari
 run, with the reason on stderr). ``--quick`` runs every scenario small (about two minutes on
 two cores). PostgreSQL scenarios use ``--pg-url`` or ``$ENCORE_BENCH_POSTGRES_URL``, a
 database the benchmark may wipe. ``--profile`` profiles the no-op and SOAP daemon paths
-instead (see bench/profile.py). BENCHMARKS.md has the figures and how they were obtained.
+instead: a census of the database work per message, the cost of a commit and py-spy profiles
+of the dispatcher and worker threads (see bench/profile.py). BENCHMARKS.md has the figures
+and how they were obtained.
 """
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", nargs="+", choices=SCENARIOS, default=None,
                         help="run only these scenarios")
     parser.add_argument("--profile", action="store_true",
-                        help="profile the no-op and SOAP daemon paths instead")
+                        help="profile the no-op and SOAP daemon paths instead (census, "
+                             "commit costs, py-spy)")
     parser.add_argument("-v", "--verbose", action="store_true", help="engine logs to stderr")
     return parser.parse_args(argv)
 
