@@ -27,13 +27,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # first, as it does for the `encore run` subprocesses (PYTHONPATH).
 sys.path.insert(0, str(ROOT))
 
-from bench import drain, harness, limits, throughput
+from bench import drain, harness, intake_http, limits, throughput
 from bench.report import KEYS, Outcome, table
 from bench.servers import ServerProcess
 
 PG_ENV = "ENCORE_BENCH_POSTGRES_URL"
-SCENARIOS = ("overhead", "noop", "drain", "drain_pg", "intake", "pool", "timing", "parked",
-             "parked16", "pg_two", "deadline")
+SCENARIOS = ("overhead", "noop", "drain", "drain_pg", "intake", "intake_http", "pool",
+             "timing", "parked", "parked16", "pg_two", "deadline")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -63,6 +63,7 @@ def run_scenarios(args: argparse.Namespace, pg_url: str | None) -> Outcome:
             "drain": lambda: drain.sqlite_drain(work, sizes.drain),
             "drain_pg": lambda: drain.pg_drain(pg_url, sizes.drain_pg),
             "intake": lambda: drain.intake(work, sizes.intake, sizes.intake_many),
+            "intake_http": lambda: intake_http.intake_http(work, sizes.intake),
             "pool": lambda: throughput.pool_speedup(work, urls, sizes),
             "timing": lambda: limits.timing(work, urls, sizes.timing_runs),
             "parked": lambda: limits.parked(work, sizes.idle_window_s),

@@ -5,12 +5,13 @@ they skip; CI sets it, so there they run — and fail if the server is not there
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 
 from engine.store.database import normalise_url
 from engine.store.sql import SqlStore
@@ -19,10 +20,27 @@ POSTGRES_ENV = "ENCORE_TEST_POSTGRES_URL"
 
 
 def postgres_url() -> str:
+    """The test database; under pytest-xdist each worker gets a database of its own beside
+    it (``<name>_gw0``, ...), created on first use, since tests wipe theirs."""
     url = os.environ.get(POSTGRES_ENV)
     if not url:
         pytest.skip(f"PostgreSQL tests need {POSTGRES_ENV} (CI sets it)")
-    return normalise_url(url)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return normalise_url(url) if not worker else _worker_database(normalise_url(url), worker)
+
+
+@functools.cache
+def _worker_database(url: str, worker: str) -> str:
+    base = make_url(url)
+    own = base.set(database=f"{base.database}_{worker}")
+    admin = create_engine(base.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :name"),
+                              {"name": own.database}).first()
+        if not exists:
+            conn.execute(text(f'CREATE DATABASE "{own.database}"'))
+    admin.dispose()
+    return own.render_as_string(hide_password=False)
 
 
 def reset_postgres(url: str) -> None:
