@@ -239,6 +239,10 @@ def read_outline(path: Path, env: Mapping[str, str] | None = None) -> Production
     except OSError as exc:
         raise ConfigurationError(f"cannot read production file {str(path)!r}: {exc.strerror}. "
                                  "Pass -p PATH or set ENCORE_PRODUCTION.") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"production file {str(path)!r} is not UTF-8 text (byte "
+                                 f"0x{exc.object[exc.start]:02x} at offset {exc.start}); save "
+                                 "it as UTF-8, as TOML requires") from exc
     add_production_directory(path)
     return parse_outline(text, env=env, path=path)
 
@@ -257,6 +261,9 @@ def parse_outline(text: str, *, env: Mapping[str, str],
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"production file {str(path or '<text>')!r} is not valid TOML: "
                                  f"{exc}") from exc
+    except RecursionError as exc:  # tomllib recurses once per level of nested arrays
+        raise ConfigurationError(f"production file {str(path or '<text>')!r} nests arrays or "
+                                 "tables too deep to read") from exc
     unknown = sorted(set(doc) - {"production", "items", "portal"})
     if unknown:
         raise ConfigurationError(f"unknown top-level table(s) {', '.join(unknown)}; "
