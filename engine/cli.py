@@ -16,6 +16,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from engine import report
+from engine.cli_params import COUNT, ROW_ID, SECONDS
 from engine.client import decode_body, send_message, send_messages, wait_for
 from engine.clock import utcnow
 from engine.errors import ConfigurationError, EncoreError, MessageError, StoreError
@@ -185,6 +186,9 @@ class EncoreGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.BadParameter as exc:  # a value, not the usage: one line, exit 2
+            click.echo(f"error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
         except StoreError as exc:  # the first line: no SQL statement, no parameters
             click.echo(f"error: {_first_line(exc)}", err=True)
             sys.exit(1)
@@ -226,7 +230,7 @@ def run(ctx: Context) -> None:
 @click.option("--many", type=click.File("r", encoding="utf-8"), metavar="FILE",
               help="a file (- for stdin) of JSON lines, one request per line, all enqueued "
                    "in one transaction")
-@click.option("--wait", "wait", type=float, default=None, metavar="S",
+@click.option("--wait", "wait", type=SECONDS, default=None, metavar="S",
               help="wait up to S seconds and print the response; non-zero exit on error")
 @click.option("--json", "as_json", is_flag=True,
               help='print one JSON object {"id", "status", "response"}')
@@ -351,10 +355,10 @@ def _check_bodies(production: ProductionOutline, target: str, bodies: list[tuple
 @main.command("log")
 @click.option("--type", "type_", type=EVENT_TYPES, help="only events of this type")
 @click.option("--item", help="only events of this item (config name)")
-@click.option("--message", "message_id", type=int, help="only events of this message")
-@click.option("--session", "session_id", type=int, help="only events of this session")
+@click.option("--message", "message_id", type=ROW_ID, help="only events of this message")
+@click.option("--session", "session_id", type=ROW_ID, help="only events of this session")
 @click.option("--since", help="10m, 2h, 3d or an ISO time")
-@click.option("--limit", type=int, default=None, help="only the newest N events")
+@click.option("--limit", type=COUNT, default=None, help="only the newest N events")
 @click.option("--follow", is_flag=True, help="keep printing new events")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
 @pass_ctx
@@ -398,8 +402,8 @@ def _print_events(rows: list[dict[str, Any]], as_json: bool, *, header: bool) ->
 @main.command()
 @click.option("--status", help="only messages in this status")
 @click.option("--item", help="only messages for this item")
-@click.option("--session", "session_id", type=int, help="only messages of this session")
-@click.option("--limit", type=int, default=None, help="only the newest N messages")
+@click.option("--session", "session_id", type=ROW_ID, help="only messages of this session")
+@click.option("--limit", type=COUNT, default=None, help="only the newest N messages")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
 @pass_ctx
 def messages(ctx: Context, status: str | None, item: str | None, session_id: int | None,
@@ -420,7 +424,7 @@ def messages(ctx: Context, status: str | None, item: str | None, session_id: int
 
 
 @main.command()
-@click.argument("ident", type=int, metavar="ID")
+@click.argument("ident", type=ROW_ID, metavar="ID")
 @pass_ctx
 def trace(ctx: Context, ident: int) -> None:
     """The visual trace of the session of message ID (or of session ID)."""
@@ -525,7 +529,11 @@ def parse_since(text: str | None) -> datetime | None:
         return None
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     if text[-1:] in units and text[:-1].replace(".", "", 1).isdigit():
-        return utcnow() - timedelta(seconds=float(text[:-1]) * units[text[-1]])
+        try:
+            return utcnow() - timedelta(seconds=float(text[:-1]) * units[text[-1]])
+        except OverflowError as exc:
+            raise click.BadParameter(f"{text!r} reaches back before the year 1",
+                                     param_hint="--since") from exc
     try:
         value = datetime.fromisoformat(text)
     except ValueError as exc:

@@ -14,7 +14,7 @@ from typing import Any
 
 from engine.clock import Clock, SystemClock
 from engine.errors import CallFailed, CallTimedOut, ConfigurationError, MessageError
-from engine.message import Message, decode_message
+from engine.message import MAX_BODY_DEPTH, Message, decode_message, encode_request
 from engine.otel import producer_span
 from engine.production import ProductionConfig, ProductionOutline
 from engine.store.models import FINAL_STATUSES
@@ -42,11 +42,10 @@ def accept_message(store: SqlStore, production: ProductionConfig | ProductionOut
     """:func:`send_message` in a given session (None: the message starts its own) and, with
     an ``idempotency_key``, at most once per target and key: when such a message exists,
     nothing is created and that one is returned (``Accepted.created`` False)."""
-    request_class = _request_class(production, target)
-    message = _validated(request_class, body)
+    body_class, text = _validated(_request_class(production, target), body)
     with producer_span(production, target) as producer:
-        accepted = store.accept(target=target, body_class=type(message).class_name(),
-                                body=message.to_json(), source=source, session_id=session_id,
+        accepted = store.accept(target=target, body_class=body_class,
+                                body=text, source=source, session_id=session_id,
                                 idempotency_key=idempotency_key, now=now,
                                 trace_context=producer.context)
         if accepted.created:
@@ -55,12 +54,16 @@ def accept_message(store: SqlStore, production: ProductionConfig | ProductionOut
 
 
 def decode_body(text: str, *, where: str) -> Any:
-    """``text`` as JSON; MessageError naming ``where`` if it is not JSON or holds NaN or an
-    infinity (JSON has neither; DESIGN §4, "Numbers")."""
+    """``text`` as JSON; MessageError naming ``where`` if it is not JSON, holds NaN or an
+    infinity (JSON has neither; DESIGN §4, "Numbers") or nests so deep that the decoder
+    gives up (the depth limit itself is checked with the message, :func:`_validated`)."""
     try:
         return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except ValueError as exc:
         raise MessageError(f"{where}: body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise MessageError(f"{where}: body nests arrays and objects more than "
+                           f"{MAX_BODY_DEPTH} levels deep") from exc
 
 
 def _refuse_constant(name: str) -> float:
@@ -84,10 +87,9 @@ def send_messages(store: SqlStore, production: ProductionConfig | ProductionOutl
     encoded = []
     for position, body in enumerate(bodies, start=1):
         try:
-            message = _validated(request_class, body)
+            encoded.append(_validated(request_class, body))
         except MessageError as exc:
             raise MessageError(f"message {position}: {exc}") from exc
-        encoded.append((type(message).class_name(), message.to_json()))
     with producer_span(production, target, batch=len(encoded)) as producer:
         ids = store.enqueue_many(target=target, bodies=encoded, source=source, now=now,
                                  trace_context=producer.context)
@@ -107,12 +109,19 @@ def _request_class(production: ProductionConfig | ProductionOutline, target: str
     return request_class
 
 
-def _validated(request_class: type[Message], body: str | dict[str, Any] | Message) -> Message:
+def _validated(request_class: type[Message], body: str | dict[str, Any] | Message
+               ) -> tuple[str, str]:
+    """(body class, JSON text) of ``body`` as a request of ``request_class``: the one place
+    every way in (the CLI, the API, services, processes, Python callers) checks a body.
+    MessageError if it does not fit the class or cannot be JSON (NaN, an infinity, nesting
+    deeper than :data:`~engine.message.MAX_BODY_DEPTH`)."""
     if isinstance(body, Message):
-        return body
-    if isinstance(body, str):
-        return request_class.from_json(body)
-    return request_class.from_dict(body)
+        message = body
+    elif isinstance(body, str):
+        message = request_class.from_json(body)
+    else:
+        message = request_class.from_dict(body)
+    return type(message).class_name(), encode_request(message)
 
 
 def wait_for(store: SqlStore, message_id: int, timeout: float, *,

@@ -200,6 +200,9 @@ class Daemon:
                                             port=self.production.metrics_port, health=self.health)
         self.metrics_server.start()
         log.info("metrics and /healthz on %s", self.metrics_server.url)
+        exposed = self.metrics_server.exposure_warning()
+        if exposed is not None:
+            self.events.write("Warning", exposed, source_class="Daemon", source_method="start")
 
     def _queue_depths(self) -> dict[str, int]:
         stats = queries.queue_stats(self.store)
@@ -209,8 +212,9 @@ class Daemon:
         """(healthy, reason): the database answers and every worker thread is alive."""
         try:
             queries.daemons(self.store)
-        except EncoreError as exc:
-            return False, f"database unavailable: {exc}"
+        except EncoreError as exc:  # the driver's details to the log, not to the caller
+            log.warning("health check: database unavailable: %s", exc)
+            return False, "database unavailable"
         dead = [t.name for r in self.runners.values() for t in r.threads if not t.is_alive()]
         if dead and not self.stop_requested.is_set():
             return False, f"worker threads stopped: {', '.join(dead)}"

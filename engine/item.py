@@ -198,6 +198,7 @@ class ItemRunner:
             thread.join(max(deadline - self.clock.monotonic(), 0.0))
         alive = [t.name for t in self.threads if t.is_alive()]
         committed = self.dispatcher.join(max(deadline - self.clock.monotonic(), 0.0))
+        self._release_abandoned_at_stop()
         if alive or not committed:
             log.warning("item %s: workers %s still busy at shutdown; their attempts will be "
                         "treated as outcome unknown on the next start", self.item.name,
@@ -317,6 +318,15 @@ class ItemRunner:
                             self.item.name, message_id)
             with self._abandoned_lock:
                 self._abandoned.pop(message_id, None)
+
+    def _release_abandoned_at_stop(self) -> None:
+        """At a stop, no delivery comes to release what failed deliveries left claimed:
+        release it now, so that it is back in its queue at once, not when its lease ends."""
+        try:
+            self._release_abandoned()
+        except EncoreError as exc:
+            log.warning("item %s: messages of failed deliveries stay claimed until their "
+                        "leases expire: %s", self.item.name, exc)
 
     def _can_claim(self) -> bool:
         """The dispatcher may claim: the adapter started, the schedule window (if any) is

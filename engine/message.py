@@ -18,6 +18,11 @@ from engine.errors import MessageError
 
 M = TypeVar("M", bound="Message")
 
+# Levels of nested arrays and objects a request body may hold. Deeper bodies are refused:
+# every JSON codec, and any code that walks a body (a router's dotted path, zeep building
+# a SOAP request), recurses once or more per level and would hit Python's recursion limit.
+MAX_BODY_DEPTH = 100
+
 
 @dataclasses.dataclass
 class Message:
@@ -78,10 +83,54 @@ class JsonMessage(Message):
 
 
 def decode_json(text: str) -> Any:
+    """``text`` as JSON; MessageError if it is not JSON or nests too deep to decode."""
     try:
         return json.loads(text)
     except (TypeError, ValueError) as exc:
         raise MessageError(f"body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise _too_deep() from exc
+
+
+def encode_request(message: Message) -> str:
+    """The JSON text stored for request ``message``. Raises MessageError when it cannot be
+    JSON: a NaN or an infinity (JSON has neither; DESIGN §4, "Numbers"), a value that holds
+    itself, or nesting deeper than :data:`MAX_BODY_DEPTH`."""
+    try:
+        data = message.to_dict()  # dataclasses.asdict recurses: a value holding itself ends
+    except RecursionError as exc:  # here, before the depth is looked at
+        raise _too_deep() from exc
+    if _depth_over(data, MAX_BODY_DEPTH):
+        raise _too_deep()
+    try:
+        return json.dumps(data, separators=(",", ":"), default=str, allow_nan=False)
+    except ValueError as exc:  # "Out of range float values are not JSON compliant"
+        raise MessageError(f"body holds NaN or an infinity, which JSON does not have: "
+                           f"{exc}") from exc
+
+
+def _too_deep() -> MessageError:
+    return MessageError(f"body nests arrays and objects more than {MAX_BODY_DEPTH} levels deep")
+
+
+def _depth_over(data: Any, limit: int) -> bool:
+    """True if ``data`` nests lists, tuples and dicts more than ``limit`` levels deep
+    (iteratively: a deep body must not exhaust the stack here either; a value that holds
+    itself is deeper than any limit)."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, Mapping):
+            children: Any = value.values()
+        elif isinstance(value, (list, tuple)):
+            children = value
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children
+                     if isinstance(child, (Mapping, list, tuple)))
+    return False
 
 
 def load_message_class(name: str) -> type[Message]:

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 
 from engine.errors import ConfigurationError
+from engine.network import is_loopback
 
 __all__ = ["CONTENT_TYPE", "DEFAULT_BUCKETS", "Metrics", "MetricsServer"]
 
@@ -200,15 +201,28 @@ class MetricsServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def exposure_warning(self) -> str | None:
+        """The text of the ``Warning`` event a daemon writes when this endpoint listens
+        beyond loopback (anyone who reaches it reads it: it asks no one who they are);
+        None on loopback."""
+        if is_loopback(self.host):
+            return None
+        return (f"the metrics endpoint listens on {self.host}:{self.port}, beyond loopback: "
+                "whoever can reach it reads item names, queue depths and the daemon's health "
+                "without authentication; set metrics_host to 127.0.0.1 (behind a proxy), or "
+                "restrict the port with a firewall")
+
     def check_health(self) -> tuple[bool, str]:
-        """The health callback's answer; a callback that raises means unhealthy."""
+        """The health callback's answer; a callback that raises means unhealthy (its
+        error goes to the log: the answer names only its type, for an error's text may
+        hold a driver's details)."""
         if self.health is None:
             return True, "ok"
         try:
             ok, reason = self.health()
         except Exception as exc:  # noqa: BLE001 - a broken check is an unhealthy daemon
             log.exception("health check failed")
-            return False, f"health check failed: {type(exc).__name__}: {exc}"
+            return False, f"health check failed: {type(exc).__name__}"
         return bool(ok), str(reason or ("ok" if ok else "unhealthy"))
 
 

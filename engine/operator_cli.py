@@ -13,6 +13,7 @@ from typing import Protocol
 import click
 
 from engine import report
+from engine.cli_params import ROW_ID
 from engine.clock import utcnow
 from engine.production import ProductionOutline
 from engine.store import operator
@@ -20,6 +21,7 @@ from engine.store.sql import SqlStore
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([dhm])\s*$")
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60}
+MAX_AGE = timedelta(days=36500)  # a century: older cut-offs reach back towards the year 1
 
 
 class OperatorContext(Protocol):
@@ -33,12 +35,16 @@ class OperatorContext(Protocol):
 
 
 def parse_duration(text: str) -> timedelta:
-    """``30d``, ``12h`` or ``90m`` as a timedelta; ValueError for anything else."""
+    """``30d``, ``12h`` or ``90m`` as a timedelta, at most :data:`MAX_AGE`; ValueError for
+    anything else."""
     match = _DURATION.match(text)
     if match is None:
         raise ValueError(f"{text!r} is not a duration: use a whole number of days, hours or "
                          "minutes such as 30d, 12h or 90m")
-    return timedelta(seconds=int(match[1]) * _UNIT_SECONDS[match[2]])
+    seconds = int(match[1]) * _UNIT_SECONDS[match[2]]
+    if seconds > MAX_AGE.total_seconds():
+        raise ValueError(f"{text!r} is too long: at most {MAX_AGE.days}d")
+    return timedelta(seconds=seconds)
 
 
 def _known_items(ctx: OperatorContext) -> list[str]:
@@ -46,7 +52,7 @@ def _known_items(ctx: OperatorContext) -> list[str]:
 
 
 @click.command()
-@click.argument("message_id", type=int, metavar="ID")
+@click.argument("message_id", type=ROW_ID, metavar="ID")
 @click.option("--target", metavar="ITEM", help="send the copy to this item instead")
 @click.pass_obj
 def resend(ctx: OperatorContext, message_id: int, target: str | None) -> None:
@@ -57,7 +63,7 @@ def resend(ctx: OperatorContext, message_id: int, target: str | None) -> None:
 
 
 @click.command()
-@click.argument("message_id", type=int, metavar="ID")
+@click.argument("message_id", type=ROW_ID, metavar="ID")
 @click.pass_obj
 def suspend(ctx: OperatorContext, message_id: int) -> None:
     """Suspend queued message ID: no worker takes it until it is resent or discarded."""
@@ -66,7 +72,7 @@ def suspend(ctx: OperatorContext, message_id: int) -> None:
 
 
 @click.command()
-@click.argument("message_id", type=int, metavar="ID")
+@click.argument("message_id", type=ROW_ID, metavar="ID")
 @click.pass_obj
 def discard(ctx: OperatorContext, message_id: int) -> None:
     """Discard queued or suspended message ID: it is never delivered."""

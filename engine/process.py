@@ -199,10 +199,15 @@ class BusinessProcess(BusinessOperation):
         for attempt in reversed(self.context.store.attempts(self.message_id)):
             if attempt.attempt >= self.retry_count:
                 continue
-            if attempt.error_text != CRASH_TEXT:
+            if attempt.error_text not in (CRASH_TEXT, _EARLIER_CRASH_TEXT):
                 break
             run = attempt.attempt
         return run
+
+
+# What CRASH_TEXT said before it named a lost database too: attempts recorded then still
+# chain their run after an upgrade.
+_EARLIER_CRASH_TEXT = "outcome unknown: the daemon stopped while this attempt was in flight"
 
 
 def _body(message: Message | Mapping[str, Any] | str) -> Message | dict[str, Any] | str:

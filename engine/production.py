@@ -39,23 +39,42 @@ __all__ = ["DEFAULT_PRODUCTION_FILE", "ITEM_KEYS", "PORTAL_SETTINGS", "PRODUCTIO
 
 DEFAULT_PRODUCTION_FILE = "production.toml"
 
+# Upper bounds of the numbers in the file: past them a value is a typo, not a choice, and
+# would overflow a date, a thread wait or a column later instead of failing at load time.
+MAX_PORT = 65535  # TCP ports are 1-65535
+MAX_LEASE_SECONDS = 86400.0  # seconds (a day) a dead daemon's claims may wait for takeover
+MAX_POLL_INTERVAL = 300.0  # seconds an idle worker may wait between looks at its queue
+MAX_SHUTDOWN_TIMEOUT = 86400.0  # seconds (a day) a stop may wait for attempts in flight
+MAX_RETENTION_DAYS = 36500.0  # days (a century) finished messages may be kept
+MAX_POOL_SIZE = 1000  # workers (threads, and connections of the item's pool) of one item
+# Characters of a name the database stores: the name columns (message_header.target,
+# event_log.config_name, daemon.production, ...) are String(200), and a FIFO item's lease
+# is named "item:<name>" in lease.name, String(200) too.
+MAX_PRODUCTION_NAME = 200
+MAX_ITEM_NAME = 200 - len("item:")
+
 PRODUCTION_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="name", kind=str, default="Production"),
+    Setting(name="name", kind=str, default="Production",
+            check=lambda name: _fits_column(name, MAX_PRODUCTION_NAME)),
     Setting(name="database", kind=str, default=DEFAULT_DATABASE_URL,
             help="SQLAlchemy URL; ENCORE_DATABASE_URL overrides it"),
     Setting(name="lease_seconds", kind=float, default=30.0, minimum=1,
+            maximum=MAX_LEASE_SECONDS,
             help="seconds a claim outlives its daemon's last heartbeat"),
     Setting(name="poll_interval", kind=float, default=0.5, minimum=0.01,
+            maximum=MAX_POLL_INTERVAL,
             help="seconds an idle worker waits before looking at its queue again"),
     Setting(name="shutdown_timeout", kind=float, default=30.0, minimum=0,
+            maximum=MAX_SHUTDOWN_TIMEOUT,
             help="seconds a stop waits for attempts in flight"),
-    Setting(name="metrics_port", kind=int, default=0, minimum=0,
+    Setting(name="metrics_port", kind=int, default=0, minimum=0, maximum=MAX_PORT,
             help="port of the Prometheus metrics and /healthz endpoint; 0 = none"),
     Setting(name="metrics_host", kind=str, default="127.0.0.1",
             help="address the metrics endpoint listens on (loopback by default)"),
     Setting(name="alert_item", kind=str, default="",
             help="item that receives every Alert as a message (e.g. an HTTP webhook); '' = none"),
     Setting(name="retention_days", kind=float, default=0, minimum=0,
+            maximum=MAX_RETENTION_DAYS,
             help="days finished messages are kept before the scheduler purges them; 0 = forever"),
     Setting(name="otel", kind=bool, default=False,
             help="OpenTelemetry tracing (the encore-engine[otel] extra); the standard OTEL_* "
@@ -65,7 +84,7 @@ PRODUCTION_SETTINGS: tuple[Setting, ...] = (
 PORTAL_SETTINGS: tuple[Setting, ...] = (
     Setting(name="host", kind=str, default="127.0.0.1",
             help="address the management portal listens on (loopback by default)"),
-    Setting(name="port", kind=int, default=8080, minimum=1,
+    Setting(name="port", kind=int, default=8080, minimum=1, maximum=MAX_PORT,
             help="port of the management portal and JSON API"),
     Setting(name="tls_cert", kind=str, default="",
             help="PEM certificate file; with tls_key, the portal serves HTTPS"),
@@ -74,9 +93,9 @@ PORTAL_SETTINGS: tuple[Setting, ...] = (
 
 
 ITEM_KEYS: tuple[Setting, ...] = (
-    Setting(name="name", kind=str),
+    Setting(name="name", kind=str, check=lambda name: _fits_column(name, MAX_ITEM_NAME)),
     Setting(name="class", kind=str),
-    Setting(name="pool_size", kind=int, default=1, minimum=1),
+    Setting(name="pool_size", kind=int, default=1, minimum=1, maximum=MAX_POOL_SIZE),
     Setting(name="enabled", kind=bool, default=True),
     Setting(name="settings", kind=dict, default=None),
 )
@@ -186,6 +205,14 @@ class ProductionOutline(ProductionSettings):
         return ProductionConfig(**common, items=items)
 
 
+def _fits_column(name: str, limit: int) -> str:
+    """``name``, if the database can store it (at most ``limit`` characters)."""
+    if len(name) > limit:
+        raise ValueError(f"{len(name)} characters is too long; a name has at most {limit}, "
+                         "to fit the database's columns")
+    return name
+
+
 def _no_such_item(name: str, items: tuple[ItemConfig | ItemEntry, ...]) -> ConfigurationError:
     known = ", ".join(i.name for i in items) or "none"
     return ConfigurationError(f"no item named {name!r} in the production (items: {known})")
@@ -212,6 +239,10 @@ def read_outline(path: Path, env: Mapping[str, str] | None = None) -> Production
     except OSError as exc:
         raise ConfigurationError(f"cannot read production file {str(path)!r}: {exc.strerror}. "
                                  "Pass -p PATH or set ENCORE_PRODUCTION.") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"production file {str(path)!r} is not UTF-8 text (byte "
+                                 f"0x{exc.object[exc.start]:02x} at offset {exc.start}); save "
+                                 "it as UTF-8, as TOML requires") from exc
     add_production_directory(path)
     return parse_outline(text, env=env, path=path)
 
@@ -230,6 +261,9 @@ def parse_outline(text: str, *, env: Mapping[str, str],
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"production file {str(path or '<text>')!r} is not valid TOML: "
                                  f"{exc}") from exc
+    except RecursionError as exc:  # tomllib recurses once per level of nested arrays
+        raise ConfigurationError(f"production file {str(path or '<text>')!r} nests arrays or "
+                                 "tables too deep to read") from exc
     unknown = sorted(set(doc) - {"production", "items", "portal"})
     if unknown:
         raise ConfigurationError(f"unknown top-level table(s) {', '.join(unknown)}; "
@@ -274,9 +308,6 @@ def _load_portal(raw: Any) -> PortalConfig:
         missing = "tls_key" if keys["tls_cert"] else "tls_cert"
         raise ConfigurationError("tls_cert and tls_key go together: set both for HTTPS, or "
                                  "neither", item="[portal]", key=missing)
-    if keys["port"] > 65535:
-        raise ConfigurationError(f"{keys['port']} is out of range; expected a port 1-65535",
-                                 item="[portal]", key="port")
     return PortalConfig(**keys)
 
 

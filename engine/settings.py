@@ -29,9 +29,9 @@ def camel_case(name: str) -> str:
 class Setting:
     """One accepted setting.
 
-    ``kind`` is a type or tuple of types (``float`` also accepts ints); ``minimum`` /
-    ``choices`` bound the value; ``check`` is an extra validator that returns the cleaned
-    value or raises ``ValueError`` with a reason.
+    ``kind`` is a type or tuple of types (``float`` also accepts ints); ``minimum``,
+    ``maximum`` (both inclusive) and ``choices`` bound the value; ``check`` is an extra
+    validator that returns the cleaned value or raises ``ValueError`` with a reason.
     """
 
     name: str
@@ -39,6 +39,7 @@ class Setting:
     default: Any = None
     help: str = ""
     minimum: float | None = None
+    maximum: float | None = None
     allow: tuple[Any, ...] = ()  # values accepted besides the range (e.g. -1 = forever)
     choices: tuple[Any, ...] = ()
     check: Callable[[Any], Any] | None = None
@@ -52,8 +53,12 @@ class Setting:
             return "one of " + ", ".join(repr(c) for c in self.choices)
         kinds = self.kind if isinstance(self.kind, tuple) else (self.kind,)
         text = " or ".join(_kind_name(k) for k in kinds)
-        if self.minimum is not None:
+        if self.minimum is not None and self.maximum is not None:
+            text += f" from {self.minimum:g} to {self.maximum:g}"
+        elif self.minimum is not None:
             text += f" ≥ {self.minimum:g}"
+        elif self.maximum is not None:
+            text += f" ≤ {self.maximum:g}"
         if self.allow:
             text += " (or " + ", ".join(repr(a) for a in self.allow) + ")"
         return text
@@ -81,7 +86,7 @@ class Setting:
         if self.choices and value not in self.choices:
             raise ConfigurationError(
                 f"{value!r} is not allowed; expected {self.describe()}", item=item, key=self.name)
-        if self.minimum is not None and isinstance(value, (int, float)) and value < self.minimum:
+        if isinstance(value, (int, float)) and not self._in_range(value):
             raise ConfigurationError(
                 f"{value!r} is out of range; expected {self.describe()}", item=item, key=self.name)
         if self.check is not None:
@@ -90,6 +95,11 @@ class Setting:
             except ValueError as exc:
                 raise ConfigurationError(str(exc), item=item, key=self.name) from exc
         return value
+
+
+    def _in_range(self, value: float) -> bool:
+        return ((self.minimum is None or value >= self.minimum)
+                and (self.maximum is None or value <= self.maximum))
 
 
 def _not_finite(value: Any) -> float | None:

@@ -23,6 +23,7 @@ from typing import Any
 import click
 
 from engine.breaker import BreakerSettings, CircuitBreaker
+from engine.cli_params import FiniteFloat
 from engine.clock import VirtualClock
 from engine.errors import ConfigurationError
 from engine.settings import validate_settings
@@ -33,6 +34,10 @@ from engine.worker import MessageWorker, Result
 
 ITEM = "Simulated"
 MAX_HOLDS = 10_000  # a breaker that holds the message more often than this ends the run
+MAX_SECONDS = 1e9  # seconds (about 31 years) any simulated time may take: the virtual clock's
+#                    dates must stay within the calendar
+MAX_SERVERS = 100  # simulated servers
+SECONDS = FiniteFloat(minimum=0, maximum=MAX_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -157,33 +162,51 @@ def _timeline(store: SqlStore, message_id: int, clock: VirtualClock,
     return events
 
 
+class _Jitter(FiniteFloat):
+    """``--jitter``: ``full``, or seconds as :data:`SECONDS`."""
+
+    name = "seconds|full"
+
+    def __init__(self) -> None:
+        super().__init__(minimum=0, maximum=MAX_SECONDS)
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float | str:
+        return "full" if value == "full" else super().convert(value, param, ctx)
+
+
 def _clock(t: float) -> str:
     minutes, seconds = divmod(t, 60)
     return f"{int(minutes):02d}:{seconds:06.3f}".rstrip("0").rstrip(".")
 
 
 @click.command()
-@click.option("--response-timeout", type=float, default=30.0, show_default=True)
-@click.option("--retry-interval", type=float, default=5.0, show_default=True)
-@click.option("--failure-timeout", type=float, default=15.0, show_default=True,
+@click.option("--response-timeout", type=SECONDS, default=30.0, show_default=True)
+@click.option("--retry-interval", type=SECONDS, default=5.0, show_default=True)
+@click.option("--failure-timeout", type=FiniteFloat(minimum=-1, maximum=MAX_SECONDS),
+              default=15.0, show_default=True,
               help="-1 = forever (then bound it with --max-attempts)")
-@click.option("--server-delay", type=float, default=0.0, show_default=True,
+@click.option("--server-delay", type=SECONDS, default=0.0, show_default=True,
               help="seconds the service takes to answer")
-@click.option("--servers", type=int, default=1, show_default=True)
+@click.option("--servers", type=click.IntRange(1, MAX_SERVERS), default=1, show_default=True)
 @click.option("--no-idempotent", is_flag=True, help="never re-send an outcome-unknown request")
-@click.option("--fail-first", type=int, default=None, help="the first K requests fail")
-@click.option("--status", type=int, default=None, help="failing requests answer this HTTP status")
+@click.option("--fail-first", type=click.IntRange(min=0), default=None,
+              help="the first K requests fail")
+@click.option("--status", type=click.IntRange(100, 599), default=None,
+              help="failing requests answer this HTTP status")
 @click.option("--retry-after", default=None, help="Retry-After header of failing requests")
 @click.option("--backoff", default="fixed", show_default=True)
-@click.option("--backoff-base", type=float, default=1.0, show_default=True)
-@click.option("--backoff-multiplier", type=float, default=2.0, show_default=True)
-@click.option("--backoff-max", type=float, default=60.0, show_default=True)
-@click.option("--jitter", default="0", show_default=True, help="seconds, or 'full'")
-@click.option("--max-attempts", type=int, default=0, show_default=True)
+@click.option("--backoff-base", type=SECONDS, default=1.0, show_default=True)
+@click.option("--backoff-multiplier", type=FiniteFloat(minimum=1, maximum=MAX_SECONDS),
+              default=2.0, show_default=True)
+@click.option("--backoff-max", type=SECONDS, default=60.0, show_default=True)
+@click.option("--jitter", type=_Jitter(), default="0", show_default=True,
+              help="seconds, or 'full'")
+@click.option("--max-attempts", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--strict", is_flag=True, help="strict_failure_timeout = true")
-@click.option("--breaker-threshold", type=int, default=0, show_default=True,
+@click.option("--breaker-threshold", type=click.IntRange(min=0), default=0, show_default=True,
               help="consecutive failed attempts that open the circuit breaker; 0 = none")
-@click.option("--breaker-open-seconds", type=float, default=30.0, show_default=True,
+@click.option("--breaker-open-seconds", type=SECONDS, default=30.0, show_default=True,
               help="seconds the breaker stays open before its probe attempt")
 @click.option("--seed", type=int, default=0, show_default=True, help="random seed for jitter")
 @click.option("--json", "as_json", is_flag=True, help="print the timeline as JSON")
@@ -191,7 +214,7 @@ def simulate_command(response_timeout: float, retry_interval: float, failure_tim
                      server_delay: float, servers: int, no_idempotent: bool,
                      fail_first: int | None, status: int | None, retry_after: str | None,
                      backoff: str, backoff_base: float, backoff_multiplier: float,
-                     backoff_max: float, jitter: str, max_attempts: int, strict: bool,
+                     backoff_max: float, jitter: float | str, max_attempts: int, strict: bool,
                      breaker_threshold: int, breaker_open_seconds: float, seed: int,
                      as_json: bool) -> None:
     """Print the retry timeline the engine produces, on a virtual clock, at once."""
@@ -202,7 +225,7 @@ def simulate_command(response_timeout: float, retry_interval: float, failure_tim
                 "failure_timeout": failure_timeout, "idempotent": not no_idempotent,
                 "backoff": backoff, "backoff_base": backoff_base,
                 "backoff_multiplier": backoff_multiplier, "backoff_max": backoff_max,
-                "jitter": jitter if jitter == "full" else float(jitter),
+                "jitter": jitter,
                 "max_attempts": max_attempts, "strict_failure_timeout": strict,
                 "bad_server_cooldown": 3600.0, "breaker_threshold": breaker_threshold,
                 "breaker_open_seconds": breaker_open_seconds}

@@ -42,7 +42,8 @@ __all__ = ["CRASH_TEXT", "MessageWorker", "Result", "error_text", "idempotency_k
 
 log = logging.getLogger(__name__)
 
-CRASH_TEXT = "outcome unknown: the daemon stopped while this attempt was in flight"
+CRASH_TEXT = ("outcome unknown: the delivery was cut short (the daemon stopped, or lost its "
+              "database) while this attempt was in flight")
 
 
 class Result(str, enum.Enum):

@@ -7,7 +7,6 @@ writes a ``Warning`` event saying so.
 """
 from __future__ import annotations
 
-import ipaddress
 import logging
 import threading
 import time
@@ -17,24 +16,17 @@ from pathlib import Path
 import uvicorn
 
 from engine.errors import ConfigurationError
+from engine.network import is_loopback
 from engine.portal.app import create_app
 from engine.production import PortalConfig, ProductionConfig
 from engine.store.sql import SqlStore
+
+__all__ = ["PortalServer", "is_loopback", "serve", "uvicorn_config", "warn_if_exposed"]
 
 log = logging.getLogger(__name__)
 
 START_TIMEOUT = 10.0  # seconds a threaded portal may take to listen
 STOP_TIMEOUT = 5.0  # seconds a threaded portal may take to stop
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and ``localhost``."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def warn_if_exposed(store: SqlStore, config: PortalConfig) -> None:

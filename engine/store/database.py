@@ -1,14 +1,17 @@
 """Database connections: SQLite (WAL, the embedded default) and PostgreSQL (psycopg)."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
 
 DEFAULT_DATABASE_URL = "sqlite:///encore.db"
 SQLITE_BUSY_TIMEOUT = 30  # seconds a writer waits for the write lock
 READ_ONLY = "encore_read_only"  # execution option of connections that only read
+SQLITE_FILE_MODE = 0o600  # a new SQLite database: readable and writable by its owner only
 
 
 def normalise_url(url: str) -> str:
@@ -33,9 +36,36 @@ def create_db_engine(url: str) -> Engine:
     if url in ("sqlite://", "sqlite:///:memory:"):
         kwargs["poolclass"] = StaticPool
     engine = create_engine(url, **kwargs)
+    path = _sqlite_file(url)
+    if path is not None:
+        event.listen(engine, "do_connect", lambda *_: create_private_file(path))
     event.listen(engine, "connect", _sqlite_on_connect)
     event.listen(engine, "begin", _sqlite_on_begin)
     return engine
+
+
+def _sqlite_file(url: str) -> str | None:
+    """The file of an SQLite ``url``; None for an in-memory database or a ``file:`` URI."""
+    parsed = make_url(url)
+    if parsed.database in (None, "", ":memory:") or parsed.query.get("uri"):
+        return None
+    return parsed.database
+
+
+def create_private_file(path: str) -> None:
+    """Create the SQLite database file ``path``, empty, with mode :data:`SQLITE_FILE_MODE`
+    whatever the umask, unless it exists. SQLite gives the WAL and shared-memory files it
+    creates beside it the database file's mode, so message bodies and event texts stay
+    unreadable to other users. An existing file keeps its mode; a path that cannot be
+    created is left to the connection to report."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, SQLITE_FILE_MODE)
+    except OSError:  # it exists (FileExistsError), or connecting will say what is wrong
+        return
+    try:
+        os.fchmod(fd, SQLITE_FILE_MODE)
+    finally:
+        os.close(fd)
 
 
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:

@@ -17,6 +17,7 @@ from sqlalchemy import MetaData, select
 
 from engine.client import send_message, wait_for
 from engine.daemon import Daemon
+from engine.errors import StoreError
 from engine.production import ProductionConfig, parse_production
 from engine.store import queries
 from engine.store.sql import SqlStore
@@ -206,3 +207,36 @@ def test_the_metrics_endpoint_reports_attempts_and_queue_depth(store: SqlStore) 
     assert 'encore_queue_depth{item="Web"} 0' in scrape
     assert 'encore_attempt_seconds_count{item="Web"} 3' in scrape
     assert health.status_code == 200 and health.text.strip() == "ok"
+
+
+def test_metrics_beyond_loopback_write_a_warning_at_start(store: SqlStore) -> None:
+    port = free_port()
+    with running(store, f'[production]\nmetrics_port = {port}\nmetrics_host = "0.0.0.0"\n'):
+        assert requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+    (warning,) = queries.events(store, queries.EventFilter(type="Warning"))
+    assert f"metrics endpoint listens on 0.0.0.0:{port}, beyond loopback" in warning["text"]
+    assert (warning["source_class"], warning["source_method"]) == ("Daemon", "start")
+
+
+def test_metrics_on_loopback_write_no_warning(store: SqlStore) -> None:
+    with running(store, f"[production]\nmetrics_port = {free_port()}\n"):
+        pass
+    assert queries.events(store, queries.EventFilter(type="Warning")) == []
+
+
+DRIVER_DETAILS = 'connection to server at "10.1.2.3", port 5432 failed: password for "encore"'
+
+
+def test_healthz_says_database_unavailable_without_the_drivers_details(
+        store: SqlStore, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    port = free_port()
+    with running(store, f"[production]\nmetrics_port = {port}\n") as (daemon, _):
+        def unavailable(*_: Any) -> Any:
+            raise StoreError(DRIVER_DETAILS)
+
+        monkeypatch.setattr("engine.daemon.queries.daemons", unavailable)
+        health = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+        monkeypatch.undo()
+    assert (health.status_code, health.text) == (503, "database unavailable\n")
+    assert DRIVER_DETAILS in caplog.text  # for the operator, in the daemon's log

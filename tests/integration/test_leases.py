@@ -18,6 +18,7 @@ from engine.item import ItemRunner
 from engine.production import parse_production
 from engine.store.notify import QueueListener
 from engine.store.sql import Claimed, Completion, SqlStore
+from engine.worker import CRASH_TEXT
 from tests.acceptance.daemon import wait_until
 from tests.servers import HttpTestServer, respond
 
@@ -213,6 +214,55 @@ def test_a_fifo_item_is_not_stuck_behind_a_group_commit_cut_short_by_the_databas
     finally:
         runner.request_stop()
         runner.join(5)
+        store.dispose()
+
+
+class EndAttemptFailsOnce(SqlStore):
+    """A store that loses the database once, as a failed attempt's end is written: the
+    delivery is cut short with its attempt open and its message still claimed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.failed = threading.Event()
+
+    def end_attempt(self, attempt_id: int, **kwargs: Any) -> None:
+        if not self.failed.is_set():
+            self.failed.set()
+            raise StoreError("database unavailable: connection reset")
+        super().end_attempt(attempt_id, **kwargs)
+
+
+def test_a_graceful_stop_releases_a_delivery_cut_short_by_the_database_at_once(
+        database_url: str) -> None:
+    store = EndAttemptFailsOnce(database_url)
+    store.upgrade()
+    production = parse_production(  # a lease far longer than the test: no expiry helps
+        f'[production]\nname = "P"\ndatabase = "{database_url}"\npoll_interval = 0.05\n'
+        'lease_seconds = 600\n[[items]]\nname = "Twice"\n'
+        'class = "tests.unit.sample_ops:RetryTwiceOperation"\n'
+        '[items.settings]\nretry_interval = 0.1\n', env={})
+    try:
+        mid = store.enqueue(target="Twice", body_class=None, body="{}")
+        daemon = Daemon(production, store=store, env={})
+        daemon.start()
+        try:
+            assert store.failed.wait(15), "the first attempt never ended"
+        finally:
+            assert daemon.stop()  # clean: every worker joined, no blanket release of claims
+        row = store.get_message(mid)
+        assert (row.status, row.claimed_by) == ("Queued", None)  # at once, not in 600 s
+        (open_attempt,) = store.attempts(mid)
+        assert open_attempt.ended_at is None
+        daemon = Daemon(production, store=store, env={})
+        daemon.start()  # the next delivery: attempt 1 is outcome unknown, and says why
+        try:
+            wait_until(lambda: store.get_message(mid).status == "Completed", 15, "the message")
+        finally:
+            daemon.stop()
+        first = store.attempts(mid)[0]
+        assert first.error_text == CRASH_TEXT
+        assert "the daemon stopped, or lost its database" in first.error_text
+    finally:
         store.dispose()
 
 

@@ -5,8 +5,11 @@ from pathlib import Path
 
 import pytest
 
+from engine.cluster import item_lease_name
 from engine.errors import ConfigurationError
-from engine.production import find_production_file, load_production, parse_production
+from engine.production import (MAX_ITEM_NAME, MAX_PRODUCTION_NAME, find_production_file,
+                               load_production, parse_production)
+from engine.store.models import metadata
 
 GOOD = """
 [production]
@@ -122,3 +125,71 @@ def test_nan_and_infinity_are_refused_naming_the_item_and_the_key(
 def test_finite_floats_and_integers_are_accepted() -> None:
     prod = parse(GOOD.replace("retry_interval = 10", "retry_interval = 1e3\nbackoff_max = 0.5"))
     assert prod.item("Payments").settings["retry_interval"] == 1000.0
+
+
+@pytest.mark.parametrize(("edit", "item", "key", "allowed"), [
+    # a port past 65535 would crash the metrics endpoint at start
+    (('name = "Demo"', 'name = "Demo"\nmetrics_port = 99999'), "[production]", "metrics_port",
+     "from 0 to 65535"),
+    # a negative port
+    (('name = "Demo"', 'name = "Demo"\nmetrics_port = -1'), "[production]", "metrics_port",
+     "from 0 to 65535"),
+    # the portal's port (0 is no port there: the portal is served when the table is there)
+    (('name = "Demo"', 'name = "Demo"\n[portal]\nport = 99999'), "[portal]", "port",
+     "from 1 to 65535"),
+    (('name = "Demo"', 'name = "Demo"\n[portal]\nport = 0'), "[portal]", "port",
+     "from 1 to 65535"),
+    # a lease of 31 years: a dead daemon's messages would never be taken over
+    (('name = "Demo"', 'name = "Demo"\nlease_seconds = 1e9'), "[production]", "lease_seconds",
+     "from 1 to 86400"),
+    # an idle worker that would look at its queue once a month
+    (('name = "Demo"', 'name = "Demo"\npoll_interval = 3e6'), "[production]", "poll_interval",
+     "from 0.01 to 300"),
+    # a thread wait past what the platform's timeout can hold
+    (('name = "Demo"', 'name = "Demo"\nshutdown_timeout = 1e12'), "[production]",
+     "shutdown_timeout", "from 0 to 86400"),
+    # a cut-off date before year 1
+    (('name = "Demo"', 'name = "Demo"\nretention_days = 1e9'), "[production]", "retention_days",
+     "from 0 to 36500"),
+    # 10**12 worker threads
+    (("pool_size = 2", "pool_size = 1000000000000"), "Payments", "pool_size", "from 1 to 1000"),
+])
+def test_numbers_past_their_range_are_refused_naming_the_key_and_the_range(
+        edit: tuple[str, str], item: str, key: str, allowed: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        parse(GOOD.replace(*edit))
+    assert (info.value.item, info.value.key) == (item, key)
+    assert "is out of range" in str(info.value) and allowed in str(info.value)
+
+
+def test_the_largest_values_in_range_are_accepted() -> None:
+    prod = parse(GOOD.replace('name = "Demo"', 'name = "Demo"\nmetrics_port = 65535\n'
+                              'lease_seconds = 86400\nretention_days = 36500\n[portal]\n'
+                              'port = 65535').replace("pool_size = 2", "pool_size = 1000"))
+    assert (prod.metrics_port, prod.portal.port, prod.item("Payments").pool_size) == (
+        65535, 65535, 1000)
+
+
+def test_an_item_name_longer_than_the_database_stores_is_refused_naming_the_item() -> None:
+    longest = "P" * MAX_ITEM_NAME
+    assert parse(GOOD.replace('"Payments"', f'"{longest}"')).item(longest).name == longest
+    with pytest.raises(ConfigurationError) as info:
+        parse(GOOD.replace('"Payments"', f'"{longest}Q"'))
+    assert (info.value.item, info.value.key) == (longest + "Q", "name")
+    assert f"{MAX_ITEM_NAME + 1} characters is too long; a name has at most {MAX_ITEM_NAME}" \
+        in str(info.value)
+
+
+def test_a_production_name_longer_than_the_database_stores_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="at most 200") as info:
+        parse(GOOD.replace('name = "Demo"', f'name = "{"D" * 201}"'))
+    assert (info.value.item, info.value.key) == ("[production]", "name")
+
+
+def test_the_name_limits_fit_every_column_that_stores_a_name() -> None:
+    columns = [t.c[name] for t in metadata.tables.values() for name in ("config_name", "target",
+                                                                        "source")
+               if name in t.c]
+    assert columns and all(c.type.length >= MAX_ITEM_NAME for c in columns)
+    assert metadata.tables["lease"].c.name.type.length >= len(item_lease_name("x" * MAX_ITEM_NAME))
+    assert metadata.tables["daemon"].c.production.type.length >= MAX_PRODUCTION_NAME
