@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -13,6 +13,7 @@ import pytest
 
 from engine.store.notify import QueueListener
 from engine.store.sql import SqlStore
+from tests.conftest import postgres_url, reset_postgres
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 ITEM = "Payments"
@@ -132,10 +133,20 @@ def test_a_success_resets_the_count_of_a_closed_breaker_only(store: SqlStore) ->
     assert row is not None and (row.state, row.failures) == ("open", 3)
 
 
+@pytest.fixture
+def pg_store() -> Iterator[SqlStore]:
+    """A store on the PostgreSQL test database only (LISTEN/NOTIFY is PostgreSQL's)."""
+    url = postgres_url()
+    reset_postgres(url)
+    s = SqlStore(url)
+    s.upgrade()
+    yield s
+    s.dispose()
+
+
 @pytest.mark.postgres
-def test_opening_and_closing_are_announced_to_every_daemon(store: SqlStore) -> None:
-    if not store.is_postgres:
-        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+def test_opening_and_closing_are_announced_to_every_daemon(pg_store: SqlStore) -> None:
+    store = pg_store
     heard: list[str] = []
     listener = QueueListener(store.engine, heard.append)
     listener.start()
