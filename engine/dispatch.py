@@ -250,7 +250,7 @@ class Dispatcher:
             self._outstanding += len(claimed)
             if claimed:
                 self.claims += 1
-            if len(claimed) < limit:
+            if 0 < len(claimed) < limit:  # the queue ran dry: let a few arrive
                 self._linger_until = self.clock.monotonic() + CLAIM_LINGER
         for c in claimed:
             self.work.put((self.claims, c))

@@ -55,7 +55,7 @@ class PostgresHotPath(HotPath):
     _CLAIM = (
         "WITH pick AS ({pick} FOR UPDATE{skip}), "
         f"claimed AS (UPDATE message_header h SET {_CLAIM_SET} FROM pick "
-        f"WHERE h.id = pick.id AND h.status = 'Queued' "
+        f"WHERE h.id = pick.id "
         f"RETURNING {_SELECT_COLUMNS}, :begin AND pick.attempts = 0 AS fresh), "
         "begun AS (INSERT INTO message_attempt (message_id, attempt, started_at) "
         "SELECT id, 1, :now FROM claimed WHERE fresh RETURNING id, message_id) "
