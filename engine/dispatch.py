@@ -42,7 +42,7 @@ FLUSH_WINDOW = 0.02  # seconds a success may wait for the group commit
 # seconds a dispatcher waits, after a claim that emptied the queue, before it claims again:
 # messages arriving one by one are then claimed a few at a time instead of one transaction
 # each (the first message after a quiet spell is claimed at once)
-CLAIM_LINGER = 0.002
+CLAIM_LINGER = 0.005
 MAX_PENDING = 500  # successes that force a group commit
 EXPIRY_SCAN = 1.0  # seconds between looks for claims whose lease expired
 STORE_RETRY_DELAY = 1.0  # seconds the dispatcher waits after a database error
