@@ -43,7 +43,7 @@ DEFAULT_PRODUCTION_FILE = "production.toml"
 # would overflow a date, a thread wait or a column later instead of failing at load time.
 MAX_PORT = 65535  # TCP ports are 1-65535
 MAX_LEASE_SECONDS = 86400.0  # seconds (a day) a dead daemon's claims may wait for takeover
-MAX_POLL_INTERVAL = 300.0  # seconds an idle worker may wait between looks at its queue
+MAX_POLL_INTERVAL = 300.0  # seconds an idle item may wait between looks at its queue
 MAX_SHUTDOWN_TIMEOUT = 86400.0  # seconds (a day) a stop may wait for attempts in flight
 MAX_RETENTION_DAYS = 36500.0  # days (a century) finished messages may be kept
 MAX_POOL_SIZE = 1000  # workers (threads, and connections of the item's pool) of one item
@@ -63,7 +63,9 @@ PRODUCTION_SETTINGS: tuple[Setting, ...] = (
             help="seconds a claim outlives its daemon's last heartbeat"),
     Setting(name="poll_interval", kind=float, default=0.5, minimum=0.01,
             maximum=MAX_POLL_INTERVAL,
-            help="seconds an idle worker waits before looking at its queue again"),
+            help="seconds an idle item's dispatcher waits before looking at its queue again "
+                 "(work announced in this process, or by NOTIFY on PostgreSQL, wakes it "
+                 "sooner)"),
     Setting(name="shutdown_timeout", kind=float, default=30.0, minimum=0,
             maximum=MAX_SHUTDOWN_TIMEOUT,
             help="seconds a stop waits for attempts in flight"),
