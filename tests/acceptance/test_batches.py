@@ -122,6 +122,20 @@ def test_a_fifo_item_keeps_its_order_across_batches_and_retries(tmp_path: Path) 
     assert seen[7:10] == ["m007"] * 3
 
 
+def started_with_queue(store: SqlStore, url: str, server_url: str, count: int, *,
+                       pool_size: int = 1) -> tuple[Daemon, list[int]]:
+    """``count`` messages queued for an HTTP item "Pay", then a daemon started in this
+    process (stop it)."""
+    production = parse_production(
+        f'[production]\nname = "T"\ndatabase = "{url}"\npoll_interval = 0.05\n'
+        + http_item("Pay", server_url, pool_size=pool_size), env={})
+    ids = store.enqueue_many(target="Pay", bodies=[
+        ("operations.http:HttpRequest", json.dumps(post(f"m{i:03d}"))) for i in range(count)])
+    daemon = Daemon(production, store=store, env={})
+    daemon.start()
+    return daemon, ids
+
+
 def disabling(store: SqlStore, at: int) -> Route:
     """Answers at once; while handling request ``at`` an operator disables the item (the
     worker is then in the middle of that attempt, with the rest of its batch claimed)."""
@@ -141,13 +155,7 @@ def test_a_disable_holds_at_once_even_with_messages_already_claimed(
     store = SqlStore(url)
     store.upgrade()
     with HttpTestServer({"/pay": disabling(store, at=40)}) as server:
-        prod = parse_production(
-            f'[production]\nname = "T"\ndatabase = "{url}"\npoll_interval = 0.05\n'
-            + http_item("Pay", server.url, pool_size=pool_size), env={})
-        ids = store.enqueue_many(target="Pay", bodies=[
-            ("operations.http:HttpRequest", json.dumps(post(f"m{i:03d}"))) for i in range(300)])
-        daemon = Daemon(prod, store=store, env={})
-        daemon.start()
+        daemon, ids = started_with_queue(store, url, server.url, 300, pool_size=pool_size)
         try:
             wait_until(lambda: len(server.requests) >= 40, 20, "the disable")
             wait_until(lambda: "Delivered" not in statuses(store, ids), 10,
@@ -166,13 +174,7 @@ def test_messages_claimed_and_not_sent_at_a_stop_go_back_without_an_open_attempt
     store = SqlStore(url)
     store.upgrade()
     with HttpTestServer({"/pay": respond(200, "ok", delay=0.3)}) as server:
-        prod = parse_production(
-            f'[production]\nname = "T"\ndatabase = "{url}"\npoll_interval = 0.05\n'
-            + http_item("Pay", server.url), env={})
-        ids = store.enqueue_many(target="Pay", bodies=[
-            ("operations.http:HttpRequest", json.dumps(post(f"m{i:03d}"))) for i in range(20)])
-        daemon = Daemon(prod, store=store, env={})
-        daemon.start()
+        daemon, ids = started_with_queue(store, url, server.url, 20)
         try:
             wait_until(lambda: len(server.requests) >= 1, 20, "the first request")
         finally:

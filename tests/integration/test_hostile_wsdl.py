@@ -16,7 +16,12 @@ import pytest
 from adapters import soap_transport
 from adapters.base import AttemptContext
 from adapters.soap import SoapAdapter
+from engine.client import send_message, wait_for
+from engine.daemon import Daemon
 from engine.errors import AdapterNotReady, ConfigurationError, DocumentRefused
+from engine.production import parse_production
+from engine.store import queries
+from engine.store.sql import SqlStore
 from tests.servers import HttpTestServer, SoapTestServer, respond, soap_reply, soap_xml
 
 TIMEOUT = 2.0  # seconds: response timeout; generous, no test here asserts a time
@@ -365,3 +370,38 @@ def test_a_host_listed_in_servers_gets_the_credentials(auth, wsdl_server, other_
         assert post.headers["Authorization"].startswith("Basic ")
     else:
         assert b"UsernameToken" in post.body and PASSWORD.encode() in post.body
+
+
+# -- through the daemon -------------------------------------------------------------------------
+
+def test_a_daemon_with_a_dev_zero_wsdl_stays_up_and_its_other_items_deliver(
+        tmp_path: Path, wsdl_server: HttpTestServer) -> None:
+    wsdl_server.routes["GET /soap"] = xml(echo_wsdl(wsdl_server.url + "/soap",
+                                                    xsd_import="file:///dev/zero"))
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    production = parse_production(
+        f'[production]\nname = "P"\ndatabase = "{url}"\npoll_interval = 0.05\n'
+        f'[[items]]\nname = "Hostile"\nclass = "operations.soap:SoapOperation"\n'
+        f'[items.settings]\nwsdl = "{wsdl_server.url}/soap?wsdl"\n'
+        f'[[items]]\nname = "Plain"\nclass = "operations.http:HttpOperation"\n'
+        f'[items.settings]\nurl = "{wsdl_server.url}"\n', env={})
+    store = SqlStore(url)
+    store.upgrade()
+    daemon = Daemon(production, store=store, env={})
+    before = bytes_read()
+    with address_space_ceiling(MEMORY_HEADROOM):
+        daemon.start()
+        try:
+            hostile = send_message(store, production, "Hostile",
+                                   {"operation": "echo", "args": {"text": "x"}})
+            plain = send_message(store, production, "Plain",
+                                 {"method": "POST", "path": "/soap", "body": "<x/>"})
+            assert wait_for(store, plain, timeout=20) is not None  # the other item delivers
+            assert store.get_message(hostile).status == "Queued"  # kept, not lost
+        finally:
+            daemon.stop()
+    assert bytes_read() - before < READ_BUDGET  # /dev/zero was never read
+    errors = [e["text"] for e in queries.events(store, queries.EventFilter(type="Error",
+                                                                           item="Hostile"))]
+    assert len(errors) == 1 and "file:///dev/zero refused" in errors[0]
+    store.dispose()
