@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from engine.clock import Clock
+from engine.cluster import LEASE_MARGIN  # a claim is given up early locally, as a lease is
 from engine.errors import EncoreError
 from engine.store.hotpath import Claimed, Completion
 from engine.store.sql import SqlStore
@@ -46,7 +47,6 @@ CLAIM_LINGER = 0.005
 MAX_PENDING = 500  # successes that force a group commit
 EXPIRY_SCAN = 1.0  # seconds between looks for claims whose lease expired
 STORE_RETRY_DELAY = 1.0  # seconds the dispatcher waits after a database error
-LEASE_MARGIN = 0.1  # fraction of lease_seconds a claim is given up early, locally
 
 
 @dataclass(frozen=True, kw_only=True)

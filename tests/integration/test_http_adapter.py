@@ -130,7 +130,7 @@ def test_an_unresolvable_host_is_a_connect_failure():
 @pytest.mark.parametrize("retry_after", [
     "7",  # delay in seconds
     format_datetime(datetime.now(timezone.utc) + timedelta(seconds=30), usegmt=True),  # date
-])
+], ids=["seconds", "http-date"])  # stable ids: the date differs between collections
 def test_a_429_carries_its_retry_after_header_and_asks_for_a_retry(retry_after):
     with HttpTestServer({"/pay": respond(429, "slow down",
                                          headers={"Retry-After": retry_after})}) as srv:
