@@ -53,25 +53,32 @@ MAX_POOL_SIZE = 1000  # workers (threads, and connections of the item's pool) of
 MAX_PRODUCTION_NAME = 200
 MAX_ITEM_NAME = 200 - len("item:")
 
+# Defaults of the [production] table, each in one place (the declarations and the
+# ProductionSettings fields below both use them).
+DEFAULT_LEASE_SECONDS = 30.0  # seconds a claim outlives its daemon's last heartbeat
+DEFAULT_POLL_INTERVAL = 0.5  # seconds between an idle item's looks at its queue
+DEFAULT_SHUTDOWN_TIMEOUT = 30.0  # seconds a stop waits for attempts in flight
+DEFAULT_METRICS_HOST = "127.0.0.1"  # loopback
+
 PRODUCTION_SETTINGS: tuple[Setting, ...] = (
     Setting(name="name", kind=str, default="Production",
             check=lambda name: _fits_column(name, MAX_PRODUCTION_NAME)),
     Setting(name="database", kind=str, default=DEFAULT_DATABASE_URL,
             help="SQLAlchemy URL; ENCORE_DATABASE_URL overrides it"),
-    Setting(name="lease_seconds", kind=float, default=30.0, minimum=1,
+    Setting(name="lease_seconds", kind=float, default=DEFAULT_LEASE_SECONDS, minimum=1,
             maximum=MAX_LEASE_SECONDS,
             help="seconds a claim outlives its daemon's last heartbeat"),
-    Setting(name="poll_interval", kind=float, default=0.5, minimum=0.01,
+    Setting(name="poll_interval", kind=float, default=DEFAULT_POLL_INTERVAL, minimum=0.01,
             maximum=MAX_POLL_INTERVAL,
             help="seconds an idle item's dispatcher waits before looking at its queue again "
                  "(work announced in this process, or by NOTIFY on PostgreSQL, wakes it "
                  "sooner)"),
-    Setting(name="shutdown_timeout", kind=float, default=30.0, minimum=0,
+    Setting(name="shutdown_timeout", kind=float, default=DEFAULT_SHUTDOWN_TIMEOUT, minimum=0,
             maximum=MAX_SHUTDOWN_TIMEOUT,
             help="seconds a stop waits for attempts in flight"),
     Setting(name="metrics_port", kind=int, default=0, minimum=0, maximum=MAX_PORT,
             help="port of the Prometheus metrics and /healthz endpoint; 0 = none"),
-    Setting(name="metrics_host", kind=str, default="127.0.0.1",
+    Setting(name="metrics_host", kind=str, default=DEFAULT_METRICS_HOST,
             help="address the metrics endpoint listens on (loopback by default)"),
     Setting(name="alert_item", kind=str, default="",
             help="item that receives every Alert as a message (e.g. an HTTP webhook); '' = none"),
@@ -156,11 +163,11 @@ class ProductionSettings:
 
     name: str
     database: str
-    lease_seconds: float = 30.0
-    poll_interval: float = 0.5
-    shutdown_timeout: float = 30.0
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    poll_interval: float = DEFAULT_POLL_INTERVAL
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
     metrics_port: int = 0
-    metrics_host: str = "127.0.0.1"
+    metrics_host: str = DEFAULT_METRICS_HOST
     retention_days: float = 0
     alert_item: str = ""
     portal: PortalConfig | None = None  # None: no [portal] table, `encore run` serves none

@@ -24,6 +24,14 @@ from engine.errors import ConfigurationError
 if TYPE_CHECKING:
     from engine.retry.state import AttemptState
 
+
+# Defaults of the retry settings, each in one place (RETRY_SETTINGS declares them with these).
+DEFAULT_RETRY_INTERVAL = 5.0  # seconds between attempt starts (fixed backoff, Ensemble's)
+DEFAULT_BACKOFF_BASE = 1.0  # seconds: the first exponential delay
+DEFAULT_BACKOFF_MULTIPLIER = 2.0  # growth of the exponential delay per attempt
+DEFAULT_BACKOFF_MAX = 60.0  # seconds: the cap of an exponential delay
+DEFAULT_RETRY_AFTER_UNIT = "seconds"  # unit of a number in a Retry-After header
+
 FULL_JITTER = "full"
 BACKOFF_NAMES = ("fixed", "exponential", "retry_after")
 RETRY_AFTER_UNITS = ("seconds", "milliseconds")
@@ -311,16 +319,16 @@ def backoff_from_settings(settings: Mapping[str, Any]) -> Backoff:
 
 def _build(kind: str, settings: Mapping[str, Any]) -> Backoff:
     if kind == "fixed":
-        return FixedBackoff(float(settings.get("retry_interval", 5.0)))
+        return FixedBackoff(float(settings.get("retry_interval", DEFAULT_RETRY_INTERVAL)))
     jitter = check_jitter(settings.get("jitter", 0.0))
     exponential = ExponentialBackoff(
-        base=float(settings.get("backoff_base", 1.0)),
-        multiplier=float(settings.get("backoff_multiplier", 2.0)),
-        cap=float(settings.get("backoff_max", 60.0)),
+        base=float(settings.get("backoff_base", DEFAULT_BACKOFF_BASE)),
+        multiplier=float(settings.get("backoff_multiplier", DEFAULT_BACKOFF_MULTIPLIER)),
+        cap=float(settings.get("backoff_max", DEFAULT_BACKOFF_MAX)),
         jitter=jitter)
     if kind == "exponential":
         return exponential
     if kind == "retry_after":
-        return RetryAfterBackoff(unit=settings.get("retry_after_unit", "seconds"),
+        return RetryAfterBackoff(unit=settings.get("retry_after_unit", DEFAULT_RETRY_AFTER_UNIT),
                                  jitter=jitter, fallback=exponential)
     return FunctionBackoff(resolve_function(kind))

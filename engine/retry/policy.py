@@ -15,8 +15,9 @@ from typing import Any
 
 from engine.errors import Delivery
 from engine.retry.backoff import (
-    RETRY_AFTER_UNITS, Backoff, FixedBackoff, RetryAfterBackoff, backoff_from_settings,
-    check_backoff, check_jitter)
+    DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MULTIPLIER, DEFAULT_RETRY_AFTER_UNIT,
+    DEFAULT_RETRY_INTERVAL, RETRY_AFTER_UNITS, Backoff, FixedBackoff, RetryAfterBackoff,
+    backoff_from_settings, check_backoff, check_jitter)
 from engine.retry.reply_codes import DEFAULT_REPLY_CODE_ACTIONS, check_reply_code_actions
 from engine.retry.state import AttemptState
 from engine.settings import Setting
@@ -25,6 +26,8 @@ FOREVER = -1  # failure_timeout: retry forever
 UNKNOWN_OUTCOME_CHOICES = ("error", "suspend")
 UNKNOWN_OUTCOME_REASON = ("outcome unknown: the request may have been processed by the server; "
                           "it was not re-sent because the item is not idempotent")
+
+DEFAULT_FAILURE_TIMEOUT = 15.0  # seconds from the first attempt's start (Ensemble's)
 
 
 class Action(str, enum.Enum):
@@ -71,8 +74,8 @@ class RetryPolicy:
     - ``on_unknown_outcome``: for those, ``"error"`` (give up) or ``"suspend"``.
     """
 
-    retry_interval: float = 5.0
-    failure_timeout: float = 15.0
+    retry_interval: float = DEFAULT_RETRY_INTERVAL
+    failure_timeout: float = DEFAULT_FAILURE_TIMEOUT
     backoff: Backoff = None  # type: ignore[assignment]  # None → FixedBackoff(retry_interval)
     max_attempts: int = 0
     strict: bool = False
@@ -173,8 +176,8 @@ class RetryPolicy:
         ``validate_settings`` with :data:`RETRY_SETTINGS`); missing keys take defaults.
         ``idempotent`` and ``on_unknown_outcome`` (declared by adapters) are read if present."""
         return cls(
-            retry_interval=float(settings.get("retry_interval", 5.0)),
-            failure_timeout=float(settings.get("failure_timeout", 15.0)),
+            retry_interval=float(settings.get("retry_interval", DEFAULT_RETRY_INTERVAL)),
+            failure_timeout=float(settings.get("failure_timeout", DEFAULT_FAILURE_TIMEOUT)),
             backoff=backoff_from_settings(settings),
             max_attempts=int(settings.get("max_attempts", 0)),
             strict=bool(settings.get("strict_failure_timeout", False)),
@@ -187,22 +190,24 @@ def _attempts(n: int) -> str:
 
 
 RETRY_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="retry_interval", kind=float, default=5.0, minimum=0,
+    Setting(name="retry_interval", kind=float, default=DEFAULT_RETRY_INTERVAL, minimum=0,
             help="seconds from the start of one attempt to the start of the next (fixed backoff)"),
-    Setting(name="failure_timeout", kind=float, default=15.0, minimum=0, allow=(FOREVER,),
+    Setting(name="failure_timeout", kind=float, default=DEFAULT_FAILURE_TIMEOUT, minimum=0,
+            allow=(FOREVER,),
             help="seconds after the first attempt's start when retrying stops; "
                  "-1 = retry forever, 0 = a single attempt"),
     Setting(name="backoff", kind=str, default="fixed", check=check_backoff,
             help="'fixed', 'exponential', 'retry_after' or 'module:function'"),
-    Setting(name="backoff_base", kind=float, default=1.0, minimum=0,
+    Setting(name="backoff_base", kind=float, default=DEFAULT_BACKOFF_BASE, minimum=0,
             help="seconds: the first exponential delay"),
-    Setting(name="backoff_multiplier", kind=float, default=2.0, minimum=1,
+    Setting(name="backoff_multiplier", kind=float, default=DEFAULT_BACKOFF_MULTIPLIER, minimum=1,
             help="growth factor of the exponential delay per attempt"),
-    Setting(name="backoff_max", kind=float, default=60.0, minimum=0,
+    Setting(name="backoff_max", kind=float, default=DEFAULT_BACKOFF_MAX, minimum=0,
             help="seconds: the longest backoff delay before jitter"),
     Setting(name="jitter", kind=(float, str), default=0.0, minimum=0, check=check_jitter,
             help="seconds of random delay added (0 = none), or 'full' for full jitter"),
-    Setting(name="retry_after_unit", kind=str, default="seconds", choices=RETRY_AFTER_UNITS,
+    Setting(name="retry_after_unit", kind=str, default=DEFAULT_RETRY_AFTER_UNIT,
+            choices=RETRY_AFTER_UNITS,
             help="unit of a numeric Retry-After header"),
     Setting(name="max_attempts", kind=int, default=0, minimum=0,
             help="most attempts per message; 0 = unlimited"),
