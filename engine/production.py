@@ -33,9 +33,9 @@ if TYPE_CHECKING:  # imported with the first class an item names, not before
     from engine.host import BusinessHost
 
 __all__ = ["DEFAULT_PRODUCTION_FILE", "ITEM_KEYS", "PORTAL_SETTINGS", "PRODUCTION_SETTINGS",
-           "ItemConfig", "ItemEntry", "PortalConfig", "ProductionConfig", "ProductionOutline", "find_production_file",
-           "load_production", "parse_outline", "parse_production", "read_outline",
-           "resolve_class"]
+           "ItemConfig", "ItemEntry", "PortalConfig", "ProductionConfig", "ProductionOutline",
+           "find_production_file", "load_production", "parse_outline", "parse_production",
+           "read_outline", "resolve_class"]
 
 DEFAULT_PRODUCTION_FILE = "production.toml"
 
