@@ -1,18 +1,13 @@
 """Read-only queries for the command line (``encore log``, ``messages``, ``status``)."""
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, select
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import func, select
 
 from engine.clock import as_utc
-from engine.errors import StoreError
-from engine.store.database import reason_of
 from engine.store.models import FINAL_STATUSES, daemon, event_log, message_header
 from engine.store.sql import SqlStore
 
@@ -43,7 +38,7 @@ def events(store: SqlStore, flt: EventFilter) -> list[dict[str, Any]]:
     query = query.order_by(c.id.desc())
     if flt.limit:
         query = query.limit(flt.limit)
-    with _reading(store) as conn:
+    with store.read() as conn:
         rows = [_plain(r) for r in conn.execute(query).mappings()]
     return rows[::-1]
 
@@ -59,7 +54,7 @@ def messages(store: SqlStore, *, status: str | None = None, item: str | None = N
     query = query.order_by(c.id.desc())
     if limit:
         query = query.limit(limit)
-    with _reading(store) as conn:
+    with store.read() as conn:
         rows = [_plain(r) for r in conn.execute(query).mappings()]
     return rows[::-1]
 
@@ -67,7 +62,7 @@ def messages(store: SqlStore, *, status: str | None = None, item: str | None = N
 def queue_stats(store: SqlStore) -> dict[str, dict[str, Any]]:
     """Per item: queued count, oldest queued time, messages in retry, last error text."""
     c = message_header.c
-    with _reading(store) as conn:
+    with store.read() as conn:
         queued = conn.execute(
             select(c.target, func.count(), func.min(c.time_created))
             .where(c.kind == "request", c.status.in_(("Queued", "Delivered")))
@@ -92,20 +87,11 @@ def queue_stats(store: SqlStore) -> dict[str, dict[str, Any]]:
 
 
 def daemons(store: SqlStore) -> list[dict[str, Any]]:
-    with _reading(store) as conn:
+    with store.read() as conn:
         return [_plain(r) for r in conn.execute(select(daemon).order_by(daemon.c.started_at))
                 .mappings()]
 
 
-@contextmanager
-def _reading(store: SqlStore) -> Iterator[Connection]:
-    """A connection for these reads; SQLAlchemy's errors come out as StoreError, whose text
-    is the driver's reason without the SQL statement or its parameters."""
-    try:
-        with store.engine.connect() as conn:
-            yield conn
-    except SQLAlchemyError as exc:
-        raise StoreError(f"database error: {reason_of(exc)}") from exc
 
 
 def _plain(row: Any) -> dict[str, Any]:

@@ -481,8 +481,10 @@ class SqlStore:
         return _Transaction(self.engine, read_only=True)
 
     def read(self) -> Any:
-        """A read-only connection for the store's sibling modules (queries, the viewer),
-        with errors turned into StoreError as every store method does."""
+        """A read-only connection for the store's sibling modules (queries, the viewer):
+        on SQLite a plain BEGIN — ``log --follow``, ``status``, metrics scrapes and the
+        portal never take the write lock — with errors turned into StoreError as every
+        store method does."""
         return self._read()
 
 

@@ -9,17 +9,14 @@ backwards from the cursor until the page is full.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, func, or_, select
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import Select, func, or_, select
 
 from engine.clock import as_utc
-from engine.errors import StoreError
 from engine.store.models import (FINAL_STATUSES, daemon, event_log, item_breaker, lease,
                                  message_attempt, message_header)
 from engine.store.queries import _plain
@@ -90,7 +87,7 @@ def count_messages(store: SqlStore, flt: MessageFilter, *, resendable: bool = Fa
     query = _message_where(select(func.count()).select_from(message_header), flt)
     if resendable:
         query = _resendable(query)
-    with _reading(store) as conn:
+    with store.read() as conn:
         return int(conn.execute(query).scalar_one())
 
 
@@ -99,7 +96,7 @@ def resendable_ids(store: SqlStore, flt: MessageFilter, *, limit: int) -> list[i
     ``limit``."""
     h = message_header.c
     query = _resendable(_message_where(select(h.id), flt)).order_by(h.id).limit(limit)
-    with _reading(store) as conn:
+    with store.read() as conn:
         return list(conn.execute(query).scalars())
 
 
@@ -129,7 +126,7 @@ def _message_where(query: Select[Any], flt: MessageFilter) -> Select[Any]:
 # -- one message, one session ------------------------------------------------------------
 def message(store: SqlStore, message_id: int) -> dict[str, Any] | None:
     """Every column of message ``message_id``, or None."""
-    with _reading(store) as conn:
+    with store.read() as conn:
         row = conn.execute(select(message_header).where(message_header.c.id == message_id)
                            ).mappings().first()
     return None if row is None else _plain(row)
@@ -138,7 +135,7 @@ def message(store: SqlStore, message_id: int) -> dict[str, Any] | None:
 def session_messages(store: SqlStore, session_id: int) -> list[dict[str, Any]]:
     """Every message of a session, oldest first."""
     h = message_header.c
-    with _reading(store) as conn:
+    with store.read() as conn:
         return [_plain(r) for r in conn.execute(
             select(message_header).where(h.session_id == session_id).order_by(h.id)).mappings()]
 
@@ -149,7 +146,7 @@ def attempts_of(store: SqlStore, message_ids: Sequence[int]) -> dict[int, list[A
     found: dict[int, list[AttemptRow]] = {mid: [] for mid in message_ids}
     if not message_ids:
         return found
-    with _reading(store) as conn:
+    with store.read() as conn:
         for row in conn.execute(select(message_attempt).where(a.message_id.in_(message_ids))
                                 .order_by(a.message_id, a.attempt)).mappings():
             found[row["message_id"]].append(AttemptRow.from_mapping(row))
@@ -162,7 +159,7 @@ def events_of(store: SqlStore, message_ids: Sequence[int]) -> list[dict[str, Any
     e = event_log.c
     if not message_ids:
         return []
-    with _reading(store) as conn:
+    with store.read() as conn:
         return [_plain(r) for r in conn.execute(
             select(event_log).where(e.message_id.in_(message_ids)).order_by(e.id)).mappings()]
 
@@ -207,7 +204,7 @@ def production_status(store: SqlStore, items: Sequence[str], *,
     """The queues of ``items`` (a few indexed queries each), every registered daemon, and
     the leases unexpired at ``now`` (read only: no write lock, even on SQLite)."""
     status = ProductionStatus()
-    with _reading(store) as conn:
+    with store.read() as conn:
         status.leases = {r.name: r.owner for r in conn.execute(
             select(lease.c.name, lease.c.owner, lease.c.expires_at))
             if as_utc(r.expires_at) >= now}
@@ -245,18 +242,6 @@ def _item_status(conn: Any, name: str) -> ItemStatus:
 
 
 # -- reading -----------------------------------------------------------------------------
-@contextmanager
-def _reading(store: SqlStore) -> Iterator[Connection]:
-    """A read-only connection (on SQLite a plain BEGIN: the portal never takes the write
-    lock to read, so it never holds up a daemon); driver errors come out as StoreError
-    without the SQL or its parameters."""
-    try:
-        with store._read() as conn:
-            yield conn
-    except SQLAlchemyError as exc:
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        raise StoreError(f"database error: {reason[0] if reason else type(exc).__name__}"
-                         ) from exc
 
 
 # -- paging ------------------------------------------------------------------------------
@@ -272,7 +257,7 @@ def _keyset(store: SqlStore, query: Select[Any], key: Any, *, before: int | None
         if before is not None:
             query = query.where(key < before)
         query = query.order_by(key.desc())
-    with _reading(store) as conn:
+    with store.read() as conn:
         rows = [_plain(r) for r in conn.execute(query.limit(limit + 1)).mappings()]
     more = len(rows) > limit
     rows = rows[:limit]
