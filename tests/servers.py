@@ -260,13 +260,16 @@ def sequence(*routes: Route) -> Route:
 # -- SOAP ---------------------------------------------------------------------------------
 
 SOAP_NS = "urn:encore:test"
-_WSDL = """<?xml version="1.0" encoding="UTF-8"?>
+# ``{address}``: the service address; ``{wsdl_import}``/``{xsd_import}``: imports, or ''.
+ECHO_WSDL = """<?xml version="1.0" encoding="UTF-8"?>
 <definitions xmlns="http://schemas.xmlsoap.org/wsdl/"
     xmlns:soap="http://schemas.xmlsoap.org/wsdl/soap/"
     xmlns:xsd="http://www.w3.org/2001/XMLSchema"
     xmlns:tns="urn:encore:test" targetNamespace="urn:encore:test" name="Echo">
+  {wsdl_import}
   <types>
     <xsd:schema targetNamespace="urn:encore:test" elementFormDefault="qualified">
+      {xsd_import}
       <xsd:element name="echo"><xsd:complexType><xsd:sequence>
         <xsd:element name="text" type="xsd:string"/>
       </xsd:sequence></xsd:complexType></xsd:element>
@@ -300,7 +303,7 @@ def soap_wsdl(path: str = "/soap") -> Route:
 
     def route(handler: _Handler, record: Recorded) -> None:
         address = handler.server.owner.url + path
-        respond(200, _WSDL.replace("{address}", address),
+        respond(200, ECHO_WSDL.format(address=address, wsdl_import="", xsd_import=""),
                 content_type="text/xml; charset=utf-8")(handler, record)
     return route
 

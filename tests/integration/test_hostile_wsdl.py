@@ -22,7 +22,8 @@ from engine.errors import AdapterNotReady, ConfigurationError, DocumentRefused
 from engine.production import parse_production
 from engine.store import queries
 from engine.store.sql import SqlStore
-from tests.servers import HttpTestServer, SoapTestServer, respond, soap_reply, soap_xml
+from tests.servers import (ECHO_WSDL, HttpTestServer, SoapTestServer, respond, soap_reply,
+                           soap_xml)
 
 TIMEOUT = 2.0  # seconds: response timeout; generous, no test here asserts a time
 READ_BUDGET = 1024 * 1024  # bytes the process may read while refusing a WSDL
@@ -37,40 +38,6 @@ SCHEMA = """<?xml version="1.0" encoding="UTF-8"?>
 </xsd:schema>
 """
 
-_WSDL = """<?xml version="1.0" encoding="UTF-8"?>
-<definitions xmlns="http://schemas.xmlsoap.org/wsdl/"
-    xmlns:soap="http://schemas.xmlsoap.org/wsdl/soap/"
-    xmlns:xsd="http://www.w3.org/2001/XMLSchema"
-    xmlns:tns="urn:encore:test" targetNamespace="urn:encore:test" name="Echo">
-  {wsdl_import}
-  <types>
-    <xsd:schema targetNamespace="urn:encore:test" elementFormDefault="qualified">
-      {xsd_import}
-      <xsd:element name="echo"><xsd:complexType><xsd:sequence>
-        <xsd:element name="text" type="xsd:string"/>
-      </xsd:sequence></xsd:complexType></xsd:element>
-      <xsd:element name="echoResponse"><xsd:complexType><xsd:sequence>
-        <xsd:element name="echoResult" type="xsd:string"/>
-      </xsd:sequence></xsd:complexType></xsd:element>
-    </xsd:schema>
-  </types>
-  <message name="echoIn"><part name="parameters" element="tns:echo"/></message>
-  <message name="echoOut"><part name="parameters" element="tns:echoResponse"/></message>
-  <portType name="EchoPort">
-    <operation name="echo"><input message="tns:echoIn"/><output message="tns:echoOut"/></operation>
-  </portType>
-  <binding name="EchoBinding" type="tns:EchoPort">
-    <soap:binding style="document" transport="http://schemas.xmlsoap.org/soap/http"/>
-    <operation name="echo">
-      <soap:operation soapAction="urn:encore:test#echo"/>
-      <input><soap:body use="literal"/></input><output><soap:body use="literal"/></output>
-    </operation>
-  </binding>
-  <service name="EchoService">
-    <port name="EchoPort" binding="tns:EchoBinding"><soap:address location="{address}"/></port>
-  </service>
-</definitions>
-"""
 
 
 def echo_wsdl(address: str, *, xsd_import: str | list[str] = (),
@@ -78,7 +45,7 @@ def echo_wsdl(address: str, *, xsd_import: str | list[str] = (),
     """The echo WSDL calling ``address``, importing schemas from the given locations (the
     n-th ``xsd_import`` with the namespace of ``schema(n)``)."""
     xsd_imports = [xsd_import] if isinstance(xsd_import, str) else list(xsd_import)
-    return _WSDL.format(
+    return ECHO_WSDL.format(
         address=address,
         xsd_import="".join(f'<xsd:import namespace="{SCHEMA_NS}{n or ""}" '
                            f'schemaLocation="{location}"/>'
