@@ -5,8 +5,9 @@ One thread per item talks to the queue, so idle workers never poll the database 
 
 - it claims as many due messages as there are idle workers in one statement — a batch for a
   ``pool_size = 1`` item, sized so that a batch is about :data:`BATCH_WINDOW` of work, and
-  claimed while the last message of the previous one is in flight, so the worker never waits
-  — and hands them to the item's workers through an in-memory queue;
+  claimed once half of the previous one is done, so that the claim's time in the database
+  overlaps the worker's and the worker never waits — and hands them to the item's workers
+  through an in-memory queue;
 - for idempotent items the claim also begins each fresh message's attempt 1 (a crash turns
   the batch into outcome-unknown attempts, which they re-send); non-idempotent items begin
   every attempt durably, one by one, just before its request is sent (the worker does);
@@ -89,6 +90,7 @@ class Dispatcher:
         self._pending_ids: set[int] = set()
         self._oldest_pending = 0.0  # monotonic seconds
         self._seconds_per_message = BATCH_WINDOW / FIRST_BATCH
+        self._refill_at = 1  # pool_size = 1: claim again when this many are left to work
         self._next_expiry_scan = 0.0
         self._linger_until = 0.0  # monotonic seconds
         self._thread: threading.Thread | None = None
@@ -113,7 +115,7 @@ class Dispatcher:
                 self._held.pop(message_id, None)
             self._claimed_at.pop(message_id, None)
             self._seconds_per_message += (seconds - self._seconds_per_message) * 0.2
-            idle = self._outstanding <= 1 or self.settings.pool_size > 1
+            idle = self._outstanding <= self._refill_at or self.settings.pool_size > 1
         if idle:
             self.wakeup.set()
 
@@ -227,7 +229,7 @@ class Dispatcher:
                 return 0
             if self.settings.pool_size > 1:
                 return max(self.settings.pool_size - self._outstanding, 0)
-            if self._outstanding > 1:  # the next batch is claimed during the last message
+            if self._outstanding > self._refill_at:  # the next batch is claimed meanwhile
                 return 0
             return max(1, min(MAX_BATCH, int(BATCH_WINDOW / max(self._seconds_per_message,
                                                                 1e-6))))
@@ -250,6 +252,7 @@ class Dispatcher:
             self._outstanding += len(claimed)
             if claimed:
                 self.claims += 1
+                self._refill_at = max(1, len(claimed) // 2)
             if 0 < len(claimed) < limit:  # the queue ran dry: let a few arrive
                 self._linger_until = self.clock.monotonic() + CLAIM_LINGER
         for c in claimed:

@@ -1,14 +1,22 @@
 """The SQL tables (DESIGN.md §6). Users query these directly: names are public."""
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (BigInteger, Boolean, Column, DateTime, Float, ForeignKey, Index,
-                        Integer, MetaData, String, Table, Text)
+                        Integer, MetaData, String, Table, Text, text)
 
 metadata = MetaData()
 
 # BigInteger ids on PostgreSQL; SQLite only auto-increments a plain INTEGER primary key.
 _Id = BigInteger().with_variant(Integer(), "sqlite")
 _Time = DateTime(timezone=True)
+
+
+def _where(condition: str) -> dict[str, Any]:
+    """The keyword arguments of a partial index on both dialects."""
+    return {"postgresql_where": text(condition), "sqlite_where": text(condition)}
+
 
 EVENT_TYPES = ("Assert", "Error", "Warning", "Info", "Trace", "Alert")
 MESSAGE_STATUSES = ("Created", "Queued", "Delivered", "Completed", "Error", "Suspended",
@@ -63,10 +71,14 @@ message_header = Table(
     # The W3C trace context of the producer's span, kept with the message (DESIGN.md §12).
     Column("trace_context", Text),
     Index("ix_message_header_queue", "target", "status", "id"),
-    Index("ix_message_header_due", "target", "status", "next_attempt_at"),
-    Index("ix_message_header_claim", "claimed_by"),
+    # Partial where most rows have nothing to find (migration 0007): a completion, which
+    # clears the claim and the due time, then costs no entry in these.
+    Index("ix_message_header_due", "target", "status", "next_attempt_at",
+          **_where("next_attempt_at IS NOT NULL")),
+    Index("ix_message_header_claim", "claimed_by", **_where("claimed_by IS NOT NULL")),
     Index("ix_message_header_session", "session_id"),
-    Index("ix_message_header_idempotency", "target", "idempotency_key", unique=True),
+    Index("ix_message_header_idempotency", "target", "idempotency_key", unique=True,
+          **_where("idempotency_key IS NOT NULL")),
     Index("ix_message_header_status", "status", "id"),  # the Message Viewer's filters
     Index("ix_message_header_created", "time_created"),
 )

@@ -48,19 +48,22 @@ class PostgresHotPath(HotPath):
         f"ins AS (INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) "
         f"SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', :body_class, "
         f":body, 'Queued', false, :now, false, 0, 0, :key, :trace FROM n "
-        f"ON CONFLICT (target, idempotency_key) DO NOTHING RETURNING id, session_id) "
+        f"ON CONFLICT (target, idempotency_key) WHERE idempotency_key IS NOT NULL "
+        f"DO NOTHING RETURNING id, session_id) "
         f"SELECT ins.id, ins.session_id, pg_notify('encore_queue', :target) FROM ins")
     _FIND_KEY = _pg("SELECT id, session_id FROM message_header "
                     "WHERE target = :target AND idempotency_key = :key")
+    # The id of each attempt begun is drawn with the claim, so the rows come back without a
+    # join of the claimed messages to their new attempts.
     _CLAIM = (
         "WITH pick AS ({pick} FOR UPDATE{skip}), "
         f"claimed AS (UPDATE message_header h SET {_CLAIM_SET} FROM pick "
         f"WHERE h.id = pick.id "
-        f"RETURNING {_SELECT_COLUMNS}, :begin AND pick.attempts = 0 AS fresh), "
-        "begun AS (INSERT INTO message_attempt (message_id, attempt, started_at) "
-        "SELECT id, 1, :now FROM claimed WHERE fresh RETURNING id, message_id) "
-        "SELECT claimed.*, begun.id FROM claimed LEFT JOIN begun "
-        "ON begun.message_id = claimed.id ORDER BY claimed.id")
+        f"RETURNING {_SELECT_COLUMNS}, CASE WHEN :begin AND pick.attempts = 0 "
+        "THEN nextval('message_attempt_id_seq') END AS begun), "
+        "begun AS (INSERT INTO message_attempt (id, message_id, attempt, started_at) "
+        "SELECT begun, id, 1, :now FROM claimed WHERE begun IS NOT NULL) "
+        "SELECT * FROM claimed ORDER BY id")
     # A FIFO head locked for a moment (an operator's action) is waited for, never skipped.
     # One statement per kind of claim, so that each gets a plan of its own (a generic plan
     # of one statement for both would have to scan).
