@@ -116,7 +116,12 @@ class MessageWorker:
         ``begun``: the id of attempt 1, already recorded with the claim
         (:meth:`SqlStore.claim` with ``begin``). Every write is conditional on the row's
         claim token: when the claim is gone, ClaimLost ends the delivery and nothing more is
-        sent."""
+        sent. The events of the delivery are written in the transaction of the change they
+        report (the retry scheduled, the give-up, the completion)."""
+        with self.store.events.until_next_change():
+            return self._deliver(row, begun)
+
+    def _deliver(self, row: MessageRow, begun: int | None) -> Result:
         self.host.message_id, self.host.session_id = row.id, row.session_id
         request = decode_message(row.body_class, row.body)
         # An attempt 1 begun with the claim starts for real now: s_1 is taken then.
@@ -201,10 +206,10 @@ class MessageWorker:
         idempotent item (per the retry policy), suspended otherwise. Returns s_1, or how the
         delivery ended."""
         now = self.clock.monotonic()
+        if open_attempt.attempt == 1:  # written with the attempt's end
+            self._tell("on_first_failure", row, f"attempt 1 failed: {CRASH_TEXT}")
         self.store.end_attempt(open_attempt.id, ended_at=self.clock.now(), outcome="error",
                                error_text=CRASH_TEXT, token=row.claim_token)
-        if open_attempt.attempt == 1:
-            self._tell("on_first_failure", row, f"attempt 1 failed: {CRASH_TEXT}")
         first = now if first_started is None else first_started
         if not self.policy.idempotent:
             return self._end(row, Result.SUSPENDED, f"{CRASH_TEXT}; the request may have been "
@@ -226,7 +231,11 @@ class MessageWorker:
         body_class, body = encode_response(judgement.response)
         if judgement.from_hook:
             self._tell("on_failure_timeout_response", row)
-        if judgement.attempt_open and self.defer is not None:
+        self._tell("on_complete", row, outcome.number)
+        # the group commit takes successes without events; one with events is written
+        # with them, in one transaction
+        if (judgement.attempt_open and self.defer is not None
+                and not self.store.events.held()):
             self.defer(Completion(row.id, row.claim_token, outcome.attempt_id,
                                   outcome.started_at, outcome.ended_at, outcome.server,
                                   body_class, body))
@@ -235,19 +244,18 @@ class MessageWorker:
                 if judgement.attempt_open else None
             self.store.complete(row, response_class=body_class, response_body=body,
                                 now=self.clock.now(), attempt=end, fenced=True)
-        self._tell("on_complete", row, outcome.number)
         return Result.COMPLETED
 
     def _end(self, row: MessageRow, result: Result, text: str) -> Result:
+        self._tell("on_give_up" if result is Result.ERROR else "on_suspend", row, text)
         self.store.finish(row.id, status=result.value, error_text=text, now=self.clock.now(),
                           token=row.claim_token)
-        self._tell("on_give_up" if result is Result.ERROR else "on_suspend", row, text)
         return result
 
     def _disable(self, row: MessageRow, reason: str) -> Result:
         self.store.set_item_enabled(self.host.name, False, reason=reason, now=self.clock.now())
-        self.store.release(row.id, token=row.claim_token)
         self._tell("on_disable", row, reason)
+        self.store.release(row.id, token=row.claim_token)
         return Result.DISABLED
 
     def _tell(self, hook: str, *args: Any, **kwargs: Any) -> None:

@@ -1,12 +1,24 @@
-"""The event log: append-only rows in ``event_log`` (DESIGN.md §6)."""
+"""The event log: append-only rows in ``event_log`` (DESIGN.md §6).
+
+An event that reports a change of state is written in the transaction of that change: a
+worker holds its delivery's events (:meth:`SqlEventLog.until_next_change`) and the store's
+next write on that thread inserts them before it commits (:meth:`SqlEventLog.insert_held`).
+A first failure is then never on record without the retry it scheduled, nor a give-up
+without the Error status — and a change refused by fencing leaves no event behind.
+"""
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from engine.clock import utcnow
+from engine.errors import ClaimLost
 from engine.store.models import EVENT_TYPES, event_log
 
 log = logging.getLogger(__name__)
@@ -20,6 +32,53 @@ class SqlEventLog:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._local = threading.local()  # .held: this thread's events awaiting a change
+
+    @contextmanager
+    def until_next_change(self) -> Iterator[None]:
+        """Hold the events this thread writes until the store's next write on this thread,
+        which inserts them in its transaction. Leaving, events no write took are written on
+        their own — unless ClaimLost ended the block: the change they report belongs to
+        another daemon now, and nothing of it is recorded here. Nested blocks share the
+        outermost one's events."""
+        if getattr(self._local, "held", None) is not None:
+            yield
+            return
+        self._local.held = []
+        try:
+            yield
+        except ClaimLost:
+            self._local.held = None
+            raise
+        except BaseException:
+            self._write_left_over(quietly=True)
+            raise
+        else:
+            self._write_left_over(quietly=False)
+
+    def held(self) -> int:
+        """How many events this thread holds for its next change."""
+        return len(getattr(self._local, "held", None) or ())
+
+    def insert_held(self, conn: Connection) -> None:
+        """Insert this thread's held events in ``conn``'s transaction (the store calls this
+        in every write transaction, before it commits)."""
+        held = getattr(self._local, "held", None)
+        if held:
+            conn.execute(event_log.insert(), list(held))
+            held.clear()
+
+    def _write_left_over(self, *, quietly: bool) -> None:
+        held, self._local.held = self._local.held, None
+        if not held:
+            return
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(event_log.insert(), held)
+        except Exception as exc:
+            if not quietly:
+                raise
+            log.error("%d event(s) could not be written: %s", len(held), exc)
 
     def write(self, type_: str, text: str, *, config_name: str | None = None,
               message_id: int | None = None, session_id: int | None = None,
@@ -31,8 +90,14 @@ class SqlEventLog:
             raise ValueError(f"unknown event type {type_!r}; expected one of {EVENT_TYPES}")
         log.log(_LEVELS[type_], "[%s] %s%s", config_name or "-",
                 f"message {message_id}: " if message_id else "", text)
+        row: dict[str, Any] = {
+            "time_logged": now or utcnow(), "type": type_, "config_name": config_name,
+            "job": job, "message_id": message_id, "session_id": session_id,
+            "source_class": source_class, "source_method": source_method, "text": text,
+            "stack": stack}
+        held = getattr(self._local, "held", None)
+        if held is not None:
+            held.append(row)
+            return
         with self.engine.begin() as conn:
-            conn.execute(event_log.insert().values(
-                time_logged=now or utcnow(), type=type_, config_name=config_name, job=job,
-                message_id=message_id, session_id=session_id, source_class=source_class,
-                source_method=source_method, text=text, stack=stack))
+            conn.execute(event_log.insert().values(**row))

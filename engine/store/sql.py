@@ -11,11 +11,12 @@ its target: callbacks registered in this process run after the commit, and on Po
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, case, func, select, tuple_, update
+from sqlalchemy import Connection, Engine, case, func, select, tuple_, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from engine.clock import as_utc, utcnow
@@ -469,11 +470,16 @@ class SqlStore:
         if announce and target is not None:
             self._announcer.call_back([target])
 
-    def _tx(self, *, durable: bool = True) -> Any:
+    @contextmanager
+    def _tx(self, *, durable: bool = True) -> Iterator[Connection]:
         """A write transaction. ``durable=False``: on PostgreSQL the commit does not wait for
         the WAL flush (``synchronous_commit = off``) — for writes whose loss in a database
-        server crash the engine recovers from (see :meth:`begin_attempt`)."""
-        return _Transaction(self.engine, durable=durable or not self.is_postgres)
+        server crash the engine recovers from (see :meth:`begin_attempt`). The events this
+        thread holds for its next change (:meth:`SqlEventLog.until_next_change`) are
+        inserted in it, before it commits."""
+        with _Transaction(self.engine, durable=durable or not self.is_postgres) as conn:
+            yield conn
+            self.events.insert_held(conn)
 
     def _read(self) -> Any:
         """A connection for reads only (on SQLite: no write lock: ``log --follow``,
