@@ -189,8 +189,7 @@ class Daemon:
     def _start_scheduler(self) -> None:
         """The housekeeping jobs (the heartbeat is the loop's own, see :meth:`tick`); in real
         time the scheduler runs them, and the services, on its thread pool."""
-        self.scheduler.add_housekeeping("queue_alerts", QUEUE_ALERT_INTERVAL,
-                                        self.check_queue_alerts, leader_only=True)
+        self._watch_queues()
         self.scheduler.add_housekeeping("forget_dead_daemons", self.production.lease_seconds,
                                         self.forget_dead_daemons, leader_only=True)
         if self.production.retention_days > 0:
@@ -200,6 +199,15 @@ class Daemon:
             self.scheduler.open()
         else:
             self.scheduler.start(loop=False)  # the daemon's loop ticks it
+
+    def _watch_queues(self) -> None:
+        """Check the queue alerts every QUEUE_ALERT_INTERVAL once an item sets one (not
+        before: an idle daemon — or a virtual one — need not wake every second for it)."""
+        if any(i.settings["queue_count_alert"] or i.settings["queue_wait_alert"]
+               for i in self._operations()) and not any(
+                   j.name == "housekeeping:queue_alerts" for j in self.scheduler.jobs):
+            self.scheduler.add_housekeeping("queue_alerts", QUEUE_ALERT_INTERVAL,
+                                            self.check_queue_alerts, leader_only=True)
 
     def _start_listening(self) -> None:
         """Wake an item's workers when work for it is announced: by this process (any
@@ -228,6 +236,12 @@ class Daemon:
     def _wake_all(self) -> None:
         for runner in list(self.runners.values()):
             runner.wakeup.set()
+
+    def guards(self, name: str) -> ItemGuards | None:
+        """The rate limit and circuit breaker of the running item ``name`` (None: no such
+        item running)."""
+        runner = self.runners.get(name)
+        return None if runner is None else self._guards.get(runner)
 
     def is_leader(self) -> bool:
         """True while this daemon holds the leader lease: its scheduler runs business
@@ -471,6 +485,7 @@ class Daemon:
                 self.leases.release(item_lease_name(runner.item.name))
         self.production = new
         self.events.production = new
+        self._watch_queues()
         for runner in built.values():
             self._launch(runner)
         log.info("production reloaded from %s: %d item(s) running", new.path, len(self.runners))

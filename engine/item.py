@@ -103,7 +103,8 @@ class ItemRunner:
             self.observers.append(self.tracing)
         self.hosts: list[BusinessOperation] = []
         self.threads: list[threading.Thread] = []
-        self._inline: list[MessageWorker] | None = None  # threads=False: tick() delivers
+        # threads=False: the workers tick() delivers with (the first one; None: threads)
+        self.inline_workers: list[MessageWorker] | None = None
         self._ticking = False  # tick() is delivering (a sleep inside may tick the daemon)
         self._abandoned: dict[int, int] = {}  # id → token: messages a failed delivery left
         self._abandoned_lock = threading.Lock()
@@ -181,7 +182,7 @@ class ItemRunner:
         if not threads:
             # no group commit: each success is written when it happens, so that its time is
             # exact on a virtual clock
-            self._inline = [self._worker(host, defer=None) for host in self.hosts]
+            self.inline_workers = [self._worker(host, defer=None) for host in self.hosts]
             return
         for index, host in enumerate(self.hosts):
             thread = threading.Thread(target=self._work, args=(host,), daemon=True,
@@ -269,7 +270,7 @@ class ItemRunner:
         it claimed delivered on this thread, one after the other. Returns the seconds until
         the next step is needed (0: at once), or None while a delivery of this item is in
         progress below (a sleep inside it ticks the daemon, which must not re-enter it)."""
-        assert self._inline is not None, "tick() is for a runner started with threads=False"
+        assert self.inline_workers is not None, "tick() is for a runner started with threads=False"
         if self._ticking:
             return None
         self._ticking = True
@@ -282,7 +283,7 @@ class ItemRunner:
                 except queue.Empty:
                     break
                 if work is not None:
-                    self._take(self._inline[0], *work)
+                    self._take(self.inline_workers[0], *work)
                     delivered = True
             return 0.0 if delivered else wait
         finally:

@@ -27,7 +27,7 @@ from engine.production import ItemConfig, ProductionConfig
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.store.sql import SqlStore
-from engine.worker import MessageWorker
+from engine.worker import MessageWorker, Result
 
 AdapterSource = OutboundAdapter | Callable[[Clock], OutboundAdapter]
 
@@ -283,6 +283,10 @@ class VirtualDaemon:
                              rng=rng)
         self.daemon.start(inline=True)
         self.ticks = 0
+        self.deliveries: list[tuple[int, Result]] = []  # (message id, result), in order
+        for runner in self.daemon.runners.values():
+            for worker in runner.inline_workers or ():
+                worker.deliver = self._recording(worker.deliver)  # type: ignore[method-assign]
 
     @classmethod
     def for_item(cls, name: str, host_class: type[BusinessOperation],
@@ -360,6 +364,13 @@ class VirtualDaemon:
         self.stop()
 
     # -- inside -------------------------------------------------------------------------
+    def _recording(self, deliver: Callable[..., Result]) -> Callable[..., Result]:
+        def recorded(row: Any, *args: Any, **kwargs: Any) -> Result:
+            result = deliver(row, *args, **kwargs)
+            self.deliveries.append((row.id, result))
+            return result
+        return recorded
+
     def _next_wake(self, wait: float) -> float:
         """When to tick next: after ``wait`` seconds, or when a parked message falls due."""
         now = self.clock.monotonic()
