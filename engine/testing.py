@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 
 from adapters.base import OutboundAdapter
 from adapters.deadline import TryScope
@@ -268,7 +268,8 @@ class VirtualDaemon:
     def __init__(self, production: ProductionConfig, store: SqlStore | None = None, *,
                  adapters: Mapping[str, AdapterSource] | None = None,
                  start: datetime | None = None, rng: Any = None) -> None:
-        from engine.daemon import Daemon  # the daemon imports the world; tests only need it
+        # the daemon imports the world: only those who use the harness pay for it
+        from engine.daemon import Daemon
 
         self.production = production
         self.own_store = store is None
@@ -328,7 +329,7 @@ class VirtualDaemon:
         overruns it ends later)."""
         for _ in range(VIRTUAL_STEPS):
             wake = self._next_wake(self.tick())
-            if wake >= t:
+            if wake > t or self.clock.monotonic() >= t:  # what is due at t, ticks at t
                 self.clock.advance_to(t)
                 return
             self.clock.advance_to(wake)
@@ -357,7 +358,7 @@ class VirtualDaemon:
             self.store.dispose()
         return clean
 
-    def __enter__(self) -> VirtualDaemon:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
