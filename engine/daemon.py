@@ -1,11 +1,19 @@
 """The daemon: runs a production until told to stop.
 
-Operation items run on their own worker threads (:class:`~engine.item.ItemRunner`); business
-services and the housekeeping — heartbeat and lease renewal, queue alerts, purge for
-``retention_days`` — run on one :class:`~engine.scheduler.ProductionScheduler`. ``run()``
-only waits for signals; the handlers only set events. Shutdown stops intake first, then
-waits for the workers with one overall timeout (``shutdown_timeout``); messages still in hand
+Operation items run on their own worker threads (:class:`~engine.item.ItemRunner`). The
+daemon's own periodic work is one loop: :meth:`Daemon.tick` does what is due — the heartbeat
+and lease renewal, a reload asked for by SIGHUP, the scheduler's jobs (business services,
+queue alerts, forgetting silent daemons, purge for ``retention_days``) — and returns the
+seconds until it is needed again; ``run()`` waits that long on an event that the signal
+handlers set (they only set events). The heartbeat runs on the loop's thread itself, and
+what may be slow (a service, a purge, a reload) on other threads, so it is never late.
+Shutdown stops intake first, then waits for the workers with one overall timeout
+(``shutdown_timeout``), beating the heartbeat until they have joined; messages still in hand
 go back to their queue, and their open attempts count as outcome unknown on the next start.
+
+Started ``inline`` the daemon starts no thread at all: items deliver and jobs run inside
+``tick()`` on the caller's thread. :class:`engine.testing.VirtualDaemon` drives it so on a
+virtual clock, advancing the clock to each wake-up ``tick()`` returns.
 SIGHUP reloads the production file, all or nothing: new and changed items are built first,
 and if one of them cannot start the reload is refused; else changed items restart and the
 others keep running.
@@ -21,6 +29,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import random
 import signal
 import socket
 import sys
@@ -29,7 +38,8 @@ import uuid
 import weakref
 from datetime import timedelta
 from collections.abc import Mapping
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 from engine.alerts import AlertingEventLog, ThresholdAlarm
 from engine.clock import Clock
@@ -48,11 +58,15 @@ from engine.store.notify import QueueListener, parse_breaker, parse_switch
 from engine.store.operator import purge
 from engine.store.sql import SqlStore
 
+if TYPE_CHECKING:
+    from adapters.base import OutboundAdapter
+
 log = logging.getLogger(__name__)
 
 QUEUE_ALERT_INTERVAL = 1.0  # seconds between queue-alert checks
 PURGE_INTERVAL = 3600.0  # seconds between purges for retention_days
-SIGNAL_POLL = 1.0  # seconds the main loop sleeps between looks at its flags
+SIGNAL_POLL = 1.0  # seconds the loop waits at most between ticks (signals wake it sooner)
+TICK_RETRY_DELAY = 1.0  # seconds before a tick step that failed (the database) is tried again
 GIL_SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while others wait
 FORGET_AFTER_LEASES = 10  # a daemon silent for this many lease_seconds is taken off the list
 
@@ -66,7 +80,12 @@ class Daemon:
     """One running production."""
 
     def __init__(self, production: ProductionConfig, *, store: SqlStore | None = None,
-                 clock: Clock | None = None, env: Mapping[str, str] | None = None) -> None:
+                 clock: Clock | None = None, env: Mapping[str, str] | None = None,
+                 adapters: Mapping[str, OutboundAdapter] | None = None,
+                 rng: random.Random | None = None) -> None:
+        """``adapters``: the adapter to use for the item of that name instead of one built
+        from its class (tests, ``encore simulate``); ``rng``: the workers' source of jitter
+        (None: a fresh one each)."""
         self.production = production
         self.store = store or SqlStore(production.database)
         self.clock = clock or DatabaseClock(self.store)
@@ -93,18 +112,32 @@ class Daemon:
         self.listener: QueueListener | None = None
         self.portal: Any = None  # engine.portal.server.PortalServer, with [portal]
         self.tracing = tracing_for(production)  # None: tracing off (read at start only)
+        self.adapters = dict(adapters or {})
+        self.rng = rng
+        self.inline = False  # start(inline=True): no threads, tick() does everything
+        self._loop_thread: threading.Thread | None = None
+        self._next_beat = 0.0  # monotonic seconds of the next heartbeat
+        self._beat_lock = threading.Lock()
+        # a reload runs on a thread of its own: building items may load a WSDL for seconds
+        self._reloader: ThreadPoolExecutor | None = None
+        self._reloading: Future[None] | None = None
 
     @property
     def heartbeat_interval(self) -> float:
         return self.production.lease_seconds / 3
 
     # -- lifecycle -----------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, *, background: bool = True, inline: bool = False) -> None:
         """Check the schema; build every operation item (adapter, hosts, ``on_init``) and
         open the metrics endpoint — what can fail, before anything runs; then reclaim the
         work of dead daemons of this host, register, take the leases that are free, and
         start the items and the scheduler. A start that fails leaves nothing running and
-        nothing registered: no attempt can have begun."""
+        nothing registered: no attempt can have begun.
+
+        ``background``: run the tick loop on a thread of the daemon's own (``run()`` passes
+        False and runs it itself). ``inline``: start no thread at all — the caller drives the
+        daemon with :meth:`tick`, which then also delivers (the virtual-clock harness)."""
+        self.inline = inline
         self.store.check_schema()
         # Workers spend their time in socket calls; when one returns it waits for the GIL
         # for up to the switch interval while another thread computes (the "convoy"
@@ -127,6 +160,11 @@ class Daemon:
         for runner in runners.values():
             self._launch(runner)
         self._start_scheduler()
+        self._next_beat = self.clock.monotonic() + self.heartbeat_interval
+        if background and not inline:
+            self._loop_thread = threading.Thread(target=self._loop, daemon=True,
+                                                 name="encore-daemon")
+            self._loop_thread.start()
         if self.production.portal is not None:  # [portal]: the portal on a thread of ours
             from engine.portal.server import PortalServer
 
@@ -149,15 +187,27 @@ class Daemon:
         return runners
 
     def _start_scheduler(self) -> None:
-        self.scheduler.add_housekeeping("heartbeat", self.heartbeat_interval, self.heartbeat)
-        self.scheduler.add_housekeeping("queue_alerts", QUEUE_ALERT_INTERVAL,
-                                        self.check_queue_alerts, leader_only=True)
+        """The housekeeping jobs (the heartbeat is the loop's own, see :meth:`tick`); in real
+        time the scheduler runs them, and the services, on its thread pool."""
+        self._watch_queues()
         self.scheduler.add_housekeeping("forget_dead_daemons", self.production.lease_seconds,
                                         self.forget_dead_daemons, leader_only=True)
         if self.production.retention_days > 0:
             self.scheduler.add_housekeeping("purge", PURGE_INTERVAL, self.purge,
                                             leader_only=True)
-        self.scheduler.start()
+        if self.inline:
+            self.scheduler.open()
+        else:
+            self.scheduler.start(loop=False)  # the daemon's loop ticks it
+
+    def _watch_queues(self) -> None:
+        """Check the queue alerts every QUEUE_ALERT_INTERVAL once an item sets one (not
+        before: an idle daemon — or a virtual one — need not wake every second for it)."""
+        if any(i.settings["queue_count_alert"] or i.settings["queue_wait_alert"]
+               for i in self._operations()) and not any(
+                   j.name == "housekeeping:queue_alerts" for j in self.scheduler.jobs):
+            self.scheduler.add_housekeeping("queue_alerts", QUEUE_ALERT_INTERVAL,
+                                            self.check_queue_alerts, leader_only=True)
 
     def _start_listening(self) -> None:
         """Wake an item's workers when work for it is announced: by this process (any
@@ -186,6 +236,12 @@ class Daemon:
     def _wake_all(self) -> None:
         for runner in list(self.runners.values()):
             runner.wakeup.set()
+
+    def guards(self, name: str) -> ItemGuards | None:
+        """The rate limit and circuit breaker of the running item ``name`` (None: no such
+        item running)."""
+        runner = self.runners.get(name)
+        return None if runner is None else self._guards.get(runner)
 
     def is_leader(self) -> bool:
         """True while this daemon holds the leader lease: its scheduler runs business
@@ -261,7 +317,8 @@ class Daemon:
                             events=self.events, metrics=self.metrics, lease=lease,
                             production=lambda: self.production,
                             tracing=self.tracing, observers=guards.observers,
-                            may_claim=guards.may_claim, stop=stop, on_close=guards.close)
+                            may_claim=guards.may_claim, stop=stop, on_close=guards.close,
+                            adapter=self.adapters.get(item.name), rng=self.rng)
         guards.wake_with(runner.wakeup.set)
         self._guards[runner] = guards
         runner.prepare()
@@ -272,7 +329,7 @@ class Daemon:
         if runner.lease is not None:
             self.leases.want(item_lease_name(runner.item.name))
         self.runners[runner.item.name] = runner
-        runner.start()
+        runner.start(threads=not self.inline)
 
     def _reap_dead_local_daemons(self) -> None:
         """A daemon of this host whose process is gone (kill -9) holds claims and leases
@@ -330,13 +387,17 @@ class Daemon:
         claims of attempts still in flight are not taken over meanwhile. Returns True when
         every worker stopped in time."""
         deadline = self.clock.monotonic() + self.production.shutdown_timeout
+        self.stop_requested.set()
+        self.wake.set()
+        if self._loop_thread is not None and self._loop_thread is not threading.current_thread():
+            self._loop_thread.join()  # it ends after its tick; this thread beats from now on
+        self._finish_reload()
         if self.portal is not None:  # intake first: the portal's API takes messages in
             self.portal.stop()
         self.scheduler.stop_services()
         for runner in self.runners.values():
             runner.request_stop()
-        clean = all([runner.join(max(deadline - self.clock.monotonic(), 0.0))
-                     for runner in self.runners.values()])
+        clean = self._join_runners(list(self.runners.values()), deadline)
         clean = self.scheduler.shutdown(
             wait=True, timeout=max(deadline - self.clock.monotonic(), 0.0)) and clean
         self._stop_listening()
@@ -357,6 +418,18 @@ class Daemon:
         log.info("production %s stopped%s", self.production.name,
                  "" if clean else " (attempts cut short count as outcome unknown)")
         return clean
+
+    def _join_runners(self, runners: list[ItemRunner], deadline: float) -> bool:
+        """Wait for ``runners`` until ``deadline`` (monotonic), beating the heartbeat
+        meanwhile — the loop has ended, and a claim of an attempt still in flight must not
+        expire and be taken over (dramatiq ``Worker.stop``) — then join them."""
+        waiting = list(runners)
+        while waiting and (left := deadline - self.clock.monotonic()) > 0:
+            beat_in = self._beat_if_due(self.clock.monotonic())
+            if waiting[0].wait_stopped(min(left, max(beat_in, 0.01))):
+                waiting.pop(0)
+        return all([runner.join(max(deadline - self.clock.monotonic(), 0.0))
+                    for runner in runners])
 
     # -- reload --------------------------------------------------------------------------
     def reload(self) -> None:
@@ -412,6 +485,7 @@ class Daemon:
                 self.leases.release(item_lease_name(runner.item.name))
         self.production = new
         self.events.production = new
+        self._watch_queues()
         for runner in built.values():
             self._launch(runner)
         log.info("production reloaded from %s: %d item(s) running", new.path, len(self.runners))
@@ -423,17 +497,90 @@ class Daemon:
             self.listener = None
 
     # -- the loop ------------------------------------------------------------------------
-    def run(self) -> None:
-        """Run until SIGTERM or SIGINT; SIGHUP reloads the production file."""
-        self._install_signal_handlers()
-        self.start()
+    def tick(self, now: float | None = None) -> float:
+        """One pass of the daemon's periodic work at ``now`` (monotonic seconds of its clock;
+        default: the clock's): the heartbeat when due, a reload when asked for, the
+        scheduler's due jobs and, started ``inline``, every item's dispatcher step and its
+        deliveries. Returns the seconds until the next pass is needed (0: at once); a
+        wake-up — a signal, a stop — may come sooner. A step that fails is logged and tried
+        again later; it never ends the loop."""
+        now = self.clock.monotonic() if now is None else now
+        waits = [self._beat_if_due(now), self._reload_if_asked(), self._tick_scheduler()]
+        for runner in list(self.runners.values()) if self.inline else ():
+            waits.append(self._guarded(runner.tick, f"item {runner.item.name}"))
+        return max(min(w for w in waits if w is not None), 0.0)
+
+    def _beat_if_due(self, now: float) -> float:
+        """The heartbeat if it is due at ``now``; the seconds until the next one."""
+        with self._beat_lock:
+            if now >= self._next_beat:
+                try:
+                    self.heartbeat()
+                    self._next_beat = now + self.heartbeat_interval
+                except Exception as exc:  # noqa: BLE001 - the loop outlives a failed beat
+                    log.error("heartbeat failed; trying again in %.0f s: %s",
+                              TICK_RETRY_DELAY, exc)
+                    self._next_beat = now + min(TICK_RETRY_DELAY, self.heartbeat_interval)
+            return self._next_beat - now
+
+    def _tick_scheduler(self) -> float | None:
+        """The scheduler's due jobs: on its thread pool in real time (a slow service or
+        purge must not hold up the heartbeat), in this thread inline."""
+        if not self.inline:
+            return self._guarded(self.scheduler.tick, "the scheduler")
+        self._guarded(lambda: self.scheduler.run_due(self.clock.now()), "the scheduler")
+        return self.scheduler.seconds_until_next(self.clock.now())
+
+    def _guarded(self, step: Any, what: str) -> float | None:
         try:
-            while not self.stop_requested.is_set():
-                self.wake.wait(SIGNAL_POLL)
-                self.wake.clear()
-                if self.reload_requested.is_set() and not self.stop_requested.is_set():
-                    self.reload_requested.clear()
-                    self.reload()
+            return step()  # type: ignore[no-any-return]
+        except EncoreError as exc:
+            log.error("%s: %s; trying again in %.0f s", what, exc, TICK_RETRY_DELAY)
+        except Exception:  # noqa: BLE001 - a failing step never kills the loop
+            log.exception("%s: unexpected error; trying again in %.0f s", what,
+                          TICK_RETRY_DELAY)
+        return TICK_RETRY_DELAY
+
+    def _reload_if_asked(self) -> None:
+        """SIGHUP: reload, on the reload thread (inline: here), one reload at a time."""
+        if not self.reload_requested.is_set() or self.stop_requested.is_set():
+            return
+        if self.inline:
+            self.reload_requested.clear()
+            self.reload()
+            return
+        if self._reloading is not None and not self._reloading.done():
+            return  # asked again meanwhile: it runs when this one is done
+        self.reload_requested.clear()
+        if self._reloader is None:
+            self._reloader = ThreadPoolExecutor(1, thread_name_prefix="encore-reload")
+        self._reloading = self._reloader.submit(self.reload)
+        self._reloading.add_done_callback(lambda _f: self.wake.set())
+
+    def _finish_reload(self) -> None:
+        """At a stop: let a reload in progress end first (it may be launching runners)."""
+        if self._reloader is not None:
+            self._reloader.shutdown(wait=True)
+            self._reloader = None
+
+    def _loop(self) -> None:
+        """Tick until a stop is requested, waiting between ticks on :attr:`wake`."""
+        while not self.stop_requested.is_set():
+            self.wake.clear()  # before the tick: a wake-up during it is not lost
+            try:
+                wait = self.tick()
+            except Exception:  # noqa: BLE001 - the loop must outlive one bad tick
+                log.exception("unexpected error in the daemon's loop")
+                wait = TICK_RETRY_DELAY
+            self.wake.wait(min(wait, SIGNAL_POLL))
+
+    def run(self) -> None:
+        """Run until SIGTERM or SIGINT; SIGHUP reloads the production file. The loop of
+        :meth:`tick` runs in this thread; the signal handlers only set events."""
+        self._install_signal_handlers()
+        self.start(background=False)
+        try:
+            self._loop()
         finally:
             self.stop()
 

@@ -9,10 +9,16 @@ its daemon holds the item's lease, and only the head of the queue. A failing dep
 database, a WSDL that will not load) is logged and retried later; it never kills a worker.
 A business process is an item like any other; its hosts are bound to the store, the
 production and the item's stop event, so that they can call other items.
+
+Started with ``threads=False`` a runner starts no thread: :meth:`ItemRunner.tick` runs one
+dispatcher step and delivers what it claimed on the caller's thread — how the virtual-clock
+harness (:class:`engine.testing.VirtualDaemon`) drives the real code deterministically.
 """
 from __future__ import annotations
 
 import logging
+import queue
+import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -30,7 +36,7 @@ from engine.process import BusinessProcess, ProcessContext
 from engine.production import ItemConfig, ProductionConfig
 from engine.readiness import ReadinessLog
 from engine.retry import RetryPolicy
-from engine.store.hotpath import Claimed
+from engine.store.hotpath import Claimed, Completion
 from engine.store.rows import MessageRow
 from engine.store.sql import SqlStore
 from engine.window import ScheduleWindow
@@ -68,7 +74,9 @@ class ItemRunner:
                  tracing: Tracing | None = None,
                  may_claim: Callable[[], bool] | None = None,
                  stop: threading.Event | None = None,
-                 on_close: Callable[[], object] | None = None) -> None:
+                 on_close: Callable[[], object] | None = None,
+                 adapter: OutboundAdapter | None = None,
+                 rng: random.Random | None = None) -> None:
         self.item = item
         self.production = production
         self.store = store
@@ -85,7 +93,8 @@ class ItemRunner:
         self.stop_event = stop or threading.Event()
         self.retry_interval = float(item.settings["retry_interval"])
         self.window = ScheduleWindow.from_setting(item.settings["schedule"])
-        self.adapter = self._build_adapter()
+        self.adapter = adapter if adapter is not None else self._build_adapter()
+        self.rng = rng  # the workers' source of jitter (None: a fresh one each)
         # what watches every attempt of this item (breaker, rate limit, tracing)
         self.observers: list[AttemptObserver] = list(observers)
         # tracing watches last: an attempt held back by another observer starts no span
@@ -94,6 +103,9 @@ class ItemRunner:
             self.observers.append(self.tracing)
         self.hosts: list[BusinessOperation] = []
         self.threads: list[threading.Thread] = []
+        # threads=False: the workers tick() delivers with (the first one; None: threads)
+        self.inline_workers: list[MessageWorker] | None = None
+        self._ticking = False  # tick() is delivering (a sleep inside may tick the daemon)
         self._abandoned: dict[int, int] = {}  # id → token: messages a failed delivery left
         self._abandoned_lock = threading.Lock()
         self._abandoned_batch = 0  # FIFO: the last claim made before a delivery was cut short
@@ -161,11 +173,17 @@ class ItemRunner:
                                      f"{type(exc).__name__}: {exc}", item=self.item.name) from exc
         return host
 
-    def start(self) -> None:
+    def start(self, *, threads: bool = True) -> None:
         """Start the workers and the dispatcher (after :meth:`prepare`, which it calls if
-        that was not done; it may raise as :meth:`prepare` does)."""
+        that was not done; it may raise as :meth:`prepare` does). ``threads=False``: start
+        no thread; the caller drives the item with :meth:`tick`."""
         if not self._prepared:
             self.prepare()
+        if not threads:
+            # no group commit: each success is written when it happens, so that its time is
+            # exact on a virtual clock
+            self.inline_workers = [self._worker(host, defer=None) for host in self.hosts]
+            return
         for index, host in enumerate(self.hosts):
             thread = threading.Thread(target=self._work, args=(host,), daemon=True,
                                       name=f"{self.item.name}-{index + 1}")
@@ -212,24 +230,64 @@ class ItemRunner:
             _quietly(self.on_close)
         return True
 
+    def wait_stopped(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the threads to end after :meth:`request_stop`;
+        True if they have. Unlike :meth:`join`, it tears nothing down."""
+        deadline = self.clock.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(max(deadline - self.clock.monotonic(), 0.0))
+        if any(t.is_alive() for t in self.threads):
+            return False
+        return self.dispatcher.join(max(deadline - self.clock.monotonic(), 0.0))
+
     def held_claims(self) -> list[tuple[int, int]]:
         """(message id, claim token) of the messages this item holds: the heartbeat
         renews these leases, and only these."""
         return self.dispatcher.held_claims()
 
     # -- the worker loop -----------------------------------------------------------------
+    def _worker(self, host: BusinessOperation,
+                defer: Callable[[Completion], None] | None) -> MessageWorker:
+        return MessageWorker.from_settings(host, self.item.settings, store=self.store,
+                                           clock=self.clock, stop=self.stop_event,
+                                           metrics=self.metrics, defer=defer, rng=self.rng,
+                                           observers=self.observers)
+
     def _work(self, host: BusinessOperation) -> None:
-        worker = MessageWorker.from_settings(host, self.item.settings, store=self.store,
-                                             clock=self.clock, stop=self.stop_event,
-                                             metrics=self.metrics, defer=self.dispatcher.defer,
-                                             observers=self.observers)
+        worker = self._worker(host, defer=self.dispatcher.defer)
         while (work := self.dispatcher.work.get()) is not None:
-            batch, claimed = work
-            started = self.clock.monotonic()
-            try:
-                self._deliver(worker, claimed, batch)
-            finally:
-                self.dispatcher.finished(claimed.row.id, self.clock.monotonic() - started)
+            self._take(worker, *work)
+
+    def _take(self, worker: MessageWorker, batch: int, claimed: Claimed) -> None:
+        started = self.clock.monotonic()
+        try:
+            self._deliver(worker, claimed, batch)
+        finally:
+            self.dispatcher.finished(claimed.row.id, self.clock.monotonic() - started)
+
+    def tick(self) -> float | None:
+        """A runner started with ``threads=False``: one dispatcher step, then every message
+        it claimed delivered on this thread, one after the other. Returns the seconds until
+        the next step is needed (0: at once), or None while a delivery of this item is in
+        progress below (a sleep inside it ticks the daemon, which must not re-enter it)."""
+        assert self.inline_workers is not None, "tick() is for a runner started with threads=False"
+        if self._ticking:
+            return None
+        self._ticking = True
+        try:
+            wait = self.dispatcher.tick()
+            delivered = False
+            while True:
+                try:
+                    work = self.dispatcher.work.get_nowait()
+                except queue.Empty:
+                    break
+                if work is not None:
+                    self._take(self.inline_workers[0], *work)
+                    delivered = True
+            return 0.0 if delivered else wait
+        finally:
+            self._ticking = False
 
     def _deliver(self, worker: MessageWorker, claimed: Claimed, batch: int) -> None:
         row = claimed.row

@@ -2,19 +2,23 @@
 
 APScheduler triggers decide *when* a job fires — an ``IntervalTrigger`` for a service's
 ``call_interval``, a ``CronTrigger`` for its ``schedule``, an ``IntervalTrigger`` for each
-housekeeping job. The same jobs run two ways:
+housekeeping job — through ``trigger.get_next_fire_time(prev, now)``, on the scheduler's
+clock. The same jobs run two ways:
 
-- in real time, :meth:`ProductionScheduler.start` hands them to an APScheduler 3
-  ``BackgroundScheduler`` (memory job store only: the production file is the source of truth,
-  so nothing is persisted or shared);
-- on any clock, :meth:`ProductionScheduler.run_due` runs what is due at a given time, using
-  ``trigger.get_next_fire_time(prev, now)`` as APScheduler does, so tests advance a
-  :class:`~engine.clock.VirtualClock` and assert exact fire times.
+- on any clock, :meth:`ProductionScheduler.run_due` runs what is due at a given time in the
+  calling thread, so tests advance a :class:`~engine.clock.VirtualClock` and assert exact
+  fire times;
+- in real time, after :meth:`ProductionScheduler.start`, :meth:`ProductionScheduler.tick`
+  hands what is due to a small thread pool and returns the seconds until the next fire. The
+  daemon calls it from its own loop (:meth:`engine.daemon.Daemon.tick`); ``start()`` without
+  ``loop=False`` also runs that loop on a thread of its own (a scheduler used alone).
+  Jobs run off the caller's thread because a service or a purge may be slow, and the
+  daemon's loop must beat its heartbeat on time.
 
-Use one way or the other for a given scheduler, not both. Every job has ``max_instances=1``
-and ``coalesce=True``: a slow job never overlaps itself, and fire times missed meanwhile
-collapse into one run. An exception in a job is written to the event log as an ``Error``
-event (with the stack) and never stops the scheduler.
+Use one way or the other for a given scheduler, not both. A job never overlaps itself (a
+fire that comes while it still runs is skipped), and fire times missed meanwhile collapse
+into one run. An exception in a job is written to the event log as an ``Error`` event (with
+the stack) and never stops the scheduler.
 """
 from __future__ import annotations
 
@@ -23,16 +27,14 @@ import logging
 import threading
 import traceback
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from apscheduler.executors.pool import ThreadPoolExecutor
-from apscheduler.jobstores.memory import MemoryJobStore
-from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from engine.clock import Clock, SystemClock, utcnow
+from engine.clock import Clock, SystemClock
 from engine.errors import EncoreError
 from engine.host import EventSink
 from engine.production import ProductionConfig
@@ -45,6 +47,7 @@ __all__ = ["ProductionScheduler", "ScheduledJob"]
 log = logging.getLogger(__name__)
 
 SPARE_WORKERS = 2  # threads beyond one per job, for jobs added after start()
+IDLE_WAIT = 60.0  # seconds the scheduler's own loop sleeps when no job will fire
 
 
 @dataclass(eq=False)
@@ -53,8 +56,7 @@ class ScheduledJob:
 
     ``item`` is the service's config name (None for housekeeping). ``next_run_time`` and
     ``last_run_time`` are aware UTC; ``runs`` counts executions, ``failures`` those that
-    raised. In real time these are updated as jobs run; ``next_run_time`` is kept only by
-    :meth:`ProductionScheduler.run_due`.
+    raised.
     """
 
     name: str
@@ -94,7 +96,10 @@ class ProductionScheduler:
         self._jobs: dict[str, ScheduledJob] = {}
         self._lock = threading.RLock()
         self._opened = False
-        self._background: BackgroundScheduler | None = None
+        self._executor: ThreadPoolExecutor | None = None  # set by start(): real time
+        self._loop: threading.Thread | None = None  # start()'s own loop, if any
+        self._loop_stop = threading.Event()
+        self._nudge = threading.Event()  # wakes the own loop: a job was added, or a stop
         self._idle = threading.Condition()
         self._active: set[str] = set()  # names of the jobs running now
         self._stopping = False  # set by shutdown(): no job starts any more
@@ -157,8 +162,7 @@ class ProductionScheduler:
             job.trigger = job.make_trigger(now)
             job.next_run_time = job.trigger.get_next_fire_time(None, now)
             self._jobs[job.name] = job
-            if self._background is not None:
-                self._submit(self._background, job)
+        self._nudge.set()  # the own loop (if any) looks at the fire times again
         return job
 
     # -- running on a given clock ----------------------------------------------------------
@@ -177,31 +181,48 @@ class ProductionScheduler:
         scheduler that was :meth:`start`-ed: that one runs its jobs in real time itself.
         """
         with self._lock:
-            if self._background is not None:
+            if self._executor is not None:
                 raise EncoreError("this scheduler runs in real time (start() was called); "
                                   "run_due() is for schedulers driven by a clock")
             self.open()
-            ran = 0
-            for job in self.due_jobs(now):
-                assert job.trigger is not None and job.next_run_time is not None
-                fire = job.next_run_time
-                while True:  # coalesce: skip to the latest fire time not after now
-                    later = job.trigger.get_next_fire_time(fire, now)
-                    if later is None or later > now:
-                        break
-                    fire = later
-                if self._execute(job):
-                    ran += 1
-                job.next_run_time = job.trigger.get_next_fire_time(fire, now)
-            return ran
+            return sum(self._execute(job) for job in self._take_due(now))
+
+    def tick(self, now: datetime | None = None) -> float | None:
+        """Real time (after :meth:`start`): hand every job due at ``now`` (default: the
+        clock's) to the thread pool — a job still running from its last fire is skipped —
+        and return the seconds until the next fire (None: no job will fire again)."""
+        now = self.clock.now() if now is None else now
+        with self._lock:
+            executor = self._executor
+            if executor is None:
+                raise EncoreError("tick() needs a started scheduler; use run_due() on a clock")
+            for job in self._take_due(now):
+                with self._idle:
+                    if job.name in self._active or self._stopping:
+                        continue  # never overlaps itself; the fire is missed
+                    self._active.add(job.name)
+                executor.submit(self._execute, job, claimed=True)
+        return self.seconds_until_next(now)
+
+    def _take_due(self, now: datetime) -> list[ScheduledJob]:
+        """The jobs due at ``now``, each moved on to its next fire time after ``now``
+        (coalesce: however many fire times it missed, it runs once)."""
+        due = self.due_jobs(now)
+        for job in due:
+            assert job.trigger is not None and job.next_run_time is not None
+            fire = job.next_run_time
+            while True:  # skip to the latest fire time not after now
+                later = job.trigger.get_next_fire_time(fire, now)
+                if later is None or later > now:
+                    break
+                fire = later
+            job.next_run_time = job.trigger.get_next_fire_time(fire, now)
+        return due
 
     def next_run_time(self) -> datetime | None:
         """When the next job is due (None: no job will ever fire again)."""
         with self._lock:
-            if self._background is not None:
-                times = [j.next_run_time for j in self._background.get_jobs()]
-            else:
-                times = [j.next_run_time for j in self._jobs.values()]
+            times = [j.next_run_time for j in self._jobs.values()]
         pending = [t for t in times if t is not None]
         return min(pending) if pending else None
 
@@ -214,7 +235,7 @@ class ProductionScheduler:
     @property
     def running(self) -> bool:
         """True between :meth:`start` and :meth:`shutdown`."""
-        return self._background is not None
+        return self._executor is not None
 
     def open(self) -> None:
         """Call every service's ``on_init`` (once). :meth:`start` and :meth:`run_due` call it;
@@ -230,36 +251,41 @@ class ProductionScheduler:
                 service.on_init()
             self._opened = True
 
-    def start(self) -> None:
-        """Call ``on_init`` and run every job in real time in a ``BackgroundScheduler``
-        (one worker thread per job, so a slow service never delays the heartbeat)."""
+    def start(self, *, loop: bool = True) -> None:
+        """Call ``on_init`` and run the jobs in real time on a thread pool (one thread per
+        job, so a slow job never delays another). ``loop``: also call :meth:`tick` on a
+        thread of the scheduler's own; ``loop=False`` leaves that to the caller (the
+        daemon's loop)."""
         with self._lock:
-            if self._background is not None:
+            if self._executor is not None:
                 raise EncoreError("the scheduler is already running")
             self.open()
-            background = BackgroundScheduler(
-                timezone=timezone.utc, daemon=True,
-                jobstores={"default": MemoryJobStore()},  # never shared, never persisted
-                executors={"default": ThreadPoolExecutor(len(self._jobs) + SPARE_WORKERS)},
-                job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": None})
-            for job in self._jobs.values():
-                self._submit(background, job)
-            background.start()
-            self._background = background
+            self._executor = ThreadPoolExecutor(len(self._jobs) + SPARE_WORKERS,
+                                                thread_name_prefix="encore-job")
+            self._loop_stop.clear()
+            if loop:
+                self._loop = threading.Thread(target=self._run_loop, daemon=True,
+                                              name="encore-scheduler")
+                self._loop.start()
         log.info("scheduler started: %d job(s)", len(self._jobs))
+
+    def _run_loop(self) -> None:
+        while not self._loop_stop.is_set():
+            try:
+                wait = self.tick()
+            except EncoreError:  # shut down meanwhile
+                return
+            self._nudge.wait(IDLE_WAIT if wait is None else min(wait, IDLE_WAIT))
+            self._nudge.clear()
+
 
     def stop_services(self) -> None:
         """Stop firing business services (intake stops first at shutdown) while the
         housekeeping jobs — the heartbeat — go on until :meth:`shutdown`."""
         with self._lock:
             self._services_stopped = True
-            background = self._background
         for service in self.services.values():
             service.stop_requested.set()
-        if background is not None:
-            for job in self._jobs.values():
-                if job.item is not None and background.get_job(job.name) is not None:
-                    background.remove_job(job.name)
 
     def shutdown(self, wait: bool = True, timeout: float | None = None) -> bool:
         """Stop firing jobs; return True when no job is still running.
@@ -272,11 +298,16 @@ class ProductionScheduler:
         early. Safe to call twice, and on a scheduler that was never started.
         """
         with self._lock:
-            background, self._background = self._background, None
+            executor, self._executor = self._executor, None
+            loop, self._loop = self._loop, None
+        self._loop_stop.set()
+        self._nudge.set()
         for service in self.services.values():
             service.stop_requested.set()
-        if background is not None:
-            background.shutdown(wait=False)
+        if loop is not None and loop is not threading.current_thread():
+            loop.join()
+        if executor is not None:
+            executor.shutdown(wait=False)  # running jobs are waited for below, with a timeout
             log.info("scheduler stopped")
         with self._idle:
             self._stopping = True
@@ -298,20 +329,30 @@ class ProductionScheduler:
         return True
 
     # -- executing one job ---------------------------------------------------------------
-    def _submit(self, background: BackgroundScheduler, job: ScheduledJob) -> None:
-        background.add_job(self._execute, trigger=job.make_trigger(utcnow()), args=(job,),
-                           id=job.name, name=job.name, max_instances=1, coalesce=True,
-                           misfire_grace_time=None)
+    def _execute(self, job: ScheduledJob, *, claimed: bool = False) -> bool:
+        """Run ``job`` once unless the leader check says no; never raises. ``claimed``: the
+        caller already marked it active (tick(), so that a fire cannot overlap it)."""
+        if not claimed:
+            with self._idle:
+                self._active.add(job.name)
+        try:
+            if not self._may_run(job):
+                return False
+            self._run(job)
+            return True
+        finally:
+            with self._idle:
+                self._active.discard(job.name)
+                self._idle.notify_all()
 
-    def _execute(self, job: ScheduledJob) -> bool:
-        """Run ``job`` once unless the leader check says no; never raises."""
+    def _may_run(self, job: ScheduledJob) -> bool:
         if job.leader_only and self.leader is not None and not self._is_leader():
             log.debug("job %s skipped: this daemon is not the scheduler leader", job.name)
             return False
         with self._idle:
-            if self._stopping or (job.item is not None and self._services_stopped):
-                return False
-            self._active.add(job.name)
+            return not (self._stopping or (job.item is not None and self._services_stopped))
+
+    def _run(self, job: ScheduledJob) -> None:
         try:
             job.action()
         except Exception as exc:  # noqa: BLE001 - a failing job never kills the scheduler
@@ -320,10 +361,6 @@ class ProductionScheduler:
         finally:
             job.runs += 1
             job.last_run_time = self.clock.now()
-            with self._idle:
-                self._active.discard(job.name)
-                self._idle.notify_all()
-        return True
 
     def _is_leader(self) -> bool:
         assert self.leader is not None

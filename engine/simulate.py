@@ -1,13 +1,15 @@
 """``encore simulate``: the retry engine's timeline on a virtual clock, at once.
 
-It runs the real :class:`~engine.worker.MessageWorker` and :class:`~engine.retry.RetryPolicy`
-against a simulated service on an in-memory SQLite store, then reads the timeline back from
-the attempt rows it wrote — the same rows a real run writes.
+It runs the real daemon — dispatcher, :class:`~engine.worker.MessageWorker`,
+:class:`~engine.retry.RetryPolicy`, guards — on a virtual clock through the test harness
+(:class:`~engine.testing.VirtualDaemon`), against a simulated service on an in-memory
+SQLite store, then reads the timeline back from the attempt rows it wrote — the same rows a
+real run writes.
 
 With ``--breaker-threshold N`` the item also has its real circuit breaker
-(:mod:`engine.breaker`): the message's own failed attempts open it, a retry that falls while
-it is open puts the message back in the queue until the open period ends, and the next
-attempt is the breaker's probe. The timeline then also holds ``breaker_open`` (it opened, or
+(:mod:`engine.breaker`), as the daemon builds it: the message's own failed attempts open
+it, a retry that falls while it is open puts the message back in the queue until the open
+period ends, and the dispatcher's next claim is the breaker's probe. The timeline then also holds ``breaker_open`` (it opened, or
 opened again after a failed probe), ``breaker_hold`` (an attempt held back), ``breaker_half_open``
 (the probe is let through) and ``breaker_close`` (the probe succeeded).
 """
@@ -22,18 +24,16 @@ from typing import Any
 
 import click
 
-from engine.breaker import BreakerSettings, CircuitBreaker
 from engine.cli_params import FiniteFloat
-from engine.clock import VirtualClock
+from engine.clock import Clock, VirtualClock
 from engine.errors import ConfigurationError
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.store.sql import SqlStore
-from engine.testing import ServerBehaviour, SimulatedOperation, SimulatedServerAdapter
-from engine.worker import MessageWorker, Result
+from engine.testing import (ServerBehaviour, SimulatedOperation, SimulatedServerAdapter,
+                            VirtualDaemon)
 
 ITEM = "Simulated"
-MAX_HOLDS = 10_000  # a breaker that holds the message more often than this ends the run
 MAX_SECONDS = 1e9  # seconds (about 31 years) any simulated time may take: the virtual clock's
 #                    dates must stay within the calendar
 MAX_SERVERS = 100  # simulated servers
@@ -66,35 +66,44 @@ def simulate(settings: dict[str, Any], behaviour: ServerBehaviour, *, servers: i
              seed: int = 0) -> SimulationResult:
     """Deliver one message under ``settings`` (item settings, validated here)."""
     clean = validate_settings(ITEM, settings, SimulatedOperation.declared_settings())
-    clock = VirtualClock()
-    store = SqlStore("sqlite://")
-    store.upgrade()
-    adapter = SimulatedServerAdapter(clean, behaviour=behaviour, servers=servers, clock=clock,
-                                     item_name=ITEM)
-    adapter.start()
-    host = SimulatedOperation(ITEM, clean, events=store.events, adapter=adapter)
+    adapters: list[SimulatedServerAdapter] = []
+
+    def adapter(clock: Clock) -> SimulatedServerAdapter:
+        adapters.append(SimulatedServerAdapter(clean, behaviour=behaviour, servers=servers,
+                                               clock=clock, item_name=ITEM))
+        return adapters[-1]
+
+    # Nothing else runs: the daemon needs to wake only for the message (its parked times
+    # and the breaker's), not to poll, beat or look for dead daemons every few seconds.
+    harness = VirtualDaemon.for_item(ITEM, SimulatedOperation, clean, adapter=adapter,
+                                     rng=random.Random(seed), poll_interval=MAX_SECONDS,
+                                     lease_seconds=MAX_SECONDS)
     breaker_events: list[TimelineEvent] = []
-    observers = _breaker(clean, store, clock, breaker_events)
-    worker = MessageWorker.from_settings(host, clean, store=store, clock=clock,
-                                         rng=random.Random(seed), observers=observers)
+    _listen_to_breaker(harness, breaker_events)
+    store, clock = harness.store, harness.clock
     message_id = store.enqueue(target=ITEM, body_class=None, body="{}", now=clock.now())
-    _deliver(store, worker, clock, message_id)
+    try:
+        harness.run()
+    except RuntimeError as exc:
+        raise ConfigurationError(f"the simulation does not end ({exc}): give it an end "
+                                 "(--failure-timeout, --max-attempts)") from exc
     timeline = _timeline(store, message_id, clock, behaviour, breaker_events)
     final = store.get_message(message_id)
     assert final is not None
     errors = queries.events(store, queries.EventFilter(type="Error", message_id=message_id))
     result = SimulationResult(timeline=timeline, status=final.status, attempts=final.attempts,
-                              error_events=len(errors), server_requests=adapter.total_requests)
-    store.dispose()
+                              error_events=len(errors),
+                              server_requests=adapters[0].total_requests)
+    harness.stop()
     return result
 
 
-def _breaker(settings: dict[str, Any], store: SqlStore, clock: VirtualClock,
-             events: list[TimelineEvent]) -> list[CircuitBreaker]:
-    """The item's circuit breaker, if the settings ask for one, telling ``events``."""
-    breaker = BreakerSettings.from_settings(settings)
-    if breaker is None:
-        return []
+def _listen_to_breaker(harness: VirtualDaemon, events: list[TimelineEvent]) -> None:
+    """Tell ``events`` of every transition of the item's circuit breaker, if it has one."""
+    guards = harness.daemon.guards(ITEM)
+    if guards is None or guards.breaker is None:
+        return
+    clock = harness.clock
 
     def t(when: datetime) -> float:
         return round((when - clock.start).total_seconds(), 6)
@@ -103,24 +112,7 @@ def _breaker(settings: dict[str, Any], store: SqlStore, clock: VirtualClock,
         detail = {"half_open": "one probe attempt", "close": "the probe succeeded"}.get(
             kind, f"until {t(until):g}" if until is not None else "until the probe ends")
         events.append(TimelineEvent(t(when), f"breaker_{kind}", attempt, None, detail))
-    return [CircuitBreaker(ITEM, breaker, store=store, clock=clock, owner="simulate",
-                           events=store.events, listener=tell)]
-
-
-def _deliver(store: SqlStore, worker: MessageWorker, clock: VirtualClock,
-             message_id: int) -> None:
-    """Deliver the message until it ends; a message the breaker held goes back to its queue
-    and is claimed again when it is due, as a dispatcher would."""
-    for _ in range(MAX_HOLDS):
-        row = store.claim_next(ITEM, owner="simulate", now=clock.now(), lease_seconds=3600)
-        assert row is not None
-        if worker.deliver(row) is not Result.HELD:
-            return
-        held = store.get_message(message_id)
-        assert held is not None and held.next_attempt_at is not None
-        clock.advance_to((held.next_attempt_at - clock.start).total_seconds())
-    raise ConfigurationError(f"the breaker held the message {MAX_HOLDS} times: give the "
-                             "simulation an end (--failure-timeout, --max-attempts)")
+    guards.breaker.listener = tell
 
 
 def _timeline(store: SqlStore, message_id: int, clock: VirtualClock,
@@ -231,7 +223,8 @@ def simulate_command(response_timeout: float, retry_interval: float, failure_tim
                 "breaker_open_seconds": breaker_open_seconds}
     behaviour = ServerBehaviour(delay=server_delay, fail_first=fail_first, status=status,
                                 retry_after=retry_after)
-    for noisy in ("alembic", "engine.store.eventlog", "engine.worker", "engine.breaker"):
+    for noisy in ("alembic", "engine.store.eventlog", "engine.worker", "engine.breaker",
+                  "engine.cluster", "engine.daemon", "engine.item"):
         # the timeline says it all
         logging.getLogger(noisy).setLevel(logging.CRITICAL + 1)
     result = simulate(settings, behaviour, servers=servers, seed=seed)

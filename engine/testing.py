@@ -2,9 +2,11 @@
 
 :class:`StubAdapter` answers from a script instead of a network; :class:`SimulatedServerAdapter`
 plays a remote service with a fixed reply delay on a virtual clock, enforcing the attempt's
-deadline the way the real adapters do. ``encore simulate`` uses it. :class:`InlineProduction`
-runs a production's items — business processes and the items they call — on one thread and
-a virtual clock, for tests of processes.
+deadline the way the real adapters do. :class:`VirtualDaemon` runs the real daemon on a
+virtual clock, driven by its ``tick()``: exact timelines, at once, deterministic — the one
+harness for them (``encore simulate`` runs on it too). :class:`InlineProduction` runs a
+production's items — business processes and the items they call — on one thread and a
+virtual clock, for tests of processes.
 """
 from __future__ import annotations
 
@@ -12,24 +14,29 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 
 from adapters.base import OutboundAdapter
 from adapters.deadline import TryScope
-from engine.clock import VirtualClock
+from engine.clock import Clock, VirtualClock
 from engine.errors import AdapterError, HttpStatusError, ResponseTimeout
 from engine.client import send_message
 from engine.host import BusinessOperation
 from engine.process import BusinessProcess, ProcessContext
 from engine.production import ItemConfig, ProductionConfig
+from engine.settings import validate_settings
+from engine.store import queries
 from engine.store.sql import SqlStore
-from engine.worker import MessageWorker
+from engine.worker import MessageWorker, Result
+
+AdapterSource = OutboundAdapter | Callable[[Clock], OutboundAdapter]
 
 __all__ = ["InlineProduction", "SimulatedOperation", "SimulatedServerAdapter", "StubAdapter",
-           "StubCall", "VirtualClock"]
+           "StubCall", "VirtualClock", "VirtualDaemon"]
 
 INLINE_LEASE = 3600.0  # seconds: an inline claim never expires during a test
 INLINE_STEPS = 10_000  # deliveries InlineProduction.run makes at most
+VIRTUAL_STEPS = 100_000  # ticks a VirtualDaemon makes at most in one run
 
 
 @dataclass
@@ -238,3 +245,151 @@ class _InlineClock(VirtualClock):
         while self._production.deliver_due():
             pass
         return super().sleep(seconds, stop)
+
+
+class VirtualDaemon:
+    """The real :class:`~engine.daemon.Daemon` of ``production`` on a virtual clock, driven
+    by its :meth:`~engine.daemon.Daemon.tick`: no thread, no real sleep, the same result on
+    every run.
+
+    The daemon runs over ``store`` (a new in-memory SQLite store when None) and is started
+    ``inline`` at once: :meth:`run_until` calls ``tick()`` and moves the clock on to the
+    wake-up it returns (or to the next parked message's due time, if sooner). Deliveries go
+    through the real dispatcher, worker, retry policy, attempt code and guards (breaker,
+    rate limit). ``adapters`` replaces the adapter of the items it names: an adapter, or a
+    callable given the harness's clock that makes one (:class:`SimulatedServerAdapter`,
+    :class:`StubAdapter`). ``rng``: the workers' source of jitter.
+
+    One thing happens at a time: a delivery runs on to its end or its next sleep (a blocking
+    retry's wait, a process waiting for its target), and that sleep ticks the daemon until
+    it ends, so other items work meanwhile — whose own attempts may then overrun it.
+    """
+
+    def __init__(self, production: ProductionConfig, store: SqlStore | None = None, *,
+                 adapters: Mapping[str, AdapterSource] | None = None,
+                 start: datetime | None = None, rng: Any = None) -> None:
+        # the daemon imports the world: only those who use the harness pay for it
+        from engine.daemon import Daemon
+
+        self.production = production
+        self.own_store = store is None
+        if store is None:
+            store = SqlStore("sqlite://")
+            store.upgrade()
+        self.store = store
+        self.clock = _TickingClock(self, start)
+        made = {name: a(self.clock) if callable(a) and not isinstance(a, OutboundAdapter) else a
+                for name, a in (adapters or {}).items()}
+        self.daemon = Daemon(production, store=store, clock=self.clock, env={}, adapters=made,
+                             rng=rng)
+        self.daemon.start(inline=True)
+        self.ticks = 0
+        self.deliveries: list[tuple[int, Result]] = []  # (message id, result), in order
+        for runner in self.daemon.runners.values():
+            for worker in runner.inline_workers or ():
+                worker.deliver = self._recording(worker.deliver)  # type: ignore[method-assign]
+
+    @classmethod
+    def for_item(cls, name: str, host_class: type[BusinessOperation],
+                 settings: Mapping[str, Any], *, adapter: AdapterSource | None = None,
+                 store: SqlStore | None = None, rng: Any = None,
+                 **production: Any) -> VirtualDaemon:
+        """A production of one item ``name`` of ``host_class`` with ``settings`` (validated
+        here, as the production file's are), its adapter ``adapter`` if given; ``production``
+        sets ``[production]`` values (``poll_interval``, ``lease_seconds``, ...)."""
+        clean = validate_settings(name, settings, host_class.declared_settings())
+        item = ItemConfig(name=name, class_path=f"{host_class.__module__}:"
+                          f"{host_class.__qualname__}", cls=host_class, settings=clean)
+        config = ProductionConfig(name="Virtual", database="sqlite://", items=(item,),
+                                  **production)
+        return cls(config, store, adapters={name: adapter} if adapter is not None else None,
+                   rng=rng)
+
+    # -- what tests use ------------------------------------------------------------------
+    @property
+    def hosts(self) -> dict[str, BusinessOperation]:
+        """The first host instance of each running item."""
+        return {name: r.hosts[0] for name, r in self.daemon.runners.items() if r.hosts}
+
+    def send(self, target: str, body: Any) -> int:
+        """Enqueue ``body`` for ``target`` as ``encore send`` does; return the id."""
+        return send_message(self.store, self.production, target, body, now=self.clock.now())
+
+    def at(self, moment: datetime | None) -> float | None:
+        """``moment`` as seconds on the virtual clock (None stays None)."""
+        return None if moment is None else (moment - self.clock.start).total_seconds()
+
+    def tick(self) -> float:
+        """One ``tick()`` of the daemon now; the seconds until the next one is needed."""
+        self.ticks += 1
+        return self.daemon.tick()
+
+    def run_until(self, t: float) -> None:
+        """Tick and move the clock on until virtual time ``t`` (seconds; a delivery that
+        overruns it ends later)."""
+        for _ in range(VIRTUAL_STEPS):
+            wake = self._next_wake(self.tick())
+            if wake > t or self.clock.monotonic() >= t:  # what is due at t, ticks at t
+                self.clock.advance_to(t)
+                return
+            self.clock.advance_to(wake)
+        raise RuntimeError(f"still ticking after {VIRTUAL_STEPS} ticks")
+
+    def advance(self, seconds: float) -> None:
+        """:meth:`run_until` ``seconds`` from now."""
+        self.run_until(self.clock.monotonic() + seconds)
+
+    def run(self) -> int:
+        """Tick and move the clock on until no message of the production's items is queued
+        or in hand; return how many ticks that took."""
+        names = set(self.daemon.runners)
+        for step in range(VIRTUAL_STEPS):
+            wait = self.tick()
+            stats = queries.queue_stats(self.store)
+            if not any(stats.get(n, {}).get("queued") for n in names):
+                return step + 1
+            self.clock.advance_to(self._next_wake(wait))
+        raise RuntimeError(f"still delivering after {VIRTUAL_STEPS} ticks")
+
+    def stop(self) -> bool:
+        """Stop the daemon (as at SIGTERM); True if it stopped cleanly."""
+        clean = self.daemon.stop()
+        if self.own_store:
+            self.store.dispose()
+        return clean
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- inside -------------------------------------------------------------------------
+    def _recording(self, deliver: Callable[..., Result]) -> Callable[..., Result]:
+        def recorded(row: Any, *args: Any, **kwargs: Any) -> Result:
+            result = deliver(row, *args, **kwargs)
+            self.deliveries.append((row.id, result))
+            return result
+        return recorded
+
+    def _next_wake(self, wait: float) -> float:
+        """When to tick next: after ``wait`` seconds, or when a parked message falls due."""
+        now = self.clock.monotonic()
+        due = [self.at(t) for t in map(self.store.next_due_time, self.daemon.runners)
+               if t is not None]
+        later = [t for t in due if t is not None and t > now]
+        return min([now + wait, *later])
+
+
+class _TickingClock(VirtualClock):
+    """A virtual clock whose ``sleep`` ticks its :class:`VirtualDaemon` until it ends."""
+
+    def __init__(self, harness: VirtualDaemon, start: datetime | None) -> None:
+        super().__init__(start)
+        self._harness = harness
+
+    def sleep(self, seconds: float, stop: threading.Event | None = None) -> bool:
+        if stop is not None and stop.is_set():
+            return True
+        self._harness.run_until(self.monotonic() + max(seconds, 0.0))
+        return stop is not None and stop.is_set()

@@ -1,4 +1,5 @@
-"""The worker's retry behaviour on a virtual clock: exact timelines, events, flags."""
+"""The worker's retry behaviour on a virtual clock, through the real daemon driven by its
+``tick()`` (:class:`engine.testing.VirtualDaemon`): exact timelines, events, flags."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -13,34 +14,44 @@ from engine.host import BusinessOperation
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.store.sql import SqlStore
-from engine.testing import ServerBehaviour, SimulatedOperation, SimulatedServerAdapter, StubAdapter
-from engine.worker import MessageWorker, Result
+from engine.testing import (ServerBehaviour, SimulatedOperation, SimulatedServerAdapter,
+                            StubAdapter, VirtualDaemon)
+from engine.worker import Result
 from tests.unit.sample_ops import RetryTwiceOperation, StubOperation
 
 SEED = {"response_timeout": 7, "retry_interval": 10, "failure_timeout": 30}
 
 
 class Harness:
-    """One item's worker on a virtual clock against an in-memory store."""
+    """One item of the real daemon on a virtual clock (:class:`VirtualDaemon`) against an
+    in-memory store; ``deliver_next`` ticks it until it has delivered a message."""
 
     def __init__(self, store: SqlStore, cls: type[BusinessOperation], settings: dict[str, Any],
                  adapter_factory: Any = None) -> None:
-        self.store, self.clock = store, VirtualClock()
+        self.store = store
         self.settings = validate_settings("Item", settings, cls.declared_settings())
-        adapter = adapter_factory(self.settings, self.clock) if adapter_factory else None
-        if adapter is not None:
-            adapter.start()
-        self.host = cls("Item", self.settings, events=store.events, adapter=adapter)
-        self.worker = MessageWorker.from_settings(self.host, self.settings, store=store,
-                                                  clock=self.clock)
+        adapter = None
+        if adapter_factory is not None:
+            def adapter(clock: VirtualClock) -> Any:
+                return adapter_factory(self.settings, clock)
+        self.daemon = VirtualDaemon.for_item("Item", cls, settings, adapter=adapter,
+                                             store=store)
+        self.clock = self.daemon.clock
+        self.host = self.daemon.hosts["Item"]
+        (self.worker,) = self.daemon.daemon.runners["Item"].inline_workers
 
     def send(self, body: str = '{"text": "hi"}') -> int:
         return self.store.enqueue(target="Item", body_class=None, body=body, now=self.clock.now())
 
     def deliver_next(self) -> Result:
-        row = self.store.claim_next("Item", owner="t", now=self.clock.now(), lease_seconds=3600)
-        assert row is not None, "nothing to deliver"
-        return self.worker.deliver(row)
+        """Tick the daemon (at the clock's time) until it has delivered one message; what
+        that delivery came to."""
+        delivered = len(self.daemon.deliveries)
+        for _ in range(3):  # a tick may only commit or take back claims first
+            self.daemon.tick()
+            if len(self.daemon.deliveries) > delivered:
+                return self.daemon.deliveries[delivered][1]
+        raise AssertionError("nothing to deliver")
 
     def offsets(self, message_id: int) -> list[tuple[float, float, str]]:
         return [((a.started_at - self.clock.start).total_seconds(),
@@ -227,6 +238,7 @@ def test_an_attempt_in_flight_at_a_crash_is_resent_only_when_idempotent(store: S
         assert attempts[0].error_text.startswith("outcome unknown")
         assert len(attempts) == (2 if idempotent else 1)
         assert row is not None
+        h.daemon.stop()  # the next harness is another daemon: this one lets go of the item
 
 
 def test_failure_timeout_counts_from_the_original_first_attempt_after_a_restart(
