@@ -60,7 +60,7 @@ class StubAdapter(OutboundAdapter):
         pass
 
     def _targets(self) -> list[str]:
-        return list(self.settings["servers"]) or ["stub"]
+        return list(self.adapter_settings.servers) or ["stub"]
 
     def _classify(self, exc: Exception, scope: TryScope, server: str) -> AdapterError | None:
         return None
