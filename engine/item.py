@@ -29,7 +29,6 @@ from engine.otel import NO_DELIVERY, Delivery
 from engine.process import BusinessProcess, ProcessContext
 from engine.production import ItemConfig, ProductionConfig
 from engine.readiness import ReadinessLog
-from engine.retry import RetryPolicy
 from engine.store.hotpath import Claimed
 from engine.store.rows import MessageRow
 from engine.store.sql import SqlStore
@@ -83,8 +82,9 @@ class ItemRunner:
         self.may_claim = may_claim
         self.on_close = on_close
         self.stop_event = stop or threading.Event()
-        self.retry_interval = float(item.settings["retry_interval"])
-        self.window = ScheduleWindow.from_setting(item.settings["schedule"])
+        assert item.retry_settings is not None and item.operation_settings is not None
+        self.retry_interval = item.retry_settings.retry_interval
+        self.window = ScheduleWindow.from_setting(item.operation_settings.schedule)
         self.adapter = self._build_adapter()
         # what watches every attempt of this item (breaker, rate limit, tracing)
         self.observers: list[AttemptObserver] = list(observers)
@@ -105,7 +105,7 @@ class ItemRunner:
                                        retry_interval=self.retry_interval)
         self.dispatcher = Dispatcher(DispatchSettings(
             target=item.name, owner=owner, pool_size=item.pool_size, fifo=lease is not None,
-            begin=RetryPolicy.from_settings(item.settings).idempotent, enabled=item.enabled,
+            begin=item.retry_settings.idempotent, enabled=item.enabled,
             lease_seconds=lease_seconds, poll_interval=poll_interval),
             store=store, clock=clock, ready=self._can_claim, stop=self.stop_event)
 
@@ -219,10 +219,11 @@ class ItemRunner:
 
     # -- the worker loop -----------------------------------------------------------------
     def _work(self, host: BusinessOperation) -> None:
-        worker = MessageWorker.from_settings(host, self.item.settings, store=self.store,
-                                             clock=self.clock, stop=self.stop_event,
-                                             metrics=self.metrics, defer=self.dispatcher.defer,
-                                             observers=self.observers)
+        item = self.item
+        worker = MessageWorker.from_typed(host, item.retry_settings, item.operation_settings,
+                                          store=self.store, clock=self.clock,
+                                          stop=self.stop_event, metrics=self.metrics,
+                                          defer=self.dispatcher.defer, observers=self.observers)
         while (work := self.dispatcher.work.get()) is not None:
             batch, claimed = work
             started = self.clock.monotonic()

@@ -30,7 +30,9 @@ from engine.store.database import DEFAULT_DATABASE_URL
 from engine.user_modules import add_production_directory, resolve_class
 
 if TYPE_CHECKING:  # imported with the first class an item names, not before
-    from engine.host import BusinessHost
+    from adapters.settings import AdapterSettings
+    from engine.host import BusinessHost, OperationSettings
+    from engine.retry import RetrySettings
 
 __all__ = ["DEFAULT_PRODUCTION_FILE", "ITEM_KEYS", "PORTAL_SETTINGS", "PRODUCTION_SETTINGS",
            "ItemConfig", "ItemEntry", "PortalConfig", "ProductionConfig", "ProductionOutline",
@@ -112,7 +114,14 @@ ITEM_KEYS: tuple[Setting, ...] = (
 
 @dataclass(frozen=True, kw_only=True)
 class ItemConfig:
-    """One configured item: a host class with its validated settings."""
+    """One configured item: a host class with its validated settings.
+
+    ``settings`` holds every setting the class declares, by its snake_case name (a class's
+    own custom settings are read from it). The engine reads the settings it owns from the
+    typed, frozen objects built from them once, here: ``retry_settings`` and
+    ``operation_settings`` for a business operation (or process), ``adapter_settings`` for
+    one with an adapter; None for a class that has none (a service).
+    """
 
     name: str
     class_path: str
@@ -120,6 +129,13 @@ class ItemConfig:
     pool_size: int = 1
     enabled: bool = True
     settings: Mapping[str, Any] = field(default_factory=dict)
+    retry_settings: RetrySettings | None = field(init=False, default=None)
+    operation_settings: OperationSettings | None = field(init=False, default=None)
+    adapter_settings: AdapterSettings | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        for name, value in self.cls.settings_objects(self.settings).items():
+            object.__setattr__(self, name, value)
 
 
 @dataclass(frozen=True, kw_only=True)

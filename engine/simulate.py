@@ -26,6 +26,8 @@ from engine.breaker import BreakerSettings, CircuitBreaker
 from engine.cli_params import FiniteFloat
 from engine.clock import VirtualClock
 from engine.errors import ConfigurationError
+from engine.host import OperationSettings
+from engine.retry import RetrySettings
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.store.sql import SqlStore
@@ -38,6 +40,10 @@ MAX_SECONDS = 1e9  # seconds (about 31 years) any simulated time may take: the v
 #                    dates must stay within the calendar
 MAX_SERVERS = 100  # simulated servers
 SECONDS = FiniteFloat(minimum=0, maximum=MAX_SECONDS)
+# The options' defaults: the settings' declared defaults.
+RETRY = RetrySettings.defaults()
+OPERATION = OperationSettings.defaults()
+ADAPTER = SimulatedServerAdapter.settings_class.defaults()
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,8 @@ def simulate(settings: dict[str, Any], behaviour: ServerBehaviour, *, servers: i
     adapter.start()
     host = SimulatedOperation(ITEM, clean, events=store.events, adapter=adapter)
     breaker_events: list[TimelineEvent] = []
-    observers = _breaker(clean, store, clock, breaker_events)
+    observers = _breaker(host.operation_settings, store, clock, breaker_events,
+                         response_timeout=adapter.response_timeout)
     worker = MessageWorker.from_settings(host, clean, store=store, clock=clock,
                                          rng=random.Random(seed), observers=observers)
     message_id = store.enqueue(target=ITEM, body_class=None, body="{}", now=clock.now())
@@ -89,10 +96,10 @@ def simulate(settings: dict[str, Any], behaviour: ServerBehaviour, *, servers: i
     return result
 
 
-def _breaker(settings: dict[str, Any], store: SqlStore, clock: VirtualClock,
-             events: list[TimelineEvent]) -> list[CircuitBreaker]:
+def _breaker(settings: OperationSettings, store: SqlStore, clock: VirtualClock,
+             events: list[TimelineEvent], *, response_timeout: float) -> list[CircuitBreaker]:
     """The item's circuit breaker, if the settings ask for one, telling ``events``."""
-    breaker = BreakerSettings.from_settings(settings)
+    breaker = BreakerSettings.from_settings(settings, response_timeout=response_timeout)
     if breaker is None:
         return []
 
@@ -181,10 +188,11 @@ def _clock(t: float) -> str:
 
 
 @click.command()
-@click.option("--response-timeout", type=SECONDS, default=30.0, show_default=True)
-@click.option("--retry-interval", type=SECONDS, default=5.0, show_default=True)
+@click.option("--response-timeout", type=SECONDS, default=ADAPTER.response_timeout,
+              show_default=True)
+@click.option("--retry-interval", type=SECONDS, default=RETRY.retry_interval, show_default=True)
 @click.option("--failure-timeout", type=FiniteFloat(minimum=-1, maximum=MAX_SECONDS),
-              default=15.0, show_default=True,
+              default=RETRY.failure_timeout, show_default=True,
               help="-1 = forever (then bound it with --max-attempts)")
 @click.option("--server-delay", type=SECONDS, default=0.0, show_default=True,
               help="seconds the service takes to answer")
@@ -195,19 +203,21 @@ def _clock(t: float) -> str:
 @click.option("--status", type=click.IntRange(100, 599), default=None,
               help="failing requests answer this HTTP status")
 @click.option("--retry-after", default=None, help="Retry-After header of failing requests")
-@click.option("--backoff", default="fixed", show_default=True)
-@click.option("--backoff-base", type=SECONDS, default=1.0, show_default=True)
+@click.option("--backoff", default=RETRY.backoff, show_default=True)
+@click.option("--backoff-base", type=SECONDS, default=RETRY.backoff_base, show_default=True)
 @click.option("--backoff-multiplier", type=FiniteFloat(minimum=1, maximum=MAX_SECONDS),
-              default=2.0, show_default=True)
-@click.option("--backoff-max", type=SECONDS, default=60.0, show_default=True)
-@click.option("--jitter", type=_Jitter(), default="0", show_default=True,
+              default=RETRY.backoff_multiplier, show_default=True)
+@click.option("--backoff-max", type=SECONDS, default=RETRY.backoff_max, show_default=True)
+@click.option("--jitter", type=_Jitter(), default=RETRY.jitter, show_default=True,
               help="seconds, or 'full'")
-@click.option("--max-attempts", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--max-attempts", type=click.IntRange(min=0), default=RETRY.max_attempts,
+              show_default=True)
 @click.option("--strict", is_flag=True, help="strict_failure_timeout = true")
-@click.option("--breaker-threshold", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--breaker-threshold", type=click.IntRange(min=0),
+              default=OPERATION.breaker_threshold, show_default=True,
               help="consecutive failed attempts that open the circuit breaker; 0 = none")
-@click.option("--breaker-open-seconds", type=SECONDS, default=30.0, show_default=True,
-              help="seconds the breaker stays open before its probe attempt")
+@click.option("--breaker-open-seconds", type=SECONDS, default=OPERATION.breaker_open_seconds,
+              show_default=True, help="seconds the breaker stays open before its probe attempt")
 @click.option("--seed", type=int, default=0, show_default=True, help="random seed for jitter")
 @click.option("--json", "as_json", is_flag=True, help="print the timeline as JSON")
 def simulate_command(response_timeout: float, retry_interval: float, failure_timeout: float,
