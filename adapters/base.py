@@ -26,7 +26,7 @@ from adapters.credentials import Credentials, resolve_credentials
 from adapters.deadline import TryScope, try_scope
 from adapters.failover import ServerPool
 from adapters.settings import (COMMON_SETTINGS, DEFAULT_CONNECT_TIMEOUT,
-                               DEFAULT_RESPONSE_TIMEOUT)
+                               DEFAULT_RESPONSE_TIMEOUT, AdapterSettings)
 from engine.attempt import AttemptContext, HttpExchange
 from engine.clock import Clock, SystemClock
 from engine.errors import (AdapterError, AdapterNotReady, ConfigurationError, NotSent,
@@ -48,17 +48,22 @@ class InvalidRequest(NotSent):
 
 
 class OutboundAdapter(ABC):
-    """Base of every outbound adapter. Subclasses declare ``SETTINGS``.
+    """Base of every outbound adapter. Subclasses declare ``SETTINGS`` and the typed
+    ``settings_class`` built from them.
 
     ``settings`` may hold the host's settings too: the adapter keeps and validates only the
     keys it declares (CamelCase aliases included) and fills in the defaults of the others.
+    :attr:`settings` is that dict (a subclass's own extra settings are read from it);
+    :attr:`adapter_settings` the typed object the adapter reads its declared settings from.
     """
 
     SETTINGS: ClassVar[tuple[Setting, ...]] = COMMON_SETTINGS
+    settings_class: ClassVar[type[AdapterSettings]] = AdapterSettings
 
     def __init__(self, settings: Mapping[str, Any], *, item_name: str = "", pool_size: int = 1,
                  env: Mapping[str, str] | None = None, clock: Clock | None = None) -> None:
         self.settings = self._own_settings(settings, item_name)
+        self.adapter_settings = self.settings_class.from_validated(self.settings)
         self.item_name = item_name
         self.pool_size = pool_size
         self.env: Mapping[str, str] = env if env is not None else {}
@@ -77,22 +82,22 @@ class OutboundAdapter(ABC):
     @property
     def response_timeout(self) -> float:
         """Seconds for a whole attempt."""
-        return float(self.settings.get("response_timeout", DEFAULT_RESPONSE_TIMEOUT))
+        return self.adapter_settings.response_timeout
 
     @property
     def idempotent(self) -> bool:
         """False: an outcome-unknown failure must not be re-sent (§3.4)."""
-        return bool(self.settings["idempotent"])
+        return self.adapter_settings.idempotent
 
     @property
     def on_unknown_outcome(self) -> str:
         """``"error"`` or ``"suspend"``: the fate of an outcome-unknown non-idempotent message."""
-        return str(self.settings["on_unknown_outcome"])
+        return self.adapter_settings.on_unknown_outcome
 
     @property
     def retry_on_status(self) -> tuple[int, ...]:
         """HTTP statuses for which the adapter asks for a retry."""
-        return tuple(self.settings["retry_on_status"])
+        return self.adapter_settings.retry_on_status
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -103,11 +108,12 @@ class OutboundAdapter(ABC):
         cannot be loaded, a certificate file not there yet): the worker tries again later.
         Raises :class:`~engine.errors.ConfigurationError` when its settings cannot work.
         """
-        name = self.settings.get("credentials")
-        if name:
-            self.credentials = resolve_credentials(name, self.env, item=self.item_name)
-        for key in ("ca_bundle", "client_cert", "client_key"):
-            path = self.settings.get(key)
+        options = self.adapter_settings
+        if options.credentials:
+            self.credentials = resolve_credentials(options.credentials, self.env,
+                                                   item=self.item_name)
+        for key, path in (("ca_bundle", options.ca_bundle), ("client_cert", options.client_cert),
+                          ("client_key", options.client_key)):
             if path and not os.path.isfile(path):
                 raise AdapterNotReady(f"item {self.item_name!r}: {key} {path!r} is not a "
                                       "readable file")
@@ -116,10 +122,10 @@ class OutboundAdapter(ABC):
         if not servers:
             raise ConfigurationError("no server to send to; set url or servers",
                                      item=self.item_name or None, key="servers")
-        self._servers = ServerPool(servers, cooldown=float(self.settings["bad_server_cooldown"]),
+        self._servers = ServerPool(servers, cooldown=options.bad_server_cooldown,
                                    clock=self.clock, item_name=self.item_name)
         warnings = []
-        if not self.settings["ssl_verify"]:
+        if not options.ssl_verify:
             warnings.append(f"TLS certificate verification is off for item {self.item_name!r} "
                             "(ssl_verify = false): its servers' identity is not checked")
         return warnings
@@ -161,7 +167,7 @@ class OutboundAdapter(ABC):
         """HTTP headers every request of the current attempt carries: the observers' (a
         trace context) and the idempotency key."""
         ctx = self.current_attempt()
-        header, key = self.settings["idempotency_header"], ctx.idempotency_key
+        header, key = self.adapter_settings.idempotency_header, ctx.idempotency_key
         return {**ctx.headers, header: key} if header and key else dict(ctx.headers)
 
     # -- the template method --------------------------------------------------------------

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urljoin, urlsplit
 
 import requests
@@ -13,13 +13,33 @@ from adapters.deadline import TryScope
 from adapters.failover import join_path, rebase
 from adapters.session import (ItemSession, classify_transport_error, exact_text, lossy_text,
                               status_error)
-from adapters.settings import (COMMON_SETTINGS, DEFAULT_MAX_REDIRECTS, REDIRECT_SETTINGS,
-                               http_url)
+from adapters.settings import COMMON_SETTINGS, REDIRECT_SETTINGS, AdapterSettings, http_url
 from engine.clock import Clock
 from engine.errors import AdapterError, AdapterNotReady, ConfigurationError, HttpStatusError
 from engine.settings import Setting
 
-__all__ = ["HttpAdapter", "HttpResponse", "RedirectPolicy"]
+__all__ = ["HTTP_SETTINGS", "HttpAdapter", "HttpAdapterSettings", "HttpResponse",
+           "RedirectPolicy"]
+
+HTTP_SETTINGS: tuple[Setting, ...] = (
+    Setting(name="url", kind=str, default=None, check=http_url,
+            help="the endpoint; with servers, their origins replace its own"),
+    *COMMON_SETTINGS,
+    *REDIRECT_SETTINGS,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpAdapterSettings(AdapterSettings):
+    """The settings of :data:`HTTP_SETTINGS`, typed. ``url`` None = not set (``servers``
+    then are the endpoints)."""
+
+    DECLARED: ClassVar[tuple[Setting, ...]] = HTTP_SETTINGS
+
+    url: str | None
+    follow_redirects: bool
+    max_redirects: int
+    redirect_hosts: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -77,22 +97,19 @@ class HttpAdapter(OutboundAdapter):
     deadline, to the server's own origin or to a host listed in ``redirect_hosts``.
     """
 
-    SETTINGS = (
-        Setting(name="url", kind=str, default=None, check=http_url,
-                help="the endpoint; with servers, their origins replace its own"),
-        *COMMON_SETTINGS,
-        *REDIRECT_SETTINGS,
-    )
+    SETTINGS = HTTP_SETTINGS
+    settings_class = HttpAdapterSettings
+    adapter_settings: HttpAdapterSettings
 
     def __init__(self, settings: Mapping[str, Any], *, item_name: str = "", pool_size: int = 1,
                  env: Mapping[str, str] | None = None, clock: Clock | None = None) -> None:
         super().__init__(settings, item_name=item_name, pool_size=pool_size, env=env,
                          clock=clock)
-        if not self.settings["url"] and not self.settings["servers"]:
+        if not self.adapter_settings.url and not self.adapter_settings.servers:
             raise ConfigurationError("an HTTP item needs url (or servers), an http:// or "
                                      "https:// URL", item=item_name or None, key="url")
         self._session: ItemSession | None = None
-        self._redirects = RedirectPolicy.from_settings(self.settings)
+        self._redirects = RedirectPolicy.from_settings(self.adapter_settings)
 
     def send(self, method: str, path: str = "", *, headers: Mapping[str, str] | None = None,
              json: Any = None, body: str | bytes | None = None) -> HttpResponse:
@@ -109,7 +126,7 @@ class HttpAdapter(OutboundAdapter):
         auth = None
         if self.credentials is not None:
             auth = (self.credentials.username, self.credentials.password)
-        self._session = ItemSession.from_settings(self.settings, pool_size=self.pool_size,
+        self._session = ItemSession.from_settings(self.adapter_settings, pool_size=self.pool_size,
                                                   hosts=len(self._targets()), auth=auth)
 
     def stop(self) -> None:
@@ -118,7 +135,7 @@ class HttpAdapter(OutboundAdapter):
             self._session = None
 
     def _targets(self) -> list[str]:
-        url, servers = self.settings["url"], self.settings["servers"]
+        url, servers = self.adapter_settings.url, self.adapter_settings.servers
         if not servers:
             return [url]
         return [rebase(url, s) if url else s for s in servers]
@@ -177,16 +194,15 @@ class RedirectPolicy:
     """Which redirects an item follows (settings ``follow_redirects``, ``max_redirects``,
     ``redirect_hosts``)."""
 
-    follow: bool = False
-    max_hops: int = DEFAULT_MAX_REDIRECTS  # redirects followed in one attempt; 0 = none
-    hosts: tuple[str, ...] = ()  # "host" (any port) or "host:port" beyond the server's origin
+    follow: bool
+    max_hops: int  # redirects followed in one attempt; 0 = none
+    hosts: tuple[str, ...]  # "host" (any port) or "host:port" beyond the server's origin
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> RedirectPolicy:
-        """The policy an adapter's validated settings describe."""
-        return cls(follow=bool(settings["follow_redirects"]),
-                   max_hops=int(settings["max_redirects"]),
-                   hosts=tuple(settings["redirect_hosts"]))
+    def from_settings(cls, settings: HttpAdapterSettings) -> RedirectPolicy:
+        """The policy an adapter's settings describe."""
+        return cls(follow=settings.follow_redirects, max_hops=settings.max_redirects,
+                   hosts=settings.redirect_hosts)
 
     def refusal(self, status: int, server: str, target: str, hops: int) -> str | None:
         """Why a redirect from ``server``'s request to ``target`` is not followed, or None.

@@ -8,7 +8,7 @@ import http.client
 import re
 import ssl
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
 import requests.auth
@@ -19,8 +19,10 @@ from engine.attempt import HttpExchange
 from engine.errors import (AdapterError, ConnectFailed, ConnectionReset, HttpStatusError,
                            ResponseRejected, ResponseTimeout)
 
+if TYPE_CHECKING:
+    from adapters.settings import AdapterSettings
+
 CHUNK_BYTES = 16 * 1024  # bytes read per step while streaming a body
-DEFAULT_MAX_RESPONSE_BYTES = 10 * 1024 * 1024  # bytes, decoded body
 SNIPPET_CHARS = 200  # characters of an error body quoted in an HttpStatusError
 
 _CHARSET = re.compile(r'charset\s*=\s*"?([^";\s]+)', re.IGNORECASE)
@@ -34,8 +36,7 @@ class ItemSession:
     """
 
     def __init__(self, *, pool_size: int, hosts: int = 1, connect_timeout: float,
-                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-                 ssl_verify: bool = True, ca_bundle: str | None = None,
+                 max_response_bytes: int, ssl_verify: bool, ca_bundle: str | None = None,
                  client_cert: str | None = None, client_key: str | None = None,
                  proxy: str | None = None, auth: tuple[str, str] | None = None) -> None:
         self.connect_timeout = connect_timeout  # seconds, connect phase only
@@ -55,15 +56,14 @@ class ItemSession:
             self.requests.auth = auth
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, Any], *, pool_size: int, hosts: int = 1,
+    def from_settings(cls, settings: AdapterSettings, *, pool_size: int, hosts: int = 1,
                       auth: tuple[str, str] | None = None) -> ItemSession:
-        """The session an adapter's validated ``settings`` describe."""
-        return cls(pool_size=pool_size, hosts=hosts,
-                   connect_timeout=float(settings["connect_timeout"]),
-                   max_response_bytes=int(settings["max_response_bytes"]),
-                   ssl_verify=bool(settings["ssl_verify"]), ca_bundle=settings["ca_bundle"],
-                   client_cert=settings["client_cert"], client_key=settings["client_key"],
-                   proxy=settings["proxy"], auth=auth)
+        """The session an adapter's settings describe."""
+        return cls(pool_size=pool_size, hosts=hosts, connect_timeout=settings.connect_timeout,
+                   max_response_bytes=settings.max_response_bytes,
+                   ssl_verify=settings.ssl_verify, ca_bundle=settings.ca_bundle,
+                   client_cert=settings.client_cert, client_key=settings.client_key,
+                   proxy=settings.proxy, auth=auth)
 
     def request(self, method: str, url: str, scope: TryScope, *,
                 headers: Mapping[str, str] | None = None, data: Any = None, json: Any = None,

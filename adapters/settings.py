@@ -1,16 +1,19 @@
-"""The settings every outbound adapter accepts (design §4), and their validators.
+"""The settings every outbound adapter accepts (design §4), their validators, and the typed
+object :class:`AdapterSettings` that adapters read them from.
 
 Each validator returns the cleaned value or raises ``ValueError`` with what is allowed;
 :class:`engine.settings.Setting` turns that into a :class:`ConfigurationError` naming the item
-and the key.
+and the key. Each default is in its declaration and nowhere else.
 """
 from __future__ import annotations
 
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from engine.settings import Setting
+from engine.retry.settings import OUTCOME_SETTINGS
+from engine.settings import Setting, TypedSettings
 
 DEFAULT_RESPONSE_TIMEOUT = 30.0  # seconds, whole attempt
 DEFAULT_CONNECT_TIMEOUT = 5.0  # seconds, connect phase only
@@ -92,12 +95,9 @@ COMMON_SETTINGS: tuple[Setting, ...] = (
             help="base URLs to fail over across, in order of preference"),
     Setting(name="bad_server_cooldown", kind=float, default=DEFAULT_BAD_SERVER_COOLDOWN,
             minimum=0, help="seconds a failed server is skipped; 0 = never skip"),
-    Setting(name="idempotent", kind=bool, default=True,
-            help="false: a request that may have been processed is never re-sent"),
+    *OUTCOME_SETTINGS,  # idempotent, on_unknown_outcome: the retry policy reads them too
     Setting(name="idempotency_header", kind=str, default="", check=header_name,
             help='HTTP header carrying the message\'s stable key; "" = none'),
-    Setting(name="on_unknown_outcome", kind=str, default="error", choices=("error", "suspend"),
-            help="what a non-idempotent item does with an outcome-unknown failure"),
     Setting(name="retry_on_status", kind=(list, tuple), default=DEFAULT_RETRY_ON_STATUS,
             check=status_list, help="HTTP statuses that ask for a retry"),
     Setting(name="credentials", kind=str, default=None, check=not_empty,
@@ -124,3 +124,28 @@ REDIRECT_SETTINGS: tuple[Setting, ...] = (
             help="hosts ('host' or 'host:port') a redirect may lead to besides the "
                  "server's own scheme, host and port; credentials go only to configured servers"),
 )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdapterSettings(TypedSettings):
+    """The settings of :data:`COMMON_SETTINGS`, typed: what every outbound adapter reads.
+    ``None`` = not set, for ``credentials``, ``ca_bundle``, ``client_cert``, ``client_key``
+    and ``proxy``; ``servers`` ``()`` = the adapter's own address only."""
+
+    DECLARED: ClassVar[tuple[Setting, ...]] = COMMON_SETTINGS
+
+    response_timeout: float  # seconds for a whole attempt
+    connect_timeout: float  # seconds for the connect phase
+    servers: tuple[str, ...]
+    bad_server_cooldown: float  # seconds; 0 = never skip
+    idempotent: bool
+    idempotency_header: str  # "" = none
+    on_unknown_outcome: str
+    retry_on_status: tuple[int, ...]
+    credentials: str | None
+    ssl_verify: bool
+    ca_bundle: str | None
+    client_cert: str | None
+    client_key: str | None
+    max_response_bytes: int
+    proxy: str | None

@@ -19,7 +19,7 @@ import http.client
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import lxml.etree
 import requests
@@ -33,7 +33,7 @@ from adapters.base import InvalidRequest, OutboundAdapter
 from adapters.deadline import TryScope, try_scope
 from adapters.failover import rebase
 from adapters.session import ItemSession, classify_transport_error, describe
-from adapters.settings import COMMON_SETTINGS, not_empty
+from adapters.settings import COMMON_SETTINGS, AdapterSettings, not_empty
 from adapters.soap_transport import (AttemptHooks, DeadlineTransport, DocumentPolicy,
                                      HostBoundBasicAuth, Origin, local_path, origin_of)
 from engine.errors import (AdapterError, AdapterNotReady, ConfigurationError, DocumentRefused,
@@ -41,7 +41,7 @@ from engine.errors import (AdapterError, AdapterNotReady, ConfigurationError, Do
 from engine.retry.reply_codes import local_name
 from engine.settings import Setting
 
-__all__ = ["SoapAdapter"]
+__all__ = ["SOAP_SETTINGS", "SoapAdapter", "SoapAdapterSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,26 @@ def _wsdl_location(value: str) -> str:
     return value
 
 
+SOAP_SETTINGS: tuple[Setting, ...] = (
+    Setting(name="wsdl", kind=str, default=None, check=_wsdl_location,
+            help="http(s) URL or local path of the WSDL, loaded once at start"),
+    Setting(name="auth", kind=str, default="wsse", choices=("wsse", "basic"),
+            help="how credentials are sent"),
+    *COMMON_SETTINGS,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SoapAdapterSettings(AdapterSettings):
+    """The settings of :data:`SOAP_SETTINGS`, typed. ``wsdl`` None = not set (refused by
+    :class:`SoapAdapter`)."""
+
+    DECLARED: ClassVar[tuple[Setting, ...]] = SOAP_SETTINGS
+
+    wsdl: str | None
+    auth: str  # "wsse" or "basic"
+
+
 @dataclass(frozen=True)
 class _Call:
     operation: str
@@ -75,17 +95,13 @@ class SoapAdapter(OutboundAdapter):
     or as HTTP Basic authentication (``auth = "basic"``).
     """
 
-    SETTINGS = (
-        Setting(name="wsdl", kind=str, default=None, check=_wsdl_location,
-                help="http(s) URL or local path of the WSDL, loaded once at start"),
-        Setting(name="auth", kind=str, default="wsse", choices=("wsse", "basic"),
-                help="how credentials are sent"),
-        *COMMON_SETTINGS,
-    )
+    SETTINGS = SOAP_SETTINGS
+    settings_class = SoapAdapterSettings
+    adapter_settings: SoapAdapterSettings
 
     def __init__(self, settings: Mapping[str, Any], **kwargs: Any) -> None:
         super().__init__(settings, **kwargs)
-        if not self.settings["wsdl"]:
+        if not self.adapter_settings.wsdl:
             raise ConfigurationError("a SOAP item needs wsdl, the URL or path of its WSDL",
                                      item=self.item_name or None, key="wsdl")
         self._session: ItemSession | None = None
@@ -121,8 +137,8 @@ class SoapAdapter(OutboundAdapter):
 
     def _open(self) -> None:
         self.stop()  # a start() after a failed one
-        hosts = max(len(self.settings["servers"]), 1) + 1  # the WSDL's host too
-        self._session = ItemSession.from_settings(self.settings, pool_size=self.pool_size,
+        hosts = max(len(self.adapter_settings.servers), 1) + 1  # the WSDL's host too
+        self._session = ItemSession.from_settings(self.adapter_settings, pool_size=self.pool_size,
                                                   hosts=hosts)
         self._bind_basic_auth(self._configured_origins())
         self._client = self._load_client(self._session)
@@ -137,10 +153,11 @@ class SoapAdapter(OutboundAdapter):
 
     def _load_client(self, session: ItemSession) -> zeep.Client:
         wsse = None
-        if self.credentials is not None and self.settings["auth"] == "wsse":
+        options = self.adapter_settings
+        if self.credentials is not None and options.auth == "wsse":
             wsse = UsernameToken(self.credentials.username, self.credentials.password)
-        wsdl = self.settings["wsdl"]
-        policy = DocumentPolicy.for_wsdl(wsdl, int(self.settings["max_response_bytes"]))
+        wsdl = options.wsdl
+        policy = DocumentPolicy.for_wsdl(wsdl, options.max_response_bytes)
         # forbid_external=False: DeadlineTransport.load decides which documents may be read.
         # force_https only for an http(s) WSDL: beside a local one it turns file:///x into
         # https:///x.
@@ -163,28 +180,28 @@ class SoapAdapter(OutboundAdapter):
 
     def _configured_origins(self) -> set[Origin]:
         """Scheme, host and port of the ``wsdl`` URL and of each of ``servers``."""
-        urls = (self.settings["wsdl"], *self.settings["servers"])
+        urls = (self.adapter_settings.wsdl, *self.adapter_settings.servers)
         return {o for o in map(origin_of, urls) if o is not None}
 
     def _trusted_origins(self, address: str | None) -> set[Origin]:
         """Where credentials may go: the configured origins, and the service address of a
         local WSDL file (the operator's own file, as trusted as the production file)."""
         trusted = self._configured_origins()
-        local_wsdl = origin_of(self.settings["wsdl"]) is None
+        local_wsdl = origin_of(self.adapter_settings.wsdl) is None
         if local_wsdl and address and (origin := origin_of(address)) is not None:
             trusted.add(origin)
         return trusted
 
     def _bind_basic_auth(self, trusted: set[Origin]) -> None:
         assert self._session is not None
-        if self.credentials is not None and self.settings["auth"] == "basic":
+        if self.credentials is not None and self.adapter_settings.auth == "basic":
             self._session.requests.auth = HostBoundBasicAuth(
                 self.credentials.username, self.credentials.password, trusted)
 
     def _target_urls(self, address: str | None) -> list[str]:
         """``servers`` (each taking the address's path), else the WSDL's service address."""
-        if self.settings["servers"]:
-            return [rebase(address or s, s) for s in self.settings["servers"]]
+        if self.adapter_settings.servers:
+            return [rebase(address or s, s) for s in self.adapter_settings.servers]
         if not address:
             raise ConfigurationError("the WSDL gives no service address; set servers",
                                      item=self.item_name or None, key="servers")

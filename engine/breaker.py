@@ -31,10 +31,10 @@ import logging
 import math
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from engine.attempt import AttemptObserver, AttemptReport
 from engine.clock import Clock
@@ -42,7 +42,7 @@ from engine.errors import AttemptHeld
 from engine.store.breaker import CLOSED, HALF_OPEN, OPEN, BreakerRow
 
 if TYPE_CHECKING:
-    from engine.host import EventSink
+    from engine.host import EventSink, OperationSettings
     from engine.metrics import Metrics
     from engine.store.rows import MessageRow
     from engine.store.sql import SqlStore
@@ -78,15 +78,16 @@ class BreakerSettings:
     probe_seconds: float
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> BreakerSettings | None:
-        """The item's breaker; None when ``breaker_threshold`` is 0 (no breaker)."""
-        threshold = int(settings.get("breaker_threshold", 0))
-        if threshold <= 0:
+    def from_settings(cls, settings: OperationSettings, *,
+                      response_timeout: float = 0.0) -> BreakerSettings | None:
+        """The item's breaker; None when ``breaker_threshold`` is 0 (no breaker).
+        ``response_timeout``: the seconds an attempt of the item may take (its adapter's;
+        0 without an adapter)."""
+        if settings.breaker_threshold <= 0:
             return None
-        open_seconds = float(settings.get("breaker_open_seconds", DEFAULT_OPEN_SECONDS))
-        response = max(float(settings.get("response_timeout", 0.0)), 0.0)
-        return cls(threshold=threshold, open_seconds=open_seconds,
-                   probe_seconds=open_seconds + response)
+        open_seconds = settings.breaker_open_seconds
+        return cls(threshold=settings.breaker_threshold, open_seconds=open_seconds,
+                   probe_seconds=open_seconds + max(response_timeout, 0.0))
 
 
 class CircuitBreaker(AttemptObserver):

@@ -44,8 +44,10 @@ def item_lease_name(item: str) -> str:
 
 def is_fifo(item: ItemConfig) -> bool:
     """True for an item whose messages must be delivered one at a time, in order, across
-    every daemon: ``pool_size = 1`` with ``retry_mode = "blocking"``."""
-    return item.pool_size == 1 and item.settings.get("retry_mode", "blocking") == "blocking"
+    every daemon: ``pool_size = 1`` with ``retry_mode = "blocking"`` (an item that is not a
+    business operation has no retry mode, and is never parked)."""
+    operation = item.operation_settings
+    return item.pool_size == 1 and (operation is None or operation.retry_mode == "blocking")
 
 
 class DatabaseClock:

@@ -203,7 +203,7 @@ class Daemon:
     def _watch_queues(self) -> None:
         """Check the queue alerts every QUEUE_ALERT_INTERVAL once an item sets one (not
         before: an idle daemon — or a virtual one — need not wake every second for it)."""
-        if any(i.settings["queue_count_alert"] or i.settings["queue_wait_alert"]
+        if any(i.operation_settings.queue_count_alert or i.operation_settings.queue_wait_alert
                for i in self._operations()) and not any(
                    j.name == "housekeeping:queue_alerts" for j in self.scheduler.jobs):
             self.scheduler.add_housekeeping("queue_alerts", QUEUE_ALERT_INTERVAL,
@@ -307,10 +307,9 @@ class Daemon:
         if is_fifo(item):
             lease = functools.partial(self.leases.hold, item_lease_name(item.name))
         stop = threading.Event()
-        guards = ItemGuards.from_settings(item.name, item.settings, store=self.store,
-                                          clock=self.clock, owner=self.id, events=self.events,
-                                          metrics=self.metrics, stop=stop,
-                                          lease_seconds=self.production.lease_seconds)
+        guards = ItemGuards.for_item(item, store=self.store, clock=self.clock, owner=self.id,
+                                     events=self.events, metrics=self.metrics, stop=stop,
+                                     lease_seconds=self.production.lease_seconds)
         runner = ItemRunner(item, store=self.store, clock=self.clock, owner=self.id,
                             lease_seconds=self.production.lease_seconds,
                             poll_interval=self.production.poll_interval, env=self.env,
@@ -360,22 +359,23 @@ class Daemon:
 
     def check_queue_alerts(self) -> None:
         """``queue_count_alert`` / ``queue_wait_alert``: one Alert per crossing."""
-        watched = [i for i in self._operations()
-                   if i.settings["queue_count_alert"] or i.settings["queue_wait_alert"]]
+        watched = [i for i in self._operations() if i.operation_settings.queue_count_alert
+                   or i.operation_settings.queue_wait_alert]
         if not watched:
             return
         stats, now = queries.queue_stats(self.store), self.clock.now()
         for item in watched:
+            alerts = item.operation_settings
             s = stats.get(item.name, {})
             depth = s.get("queued", 0)
             wait = (now - s["oldest"]).total_seconds() if s.get("oldest") else 0.0
             for kind, threshold, value, text in (
-                    ("count", item.settings["queue_count_alert"], depth,
+                    ("count", alerts.queue_count_alert, depth,
                      f"queue of {item.name} holds {depth} messages "
-                     f"(queue_count_alert = {item.settings['queue_count_alert']})"),
-                    ("wait", item.settings["queue_wait_alert"], wait,
+                     f"(queue_count_alert = {alerts.queue_count_alert})"),
+                    ("wait", alerts.queue_wait_alert, wait,
                      f"oldest message of {item.name} has waited {wait:.0f} s "
-                     f"(queue_wait_alert = {item.settings['queue_wait_alert']:g} s)")):
+                     f"(queue_wait_alert = {alerts.queue_wait_alert:g} s)")):
                 alarm = self._alarms.setdefault((item.name, kind), ThresholdAlarm(threshold))
                 if alarm.crossed(value):
                     self.events.write("Alert", text, config_name=item.name,

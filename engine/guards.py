@@ -9,7 +9,7 @@ does the breaker decide, on the state of that moment, whether the attempt starts
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +19,9 @@ from engine.clock import Clock
 from engine.ratelimit import RateLimit, RateLimiter
 
 if TYPE_CHECKING:
-    from engine.host import EventSink
+    from engine.host import EventSink, OperationSettings
     from engine.metrics import Metrics
+    from engine.production import ItemConfig
     from engine.store.sql import SqlStore
 
 __all__ = ["ItemGuards"]
@@ -34,17 +35,29 @@ class ItemGuards:
     breaker: CircuitBreaker | None = None
 
     @classmethod
-    def from_settings(cls, item: str, settings: Mapping[str, Any], *, store: SqlStore,
-                      clock: Clock, owner: str, events: EventSink | None = None,
-                      metrics: Metrics | None = None, stop: threading.Event | None = None,
-                      lease_seconds: float = 0.0,
+    def for_item(cls, item: ItemConfig, **options: Any) -> ItemGuards:
+        """The guards of business operation ``item``, as :meth:`from_settings` with its
+        settings and its adapter's response timeout."""
+        assert item.operation_settings is not None, "only a business operation has guards"
+        adapter = item.adapter_settings
+        return cls.from_settings(
+            item.name, item.operation_settings,
+            response_timeout=adapter.response_timeout if adapter is not None else 0.0,
+            **options)
+
+    @classmethod
+    def from_settings(cls, item: str, settings: OperationSettings, *, store: SqlStore,
+                      clock: Clock, owner: str, response_timeout: float = 0.0,
+                      events: EventSink | None = None, metrics: Metrics | None = None,
+                      stop: threading.Event | None = None, lease_seconds: float = 0.0,
                       listener: Transition | None = None) -> ItemGuards:
-        """The guards ``settings`` (an item's validated settings) ask for. ``stop``: set when
-        the item stops (a worker waiting for a rate-limit slot then gives up);
-        ``lease_seconds``: the daemon's claim lease (a claim is confirmed after a wait for
-        a slot; 0: not confirmed, one process only)."""
+        """The guards ``settings`` (an item's) ask for. ``response_timeout``: seconds an
+        attempt may take (the breaker's probe counts as lost after its open period and
+        that); ``stop``: set when the item stops (a worker waiting for a rate-limit slot
+        then gives up); ``lease_seconds``: the daemon's claim lease (a claim is confirmed
+        after a wait for a slot; 0: not confirmed, one process only)."""
         limit = RateLimit.from_settings(settings)
-        breaker = BreakerSettings.from_settings(settings)
+        breaker = BreakerSettings.from_settings(settings, response_timeout=response_timeout)
         return cls(
             limiter=None if limit is None else RateLimiter(
                 item, limit, store=store, clock=clock, stop=stop, metrics=metrics,

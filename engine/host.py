@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from engine.breaker import DEFAULT_OPEN_SECONDS, check_open_seconds
 from engine.message import JsonMessage, Message
 from engine.ratelimit import check_rate_limit
-from engine.retry import RETRY_SETTINGS
-from engine.settings import Setting
+from engine.retry import RETRY_SETTINGS, RetrySettings
+from engine.settings import Setting, TypedSettings
 from engine.window import check_window
 
 if TYPE_CHECKING:  # adapters import the engine; the engine only names their base class
@@ -31,8 +31,8 @@ class EventSink(Protocol):
     def write(self, type_: str, text: str, **context: Any) -> None: ...
 
 
-HOST_SETTINGS: tuple[Setting, ...] = (
-    *RETRY_SETTINGS,
+# A business operation's settings besides its retry settings.
+OPERATION_SETTINGS: tuple[Setting, ...] = (
     Setting(name="trace", kind=bool, default=False, help="write a Trace event per attempt"),
     Setting(name="retry_mode", kind=str, default="blocking", choices=("blocking", "requeue"),
             help="blocking: a retrying message holds its worker (FIFO); "
@@ -59,6 +59,30 @@ HOST_SETTINGS: tuple[Setting, ...] = (
             help='at most N attempt starts per period over all daemons, burst ≤ N: "N/s", '
                  '"N/min" or "N/h"; not set = no limit'),
 )
+
+HOST_SETTINGS: tuple[Setting, ...] = (*RETRY_SETTINGS, *OPERATION_SETTINGS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperationSettings(TypedSettings):
+    """The settings of :data:`OPERATION_SETTINGS`, typed: what the engine reads of a
+    business operation (or process) besides its :class:`~engine.retry.RetrySettings`.
+    ``queue_count_alert``, ``queue_wait_alert``, ``alert_retry_grace_period`` and
+    ``breaker_threshold`` 0 = off; ``schedule`` ``{}`` = always open; ``rate_limit`` None =
+    no limit."""
+
+    DECLARED: ClassVar[tuple[Setting, ...]] = OPERATION_SETTINGS
+
+    trace: bool
+    retry_mode: str  # "blocking" or "requeue"
+    alert_on_error: bool
+    alert_retry_grace_period: float  # seconds
+    queue_count_alert: int  # messages
+    queue_wait_alert: float  # seconds
+    schedule: Mapping[str, str]  # {"start": cron, "stop": cron}, or {}
+    breaker_threshold: int  # failed attempts
+    breaker_open_seconds: float
+    rate_limit: str | None  # "N/s", "N/min" or "N/h"
 
 
 @dataclass(frozen=True)
@@ -94,6 +118,13 @@ class BusinessHost(ABC):
         """The items that an item of this class with these validated ``settings`` sends
         to. The production loader refuses a target that is not one of its items."""
         return ()
+
+    @classmethod
+    def settings_objects(cls, settings: Mapping[str, Any]) -> dict[str, TypedSettings | None]:
+        """The typed objects that :class:`~engine.production.ItemConfig` holds for an item
+        of this class with these validated ``settings``, by field name: none for a host that
+        is not a business operation."""
+        return {}
 
     def on_init(self) -> None:
         """Called once when the item starts."""
@@ -150,6 +181,7 @@ class BusinessOperation(BusinessHost):
     def __init__(self, name: str, settings: Mapping[str, Any], *,
                  events: EventSink | None = None, adapter: OutboundAdapter | None = None) -> None:
         super().__init__(name, settings, events=events)
+        self.operation_settings = OperationSettings.from_validated(self.settings)
         self.adapter = adapter
         self.retry = False
         self.suspend_message = False
@@ -159,6 +191,14 @@ class BusinessOperation(BusinessHost):
     def declared_settings(cls) -> tuple[Setting, ...]:
         adapter = cls.adapter_class.SETTINGS if cls.adapter_class is not None else ()
         return (*cls.SETTINGS, *adapter)
+
+    @classmethod
+    def settings_objects(cls, settings: Mapping[str, Any]) -> dict[str, TypedSettings | None]:
+        adapter = cls.adapter_class
+        return {"retry_settings": RetrySettings.from_validated(settings),
+                "operation_settings": OperationSettings.from_validated(settings),
+                "adapter_settings": (None if adapter is None
+                                     else adapter.settings_class.from_validated(settings))}
 
     @abstractmethod
     def on_message(self, request: Any) -> Any:

@@ -35,7 +35,6 @@ from engine.otel import NO_DELIVERY, Delivery
 from engine.process import BusinessProcess, ProcessContext
 from engine.production import ItemConfig, ProductionConfig
 from engine.readiness import ReadinessLog
-from engine.retry import RetryPolicy
 from engine.store.hotpath import Claimed, Completion
 from engine.store.rows import MessageRow
 from engine.store.sql import SqlStore
@@ -91,8 +90,9 @@ class ItemRunner:
         self.may_claim = may_claim
         self.on_close = on_close
         self.stop_event = stop or threading.Event()
-        self.retry_interval = float(item.settings["retry_interval"])
-        self.window = ScheduleWindow.from_setting(item.settings["schedule"])
+        assert item.retry_settings is not None and item.operation_settings is not None
+        self.retry_interval = item.retry_settings.retry_interval
+        self.window = ScheduleWindow.from_setting(item.operation_settings.schedule)
         self.adapter = adapter if adapter is not None else self._build_adapter()
         self.rng = rng  # the workers' source of jitter (None: a fresh one each)
         # what watches every attempt of this item (breaker, rate limit, tracing)
@@ -117,7 +117,7 @@ class ItemRunner:
                                        retry_interval=self.retry_interval)
         self.dispatcher = Dispatcher(DispatchSettings(
             target=item.name, owner=owner, pool_size=item.pool_size, fifo=lease is not None,
-            begin=RetryPolicy.from_settings(item.settings).idempotent, enabled=item.enabled,
+            begin=item.retry_settings.idempotent, enabled=item.enabled,
             lease_seconds=lease_seconds, poll_interval=poll_interval),
             store=store, clock=clock, ready=self._can_claim, stop=self.stop_event)
 
@@ -248,10 +248,12 @@ class ItemRunner:
     # -- the worker loop -----------------------------------------------------------------
     def _worker(self, host: BusinessOperation,
                 defer: Callable[[Completion], None] | None) -> MessageWorker:
-        return MessageWorker.from_settings(host, self.item.settings, store=self.store,
-                                           clock=self.clock, stop=self.stop_event,
-                                           metrics=self.metrics, defer=defer, rng=self.rng,
-                                           observers=self.observers)
+        item = self.item
+        assert item.retry_settings is not None and item.operation_settings is not None
+        return MessageWorker.from_typed(host, item.retry_settings, item.operation_settings,
+                                        store=self.store, clock=self.clock,
+                                        stop=self.stop_event, metrics=self.metrics,
+                                        defer=defer, rng=self.rng, observers=self.observers)
 
     def _work(self, host: BusinessOperation) -> None:
         worker = self._worker(host, defer=self.dispatcher.defer)

@@ -135,7 +135,7 @@ class BusinessProcess(BusinessOperation):
         if not accepted.created:
             self.log_info(f"re-attached to message {accepted.id} for {target}, sent before "
                           "this attempt was interrupted")
-        elif self.settings.get("trace"):
+        elif self.operation_settings.trace:
             self.log_trace(f"sent message {accepted.id} to {target}")
         return accepted.id
 
@@ -164,7 +164,7 @@ class BusinessProcess(BusinessOperation):
                 raise Interrupted(f"{self.name}: the daemon is stopping while it waits for "
                                   f"message {message_id} to {target!r}") from None
             raise
-        if self.settings.get("trace"):
+        if self.operation_settings.trace:
             self.log_trace(f"{target} answered message {message_id} in "
                            f"{context.clock.monotonic() - started:.3f} s")
         return response

@@ -21,21 +21,23 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from engine.errors import ConfigurationError
 from engine.otel import tracing_wanted
-from engine.settings import Setting, validate_settings
+from engine.settings import Setting, TypedSettings, validate_settings
 from engine.store.database import DEFAULT_DATABASE_URL
 from engine.user_modules import add_production_directory, resolve_class
 
 if TYPE_CHECKING:  # imported with the first class an item names, not before
-    from engine.host import BusinessHost
+    from adapters.settings import AdapterSettings
+    from engine.host import BusinessHost, OperationSettings
+    from engine.retry import RetrySettings
 
 __all__ = ["DEFAULT_PRODUCTION_FILE", "ITEM_KEYS", "PORTAL_SETTINGS", "PRODUCTION_SETTINGS",
            "ItemConfig", "ItemEntry", "PortalConfig", "ProductionConfig", "ProductionOutline",
-           "find_production_file", "load_production", "parse_outline", "parse_production",
-           "read_outline", "resolve_class"]
+           "ProductionSettings", "find_production_file", "load_production", "parse_outline",
+           "parse_production", "read_outline", "resolve_class"]
 
 DEFAULT_PRODUCTION_FILE = "production.toml"
 
@@ -53,8 +55,7 @@ MAX_POOL_SIZE = 1000  # workers (threads, and connections of the item's pool) of
 MAX_PRODUCTION_NAME = 200
 MAX_ITEM_NAME = 200 - len("item:")
 
-# Defaults of the [production] table, each in one place (the declarations and the
-# ProductionSettings fields below both use them).
+# Defaults of the [production] table, declared with these below (and only there).
 DEFAULT_LEASE_SECONDS = 30.0  # seconds a claim outlives its daemon's last heartbeat
 DEFAULT_POLL_INTERVAL = 0.5  # seconds between an idle item's looks at its queue
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0  # seconds a stop waits for attempts in flight
@@ -112,14 +113,28 @@ ITEM_KEYS: tuple[Setting, ...] = (
 
 @dataclass(frozen=True, kw_only=True)
 class ItemConfig:
-    """One configured item: a host class with its validated settings."""
+    """One configured item: a host class with its validated settings.
+
+    ``settings`` holds every setting the class declares, by its snake_case name (a class's
+    own custom settings are read from it). The engine reads the settings it owns from the
+    typed, frozen objects built from them once, here: ``retry_settings`` and
+    ``operation_settings`` for a business operation (or process), ``adapter_settings`` for
+    one with an adapter; None for a class that has none (a service).
+    """
 
     name: str
     class_path: str
     cls: type[BusinessHost]
-    pool_size: int = 1
-    enabled: bool = True
-    settings: Mapping[str, Any] = field(default_factory=dict)
+    pool_size: int
+    enabled: bool
+    settings: Mapping[str, Any]
+    retry_settings: RetrySettings | None = field(init=False, default=None)
+    operation_settings: OperationSettings | None = field(init=False, default=None)
+    adapter_settings: AdapterSettings | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        for name, value in self.cls.settings_objects(self.settings).items():
+            object.__setattr__(self, name, value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,9 +144,9 @@ class ItemEntry:
 
     name: str
     class_path: str
-    pool_size: int = 1
-    enabled: bool = True
-    raw_settings: Mapping[str, Any] = field(default_factory=dict)
+    pool_size: int
+    enabled: bool
+    raw_settings: Mapping[str, Any]
 
     def resolve(self) -> ItemConfig:
         """Import the class and validate the settings against it; ConfigurationError
@@ -142,15 +157,18 @@ class ItemEntry:
                           pool_size=self.pool_size, enabled=self.enabled, settings=settings)
 
 
-@dataclass(frozen=True, kw_only=True)
-class PortalConfig:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PortalConfig(TypedSettings):
     """The ``[portal]`` table: where ``encore run`` (and, by default, ``encore portal``)
-    serves the management portal. ``tls_cert`` and ``tls_key`` are both set or both ''."""
+    serves the management portal. ``tls_cert`` and ``tls_key`` are both set or both ''.
+    :meth:`defaults` is the portal of an empty table."""
 
-    host: str = "127.0.0.1"
-    port: int = 8080
-    tls_cert: str = ""
-    tls_key: str = ""
+    DECLARED: ClassVar[tuple[Setting, ...]] = PORTAL_SETTINGS
+
+    host: str
+    port: int
+    tls_cert: str
+    tls_key: str
 
     @property
     def tls(self) -> bool:
@@ -158,25 +176,34 @@ class PortalConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProductionSettings:
-    """The ``[production]`` table, validated; ``database`` after ``ENCORE_DATABASE_URL``."""
+class ProductionSettings(TypedSettings):
+    """The ``[production]`` table, validated; ``database`` after ``ENCORE_DATABASE_URL``,
+    ``otel`` on by the file's setting or the ``OTEL_*`` variables."""
+
+    DECLARED: ClassVar[tuple[Setting, ...]] = PRODUCTION_SETTINGS
 
     name: str
     database: str
-    lease_seconds: float = DEFAULT_LEASE_SECONDS
-    poll_interval: float = DEFAULT_POLL_INTERVAL
-    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
-    metrics_port: int = 0
-    metrics_host: str = DEFAULT_METRICS_HOST
-    retention_days: float = 0
-    alert_item: str = ""
+    lease_seconds: float
+    poll_interval: float
+    shutdown_timeout: float
+    metrics_port: int
+    metrics_host: str
+    alert_item: str
+    retention_days: float
+    otel: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProductionFile(ProductionSettings):
+    """The ``[production]`` settings with what else the file gives besides its items."""
+
     portal: PortalConfig | None = None  # None: no [portal] table, `encore run` serves none
-    otel: bool = False  # tracing on: the file's otel setting or the OTEL_* variables
     path: Path | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProductionConfig(ProductionSettings):
+class ProductionConfig(ProductionFile):
     """A loaded production file: every item's class imported and its settings validated."""
 
     items: tuple[ItemConfig, ...]
@@ -189,7 +216,7 @@ class ProductionConfig(ProductionSettings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProductionOutline(ProductionSettings):
+class ProductionOutline(ProductionFile):
     """A production file read without importing the classes its items name (see the
     module doc): enough for commands that only read the database."""
 
@@ -208,7 +235,7 @@ class ProductionOutline(ProductionSettings):
 
     def resolve(self) -> ProductionConfig:
         """The whole production: every item's class imported and its settings validated."""
-        common = {f.name: getattr(self, f.name) for f in dataclasses.fields(ProductionSettings)}
+        common = {f.name: getattr(self, f.name) for f in dataclasses.fields(ProductionFile)}
         items = tuple(e.resolve() for e in self.entries)
         _check_targets(items)
         return ProductionConfig(**common, items=items)
@@ -285,7 +312,7 @@ def parse_outline(text: str, *, env: Mapping[str, str],
     prod["database"] = env.get("ENCORE_DATABASE_URL") or prod["database"]
     prod["otel"] = tracing_wanted(prod["otel"], env)
     portal = _load_portal(doc["portal"]) if "portal" in doc else None
-    return ProductionOutline(**prod, portal=portal, entries=entries, path=path)
+    return ProductionOutline.from_validated(prod, portal=portal, entries=entries, path=path)
 
 
 def _read_items(raw_items: Any) -> tuple[ItemEntry, ...]:
@@ -317,7 +344,7 @@ def _load_portal(raw: Any) -> PortalConfig:
         missing = "tls_key" if keys["tls_cert"] else "tls_cert"
         raise ConfigurationError("tls_cert and tls_key go together: set both for HTTPS, or "
                                  "neither", item="[portal]", key=missing)
-    return PortalConfig(**keys)
+    return PortalConfig.from_validated(keys)
 
 
 def _check_targets(items: tuple[ItemConfig, ...]) -> None:

@@ -20,15 +20,15 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from engine.attempt import AttemptObserver
 from engine.clock import Clock
 from engine.errors import AttemptHeld, ClaimLost
 
 if TYPE_CHECKING:
+    from engine.host import OperationSettings
     from engine.metrics import Metrics
     from engine.store.rows import MessageRow
     from engine.store.sql import SqlStore
@@ -69,9 +69,9 @@ class RateLimit:
         return cls(count=count, period=PERIODS[unit], text=f"{count}/{unit}")
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> RateLimit | None:
+    def from_settings(cls, settings: OperationSettings) -> RateLimit | None:
         """The item's limit; None when ``rate_limit`` is not set (no limit)."""
-        text = settings.get("rate_limit")
+        text = settings.rate_limit
         return None if not text else cls.parse(text)
 
 

@@ -22,17 +22,18 @@ response; a target that fails makes the router's message fail with its error tex
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from engine.errors import NoRoute
 from engine.host import EventSink, TargetRef
 from engine.message import JsonMessage
 from engine.process import PROCESS_SETTINGS, BusinessProcess
 from engine.rules import check_rules, first_match, parse_rules
-from engine.settings import Setting
+from engine.settings import Setting, TypedSettings
 
-ROUTER_SETTINGS: tuple[Setting, ...] = (
-    *PROCESS_SETTINGS,
+# The router's own settings, besides a process's.
+ROUTING_SETTINGS: tuple[Setting, ...] = (
     Setting(name="rules", kind=list, default=[], check=check_rules,
             help='routing rules, first match wins: [{field = "country", equals = "PT", '
                  'target = "PaymentsPT"}, ...]; operators: equals, not_equals, in, '
@@ -43,6 +44,20 @@ ROUTER_SETTINGS: tuple[Setting, ...] = (
     Setting(name="timeout", kind=float, default=0.0, minimum=0,
             help="seconds to wait for the target's response; 0 = no limit"),
 )
+
+ROUTER_SETTINGS: tuple[Setting, ...] = (*PROCESS_SETTINGS, *ROUTING_SETTINGS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoutingSettings(TypedSettings):
+    """The settings of :data:`ROUTING_SETTINGS`, typed. ``default_target`` "" = none;
+    ``timeout`` 0 = no limit."""
+
+    DECLARED: ClassVar[tuple[Setting, ...]] = ROUTING_SETTINGS
+
+    rules: tuple[Any, ...]  # the tables as given; engine.rules.parse_rules reads them
+    default_target: str
+    timeout: float  # seconds
 
 
 class Router(BusinessProcess):
@@ -55,17 +70,18 @@ class Router(BusinessProcess):
     def __init__(self, name: str, settings: Mapping[str, Any], *,
                  events: EventSink | None = None, **kwargs: Any) -> None:
         super().__init__(name, settings, events=events, **kwargs)
-        self.rules = parse_rules(self.settings["rules"])
-        self.default_target = str(self.settings["default_target"])
-        self.timeout = float(self.settings["timeout"]) or None
+        routing = RoutingSettings.from_validated(self.settings)
+        self.rules = parse_rules(routing.rules)
+        self.default_target = routing.default_target
+        self.timeout = routing.timeout or None
 
     @classmethod
     def declared_targets(cls, settings: Mapping[str, Any]) -> tuple[TargetRef, ...]:
+        routing = RoutingSettings.from_validated(settings)
         refs = [TargetRef("rules", rule.label, rule.target)
-                for rule in parse_rules(settings["rules"])]
-        if settings["default_target"]:
-            refs.append(TargetRef("default_target", "default_target",
-                                  settings["default_target"]))
+                for rule in parse_rules(routing.rules)]
+        if routing.default_target:
+            refs.append(TargetRef("default_target", "default_target", routing.default_target))
         return tuple(refs)
 
     def on_request(self, request: JsonMessage) -> Any:
@@ -77,11 +93,11 @@ class Router(BusinessProcess):
         default target."""
         rule = first_match(self.rules, body)
         if rule is not None:
-            if self.settings["trace"]:
+            if self.operation_settings.trace:
                 self.log_trace(f"{rule.label} matched: routed to {rule.target}")
             return rule.target
         if not self.default_target:
             raise NoRoute(f"no rule matched and {self.name} has no default_target")
-        if self.settings["trace"]:
+        if self.operation_settings.trace:
             self.log_trace(f"no rule matched: routed to {self.default_target}")
         return self.default_target

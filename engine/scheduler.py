@@ -39,7 +39,7 @@ from engine.errors import EncoreError
 from engine.host import EventSink
 from engine.production import ProductionConfig
 from engine.cron import parse_schedule
-from engine.service import DEFAULT_CALL_INTERVAL, BusinessService
+from engine.service import BusinessService
 from engine.store.sql import SqlStore
 
 __all__ = ["ProductionScheduler", "ScheduledJob"]
@@ -127,12 +127,12 @@ class ProductionScheduler:
 
         ``enabled`` is the production file's flag; an operator override in the store wins.
         """
-        schedule = service.settings.get("schedule") or ""
+        schedule = service.service_settings.schedule
         make_trigger: Callable[[datetime], BaseTrigger]
         if schedule:
             make_trigger = functools.partial(_cron, schedule)
         else:
-            seconds = float(service.settings.get("call_interval") or DEFAULT_CALL_INTERVAL)
+            seconds = service.service_settings.call_interval
             make_trigger = functools.partial(_interval, seconds)
         with self._lock:
             self.services[service.name] = service

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from engine.client import send_message, wait_for_response
@@ -18,11 +19,11 @@ from engine.errors import CallFailed, CallTimedOut, ConfigurationError, EncoreEr
 from engine.host import BusinessHost, EventSink
 from engine.message import Message
 from engine.production import ProductionConfig
-from engine.settings import Setting
+from engine.settings import Setting, TypedSettings
 from engine.store.sql import SqlStore
 
 __all__ = ["SERVICE_SETTINGS", "BusinessService", "CallFailed", "CallTimedOut",
-           "parse_schedule"]
+           "ServiceSettings", "parse_schedule"]
 
 DEFAULT_CALL_INTERVAL = 5.0  # seconds between two calls of on_process_input
 SCHEDULE_EXAMPLE = 'schedule = "*/5 * * * *" (every 5 minutes) or "30 2 * * mon-fri"'
@@ -67,6 +68,18 @@ SERVICE_SETTINGS: tuple[Setting, ...] = (
 )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceSettings(TypedSettings):
+    """The settings of :data:`SERVICE_SETTINGS`, typed. ``schedule`` "" = every
+    ``call_interval`` seconds; ``targets`` ``()`` = any item."""
+
+    DECLARED: ClassVar[tuple[Setting, ...]] = SERVICE_SETTINGS
+
+    call_interval: float  # seconds
+    schedule: str  # a cron expression, in UTC
+    targets: tuple[str, ...]
+
+
 class BusinessService(BusinessHost):
     """An inbound host. Implement :meth:`on_process_input`; send with :meth:`send` or
     :meth:`call`.
@@ -91,7 +104,8 @@ class BusinessService(BusinessHost):
         self.production = production
         self.clock: Clock = clock or SystemClock()
         self.stop_requested = threading.Event()
-        self.targets: tuple[str, ...] = tuple(self.settings.get("targets") or ())
+        self.service_settings = ServiceSettings.from_validated(self.settings)
+        self.targets: tuple[str, ...] = self.service_settings.targets
         if production is not None:
             known = {item.name for item in production.items}
             unknown = [t for t in self.targets if t not in known]

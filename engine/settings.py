@@ -1,19 +1,25 @@
-"""Declared settings and their validation.
+"""Declared settings, their validation, and the typed objects built from them.
 
 Hosts and adapters declare the settings they accept as a tuple of :class:`Setting`; the
 production loader checks an item's ``[items.settings]`` table against those declarations, so
 a misspelt key, a wrong type or an out-of-range value is refused at load time with a message
 that names the item, the key and what is allowed.
+
+The engine reads the settings it owns from :class:`TypedSettings`: frozen dataclasses
+(``RetrySettings``, ``OperationSettings``, ``AdapterSettings``, ...) built from the validated
+table by :meth:`TypedSettings.from_validated`. Their fields carry no defaults: a setting's
+:class:`Setting` declaration is the one home of its default, type, bounds and help.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from engine.errors import ConfigurationError
 
@@ -165,3 +171,47 @@ def _unknown_key_text(key: str, by_name: Mapping[str, Setting]) -> str:
     guess = difflib.get_close_matches(_normalise_key(key), list(folded), n=1, cutoff=0.6)
     hint = f" Did you mean {folded[guess[0]]!r}?" if guess else ""
     return f"unknown setting.{hint} Allowed: {', '.join(canonical)}"
+
+
+class TypedSettings:
+    """Base of the typed, frozen settings objects.
+
+    A subclass is a frozen, keyword-only dataclass whose fields are named after the settings
+    of its ``DECLARED`` tuple, and have no defaults of their own: the :class:`Setting`
+    declaration is the one home of each default. Build one with :meth:`from_validated` from
+    what :func:`validate_settings` returned (its values are not validated again).
+    """
+
+    __slots__ = ()
+    DECLARED: ClassVar[tuple[Setting, ...]] = ()
+
+    @classmethod
+    def from_validated(cls, validated: Mapping[str, Any], **others: Any) -> Self:
+        """The object for ``validated`` settings (snake_case keys, as
+        :func:`validate_settings` returns them). Keys that are not fields are left alone
+        (an item's table holds several groups); a field whose key is absent — a setting that
+        the item's class does not declare — takes the declared default. ``others``: the
+        fields of a subclass that are not settings."""
+        fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        values = dict(others)
+        for setting in cls.DECLARED:
+            if setting.name in fields:
+                value = (validated[setting.name] if setting.name in validated
+                         else copy.deepcopy(setting.default))
+                values[setting.name] = _typed(value, setting)
+        return cls(**values)
+
+    @classmethod
+    def defaults(cls) -> Self:
+        """The object for an empty settings table: every field its declared default."""
+        return cls.from_validated({})
+
+
+def _typed(value: Any, setting: Setting) -> Any:
+    """``value`` as its field holds it: a whole number given for a number of seconds as a
+    float, a list as a tuple (the object is frozen)."""
+    if setting.kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, list):
+        return tuple(value)
+    return value

@@ -9,9 +9,10 @@ real run writes.
 With ``--breaker-threshold N`` the item also has its real circuit breaker
 (:mod:`engine.breaker`), as the daemon builds it: the message's own failed attempts open
 it, a retry that falls while it is open puts the message back in the queue until the open
-period ends, and the dispatcher's next claim is the breaker's probe. The timeline then also holds ``breaker_open`` (it opened, or
-opened again after a failed probe), ``breaker_hold`` (an attempt held back), ``breaker_half_open``
-(the probe is let through) and ``breaker_close`` (the probe succeeded).
+period ends, and the dispatcher's next claim is the breaker's probe. The timeline then also
+holds ``breaker_open`` (it opened, or opened again after a failed probe), ``breaker_hold``
+(an attempt held back), ``breaker_half_open`` (the probe is let through) and
+``breaker_close`` (the probe succeeded).
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ import click
 from engine.cli_params import FiniteFloat
 from engine.clock import Clock, VirtualClock
 from engine.errors import ConfigurationError
+from engine.host import OperationSettings
+from engine.retry import RetrySettings
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.store.sql import SqlStore
@@ -38,6 +41,10 @@ MAX_SECONDS = 1e9  # seconds (about 31 years) any simulated time may take: the v
 #                    dates must stay within the calendar
 MAX_SERVERS = 100  # simulated servers
 SECONDS = FiniteFloat(minimum=0, maximum=MAX_SECONDS)
+# The options' defaults: the settings' declared defaults.
+RETRY = RetrySettings.defaults()
+OPERATION = OperationSettings.defaults()
+ADAPTER = SimulatedServerAdapter.settings_class.defaults()
 
 
 @dataclass(frozen=True)
@@ -173,10 +180,11 @@ def _clock(t: float) -> str:
 
 
 @click.command()
-@click.option("--response-timeout", type=SECONDS, default=30.0, show_default=True)
-@click.option("--retry-interval", type=SECONDS, default=5.0, show_default=True)
+@click.option("--response-timeout", type=SECONDS, default=ADAPTER.response_timeout,
+              show_default=True)
+@click.option("--retry-interval", type=SECONDS, default=RETRY.retry_interval, show_default=True)
 @click.option("--failure-timeout", type=FiniteFloat(minimum=-1, maximum=MAX_SECONDS),
-              default=15.0, show_default=True,
+              default=RETRY.failure_timeout, show_default=True,
               help="-1 = forever (then bound it with --max-attempts)")
 @click.option("--server-delay", type=SECONDS, default=0.0, show_default=True,
               help="seconds the service takes to answer")
@@ -187,19 +195,21 @@ def _clock(t: float) -> str:
 @click.option("--status", type=click.IntRange(100, 599), default=None,
               help="failing requests answer this HTTP status")
 @click.option("--retry-after", default=None, help="Retry-After header of failing requests")
-@click.option("--backoff", default="fixed", show_default=True)
-@click.option("--backoff-base", type=SECONDS, default=1.0, show_default=True)
+@click.option("--backoff", default=RETRY.backoff, show_default=True)
+@click.option("--backoff-base", type=SECONDS, default=RETRY.backoff_base, show_default=True)
 @click.option("--backoff-multiplier", type=FiniteFloat(minimum=1, maximum=MAX_SECONDS),
-              default=2.0, show_default=True)
-@click.option("--backoff-max", type=SECONDS, default=60.0, show_default=True)
-@click.option("--jitter", type=_Jitter(), default="0", show_default=True,
+              default=RETRY.backoff_multiplier, show_default=True)
+@click.option("--backoff-max", type=SECONDS, default=RETRY.backoff_max, show_default=True)
+@click.option("--jitter", type=_Jitter(), default=RETRY.jitter, show_default=True,
               help="seconds, or 'full'")
-@click.option("--max-attempts", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--max-attempts", type=click.IntRange(min=0), default=RETRY.max_attempts,
+              show_default=True)
 @click.option("--strict", is_flag=True, help="strict_failure_timeout = true")
-@click.option("--breaker-threshold", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--breaker-threshold", type=click.IntRange(min=0),
+              default=OPERATION.breaker_threshold, show_default=True,
               help="consecutive failed attempts that open the circuit breaker; 0 = none")
-@click.option("--breaker-open-seconds", type=SECONDS, default=30.0, show_default=True,
-              help="seconds the breaker stays open before its probe attempt")
+@click.option("--breaker-open-seconds", type=SECONDS, default=OPERATION.breaker_open_seconds,
+              show_default=True, help="seconds the breaker stays open before its probe attempt")
 @click.option("--seed", type=int, default=0, show_default=True, help="random seed for jitter")
 @click.option("--json", "as_json", is_flag=True, help="print the timeline as JSON")
 def simulate_command(response_timeout: float, retry_interval: float, failure_timeout: float,
@@ -236,7 +246,8 @@ def simulate_command(response_timeout: float, retry_interval: float, failure_tim
     for e in result.timeline:
         where = f"server {chr(ord('A') + e.server)}" if e.server is not None and servers > 1 else ""
         label = f"attempt {e.attempt}" if e.attempt else ""
-        click.echo(f"{_clock(e.t):>9}  {e.event:<{width}} {label:<11} {where:<9} {e.detail}".rstrip())
+        line = f"{_clock(e.t):>9}  {e.event:<{width}} {label:<11} {where:<9} {e.detail}"
+        click.echo(line.rstrip())
     click.echo(f"\n{result.server_requests} request(s) sent, {result.attempts} attempt(s), "
                f"{result.error_events} Error event(s); message ended {result.status}")
 

@@ -23,7 +23,7 @@ from engine.errors import AdapterError, HttpStatusError, ResponseTimeout
 from engine.client import send_message
 from engine.host import BusinessOperation
 from engine.process import BusinessProcess, ProcessContext
-from engine.production import ItemConfig, ProductionConfig
+from engine.production import ITEM_KEYS, ItemConfig, ProductionConfig
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.store.sql import SqlStore
@@ -67,7 +67,7 @@ class StubAdapter(OutboundAdapter):
         pass
 
     def _targets(self) -> list[str]:
-        return list(self.settings["servers"]) or ["stub"]
+        return list(self.adapter_settings.servers) or ["stub"]
 
     def _classify(self, exc: Exception, scope: TryScope, server: str) -> AdapterError | None:
         return None
@@ -298,10 +298,13 @@ class VirtualDaemon:
         here, as the production file's are), its adapter ``adapter`` if given; ``production``
         sets ``[production]`` values (``poll_interval``, ``lease_seconds``, ...)."""
         clean = validate_settings(name, settings, host_class.declared_settings())
-        item = ItemConfig(name=name, class_path=f"{host_class.__module__}:"
-                          f"{host_class.__qualname__}", cls=host_class, settings=clean)
-        config = ProductionConfig(name="Virtual", database="sqlite://", items=(item,),
-                                  **production)
+        path = f"{host_class.__module__}:{host_class.__qualname__}"
+        keys = validate_settings(name, {"name": name, "class": path}, ITEM_KEYS)
+        item = ItemConfig(name=name, class_path=path, cls=host_class,
+                          pool_size=keys["pool_size"], enabled=keys["enabled"], settings=clean)
+        # the harness may go past the file's bounds (encore simulate never polls: 1e9 s)
+        config = ProductionConfig.from_validated(
+            {"name": "Virtual", "database": "sqlite://", **production}, items=(item,))
         return cls(config, store, adapters={name: adapter} if adapter is not None else None,
                    rng=rng)
 

@@ -29,10 +29,10 @@ from engine.delivery_events import (AlertObserver, DeliveryObserver, EventLogObs
                                     MetricsObserver, TraceObserver)
 from engine.delivery_policy import DeliveryPolicy, Judgement, Verdict
 from engine.errors import AttemptHeld, OutcomeUnknown
-from engine.host import BusinessOperation
+from engine.host import BusinessOperation, OperationSettings
 from engine.message import decode_message, encode_response
 from engine.metrics import Metrics
-from engine.retry import AttemptState, ReplyCodeActions, RetryPolicy
+from engine.retry import AttemptState, ReplyCodeActions, RetryPolicy, RetrySettings
 from engine.store.hotpath import Completion
 from engine.store.rows import AttemptEnd, AttemptRow
 from engine.store.sql import MessageRow, SqlStore
@@ -97,17 +97,26 @@ class MessageWorker:
         self.runner.observers = tuple(value)
 
     @classmethod
-    def from_settings(cls, host: BusinessOperation, settings: Mapping[str, Any], *,
-                      store: SqlStore, clock: Clock, stop: threading.Event | None = None,
-                      rng: random.Random | None = None, metrics: Metrics | None = None,
-                      defer: Callable[[Completion], None] | None = None,
-                      observers: Sequence[AttemptObserver] = ()) -> MessageWorker:
-        """A worker for ``host`` configured from its item's validated settings."""
-        return cls(host, store=store, clock=clock, policy=RetryPolicy.from_settings(settings),
-                   reply_codes=ReplyCodeActions.parse(settings["reply_code_actions"]),
-                   requeue=settings["retry_mode"] == "requeue", trace=bool(settings["trace"]),
-                   stop=stop, rng=rng, alert_on_error=bool(settings["alert_on_error"]),
-                   alert_grace=float(settings["alert_retry_grace_period"]), metrics=metrics,
+    def from_settings(cls, host: BusinessOperation, settings: Mapping[str, Any],
+                      **options: Any) -> MessageWorker:
+        """A worker for ``host`` configured from its item's validated settings (snake_case
+        keys); ``options`` as :meth:`from_typed` takes them."""
+        return cls.from_typed(host, RetrySettings.from_validated(settings),
+                              OperationSettings.from_validated(settings), **options)
+
+    @classmethod
+    def from_typed(cls, host: BusinessOperation, retry: RetrySettings,
+                   operation: OperationSettings, *, store: SqlStore, clock: Clock,
+                   stop: threading.Event | None = None, rng: random.Random | None = None,
+                   metrics: Metrics | None = None,
+                   defer: Callable[[Completion], None] | None = None,
+                   observers: Sequence[AttemptObserver] = ()) -> MessageWorker:
+        """A worker for ``host`` configured from its item's retry and operation settings."""
+        return cls(host, store=store, clock=clock, policy=RetryPolicy.from_settings(retry),
+                   reply_codes=ReplyCodeActions.parse(retry.reply_code_actions),
+                   requeue=operation.retry_mode == "requeue", trace=operation.trace,
+                   stop=stop, rng=rng, alert_on_error=operation.alert_on_error,
+                   alert_grace=operation.alert_retry_grace_period, metrics=metrics,
                    defer=defer, observers=observers)
 
     # -- the delivery loop ---------------------------------------------------------------

@@ -21,6 +21,8 @@ from engine.store import accounts
 from engine.store.models import TOKEN_ROLES, USER_ROLES
 from engine.store.sql import SqlStore
 
+PORTAL_DEFAULTS = PortalConfig.defaults()  # the portal of a production without [portal]
+
 
 class PortalContext(Protocol):
     """What these commands need of the group's context object (``engine.cli.Context``)."""
@@ -34,16 +36,17 @@ class PortalContext(Protocol):
 
 @click.command()
 @click.option("--host", default=None,
-              help="address to listen on (default: [portal] host, else 127.0.0.1)")
+              help="address to listen on (default: [portal] host, else "
+                   f"{PORTAL_DEFAULTS.host})")
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
-              help="port (default: [portal] port, else 8080)")
+              help=f"port (default: [portal] port, else {PORTAL_DEFAULTS.port})")
 @click.pass_obj
 def portal(ctx: PortalContext, host: str | None, port: int | None) -> None:
     """Serve the management portal and JSON API from the production's database (no daemon
     needed). Loopback unless told otherwise; TLS from [portal] tls_cert and tls_key."""
     from engine.portal.server import serve
 
-    config = ctx.production.portal or PortalConfig()
+    config = ctx.production.portal or PORTAL_DEFAULTS
     config = replace(config, host=host or config.host, port=port or config.port)
     serve(ctx.store, ctx.production, config, env=os.environ)
 

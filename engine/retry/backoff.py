@@ -3,8 +3,9 @@
 Each strategy is a small frozen dataclass with one method, ``next_start(state, rng)``, that
 returns the monotonic time (seconds) at which attempt *k+1* may start, or ``None`` to give up.
 Strategies only compute; :class:`~engine.retry.policy.RetryPolicy` decides and the worker
-sleeps. :func:`backoff_from_settings` is the one place where configuration shorthand
-(``backoff = "exponential"``, ``"module:function"``, ...) becomes a strategy.
+sleeps. :func:`engine.retry.settings.backoff_from_settings` is the one place where
+configuration shorthand (``backoff = "exponential"``, ``"module:function"``, ...) becomes a
+strategy.
 """
 from __future__ import annotations
 
@@ -19,13 +20,13 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.clock import utcnow
-from engine.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from engine.retry.state import AttemptState
 
 
-# Defaults of the retry settings, each in one place (RETRY_SETTINGS declares them with these).
+# Values of the retry settings' defaults: engine.retry.settings.RETRY_SETTINGS declares the
+# settings with these, and the strategies below default to the same values.
 DEFAULT_RETRY_INTERVAL = 5.0  # seconds between attempt starts (fixed backoff, Ensemble's)
 DEFAULT_BACKOFF_BASE = 1.0  # seconds: the first exponential delay
 DEFAULT_BACKOFF_MULTIPLIER = 2.0  # growth of the exponential delay per attempt
@@ -82,7 +83,7 @@ class FixedBackoff:
     """Ensemble's RetryInterval: attempt *k+1* starts ``interval`` seconds after attempt *k*
     *started*, or at once when attempt *k* took longer. ``interval`` 0 = retry at once."""
 
-    interval: float = 5.0
+    interval: float = DEFAULT_RETRY_INTERVAL
 
     def __post_init__(self) -> None:
         if not self.interval >= 0:
@@ -101,9 +102,9 @@ class ExponentialBackoff:
     before jitter; ``base`` 0 means no delay.
     """
 
-    base: float = 1.0
-    multiplier: float = 2.0
-    cap: float = 60.0
+    base: float = DEFAULT_BACKOFF_BASE
+    multiplier: float = DEFAULT_BACKOFF_MULTIPLIER
+    cap: float = DEFAULT_BACKOFF_MAX
     jitter: float | str = 0.0
 
     def __post_init__(self) -> None:
@@ -145,7 +146,7 @@ class RetryAfterBackoff:
     before the time the server asked for.
     """
 
-    unit: str = "seconds"
+    unit: str = DEFAULT_RETRY_AFTER_UNIT
     jitter: float | str = 0.0
     fallback: ExponentialBackoff = field(default_factory=ExponentialBackoff)
     now: Callable[[], datetime] = field(default=utcnow, compare=False, repr=False)
@@ -296,39 +297,3 @@ def check_jitter(value: float | str) -> float | str:
         raise ValueError(f"expected seconds ≥ 0 or {FULL_JITTER!r}, got {value!r}")
     _check_jitter(value)
     return value
-
-
-def backoff_from_settings(settings: Mapping[str, Any]) -> Backoff:
-    """The strategy that validated ``settings`` (snake_case keys) ask for.
-
-    ``backoff`` is ``"fixed"`` (uses ``retry_interval``), ``"exponential"``, ``"retry_after"``,
-    ``"module:function"``, or already a strategy object. Missing keys take their defaults.
-    Raises :class:`ConfigurationError` naming the ``backoff`` setting.
-    """
-    kind = settings.get("backoff", "fixed")
-    if not isinstance(kind, str):
-        if callable(getattr(kind, "next_start", None)):
-            return kind
-        raise ConfigurationError(f"expected a strategy name or 'module:function', got {kind!r}",
-                                 key="backoff")
-    try:
-        return _build(check_backoff(kind), settings)
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(str(exc), key="backoff") from exc
-
-
-def _build(kind: str, settings: Mapping[str, Any]) -> Backoff:
-    if kind == "fixed":
-        return FixedBackoff(float(settings.get("retry_interval", DEFAULT_RETRY_INTERVAL)))
-    jitter = check_jitter(settings.get("jitter", 0.0))
-    exponential = ExponentialBackoff(
-        base=float(settings.get("backoff_base", DEFAULT_BACKOFF_BASE)),
-        multiplier=float(settings.get("backoff_multiplier", DEFAULT_BACKOFF_MULTIPLIER)),
-        cap=float(settings.get("backoff_max", DEFAULT_BACKOFF_MAX)),
-        jitter=jitter)
-    if kind == "exponential":
-        return exponential
-    if kind == "retry_after":
-        return RetryAfterBackoff(unit=settings.get("retry_after_unit", DEFAULT_RETRY_AFTER_UNIT),
-                                 jitter=jitter, fallback=exponential)
-    return FunctionBackoff(resolve_function(kind))

@@ -14,20 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import Delivery
-from engine.retry.backoff import (
-    DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MULTIPLIER, DEFAULT_RETRY_AFTER_UNIT,
-    DEFAULT_RETRY_INTERVAL, RETRY_AFTER_UNITS, Backoff, FixedBackoff, RetryAfterBackoff,
-    backoff_from_settings, check_backoff, check_jitter)
-from engine.retry.reply_codes import DEFAULT_REPLY_CODE_ACTIONS, check_reply_code_actions
+from engine.retry.backoff import Backoff, FixedBackoff, RetryAfterBackoff
+from engine.retry.settings import (FOREVER, RETRY_DEFAULTS, UNKNOWN_OUTCOME_CHOICES,
+                                   RetrySettings, backoff_from_settings)
 from engine.retry.state import AttemptState
-from engine.settings import Setting
 
-FOREVER = -1  # failure_timeout: retry forever
-UNKNOWN_OUTCOME_CHOICES = ("error", "suspend")
+__all__ = ["FOREVER", "UNKNOWN_OUTCOME_CHOICES", "UNKNOWN_OUTCOME_REASON", "Action", "Decision",
+           "RetryPolicy"]
+
 UNKNOWN_OUTCOME_REASON = ("outcome unknown: the request may have been processed by the server; "
                           "it was not re-sent because the item is not idempotent")
-
-DEFAULT_FAILURE_TIMEOUT = 15.0  # seconds from the first attempt's start (Ensemble's)
 
 
 class Action(str, enum.Enum):
@@ -72,15 +68,18 @@ class RetryPolicy:
       are clipped to it); off = Ensemble behaviour.
     - ``idempotent``: False = an outcome-unknown failure is never re-sent.
     - ``on_unknown_outcome``: for those, ``"error"`` (give up) or ``"suspend"``.
+
+    What is not given takes the declared default of its setting (``RetryPolicy()`` is the
+    policy of an item that sets nothing).
     """
 
-    retry_interval: float = DEFAULT_RETRY_INTERVAL
-    failure_timeout: float = DEFAULT_FAILURE_TIMEOUT
+    retry_interval: float = RETRY_DEFAULTS.retry_interval
+    failure_timeout: float = RETRY_DEFAULTS.failure_timeout
     backoff: Backoff = None  # type: ignore[assignment]  # None → FixedBackoff(retry_interval)
-    max_attempts: int = 0
-    strict: bool = False
-    idempotent: bool = True
-    on_unknown_outcome: str = "error"
+    max_attempts: int = RETRY_DEFAULTS.max_attempts
+    strict: bool = RETRY_DEFAULTS.strict_failure_timeout
+    idempotent: bool = RETRY_DEFAULTS.idempotent
+    on_unknown_outcome: str = RETRY_DEFAULTS.on_unknown_outcome
 
     def __post_init__(self) -> None:
         if self.backoff is None:
@@ -171,49 +170,20 @@ class RetryPolicy:
         return f"FailureTimeout of {self.failure_timeout:g} seconds exceeded"
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> RetryPolicy:
-        """The policy for validated ``settings`` (snake_case keys, as returned by
-        ``validate_settings`` with :data:`RETRY_SETTINGS`); missing keys take defaults.
-        ``idempotent`` and ``on_unknown_outcome`` (declared by adapters) are read if present."""
-        return cls(
-            retry_interval=float(settings.get("retry_interval", DEFAULT_RETRY_INTERVAL)),
-            failure_timeout=float(settings.get("failure_timeout", DEFAULT_FAILURE_TIMEOUT)),
-            backoff=backoff_from_settings(settings),
-            max_attempts=int(settings.get("max_attempts", 0)),
-            strict=bool(settings.get("strict_failure_timeout", False)),
-            idempotent=bool(settings.get("idempotent", True)),
-            on_unknown_outcome=str(settings.get("on_unknown_outcome", "error")))
+    def from_settings(cls, settings: RetrySettings | Mapping[str, Any]) -> RetryPolicy:
+        """The policy for an item's retry settings; a mapping (validated settings,
+        snake_case keys) is read as :meth:`RetrySettings.from_validated` reads it."""
+        if not isinstance(settings, RetrySettings):
+            settings = RetrySettings.from_validated(settings)
+        return cls(retry_interval=settings.retry_interval,
+                   failure_timeout=settings.failure_timeout,
+                   backoff=backoff_from_settings(settings),
+                   max_attempts=settings.max_attempts,
+                   strict=settings.strict_failure_timeout,
+                   idempotent=settings.idempotent,
+                   on_unknown_outcome=settings.on_unknown_outcome)
 
 
 def _attempts(n: int) -> str:
     return f"{n} attempt" + ("" if n == 1 else "s")
 
-
-RETRY_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="retry_interval", kind=float, default=DEFAULT_RETRY_INTERVAL, minimum=0,
-            help="seconds from the start of one attempt to the start of the next (fixed backoff)"),
-    Setting(name="failure_timeout", kind=float, default=DEFAULT_FAILURE_TIMEOUT, minimum=0,
-            allow=(FOREVER,),
-            help="seconds after the first attempt's start when retrying stops; "
-                 "-1 = retry forever, 0 = a single attempt"),
-    Setting(name="backoff", kind=str, default="fixed", check=check_backoff,
-            help="'fixed', 'exponential', 'retry_after' or 'module:function'"),
-    Setting(name="backoff_base", kind=float, default=DEFAULT_BACKOFF_BASE, minimum=0,
-            help="seconds: the first exponential delay"),
-    Setting(name="backoff_multiplier", kind=float, default=DEFAULT_BACKOFF_MULTIPLIER, minimum=1,
-            help="growth factor of the exponential delay per attempt"),
-    Setting(name="backoff_max", kind=float, default=DEFAULT_BACKOFF_MAX, minimum=0,
-            help="seconds: the longest backoff delay before jitter"),
-    Setting(name="jitter", kind=(float, str), default=0.0, minimum=0, check=check_jitter,
-            help="seconds of random delay added (0 = none), or 'full' for full jitter"),
-    Setting(name="retry_after_unit", kind=str, default=DEFAULT_RETRY_AFTER_UNIT,
-            choices=RETRY_AFTER_UNITS,
-            help="unit of a numeric Retry-After header"),
-    Setting(name="max_attempts", kind=int, default=0, minimum=0,
-            help="most attempts per message; 0 = unlimited"),
-    Setting(name="strict_failure_timeout", kind=bool, default=False,
-            help="make failure_timeout a hard budget: no attempt starts after it"),
-    Setting(name="reply_code_actions", kind=str, default=DEFAULT_REPLY_CODE_ACTIONS,
-            check=check_reply_code_actions,
-            help="Ensemble reply code actions, e.g. 'E#503=R,E=F'"),
-)

@@ -22,6 +22,11 @@ RACERS = 50  # concurrent intake calls with the same key
 HTTP_TIMEOUT = 30  # seconds one call may take on a loaded machine
 
 
+def portal(**table: object) -> PortalConfig:
+    """The [portal] table ``table``, the rest its defaults."""
+    return PortalConfig.from_validated(table)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -30,7 +35,7 @@ def free_port() -> int:
 
 @pytest.fixture
 def served(store: SqlStore) -> Iterator[str]:
-    server = PortalServer(store, production(store.url), PortalConfig(port=free_port()),
+    server = PortalServer(store, production(store.url), portal(port=free_port()),
                           env={})
     server.start()
     yield server.url
@@ -84,10 +89,10 @@ def test_the_daemon_serves_the_portal_from_its_production_file_and_stops_it(
 
 
 @pytest.mark.parametrize("config, warned", [
-    (PortalConfig(host="127.0.0.1"), False),                 # loopback
-    (PortalConfig(host="::1"), False),                       # loopback, IPv6
-    (PortalConfig(host="0.0.0.0"), True),                    # every address, in clear
-    (PortalConfig(host="0.0.0.0", tls_cert="c.pem", tls_key="k.pem"), False),  # with TLS
+    (portal(host="127.0.0.1"), False),                       # loopback
+    (portal(host="::1"), False),                             # loopback, IPv6
+    (portal(host="0.0.0.0"), True),                          # every address, in clear
+    (portal(host="0.0.0.0", tls_cert="c.pem", tls_key="k.pem"), False),  # with TLS
 ])
 def test_a_portal_beyond_loopback_without_tls_writes_a_warning(
         store: SqlStore, config: PortalConfig, warned: bool) -> None:

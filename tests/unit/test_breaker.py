@@ -13,7 +13,7 @@ from engine.attempt import AttemptReport
 from engine.breaker import BREAKER_REFRESH, BreakerSettings, CircuitBreaker
 from engine.clock import VirtualClock
 from engine.errors import AttemptHeld, ConfigurationError, ResponseTimeout
-from engine.host import HOST_SETTINGS
+from engine.host import HOST_SETTINGS, OperationSettings
 from engine.metrics import Metrics
 from engine.settings import validate_settings
 from engine.simulate import simulate
@@ -279,8 +279,9 @@ def test_wrong_breaker_settings_are_refused_naming_item_and_key(
 def test_the_breaker_is_off_by_default() -> None:
     clean = validate_settings("Payments", {}, HOST_SETTINGS)
     assert clean["breaker_threshold"] == 0 and clean["breaker_open_seconds"] == 30.0
-    assert BreakerSettings.from_settings(clean) is None
-    on = BreakerSettings.from_settings({**clean, "breaker_threshold": 5, "response_timeout": 7})
+    assert BreakerSettings.from_settings(OperationSettings.from_validated(clean)) is None
+    on = BreakerSettings.from_settings(
+        OperationSettings.from_validated({**clean, "breaker_threshold": 5}), response_timeout=7)
     assert on == BreakerSettings(threshold=5, open_seconds=30.0, probe_seconds=37.0)
 
 

@@ -12,7 +12,7 @@ import pytest
 from engine.clock import VirtualClock
 from engine.errors import AttemptHeld, ClaimLost, ConfigurationError
 from engine.guards import ItemGuards
-from engine.host import HOST_SETTINGS
+from engine.host import HOST_SETTINGS, OperationSettings
 from engine.ratelimit import RateLimit, RateLimiter
 from engine.settings import validate_settings
 from engine.store.rows import MessageRow
@@ -51,8 +51,8 @@ def test_a_wrong_rate_limit_is_refused_naming_item_and_key(value: Any, says: str
 def test_no_limit_and_no_breaker_by_default_cost_nothing(store: SqlStore) -> None:
     clean = validate_settings("Orders", {}, HOST_SETTINGS)
     assert clean["rate_limit"] is None
-    guards = ItemGuards.from_settings("Orders", clean, store=store, clock=VirtualClock(),
-                                      owner="d")
+    guards = ItemGuards.from_settings("Orders", OperationSettings.from_validated(clean),
+                                      store=store, clock=VirtualClock(), owner="d")
     assert guards.observers == [] and guards.may_claim is None
     assert store.rate_buckets.tokens("Orders") is None and store.breakers.get("Orders") is None
 
@@ -60,8 +60,8 @@ def test_no_limit_and_no_breaker_by_default_cost_nothing(store: SqlStore) -> Non
 def test_the_limiter_runs_before_the_breaker(store: SqlStore) -> None:
     clean = validate_settings("Orders", {"rate_limit": "5/s", "breaker_threshold": 3},
                               HOST_SETTINGS)
-    guards = ItemGuards.from_settings("Orders", clean, store=store, clock=VirtualClock(),
-                                      owner="d")
+    guards = ItemGuards.from_settings("Orders", OperationSettings.from_validated(clean),
+                                      store=store, clock=VirtualClock(), owner="d")
     assert guards.observers == [guards.limiter, guards.breaker]
     assert guards.may_claim is not None and guards.may_claim()
 
