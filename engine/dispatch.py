@@ -92,6 +92,9 @@ class Dispatcher:
         self._seconds_per_message = BATCH_WINDOW / FIRST_BATCH
         self._refill_at = 1  # pool_size = 1: claim again when this many are left to work
         self._next_expiry_scan = 0.0
+        # seconds to wait after a claim that emptied the queue (0: a ticked dispatcher, whose
+        # caller chooses the times: on a virtual clock a linger would only shift them)
+        self.linger = CLAIM_LINGER
         self._linger_until = 0.0  # monotonic seconds
         self._thread: threading.Thread | None = None
 
@@ -254,7 +257,7 @@ class Dispatcher:
                 self.claims += 1
                 self._refill_at = max(1, len(claimed) // 2)
             if 0 < len(claimed) < limit:  # the queue ran dry: let a few arrive
-                self._linger_until = self.clock.monotonic() + CLAIM_LINGER
+                self._linger_until = self.clock.monotonic() + self.linger
         for c in claimed:
             self.work.put((self.claims, c))
         return len(claimed)

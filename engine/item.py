@@ -183,6 +183,7 @@ class ItemRunner:
             # no group commit: each success is written when it happens, so that its time is
             # exact on a virtual clock
             self.inline_workers = [self._worker(host, defer=None) for host in self.hosts]
+            self.dispatcher.linger = 0.0  # and no linger: it would shift a virtual timeline
             return
         for index, host in enumerate(self.hosts):
             thread = threading.Thread(target=self._work, args=(host,), daemon=True,

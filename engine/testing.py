@@ -4,9 +4,7 @@
 plays a remote service with a fixed reply delay on a virtual clock, enforcing the attempt's
 deadline the way the real adapters do. :class:`VirtualDaemon` runs the real daemon on a
 virtual clock, driven by its ``tick()``: exact timelines, at once, deterministic — the one
-harness for them (``encore simulate`` runs on it too). :class:`InlineProduction` runs a
-production's items — business processes and the items they call — on one thread and a
-virtual clock, for tests of processes.
+harness for them (``encore simulate`` and the tests of business processes run on it too).
 """
 from __future__ import annotations
 
@@ -22,20 +20,17 @@ from engine.clock import Clock, VirtualClock
 from engine.errors import AdapterError, HttpStatusError, ResponseTimeout
 from engine.client import send_message
 from engine.host import BusinessOperation
-from engine.process import BusinessProcess, ProcessContext
 from engine.production import ITEM_KEYS, ItemConfig, ProductionConfig
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.store.sql import SqlStore
-from engine.worker import MessageWorker, Result
+from engine.worker import Result
 
 AdapterSource = OutboundAdapter | Callable[[Clock], OutboundAdapter]
 
-__all__ = ["InlineProduction", "SimulatedOperation", "SimulatedServerAdapter", "StubAdapter",
-           "StubCall", "VirtualClock", "VirtualDaemon"]
+__all__ = ["SimulatedOperation", "SimulatedServerAdapter", "StubAdapter", "StubCall",
+           "VirtualClock", "VirtualDaemon"]
 
-INLINE_LEASE = 3600.0  # seconds: an inline claim never expires during a test
-INLINE_STEPS = 10_000  # deliveries InlineProduction.run makes at most
 VIRTUAL_STEPS = 100_000  # ticks a VirtualDaemon makes at most in one run
 
 
@@ -155,98 +150,6 @@ class SimulatedOperation(BusinessOperation):
         return {"result": self.adapter.invoke()}
 
 
-class InlineProduction:
-    """Runs the operations and processes of ``production`` on the calling thread, on a
-    virtual clock, against ``store`` — a whole chain of calls, instantly, with exact times.
-
-    Each item gets one host and one worker (``pool_size`` is ignored) and the adapter given
-    in ``adapters`` under its name, else one built from its class (as the daemon does). When
-    a process waits for a target, the clock's ``sleep`` first delivers every due message of
-    the items that are not busy, then moves time on: the target's work happens inside the
-    wait, so a sync call's timeout is judged by when the target finished.
-    """
-
-    def __init__(self, production: ProductionConfig, store: SqlStore, *,
-                 adapters: Mapping[str, OutboundAdapter] | None = None,
-                 start: datetime | None = None) -> None:
-        self.production = production
-        self.store = store
-        self.clock = _InlineClock(self, start)
-        self.stop = threading.Event()
-        self.hosts: dict[str, BusinessOperation] = {}
-        self.workers: dict[str, MessageWorker] = {}
-        self._busy: list[str] = []  # items delivering now, innermost last
-        for item in production.items:
-            if issubclass(item.cls, BusinessOperation):
-                self._add(item, (adapters or {}).get(item.name))
-
-    def _add(self, item: ItemConfig, adapter: OutboundAdapter | None) -> None:
-        cls = getattr(item.cls, "adapter_class", None)
-        if adapter is None and cls is not None:
-            adapter = cls(item.settings, item_name=item.name, pool_size=1, clock=self.clock)
-            adapter.start()
-        operation: type[BusinessOperation] = item.cls  # type: ignore[assignment]
-        host = operation(item.name, item.settings, events=self.store.events, adapter=adapter)
-        if isinstance(host, BusinessProcess):
-            host.bind(ProcessContext(store=self.store, production=lambda: self.production,
-                                     clock=self.clock, stop=self.stop))
-        host.on_init()
-        self.hosts[item.name] = host
-        self.workers[item.name] = MessageWorker.from_settings(host, item.settings,
-                                                              store=self.store,
-                                                              clock=self.clock, stop=self.stop)
-
-    def send(self, target: str, body: Any) -> int:
-        """Enqueue ``body`` for ``target`` as ``encore send`` does; return the id."""
-        return send_message(self.store, self.production, target, body, now=self.clock.now())
-
-    def run(self) -> int:
-        """Deliver messages until none is left, moving the clock on to parked ones;
-        return how many deliveries were made."""
-        delivered = 0
-        while delivered < INLINE_STEPS:
-            if self.deliver_due():
-                delivered += 1
-                continue
-            due = [t for t in map(self.store.next_due_time, self.workers) if t is not None]
-            if not due:
-                return delivered
-            self.clock.advance_to((min(due) - self.clock.start).total_seconds())
-        raise RuntimeError(f"still delivering after {INLINE_STEPS} deliveries")
-
-    def deliver_due(self) -> bool:
-        """Deliver one message that is due now, of an item not busy; False if none."""
-        for name, worker in self.workers.items():
-            if name in self._busy:
-                continue
-            row = self.store.claim_next(name, owner="inline", now=self.clock.now(),
-                                        lease_seconds=INLINE_LEASE)
-            if row is None:
-                continue
-            self._busy.append(name)
-            try:
-                worker.deliver(row)
-            finally:
-                self._busy.remove(name)
-            return True
-        return False
-
-
-class _InlineClock(VirtualClock):
-    """A virtual clock whose ``sleep`` lets the other items of an InlineProduction work."""
-
-    def __init__(self, production: InlineProduction, start: datetime | None) -> None:
-        super().__init__(start)
-        self._production = production
-
-    def sleep(self, seconds: float, stop: threading.Event | None = None) -> bool:
-        if stop is not None and stop.is_set():
-            return True
-        while self._production.deliver_due():
-            pass
-        return super().sleep(seconds, stop)
-
-
 class VirtualDaemon:
     """The real :class:`~engine.daemon.Daemon` of ``production`` on a virtual clock, driven
     by its :meth:`~engine.daemon.Daemon.tick`: no thread, no real sleep, the same result on
@@ -262,7 +165,11 @@ class VirtualDaemon:
 
     One thing happens at a time: a delivery runs on to its end or its next sleep (a blocking
     retry's wait, a process waiting for its target), and that sleep ticks the daemon until
-    it ends, so other items work meanwhile — whose own attempts may then overrun it.
+    it ends, so other items work meanwhile — whose own attempts may then overrun it; the
+    sleep then ends when they do. A business process waiting for its target (a sync call)
+    thus sees the answer the moment the target's delivery ends (not at its next poll), and
+    its timeout is judged by when the target finished. Dispatchers do not linger after a
+    claim that emptied the queue: the next message is claimed when it arrives.
     """
 
     def __init__(self, production: ProductionConfig, store: SqlStore | None = None, *,

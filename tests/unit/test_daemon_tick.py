@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.dispatch import CLAIM_LINGER
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.testing import (ServerBehaviour, SimulatedOperation, SimulatedServerAdapter,
@@ -78,4 +79,19 @@ def test_heartbeats_go_on_during_a_blocking_retry_wait() -> None:
     vd.send("Item", {})
     vd.run()
     assert heartbeat_at(vd) == 30  # beat at 30 although one delivery ran from 0 to 37
+    vd.stop()
+
+
+def test_the_claim_linger_never_shifts_a_virtual_timeline() -> None:
+    # the second message arrives within CLAIM_LINGER of the claim that emptied the queue: a
+    # threaded dispatcher waits to claim more at once; the ticked one claims it when due
+    assert CLAIM_LINGER > 0.002
+    vd = item(SEED, delay=0.001, lease_seconds=30.0)
+    first = vd.send("Item", {})
+    vd.run()
+    vd.clock.advance(0.001)
+    second = vd.send("Item", {})
+    vd.run()
+    assert [(vd.at(a.started_at), vd.at(a.ended_at)) for m in (first, second)
+            for a in vd.store.attempts(m)] == [(0, 0.001), (0.002, 0.003)]
     vd.stop()

@@ -10,7 +10,7 @@ from engine.production import parse_production
 from engine.rules import parse_rules
 from engine.store import queries
 from engine.store.sql import SqlStore
-from engine.testing import InlineProduction
+from engine.testing import VirtualDaemon
 
 BODY = {"country": "PT", "amount": 1500, "vip": True, "ratio": 0.5, "note": None,
         "customer": {"name": "Ana Silva", "tags": ["gold", "early"]},
@@ -163,11 +163,11 @@ def test_rules_must_be_an_array_of_tables() -> None:
         parse_production(text + PRODUCTION.split('default_target = "{default}"')[1], env={})
 
 
-def router(store: SqlStore, default: str = "Payments", **rule: Any) -> InlineProduction:
-    inline = InlineProduction(load(default=default), store)
+def router(store: SqlStore, default: str = "Payments", **rule: Any) -> VirtualDaemon:
+    vd = VirtualDaemon(load(default=default), store)
     for name in ("PaymentsPT", "Payments"):
-        inline.hosts[name].adapter.script = lambda call, name=name: {"paid_by": name}
-    return inline
+        vd.hosts[name].adapter.script = lambda call, name=name: {"paid_by": name}
+    return vd
 
 
 @pytest.mark.parametrize(("body", "target"), [
@@ -180,14 +180,14 @@ def router(store: SqlStore, default: str = "Payments", **rule: Any) -> InlinePro
 ])
 def test_the_first_matching_rule_wins_and_its_target_answers(
         store: SqlStore, body: dict[str, Any], target: str) -> None:
-    inline = router(store)
-    mid = inline.send("Router", body)
-    inline.run()
+    vd = router(store)
+    mid = vd.send("Router", body)
+    vd.run()
     row = store.get_message(mid)
     assert row.status == "Completed"
     response = store.get_message(row.corresponding_id)
     assert response.body == f'{{"answer":{{"paid_by":"{target}"}}}}'
-    (sent,) = inline.hosts[target].adapter.calls
+    (sent,) = vd.hosts[target].adapter.calls
     assert sent.payload == body  # forwarded unchanged
     hops = [(m["source"], m["target"]) for m in queries.messages(store, session_id=mid)
             if m["kind"] == "request"]
@@ -196,9 +196,9 @@ def test_the_first_matching_rule_wins_and_its_target_answers(
 
 def test_without_a_match_or_a_default_target_the_message_ends_in_error(
         store: SqlStore) -> None:
-    inline = router(store, default="")
-    mid = inline.send("Router", {"country": "ES"})
-    inline.run()
+    vd = router(store, default="")
+    mid = vd.send("Router", {"country": "ES"})
+    vd.run()
     row = store.get_message(mid)
     assert row.status == "Error" and "no rule matched and Router has no default_target" \
         in row.error_text
@@ -211,10 +211,10 @@ def test_a_traced_router_writes_which_rule_matched(store: SqlStore) -> None:
         rule='{field = "amount", greater_than = 1000, target = "Payments"}',
         default="Payments").replace('default_target = "Payments"',
                                     'default_target = "Payments"\ntrace = true'), env={})
-    inline = InlineProduction(prod, store)
-    inline.hosts["Payments"].adapter.script = lambda call: {}
-    mid = inline.send("Router", {"amount": 2000})
-    inline.run()
+    vd = VirtualDaemon(prod, store)
+    vd.hosts["Payments"].adapter.script = lambda call: {}
+    mid = vd.send("Router", {"amount": 2000})
+    vd.run()
     traces = [e["text"] for e in queries.events(store, queries.EventFilter(type="Trace"))
               if e["message_id"] == mid]
     assert "rule 2 (rules[1]) matched: routed to Payments" in traces
