@@ -72,14 +72,21 @@ class Metrics:
         self._seconds = Histogram("encore_attempt_seconds", "Duration of attempts in seconds.",
                                   ["item"], buckets=self.buckets, registry=self.registry)
         self._lock = threading.Lock()
+        # the children of the per-attempt metrics, by labels: .labels() costs a lookup
+        # under a lock and a tuple of strings, once per attempt otherwise
+        self._attempt_children: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._breaker_open: Gauge | None = None  # made at first use: absent otherwise
         self._rate_waits: Counter | None = None
 
     def observe_attempt(self, item: str, outcome: str, seconds: float) -> None:
         """Count one attempt of ``item`` that ended with ``outcome`` after ``seconds``
         (negative values count as 0)."""
-        self._attempts.labels(item, outcome).inc()
-        self._seconds.labels(item).observe(max(float(seconds), 0.0))
+        children = self._attempt_children.get((item, outcome))
+        if children is None:
+            children = self._attempt_children.setdefault(
+                (item, outcome), (self._attempts.labels(item, outcome), self._seconds.labels(item)))
+        children[0].inc()
+        children[1].observe(max(float(seconds), 0.0))
 
     def give_up(self, item: str) -> None:
         """Count one message of ``item`` that gave up."""

@@ -1,6 +1,7 @@
 """PostgreSQL: every step one statement on an autocommit connection."""
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -71,14 +72,14 @@ class PostgresHotPath(HotPath):
         pick=_PICK_FIFO.format(not_held="d.id <> ALL(:held::bigint[])", due_index=""),
         skip=""))
     _CLAIM_ANY = _pg(_CLAIM.format(pick=_PICK_ANY, skip=" SKIP LOCKED"))
+    # The completions come as one JSON document: json.dumps encodes it in C, where psycopg
+    # would dump nine arrays element by element in Python (a fifth of a dispatcher's time).
     _COMPLETE = _pg(
-        "WITH d AS (SELECT c.*, CASE WHEN c.has_response "
+        "WITH d AS (SELECT c.*, CASE WHEN c.body IS NOT NULL "
         "THEN nextval('message_header_id_seq') END AS response_id "
-        "FROM unnest(:ids::bigint[], :tokens::bigint[], :attempt_ids::bigint[], "
-        ":started::timestamptz[], :ended::timestamptz[], :servers::text[], "
-        ":classes::text[], :bodies::text[], :has::boolean[]) "
-        "AS c(id, token, attempt_id, started_at, ended_at, server, body_class, body, "
-        "has_response)), "
+        "FROM json_to_recordset(:completions::json) AS c(id bigint, token bigint, "
+        "attempt_id bigint, started_at timestamptz, ended_at timestamptz, server text, "
+        "body_class text, body text)), "
         "req AS (UPDATE message_header h SET status = 'Completed', is_error = false, "
         "retry_needed = false, next_attempt_at = NULL, time_completed = :now, "
         "claimed_by = NULL, lease_expires_at = NULL, corresponding_id = d.response_id, "
@@ -94,7 +95,7 @@ class PostgresHotPath(HotPath):
         "corresponding_id, retry_needed, attempts, claim_token) SELECT d.response_id, "
         "req.session_id, req.target, coalesce(req.source, ''), 'response', d.body_class, "
         "d.body, 'Completed', false, :now, :now, :now, d.id, false, 0, 0 FROM d JOIN req "
-        "ON req.id = d.id WHERE d.has_response RETURNING id) "
+        "ON req.id = d.id WHERE d.body IS NOT NULL RETURNING id) "
         "SELECT req.id FROM req")
 
     def _prepare(self, conn: Any, durable: bool) -> None:
@@ -149,13 +150,10 @@ class PostgresHotPath(HotPath):
     def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:
         if not completions:
             return []
-        rows = self._run(self._COMPLETE, {
-            "ids": [c.message_id for c in completions], "tokens": [c.token for c in completions],
-            "attempt_ids": [c.attempt_id for c in completions],
-            "started": [c.started_at for c in completions],
-            "ended": [c.ended_at for c in completions],
-            "servers": [c.server for c in completions],
-            "classes": [c.response_class for c in completions],
-            "bodies": [c.response_body for c in completions],
-            "has": [c.response_body is not None for c in completions], "now": now})
+        document = json.dumps([
+            {"id": c.message_id, "token": c.token, "attempt_id": c.attempt_id,
+             "started_at": c.started_at.isoformat(), "ended_at": c.ended_at.isoformat(),
+             "server": c.server, "body_class": c.response_class, "body": c.response_body}
+            for c in completions])
+        rows = self._run(self._COMPLETE, {"completions": document, "now": now})
         return [int(r[0]) for r in rows]
