@@ -140,7 +140,8 @@ class PostgresHotPath(HotPath):
               held: Sequence[int] = ()) -> list[Claimed]:
         params = self._claim_params(target, owner=owner, now=now, lease_seconds=lease_seconds,
                                     limit=limit, fifo=fifo, begin=begin, enabled=enabled)
-        params["held"] = list(held)
+        # an array literal: psycopg would dump a list element by element in Python
+        params["held"] = "{" + ",".join(str(int(i)) for i in held) + "}"
         # attempts begun with the claim are on disk before any of their requests leaves
         rows = self._run(self._CLAIM_FIFO if fifo else self._CLAIM_ANY, params, durable=begin)
         width = len(_COLUMNS)
