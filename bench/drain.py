@@ -8,6 +8,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench import harness as h
 from bench import pgq
@@ -41,24 +42,27 @@ def noop_production(url: str, pool: int = 1) -> ProductionConfig:
     return h.load(h.production_text(database=url, item=ITEM, cls=NOOP_CLASS, pool_size=pool))
 
 
-def drain(url: str, count: int, pool: int = 1) -> Drain:
+def drain(url: str, count: int, pool: int = 1, *, production: ProductionConfig | None = None,
+          item: str = ITEM, body: dict[str, Any] | None = None) -> Drain:
     """Fill the queue with ``count`` no-op messages (``send_messages``, item disabled), start
     a daemon in this process, let it settle, then enable the item and time the drain. CPU is
     ``time.process_time()`` of this process from the enable to the end of the wait: the
-    daemon's threads plus a waiting loop that looks every ``DRAIN_POLL`` s."""
+    daemon's threads plus a waiting loop that looks every ``DRAIN_POLL`` s. ``production``,
+    ``item`` and ``body``: drain another item's messages instead (the SOAP one)."""
     store = h.fresh_store(url)
     try:
-        prod = noop_production(url, pool)
-        store.set_item_enabled(ITEM, False, reason="bench: fill the queue first", now=utcnow())
-        fill_s = h.fill(store, prod, ITEM, NOOP_BODY, count)
+        prod = production or noop_production(url, pool)
+        body = NOOP_BODY if body is None else body
+        store.set_item_enabled(item, False, reason="bench: fill the queue first", now=utcnow())
+        fill_s = h.fill(store, prod, item, body, count)
         with h.running_daemon(prod, store):
             time.sleep(SETTLE_S)
             cpu0 = time.process_time()
-            store.set_item_enabled(ITEM, True, reason=None, now=utcnow())
-            h.wait_finished(store, ITEM, count, timeout=max(600.0, count / 10),
+            store.set_item_enabled(item, True, reason=None, now=utcnow())
+            h.wait_finished(store, item, count, timeout=max(600.0, count / 10),
                             poll=DRAIN_POLL)
             cpu = time.process_time() - cpu0
-        w = h.window(store, ITEM)
+        w = h.window(store, item)
     finally:
         store.dispose()
     return Drain(count=count, msgs_per_s=h.rate(count, w.first_processed, w.last_completed),

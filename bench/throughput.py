@@ -15,6 +15,7 @@ from sqlalchemy import insert
 
 from adapters.base import AttemptContext
 from adapters.soap import SoapAdapter
+from bench import drain
 from bench import harness as h
 from bench.report import Outcome
 from engine.clock import utcnow
@@ -83,12 +84,17 @@ def soap_adapter_alone(wsdl: str, count: int) -> float:
         adapter.stop()
 
 
+def soap_production(url: str, wsdl: str) -> Any:
+    """One SoapOperation item, ``Soap``, pool 1, against ``wsdl``."""
+    return h.load(h.production_text(database=url, item="Soap",
+                                    cls="operations.soap:SoapOperation",
+                                    settings={"wsdl": wsdl, "response_timeout": 5}))
+
+
 def soap_daemon(url: str, wsdl: str, count: int, text: str = "x") -> dict[str, Any]:
     store = h.fresh_store(url)
     try:
-        prod = h.load(h.production_text(database=url, item="Soap",
-                                        cls="operations.soap:SoapOperation",
-                                        settings={"wsdl": wsdl, "response_timeout": 5}))
+        prod = soap_production(url, wsdl)
         body = {"operation": "GetResponse", "args": {"text": text}}
         return h.daemon_throughput(store, prod, "Soap", body, count)
     finally:
@@ -109,6 +115,12 @@ def overhead(work: Path, urls: dict[str, str], sizes: Sizes) -> Outcome:
              "msg/s")
     out.info("daemon SOAP pool 1, instant server", daemon["msgs_per_s"], "msg/s",
              f"the producer took {daemon['enqueue_s']:.2f} s of {daemon['seconds']:.2f} s")
+    # the same daemon draining a queue filled first: what the in-process producer costs
+    queued = drain.drain(h.sqlite_url(work, "soap-drain.db"), sizes.soap, item="Soap",
+                         production=soap_production(h.sqlite_url(work, "soap-drain.db"), wsdl),
+                         body=SOAP_BODY)
+    out.info("daemon ÷ bare zeep, queue filled first (no producer)", queued.msgs_per_s / bare,
+             "", f"{queued.msgs_per_s:.0f} vs {bare:.0f} msg/s")
     slow_text = f"sleep:{SLOW_SOAP_MS / 1000}"
     bare_slow = bare_zeep(wsdl, sizes.soap_slow, slow_text)
     daemon_slow = soap_daemon(h.sqlite_url(work, "soap-slow.db"), wsdl, sizes.soap_slow,
