@@ -43,6 +43,12 @@ class SqliteHotPath(HotPath):
     _INSERT = (f"INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) VALUES "
                "(:id, coalesce(:session_id, :id), :source, :target, 'request', :body_class, "
                ":body, 'Queued', 0, :now, 0, 0, 0, :key, :trace)")
+    # intake of one message: its id drawn in the statement, so that it is one step
+    _ACCEPT = (f"INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) "
+               "SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', "
+               ":body_class, :body, 'Queued', 0, :now, 0, 0, 0, :key, :trace "
+               "FROM (SELECT coalesce(max(id), 0) + 1 AS id FROM message_header) AS n "
+               "RETURNING id, session_id")
     _FIND_KEY = ("SELECT id, session_id FROM message_header "
                  "WHERE target = :target AND idempotency_key = :key")
     _CLAIM = (f"UPDATE message_header AS h SET {_CLAIM_SET} "
@@ -125,10 +131,8 @@ class SqliteHotPath(HotPath):
                     found = cur.execute(self._FIND_KEY, params).fetchone()
                     if found is not None:
                         return Accepted(int(found[0]), int(found[1]), False)
-                params["id"] = cur.execute("SELECT coalesce(max(id), 0) + 1 "
-                                           "FROM message_header").fetchone()[0]
-                cur.execute(self._INSERT, params)
-                return Accepted(params["id"], session_id or params["id"], True)
+                new_id, session = cur.execute(self._ACCEPT, params).fetchone()
+                return Accepted(int(new_id), int(session), True)
             return self._guard(accept)
 
     _PICK_ANY = _PICK_ANY
