@@ -125,12 +125,9 @@ class MessageWorker:
         ``begun``: the id of attempt 1, already recorded with the claim
         (:meth:`SqlStore.claim` with ``begin``). Every write is conditional on the row's
         claim token: when the claim is gone, ClaimLost ends the delivery and nothing more is
-        sent. The events of the delivery are written in the transaction of the change they
-        report (the retry scheduled, the give-up, the completion)."""
-        with self.store.events.until_next_change():
-            return self._deliver(row, begun)
-
-    def _deliver(self, row: MessageRow, begun: int | None) -> Result:
+        sent. The events that report a change (a first failure, a give-up, a completion
+        after failures) are written in the transaction of that change; the operation's own
+        events are written as it writes them."""
         self.host.message_id, self.host.session_id = row.id, row.session_id
         request = decode_message(row.body_class, row.body)
         # An attempt 1 begun with the claim starts for real now: s_1 is taken then.
@@ -140,7 +137,8 @@ class MessageWorker:
         # attempts > 0 only once an attempt row exists: a fresh message needs no look
         open_attempt = self.store.open_attempt(row.id) if number else None
         if open_attempt is not None:  # in flight when its daemon died: outcome unknown
-            recovered = self._recover_in_flight(row, open_attempt, first_started)
+            with self.store.events.until_next_change():
+                recovered = self._recover_in_flight(row, open_attempt, first_started)
             if isinstance(recovered, Result):
                 return recovered
             first_started = recovered
@@ -154,8 +152,9 @@ class MessageWorker:
             self._tell("on_attempt_end", row, outcome)
             if first_started is None:
                 first_started = outcome.started
-            result = self._follow(row, outcome,
-                                  self.judge.judge(self.host, request, outcome, first_started))
+            judgement = self.judge.judge(self.host, request, outcome, first_started)
+            with self.store.events.until_next_change():
+                result = self._follow(row, outcome, judgement)
             if result is not None:
                 return result
 

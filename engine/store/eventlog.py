@@ -32,44 +32,48 @@ class SqlEventLog:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._local = threading.local()  # .held: this thread's events awaiting a change
+        self._local = threading.local()  # .stack: this thread's events awaiting a change
 
     @contextmanager
     def until_next_change(self) -> Iterator[None]:
         """Hold the events this thread writes until the store's next write on this thread,
         which inserts them in its transaction. Leaving, events no write took are written on
         their own — unless ClaimLost ended the block: the change they report belongs to
-        another daemon now, and nothing of it is recorded here. Nested blocks share the
-        outermost one's events."""
-        if getattr(self._local, "held", None) is not None:
-            yield
-            return
-        self._local.held = []
+        another daemon now, and nothing of it is recorded here. A block inside another (a
+        delivery run while one waits, on a virtual clock) holds its own events."""
+        stack = self._held_stack()
+        stack.append([])
         try:
             yield
         except ClaimLost:
-            self._local.held = None
+            stack.pop()
             raise
         except BaseException:
-            self._write_left_over(quietly=True)
+            self._write_left_over(stack.pop(), quietly=True)
             raise
         else:
-            self._write_left_over(quietly=False)
+            self._write_left_over(stack.pop(), quietly=False)
 
     def held(self) -> int:
         """How many events this thread holds for its next change."""
-        return len(getattr(self._local, "held", None) or ())
+        stack = self._held_stack()
+        return len(stack[-1]) if stack else 0
 
     def insert_held(self, conn: Connection) -> None:
         """Insert this thread's held events in ``conn``'s transaction (the store calls this
         in every write transaction, before it commits)."""
-        held = getattr(self._local, "held", None)
-        if held:
-            conn.execute(event_log.insert(), list(held))
-            held.clear()
+        stack = self._held_stack()
+        if stack and stack[-1]:
+            conn.execute(event_log.insert(), list(stack[-1]))
+            stack[-1].clear()
 
-    def _write_left_over(self, *, quietly: bool) -> None:
-        held, self._local.held = self._local.held, None
+    def _held_stack(self) -> list[list[dict[str, Any]]]:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def _write_left_over(self, held: list[dict[str, Any]], *, quietly: bool) -> None:
         if not held:
             return
         try:
@@ -95,9 +99,9 @@ class SqlEventLog:
             "job": job, "message_id": message_id, "session_id": session_id,
             "source_class": source_class, "source_method": source_method, "text": text,
             "stack": stack}
-        held = getattr(self._local, "held", None)
-        if held is not None:
-            held.append(row)
+        stack = self._held_stack()
+        if stack:
+            stack[-1].append(row)
             return
         with self.engine.begin() as conn:
             conn.execute(event_log.insert().values(**row))

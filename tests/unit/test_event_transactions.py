@@ -93,3 +93,31 @@ def test_events_and_their_changes_are_on_record_together(store: SqlStore) -> Non
 def test_events_written_outside_a_delivery_are_written_at_once(store: SqlStore) -> None:
     store.events.write("Info", "hello", config_name="Item")
     assert [e["text"] for e in queries.events(store, queries.EventFilter())] == ["hello"]
+
+
+class LogsAndLooks(StubOperation):
+    """Writes an event of its own, then counts the message's events on record already."""
+
+    store: SqlStore
+    seen: list[int]
+
+    def on_message(self, request: Any) -> Any:
+        self.log_info("calling the service")
+        LogsAndLooks.seen.append(len(queries.events(
+            LogsAndLooks.store, queries.EventFilter(message_id=self.message_id))))
+        return super().on_message(request)
+
+
+def test_an_operations_own_events_are_written_as_it_writes_them(store: SqlStore) -> None:
+    clock = VirtualClock()
+    validated = validate_settings("Item", SETTINGS, LogsAndLooks.declared_settings())
+    adapter = StubAdapter(validated, clock=clock)
+    adapter.script = [ResponseTimeout("no answer"), "ok"]
+    adapter.start()
+    host = LogsAndLooks("Item", validated, events=store.events, adapter=adapter)
+    worker = MessageWorker.from_settings(host, validated, store=store, clock=clock)
+    LogsAndLooks.store, LogsAndLooks.seen = store, []
+    mid, ended = _deliver(store, worker, clock)
+    assert ended is Result.COMPLETED
+    # attempt 1: its own event; attempt 2: both of its own and the first failure's
+    assert LogsAndLooks.seen == [1, 3]
