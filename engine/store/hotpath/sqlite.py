@@ -161,25 +161,28 @@ class SqliteHotPath(HotPath):
         params["held"] = _json_ids(claim.get("held", ()))
         # attempts begun with the claim are on disk before any of their requests leaves
         with self._transaction(durable=params["begin"]) as cur:
-            def step() -> tuple[list[int], list[Claimed]]:
+            def step() -> tuple[list[int], list[Any], dict[int, int]]:
                 done = self._complete(cur, completions, params["now"]) if completions else []
-                return done, self._claim(cur, params)
-            return self._guard(step)
+                return done, *self._claim(cur, params)
+            done, raw, begun = self._guard(step)
+        # rows are made after the commit: the write lock is held for the SQL alone
+        rows = sorted((self._row(r) for r in raw), key=lambda r: r.id)
+        return done, [Claimed(r, begun.get(r.id)) for r in rows]
 
-    def _claim(self, cur: Any, params: dict[str, Any]) -> list[Claimed]:
+    def _claim(self, cur: Any, params: dict[str, Any]) -> tuple[list[Any], dict[int, int]]:
+        """The claimed rows as the driver returns them, and message id → attempt begun."""
         pick = self._PICK_FIFO if params["fifo"] else self._PICK_ANY
         picked = cur.execute(pick, params).fetchall()
         if not picked:
-            return []
+            return [], {}
         params["ids"] = _json_ids([p[0] for p in picked])
-        rows = sorted((self._row(r) for r in cur.execute(self._CLAIM, params)),
-                      key=lambda r: r.id)
+        raw = cur.execute(self._CLAIM, params).fetchall()
         fresh = [i for i, attempts in picked if params["begin"] and attempts == 0]
         begun: dict[int, int] = {}
         if fresh:
             begun = {m: a for a, m in cur.execute(
                 self._BEGIN, {"now": params["now"], "ids": _json_ids(fresh)})}
-        return [Claimed(r, begun.get(r.id)) for r in rows]
+        return raw, begun
 
     def _complete(self, cur: Any, completions: Sequence[Completion], stamp: str | None
                   ) -> list[int]:
