@@ -278,7 +278,6 @@ class ProductionScheduler:
             self._nudge.wait(IDLE_WAIT if wait is None else min(wait, IDLE_WAIT))
             self._nudge.clear()
 
-
     def stop_services(self) -> None:
         """Stop firing business services (intake stops first at shutdown) while the
         housekeeping jobs — the heartbeat — go on until :meth:`shutdown`."""
