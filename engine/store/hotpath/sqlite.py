@@ -125,6 +125,14 @@ class SqliteHotPath(HotPath):
         params = {"session_id": session_id, "source": source, "target": target,
                   "body_class": body_class, "body": body, "now": _sqlite_time(now),
                   "key": idempotency_key, "trace": trace_context}
+        if idempotency_key is None:
+            # one statement, its own transaction: SQLite takes the write lock as it starts
+            # (as BEGIN IMMEDIATE would) and commits as it ends — a third of the driver
+            # calls, each of which hands the GIL back and must wait to take it again
+            with self._write_lock, self._connection(True) as conn:
+                new_id, session = self._guard(
+                    lambda: conn.execute(self._ACCEPT, params).fetchall()[0])
+            return Accepted(int(new_id), int(session), True)
         with self._transaction(durable=True) as cur:  # BEGIN IMMEDIATE: no racing insert
             def accept() -> Accepted:
                 if idempotency_key is not None:
