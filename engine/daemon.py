@@ -229,7 +229,7 @@ class Daemon:
         if runner is None:
             return
         if switch is None:
-            runner.wakeup.set()
+            runner.dispatcher.announce()
         else:
             runner.dispatcher.switch(switch[1])
 

@@ -96,6 +96,10 @@ class Dispatcher:
         # caller chooses the times: on a virtual clock a linger would only shift them)
         self.linger = CLAIM_LINGER
         self._linger_until = 0.0  # monotonic seconds
+        # True while only new work can end the dispatcher's wait: set before a claim looks
+        # at the queue, so that a message committed after the claim's look always wakes it;
+        # False while a worker's finish or a timer will wake it anyway
+        self.awaits_work = True
         self._thread: threading.Thread | None = None
 
     # -- what workers call ---------------------------------------------------------------
@@ -141,6 +145,12 @@ class Dispatcher:
         with self._lock:
             since = max(self._claimed_at.get(message_id, float("-inf")), self._renewed)
         return self.clock.monotonic() < since + lease
+
+    def announce(self) -> None:
+        """New work was committed for the item: wake the dispatcher if it is waiting for
+        work (not when it is busy or lingering: it claims again soon without being told)."""
+        if self.awaits_work:
+            self.wakeup.set()
 
     def switch(self, enabled: bool) -> None:
         """An operator (or reply code action D) switched the item on or off: off holds at
@@ -206,13 +216,20 @@ class Dispatcher:
         wait = self.settings.poll_interval
         slots = self._free_slots()
         if slots and not self.held_back.is_set() and self.ready():
+            self.awaits_work = True
             claimed = self._claim(slots)  # with the pending successes, in one step
             if claimed == slots and self._free_slots():
                 return 0.0  # workers finished meanwhile and the queue may hold more
-            if not claimed:
+            if claimed:  # a worker's finish or the linger's end wakes it
+                self.awaits_work = False
+            else:
                 wait = self._idle_wait()
-        elif self._flush_wait(wait) == 0.0:
-            self.flush()
+        else:
+            # busy (a worker's finish wakes it), lingering (its timer does), held back or
+            # not ready (the switch or the poll interval does): new work changes nothing
+            self.awaits_work = False
+            if self._flush_wait(wait) == 0.0:
+                self.flush()
         with self._lock:
             linger = self._linger_until - self.clock.monotonic()
         if 0 < linger < wait:

@@ -123,7 +123,8 @@ class ItemRunner:
 
     @property
     def wakeup(self) -> threading.Event:
-        """Set it to make the dispatcher look at the queue now (work was announced)."""
+        """Set it to make the dispatcher look at the queue now (new work is announced to
+        ``dispatcher.announce()``, which sets it only if the dispatcher waits for work)."""
         return self.dispatcher.wakeup
 
     def _build_adapter(self) -> OutboundAdapter | None:

@@ -29,7 +29,8 @@ class Message:
     """Base of message classes. Subclasses are ``@dataclass`` with JSON-friendly fields."""
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields as plain values, as :func:`dataclasses.asdict` makes them."""
+        return {name: _plain(getattr(self, name)) for name in _shape(type(self)).names}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"), default=str)
@@ -44,20 +45,19 @@ class Message:
         if not isinstance(data, Mapping):
             raise MessageError(f"{cls.__name__}: body must be a JSON object, "
                                f"got {type(data).__name__}")
-        names = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - set(names))
-        if unknown:
+        shape = _shape(cls)
+        if not shape.known.issuperset(data):
+            unknown = sorted(set(data) - shape.known)
             raise MessageError(f"{cls.__name__}: unknown field(s) {', '.join(unknown)}; "
-                               f"allowed: {', '.join(names) or 'none'}")
-        hints = _type_hints(cls)
-        for name, field in names.items():
-            required = (field.default is dataclasses.MISSING
-                        and field.default_factory is dataclasses.MISSING)
-            if required and name not in data:
-                raise MessageError(f"{cls.__name__}: missing required field {name!r}")
-            if name in data and not _fits(data[name], hints.get(name, Any)):
+                               f"allowed: {', '.join(shape.names) or 'none'}")
+        for name in shape.names:
+            if name not in data:
+                if name in shape.required:
+                    raise MessageError(f"{cls.__name__}: missing required field {name!r}")
+            elif not _fits(data[name], shape.hints.get(name, Any)):
                 raise MessageError(f"{cls.__name__}: field {name!r} must be "
-                                   f"{_type_text(hints[name])}, got {type(data[name]).__name__}")
+                                   f"{_type_text(shape.hints[name])}, "
+                                   f"got {type(data[name]).__name__}")
         return cls(**dict(data))
 
     @classmethod
@@ -97,7 +97,7 @@ def encode_request(message: Message) -> str:
     JSON: a NaN or an infinity (JSON has neither; DESIGN §4, "Numbers"), a value that holds
     itself, or nesting deeper than :data:`MAX_BODY_DEPTH`."""
     try:
-        data = message.to_dict()  # dataclasses.asdict recurses: a value holding itself ends
+        data = message.to_dict()  # to_dict recurses: a value holding itself ends
     except RecursionError as exc:  # here, before the depth is looked at
         raise _too_deep() from exc
     if _depth_over(data, MAX_BODY_DEPTH):
@@ -184,8 +184,43 @@ def _type_text(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    """What validating a body needs to know of its message class."""
+
+    names: tuple[str, ...]  # the fields, in order
+    known: frozenset[str]
+    required: frozenset[str]  # the fields without a default
+    hints: dict[str, Any]  # field name → resolved type
+
+
 @functools.cache
-def _type_hints(cls: type) -> dict[str, Any]:
-    """The resolved field types of a message class: resolved once per class, not per
-    message (intake validates every body against them)."""
-    return typing.get_type_hints(cls)
+def _shape(cls: type) -> _Shape:
+    """Read once per class, not per message (intake validates every body)."""
+    fields = dataclasses.fields(cls)
+    names = tuple(f.name for f in fields)
+    return _Shape(names=names, known=frozenset(names),
+                  required=frozenset(f.name for f in fields if f.default is dataclasses.MISSING
+                                     and f.default_factory is dataclasses.MISSING),
+                  hints=typing.get_type_hints(cls))
+
+
+_ATOMS = (str, int, float, bool, type(None))
+
+
+@dataclasses.dataclass
+class _Box:
+    value: Any
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as :func:`dataclasses.asdict` copies a field: JSON's own types directly
+    (the common case, at a fraction of the cost), anything else by ``asdict`` itself."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return value
+    if kind is dict:
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if kind is list:
+        return [_plain(v) for v in value]
+    return dataclasses.asdict(_Box(value))["value"]

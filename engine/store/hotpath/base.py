@@ -2,7 +2,6 @@
 pool of driver connections of one store."""
 from __future__ import annotations
 
-import queue
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -113,9 +112,10 @@ class HotPath:
     def __init__(self, engine: Engine, translate: Callable[[BaseException], bool]) -> None:
         self._engine = engine
         self._is_driver_error = translate
-        # idle connections by durability: commits that wait for the disk, and those that do not
-        self._idle: dict[bool, queue.LifoQueue[Any]] = {True: queue.LifoQueue(),
-                                                        False: queue.LifoQueue()}
+        # idle connections by durability: commits that wait for the disk, and those that do
+        # not (lists: append and pop are atomic, and cost no lock, unlike a queue.Queue's)
+        self._idle: dict[bool, list[Any]] = {True: [], False: []}
+        self._shared = isinstance(engine.pool, StaticPool)  # one in-memory database
 
     # -- connections ---------------------------------------------------------------------
     def _new_connection(self, durable: bool) -> Any:
@@ -133,24 +133,25 @@ class HotPath:
 
     @contextmanager
     def _connection(self, durable: bool = False) -> Iterator[Any]:
-        if isinstance(self._engine.pool, StaticPool):  # one in-memory database: share it
+        if self._shared:
             raw = self._guard(self._engine.raw_connection)
             try:
                 yield raw.driver_connection
             finally:
                 raw.close()
             return
+        idle = self._idle[durable]
         try:
-            conn = self._idle[durable].get_nowait()
-        except queue.Empty:
+            conn = idle.pop()
+        except IndexError:
             conn = self._guard(lambda: self._new_connection(durable))
         try:
             yield conn
         except BaseException:
             _close(conn)  # its state is unknown: never reuse it
             raise
-        if self._idle[durable].qsize() < MAX_IDLE_CONNECTIONS:
-            self._idle[durable].put(conn)
+        if len(idle) < MAX_IDLE_CONNECTIONS:
+            idle.append(conn)
         else:
             _close(conn)
 
@@ -164,11 +165,8 @@ class HotPath:
 
     def dispose(self) -> None:
         for idle in self._idle.values():
-            while True:
-                try:
-                    _close(idle.get_nowait())
-                except queue.Empty:
-                    break
+            while idle:
+                _close(idle.pop())
 
     # -- steps (per dialect) ---------------------------------------------------------------
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
