@@ -1,0 +1,92 @@
+"""When new work wakes a dispatcher: only while it waits for work, and never too late.
+
+The dispatcher is stepped by hand (``tick()``) on a virtual clock, against a real store; a
+test plays the producer (``enqueue`` then ``announce``) and the worker (``finished``).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from engine.clock import VirtualClock
+from engine.dispatch import CLAIM_LINGER, DispatchSettings, Dispatcher
+from engine.store.sql import SqlStore
+
+
+def dispatcher(store: SqlStore, clock: VirtualClock, pool_size: int = 1) -> Dispatcher:
+    return Dispatcher(DispatchSettings(target="A", owner="d1", pool_size=pool_size, fifo=False,
+                                       begin=True, enabled=True, lease_seconds=60,
+                                       poll_interval=5),
+                      store=store, clock=clock, ready=lambda: True, stop=threading.Event())
+
+
+def produce(store: SqlStore, d: Dispatcher, n: int = 1) -> list[int]:
+    """What intake does: commit, then announce (the daemon's callback)."""
+    ids = [store.enqueue(target="A", body_class=None, body="{}") for _ in range(n)]
+    d.announce()
+    return ids
+
+
+def handed_out(d: Dispatcher) -> list[int]:
+    out = []
+    while not d.work.empty():
+        work = d.work.get()
+        assert work is not None
+        out.append(work[1].row.id)
+    return out
+
+
+def test_an_idle_dispatcher_is_woken_by_new_work(store: SqlStore) -> None:
+    d = dispatcher(store, VirtualClock())
+    assert d.tick() == 5  # nothing to claim: it waits for the poll interval or for work
+    d.wakeup.clear()
+    ids = produce(store, d)
+    assert d.wakeup.is_set()
+    d.tick()
+    assert handed_out(d) == ids
+
+
+def test_a_busy_or_lingering_dispatcher_is_not_woken_by_each_message(store: SqlStore) -> None:
+    clock = VirtualClock()
+    d = dispatcher(store, clock)
+    first = produce(store, d, 2)
+    d.tick()  # claims both (fewer than it asked for: it lingers)
+    assert handed_out(d) == first
+    d.wakeup.clear()
+    more = produce(store, d, 3)
+    assert not d.wakeup.is_set()  # the linger's end or a finished worker wakes it
+    d.finished(first[0], 0.001)
+    d.finished(first[1], 0.001)
+    assert d.wakeup.is_set()  # the worker is out of work: it claims again
+    d.wakeup.clear()
+    clock.advance(CLAIM_LINGER)
+    d.tick()
+    assert handed_out(d) == more
+
+
+def test_work_committed_just_after_the_claim_looked_still_wakes_it(store: SqlStore) -> None:
+    """A producer whose commit comes after the claim's look, and whose announcement comes
+    before the dispatcher has gone back to sleep, must find it willing to be woken."""
+    clock = VirtualClock()
+    d = dispatcher(store, clock)
+    (first,) = produce(store, d)
+    d.tick()  # a claim that found work: new work no longer wakes it
+    assert handed_out(d) == [first]
+    d.finished(first, 0.001)
+    clock.advance(CLAIM_LINGER)
+    d.wakeup.clear()
+    late: list[int] = []
+    claim = store.complete_and_claim
+
+    def claim_then_produce(*args: Any, **kwargs: Any) -> Any:
+        result = claim(*args, **kwargs)
+        late.extend(produce(store, d))
+        return result
+
+    store.complete_and_claim = claim_then_produce  # type: ignore[method-assign]
+    d.tick()  # the claim finds nothing; the message arrives right after it looked
+    store.complete_and_claim = claim  # type: ignore[method-assign]
+    assert d.wakeup.is_set()
+    d.wakeup.clear()
+    d.tick()
+    assert handed_out(d) == late
