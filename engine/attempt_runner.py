@@ -10,6 +10,7 @@ what follows (retry, give up, complete) is the delivery policy's to decide
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from collections.abc import Sequence
@@ -72,9 +73,19 @@ def outcome_of(error: BaseException | None) -> str:
     return error.outcome if isinstance(error, AdapterError) else "error"
 
 
+_KEY_NAMESPACE = uuid.NAMESPACE_OID.bytes
+
+
 def idempotency_key(row: MessageRow) -> str:
-    """One stable key per message, the same on every attempt and after a restart."""
-    return str(uuid.uuid5(uuid.NAMESPACE_OID, f"encore:{row.id}:{row.time_created.isoformat()}"))
+    """One stable key per message, the same on every attempt and after a restart:
+    ``uuid5(NAMESPACE_OID, "encore:<id>:<time_created>")``, made from the SHA-1 digest
+    directly (``uuid.uuid5`` builds two UUID objects: twice the cost, on every attempt)."""
+    name = f"encore:{row.id}:{row.time_created.isoformat()}".encode()
+    digest = bytearray(hashlib.sha1(_KEY_NAMESPACE + name).digest()[:16])
+    digest[6] = digest[6] & 0x0F | 0x50  # version 5
+    digest[8] = digest[8] & 0x3F | 0x80  # the RFC 4122 variant
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 class AttemptRunner:

@@ -2,6 +2,7 @@
 ``tick()`` (:class:`engine.testing.VirtualDaemon`): exact timelines, events, flags."""
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -16,7 +17,7 @@ from engine.store import queries
 from engine.store.sql import SqlStore
 from engine.testing import (ServerBehaviour, SimulatedOperation, SimulatedServerAdapter,
                             StubAdapter, VirtualDaemon)
-from engine.worker import Result
+from engine.worker import Result, idempotency_key
 from tests.unit.sample_ops import RetryTwiceOperation, StubOperation
 
 SEED = {"response_timeout": 7, "retry_interval": 10, "failure_timeout": 30}
@@ -278,6 +279,17 @@ def test_the_deadline_given_to_the_adapter_is_the_attempt_start_plus_response_ti
     calls = h.host.adapter.calls
     assert [c.attempt_deadline - c.started for c in calls] == [7, 7]
     assert calls[0].idempotency_key == calls[1].idempotency_key != ""
+
+
+def test_the_idempotency_key_is_the_uuid5_of_the_message_and_its_creation_time(
+        store: SqlStore) -> None:
+    """The key must not change between versions: a message re-sent after an upgrade carries
+    the key its first attempt carried."""
+    for _ in range(20):
+        mid = store.enqueue(target="Item", body_class=None, body="{}")
+        row = store.get_message(mid)
+        name = f"encore:{mid}:{row.time_created.isoformat()}"
+        assert idempotency_key(row) == str(uuid.uuid5(uuid.NAMESPACE_OID, name))
 
 
 class HoldFirst(AttemptObserver):
