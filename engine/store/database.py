@@ -36,7 +36,7 @@ def create_db_engine(url: str) -> Engine:
     if url in ("sqlite://", "sqlite:///:memory:"):
         kwargs["poolclass"] = StaticPool
     engine = create_engine(url, **kwargs)
-    path = _sqlite_file(url)
+    path = sqlite_file(url)
     if path is not None:
         event.listen(engine, "do_connect", lambda *_: create_private_file(path))
     event.listen(engine, "connect", _sqlite_on_connect)
@@ -44,7 +44,7 @@ def create_db_engine(url: str) -> Engine:
     return engine
 
 
-def _sqlite_file(url: str) -> str | None:
+def sqlite_file(url: str) -> str | None:
     """The file of an SQLite ``url``; None for an in-memory database or a ``file:`` URI."""
     parsed = make_url(url)
     if parsed.database in (None, "", ":memory:") or parsed.query.get("uri"):

@@ -1,6 +1,7 @@
 """SQLite: every step one ``BEGIN IMMEDIATE`` transaction in-process."""
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -22,6 +23,8 @@ from engine.store.hotpath.base import (
     Completion,
     HotPath,
 )
+from engine.errors import StoreError
+from engine.store.database import sqlite_file
 from engine.store.rows import MessageRow
 
 
@@ -78,6 +81,8 @@ class SqliteHotPath(HotPath):
         # which sleeps and retries: a producer committing in a loop would starve the
         # dispatcher's claims for as long as it runs.
         self._write_lock = threading.Lock()
+        file = sqlite_file(engine.url.render_as_string(hide_password=False))
+        self._wal = None if file is None else f"{file}-wal"  # SQLite's write-ahead log
 
     @contextmanager
     def _transaction(self, *, durable: bool = False) -> Iterator[Any]:
@@ -167,15 +172,36 @@ class SqliteHotPath(HotPath):
         params = self._claim_params(now=now, **{k: v for k, v in claim.items() if k != "held"})
         params["now"], params["expires"] = _sqlite_time(now), _sqlite_time(params["expires"])
         params["held"] = _json_ids(claim.get("held", ()))
-        # attempts begun with the claim are on disk before any of their requests leaves
-        with self._transaction(durable=params["begin"]) as cur:
+        # attempts begun with the claim are on disk before any of their requests leaves: in
+        # WAL mode (as the engine opens a database file) the log is flushed after the
+        # commit, once the write lock is free again for intake; else the commit waits
+        wal = self._wal if params["begin"] and self._wal and os.path.exists(self._wal) else None
+        with self._transaction(durable=params["begin"] and wal is None) as cur:
             def step() -> tuple[list[int], list[Any], dict[int, int]]:
                 done = self._complete(cur, completions, params["now"]) if completions else []
                 return done, *self._claim(cur, params)
             done, raw, begun = self._guard(step)
+        if begun and wal is not None:
+            self._flush(wal)
         # rows are made after the commit: the write lock is held for the SQL alone
         rows = sorted((self._row(r) for r in raw), key=lambda r: r.id)
         return done, [Claimed(r, begun.get(r.id)) for r in rows]
+
+    @staticmethod
+    def _flush(wal: str) -> None:
+        """Flush the write-ahead log ``wal`` to the disk: every transaction committed so far
+        is durable once this returns, as ``synchronous = FULL`` would have made it at its
+        commit, without holding SQLite's write lock meanwhile. The log is opened by name
+        each time: SQLite may truncate it, but never replaces it while a connection is open."""
+        try:
+            fd = os.open(wal, os.O_RDONLY)
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StoreError(f"database error: cannot flush {wal} to the disk: "
+                             f"{exc.strerror or exc}") from exc
 
     def _claim(self, cur: Any, params: dict[str, Any]) -> tuple[list[Any], dict[int, int]]:
         """The claimed rows as the driver returns them, and message id → attempt begun."""

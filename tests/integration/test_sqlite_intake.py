@@ -1,0 +1,77 @@
+"""SQLite specifics of the hot path: one-statement intake from several processes at once, and
+the write-ahead log flushed after a claim that begins attempts (before any request leaves)."""
+from __future__ import annotations
+
+import multiprocessing
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+from engine.clock import utcnow
+from engine.store.sql import SqlStore
+
+PER_PROCESS = 150
+_opened: list[str] = []
+_watching = False
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _watching and event == "open" and isinstance(args[0], str):
+        _opened.append(args[0])
+
+
+sys.addaudithook(_audit)  # inert unless a test sets _watching
+
+
+def _accept_many(url: str) -> list[int]:
+    store = SqlStore(url)
+    try:
+        return [store.accept(target="A", body_class=None, body=f'{{"n": {i}}}').id
+                for i in range(PER_PROCESS)]
+    finally:
+        store.dispose()
+
+
+def test_processes_accepting_at_once_get_distinct_ids_and_lose_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'intake.db'}"
+    store = SqlStore(url)
+    store.upgrade()
+    spawn = multiprocessing.get_context("spawn")
+    with spawn.Pool(3) as pool:
+        pending = pool.map_async(_accept_many, [url] * 3)
+        mine = _accept_many(url)  # and this process meanwhile
+        theirs = [i for ids in pending.get(timeout=120) for i in ids]
+    every = mine + theirs
+    assert len(set(every)) == len(every) == 4 * PER_PROCESS
+    for mid in every:
+        row = store.get_message(mid)
+        assert row is not None and row.session_id == mid and row.status == "Queued"
+    store.dispose()
+
+
+def test_a_claim_that_begins_attempts_flushes_the_log_before_it_returns(tmp_path: Path) -> None:
+    global _watching
+    db = tmp_path / "claims.db"
+    store = SqlStore(f"sqlite:///{db}")
+    store.upgrade()
+    for _ in range(4):
+        store.enqueue(target="A", body_class=None, body="{}")
+    now = utcnow()
+    _opened.clear()
+    _watching = True
+    try:
+        plain = store.claim("A", owner="d", now=now, lease_seconds=30, limit=2, begin=False)
+        flushed_plain = [p for p in _opened if p == f"{db}-wal"]
+        begun = store.claim("A", owner="d", now=now, lease_seconds=30, limit=2, begin=True)
+        flushed_begun = [p for p in _opened if p == f"{db}-wal"]
+    finally:
+        _watching = False
+    assert [c.begun for c in plain] == [None, None] and flushed_plain == []
+    assert all(c.begun is not None for c in begun) and len(flushed_begun) == 1
+    # what the flush made durable is what the claim committed
+    for c in begun:
+        (attempt,) = store.attempts(c.row.id)
+        assert attempt.id == c.begun and attempt.ended_at is None
+    assert store.claim("A", owner="d", now=now + timedelta(seconds=1), lease_seconds=30,
+                       limit=2, begin=True) == []
+    store.dispose()
