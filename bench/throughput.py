@@ -45,7 +45,7 @@ class Sizes:
     intake_many: int  # send_messages in batches
 
 
-QUICK = Sizes(soap=300, soap_slow=100, noop=1000, pool1=40, pool16=320, pg_two=400,
+QUICK = Sizes(soap=1000, soap_slow=100, noop=1000, pool1=40, pool16=320, pg_two=400,
               history=20_000, timing_runs=1, idle_window_s=5.0, drain=5000, drain_pg=3000,
               intake=2000, intake_many=10_000)
 FULL = Sizes(soap=3000, soap_slow=500, noop=5000, pool1=200, pool16=1600, pg_two=2000,
