@@ -161,6 +161,22 @@ def test_a_success_returns_status_headers_and_body(server):
     assert reply.headers["Content-Type"] == "application/json"
 
 
+def test_a_cookie_the_server_sets_is_sent_back_with_the_session_headers():
+    """The item's session keeps what the server asks it to (a load balancer's stickiness, a
+    login session) and sends requests' usual headers, beside the caller's own."""
+    login = respond(200, "in", headers={"Set-Cookie": "session=s1; Path=/"})
+    with HttpTestServer({"/login": login, "/ok": respond(200, "ok")}) as srv:
+        adapter = started({"url": srv.url})
+        attempt(adapter)
+        adapter.send("GET", "/login")
+        adapter.send("GET", "/ok", headers={"X-Trace": "t1", "Accept": "text/plain"})
+    first, second = srv.requests
+    assert "Cookie" not in first.headers
+    assert second.headers["Cookie"] == "session=s1"
+    assert second.headers["X-Trace"] == "t1" and second.headers["Accept"] == "text/plain"
+    assert second.headers["User-Agent"].startswith("python-requests/")
+
+
 # -- bodies: text and binary --------------------------------------------------------------
 
 BINARY = bytes(random.Random(13).randrange(256) for _ in range(1000))  # not valid UTF-8
