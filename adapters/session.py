@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import requests
 import requests.auth
-from requests.structures import CaseInsensitiveDict
 import urllib3.exceptions
+from requests.structures import CaseInsensitiveDict
 
 from adapters.deadline import DeadlineExceeded, DeadlineHTTPAdapter, TryScope
 from engine.attempt import HttpExchange

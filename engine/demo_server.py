@@ -27,7 +27,8 @@ WSDL = """<?xml version="1.0" encoding="utf-8"?>
     </xs:schema>
   </types>
   <message name="GetResponseIn"><part name="parameters" element="tns:GetResponse"/></message>
-  <message name="GetResponseOut"><part name="parameters" element="tns:GetResponseResponse"/></message>
+  <message name="GetResponseOut">
+    <part name="parameters" element="tns:GetResponseResponse"/></message>
   <portType name="WSTimeoutsSoap">
     <operation name="GetResponse">
       <input message="tns:GetResponseIn"/><output message="tns:GetResponseOut"/>

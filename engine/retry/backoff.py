@@ -59,7 +59,8 @@ class DelayFunction(Protocol):
 
 
 def _uniform(rng: random.Random | None, low: float, high: float) -> float:
-    """A draw from [low, high]; no draw at all when the window is empty (keeps rng streams stable)."""
+    """A draw from [low, high]; no draw at all when the window is empty (keeps rng streams
+    stable)."""
     if high <= low:
         return low
     return (rng or _DEFAULT_RNG).uniform(low, high)

@@ -1,4 +1,4 @@
-"""SQLite: every step one ``BEGIN IMMEDIATE`` transaction in-process."""
+"""SQLite: every step one ``BEGIN IMMEDIATE`` transaction in-process, or one statement."""
 from __future__ import annotations
 
 import os
@@ -10,6 +10,8 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from engine.errors import StoreError
+from engine.store.database import sqlite_file
 from engine.store.hotpath.base import (
     _CLAIM_SET,
     _COLUMNS,
@@ -23,8 +25,6 @@ from engine.store.hotpath.base import (
     Completion,
     HotPath,
 )
-from engine.errors import StoreError
-from engine.store.database import sqlite_file
 from engine.store.rows import MessageRow
 
 
@@ -41,8 +41,9 @@ def _parse_sqlite_time(value: str | None) -> datetime | None:
 
 
 class SqliteHotPath(HotPath):
-    """SQLite: every step one ``BEGIN IMMEDIATE`` transaction; ``synchronous = FULL`` for
-    the commits a promise rests on (an accepted message), NORMAL otherwise."""
+    """SQLite: every step one ``BEGIN IMMEDIATE`` transaction, an intake one statement in
+    autocommit mode; ``synchronous = FULL`` for an accepted message, NORMAL otherwise, the
+    log flushed after a claim that begins attempts (before their requests leave)."""
 
     _INSERT = (f"INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) VALUES "
                "(:id, coalesce(:session_id, :id), :source, :target, 'request', :body_class, "
@@ -82,7 +83,8 @@ class SqliteHotPath(HotPath):
         # dispatcher's claims for as long as it runs.
         self._write_lock = threading.Lock()
         file = sqlite_file(engine.url.render_as_string(hide_password=False))
-        self._wal = None if file is None else f"{file}-wal"  # SQLite's write-ahead log
+        # SQLite's write-ahead log, by absolute path: SQLite resolved the file's at its open
+        self._wal = None if file is None else os.path.abspath(f"{file}-wal")
 
     @contextmanager
     def _transaction(self, *, durable: bool = False) -> Iterator[Any]:
