@@ -135,17 +135,16 @@ class SqliteHotPath(HotPath):
                   "key": idempotency_key, "trace": trace_context}
         if idempotency_key is None:
             # one statement, its own transaction: SQLite takes the write lock as it starts
-            # (as BEGIN IMMEDIATE would) and commits as it ends — a third of the driver
-            # calls, each of which hands the GIL back and must wait to take it again
+            # (as BEGIN IMMEDIATE would) and commits as it ends — one call into the driver,
+            # not five, each of which hands the GIL back and must wait to take it again
             with self._write_lock, self._connection(True) as conn:
                 new_id = self._guard(lambda: conn.execute(self._ACCEPT, params).lastrowid)
             return Accepted(new_id, new_id if session_id is None else session_id, True)
         with self._transaction(durable=True) as cur:  # BEGIN IMMEDIATE: no racing insert
             def accept() -> Accepted:
-                if idempotency_key is not None:
-                    found = cur.execute(self._FIND_KEY, params).fetchone()
-                    if found is not None:
-                        return Accepted(int(found[0]), int(found[1]), False)
+                found = cur.execute(self._FIND_KEY, params).fetchone()
+                if found is not None:
+                    return Accepted(int(found[0]), int(found[1]), False)
                 new_id = cur.execute(self._ACCEPT, params).lastrowid
                 return Accepted(new_id, new_id if session_id is None else session_id, True)
             return self._guard(accept)
