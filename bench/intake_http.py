@@ -3,7 +3,12 @@
 
 ``encore portal`` runs as a subprocess on a SQLite file (its CPU is not the client's); the
 client posts one message at a time over a kept-alive connection, and a second figure posts
-from 4 threads at once (the server commits each message on its own either way).
+from 4 threads at once.
+
+intake_http_16_msgs_per_s (issue 21): 16 client threads of this process post at once, each
+on its own kept-alive session, to the same ``encore portal``; bare_intake_http_msgs_per_s is
+the same 16 clients against bench/bare_intake.py (a bare Starlette app under uvicorn doing
+one durable SQLite insert per POST), in the same run; intake_http_ratio = Encore ÷ bare.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from engine.store import accounts
 ITEM = "Noop"
 BODY = {"n": 1}
 CLIENT_THREADS = 4  # for the concurrent figure
+MANY_CLIENTS = 16  # intake_http_16_msgs_per_s and bare_intake_http_msgs_per_s
 START_TIMEOUT = 30.0  # seconds the portal may take to listen
 
 
@@ -32,6 +38,19 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _wait_listening(proc: subprocess.Popen[bytes], url: str, what: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        try:
+            requests.get(url, timeout=1)
+            return
+        except requests.ConnectionError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"{what} did not start") from None
+            time.sleep(0.1)
 
 
 def _portal(work: Path, url: str) -> tuple[subprocess.Popen[bytes], str, str]:
@@ -47,16 +66,8 @@ def _portal(work: Path, url: str) -> tuple[subprocess.Popen[bytes], str, str]:
                              "--port", str(port)], cwd=work, env=h.cli_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT
-    while True:
-        try:
-            requests.get(f"{base}/login", timeout=1)
-            return proc, base, token
-        except requests.ConnectionError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("encore portal did not start") from None
-            time.sleep(0.1)
+    _wait_listening(proc, f"{base}/login", "encore portal")
+    return proc, base, token
 
 
 def _post_all(base: str, token: str, count: int) -> None:
@@ -94,4 +105,91 @@ def intake_http(work: Path, count: int) -> Outcome:
             one, "msg/s", f"n={count:,}; a durable commit per message; encore portal in a "
                           "subprocess")
     out.info(f"the same, {CLIENT_THREADS} clients at once", many, "msg/s")
+    return out
+
+
+def _bare(work: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """bench/bare_intake.py on a fresh SQLite file: (process, base URL)."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "bench.bare_intake", "--db",
+                             str(work / "bare-intake.db"), "--port", str(port)], cwd=work,
+                            env=h.cli_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    _wait_listening(proc, f"{base}/ping", "bench/bare_intake.py")
+    return proc, base
+
+
+def _concurrent_rate(base: str, token: str, count: int, clients: int) -> float:
+    """Messages/s of ``clients`` threads posting ``count // clients`` messages each, every
+    thread on its own kept-alive session (warmed by two posts before the clock starts)."""
+    each = count // clients
+    sessions = []
+    for _ in range(clients):
+        session = requests.Session()
+        session.headers["Authorization"] = f"Bearer {token}"
+        sessions.append(session)
+    start = threading.Barrier(clients + 1)
+    failures: list[str] = []
+
+    def post(session: requests.Session, n: int) -> None:
+        try:
+            for _ in range(n):
+                reply = session.post(f"{base}/api/v1/messages/{ITEM}", json=BODY, timeout=60)
+                if reply.status_code != 202:
+                    raise RuntimeError(f"intake answered {reply.status_code}: {reply.text}")
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            failures.append(f"{type(exc).__name__}: {exc}")
+
+    def client(session: requests.Session) -> None:
+        post(session, 2)
+        start.wait()
+        post(session, each)
+
+    workers = [threading.Thread(target=client, args=(s,)) for s in sessions]
+    for worker in workers:
+        worker.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - t0
+    for session in sessions:
+        session.close()
+    if failures:
+        raise RuntimeError(f"{len(failures)} intake client(s) failed: {failures[0]}")
+    return each * clients / elapsed
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+def intake_http16(work: Path, count: int) -> Outcome:
+    """intake_http_16_msgs_per_s, bare_intake_http_msgs_per_s and intake_http_ratio."""
+    out = Outcome()
+    proc, base, token = _portal(work, h.sqlite_url(work, "intake-http16.db"))
+    try:
+        _post_all(base, token, 20)
+        encore = _concurrent_rate(base, token, count, MANY_CLIENTS)
+    finally:
+        stop(proc)
+    proc, base = _bare(work)
+    try:
+        _post_all(base, "none", 20)
+        bare = _concurrent_rate(base, "none", count, MANY_CLIENTS)
+    finally:
+        stop(proc)
+    note = f"n={count // MANY_CLIENTS * MANY_CLIENTS:,}, {MANY_CLIENTS} client threads"
+    out.key("intake_http_16_msgs_per_s", f"POST /api/v1/messages/{{target}}, {MANY_CLIENTS} "
+            "clients, SQLite", encore, "msg/s", f"{note}; encore portal in a subprocess")
+    out.key("bare_intake_http_msgs_per_s", "bare Starlette/uvicorn, one durable SQLite insert "
+            "per POST", bare, "msg/s", f"{note}; bench/bare_intake.py in a subprocess")
+    out.key("intake_http_ratio", "Encore's 16-client HTTP intake ÷ the bare one's", encore / bare)
     return out

@@ -1,4 +1,5 @@
-"""Operations used only by the benchmarks."""
+"""Operations used only by the benchmarks (the process is in bench/process_ops.py, so that
+`encore send` to these items imports no more than a user's operation would)."""
 from __future__ import annotations
 
 from typing import Any
@@ -11,3 +12,11 @@ class NoopOperation(BusinessOperation):
 
     def on_message(self, request: Any) -> None:
         return None
+
+
+class EchoOperation(BusinessOperation):
+    """Answers ``{"ok": true}`` at once: the no-op target of the latency scenarios."""
+
+    def on_message(self, request: Any) -> dict[str, Any]:
+        return {"ok": True}
+

@@ -6,11 +6,12 @@ Starts its own loopback servers (a SOAP service and plain HTTP servers, in a chi
 runs every scenario and prints a table of figures against their targets. ``--json`` prints
 one JSON object with exactly the keys of the issue's table (null where a scenario could not
 run, with the reason on stderr). ``--quick`` runs every scenario small (about two minutes on
-two cores). PostgreSQL scenarios use ``--pg-url`` or ``$ENCORE_BENCH_POSTGRES_URL``, a
-database the benchmark may wipe. ``--profile`` profiles the no-op and SOAP daemon paths
-instead: a census of the database work per message, the cost of a commit and py-spy profiles
-of the dispatcher and worker threads (see bench/profile.py). BENCHMARKS.md has the figures
-and how they were obtained.
+two cores, and a minute and a half more while waits poll every 50 ms: the latencies of
+issue 21 take that long to collect). PostgreSQL scenarios use ``--pg-url`` or
+``$ENCORE_BENCH_POSTGRES_URL``, a database the benchmark may wipe. ``--profile`` profiles
+the no-op and SOAP daemon paths instead: a census of the database work per message, the
+cost of a commit and py-spy profiles of the dispatcher and worker threads (see
+bench/profile.py). BENCHMARKS.md has the figures and how they were obtained.
 """
 from __future__ import annotations
 
@@ -27,13 +28,16 @@ ROOT = Path(__file__).resolve().parents[1]
 # first, as it does for the `encore run` subprocesses (PYTHONPATH).
 sys.path.insert(0, str(ROOT))
 
-from bench import drain, harness, intake_http, limits, throughput
+from bench import celery_peer, drain, harness, intake_http, latency, limits, throughput
 from bench.report import KEYS, Outcome, table
 from bench.servers import ServerProcess
 
 PG_ENV = "ENCORE_BENCH_POSTGRES_URL"
 SCENARIOS = ("overhead", "noop", "drain", "drain_pg", "intake", "intake_http", "pool",
-             "timing", "parked", "parked16", "pg_two", "deadline")
+             "timing", "parked", "parked16", "pg_two", "deadline",
+             # issue 21: answers (bench/latency.py), concurrent HTTP intake, the Celery peer
+             # (after "latency": sync_vs_celery needs both) and the CLI's start
+             "latency", "latency_pg", "intake_http16", "celery", "cli")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -53,6 +57,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run_scenarios(args: argparse.Namespace, pg_url: str | None) -> Outcome:
     sizes = throughput.QUICK if args.quick else throughput.FULL
+    answers = latency.QUICK if args.quick else latency.FULL
     wanted = set(args.only or SCENARIOS)
     total = Outcome()
     with ServerProcess() as servers, harness.workdir() as work:
@@ -70,6 +75,11 @@ def run_scenarios(args: argparse.Namespace, pg_url: str | None) -> Outcome:
             "parked16": lambda: limits.parked_pool16(work, sizes.idle_window_s),
             "pg_two": lambda: throughput.pg_two_daemons(work, urls, sizes, pg_url),
             "deadline": lambda: limits.deadline(urls),
+            "latency": lambda: latency.latency(work, answers),
+            "latency_pg": lambda: latency.latency_pg(work, answers, pg_url),
+            "intake_http16": lambda: intake_http.intake_http16(work, sizes.intake),
+            "celery": lambda: celery_peer.celery(work, answers.roundtrips),
+            "cli": lambda: latency.cli(work),
         }
         for name in SCENARIOS:
             if name not in wanted:
@@ -77,12 +87,29 @@ def run_scenarios(args: argparse.Namespace, pg_url: str | None) -> Outcome:
             t0 = time.monotonic()
             print(f"[bench] {name} …", file=sys.stderr, flush=True)
             outcome = plan[name]()
-            print(f"[bench] {name} done in {time.monotonic() - t0:.1f} s", file=sys.stderr,
-                  flush=True)
+            print(f"[bench] {name} done in {time.monotonic() - t0:.1f} s; load average "
+                  f"{_loadavg()}", file=sys.stderr, flush=True)
             total.values.update(outcome.values)
             total.rows += outcome.rows
             total.notes += outcome.notes
+    if "celery" in wanted:
+        _sync_vs_celery(total)
     return total
+
+
+def _sync_vs_celery(total: Outcome) -> None:
+    """sync_vs_celery: Celery's round trip p50 ÷ Encore's sync_roundtrip_ms_p50, same run."""
+    celery, encore = (total.values.get("celery_roundtrip_ms_p50"),
+                      total.values.get("sync_roundtrip_ms_p50"))
+    if celery is None or encore is None:
+        missing = "celery_roundtrip_ms_p50" if celery is None else "sync_roundtrip_ms_p50"
+        print(f"[bench] sync_vs_celery is null: {missing} is unknown in this run (the "
+              "\"celery\" and \"latency\" scenarios are both needed)", file=sys.stderr,
+              flush=True)
+        total.key("sync_vs_celery", "Celery round trip ÷ Encore's sync round trip", None)
+        return
+    total.key("sync_vs_celery", "Celery round trip p50 ÷ Encore's sync round trip p50",
+              celery / encore, note=f"{celery:.2f} ms ÷ {encore:.2f} ms")
 
 
 def _loadavg() -> str:
@@ -100,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if pg_url is None:
         print(f"[bench] no PostgreSQL: noop_msgs_per_s_pg, noop_drain_msgs_per_s_pg, "
-              f"pgqueuer_drain_ratio and pg_two_daemon_ratio are null (pass --pg-url or set "
-              f"{PG_ENV})", file=sys.stderr)
+              f"pgqueuer_drain_ratio, pg_two_daemon_ratio, sync_roundtrip_ms_p50_pg and "
+              f"pickup_ms_p50_pg are null (pass --pg-url or set {PG_ENV})", file=sys.stderr)
     t0, load0 = time.monotonic(), _loadavg()
     outcome = run_scenarios(args, pg_url)
     footer = (f"{'quick' if args.quick else 'full'} run, {time.monotonic() - t0:.0f} s; "
