@@ -12,16 +12,21 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from engine.clock import Clock, SystemClock
+from engine.clock import Clock, SystemClock, VirtualClock
 from engine.errors import CallFailed, CallTimedOut, ConfigurationError, MessageError
 from engine.message import MAX_BODY_DEPTH, Message, decode_message, encode_request
 from engine.otel import producer_span
 from engine.production import ProductionConfig, ProductionOutline
+from engine.store.completions import SAFETY_POLL
 from engine.store.models import FINAL_STATUSES
 from engine.store.sql import Accepted, MessageRow, SqlStore
 
 TERMINAL = (*FINAL_STATUSES, "Suspended")
-WAIT_POLL = 0.05  # seconds between two looks at a waited-for message
+# seconds between two looks at a waited-for message on a virtual clock, whose sleep runs the
+# harness's deliveries: the look after a target's delivery sees its end when it happens
+VIRTUAL_POLL = 0.05
+WAIT_POLL = SAFETY_POLL  # seconds between looks in real time, when no announcement came
+STOP_CHECK = 0.25  # seconds between looks at a ``stop`` event while waiting
 MAX_WAIT = 1e9  # seconds: a wait without limit, as a date offset that cannot overflow
 
 
@@ -38,27 +43,41 @@ def send_message(store: SqlStore, production: ProductionConfig | ProductionOutli
 def accept_message(store: SqlStore, production: ProductionConfig | ProductionOutline,
                    target: str, body: str | dict[str, Any] | Message, *, source: str = "cli",
                    session_id: int | None = None, idempotency_key: str | None = None,
-                   now: datetime | None = None) -> Accepted:
+                   now: datetime | None = None, waited: bool = False,
+                   durable: bool = True) -> Accepted:
     """:func:`send_message` in a given session (None: the message starts its own) and, with
     an ``idempotency_key``, at most once per target and key: when such a message exists,
-    nothing is created and that one is returned (``Accepted.created`` False)."""
+    nothing is created and that one is returned (``Accepted.created`` False). ``waited``:
+    the caller will :func:`wait_for` it (pass ``marked=True`` there); ``durable``: see
+    :meth:`SqlStore.accept`."""
     body_class, text = _validated(_request_class(production, target), body)
     with producer_span(production, target) as producer:
         accepted = store.accept(target=target, body_class=body_class,
                                 body=text, source=source, session_id=session_id,
                                 idempotency_key=idempotency_key, now=now,
-                                trace_context=producer.context)
+                                trace_context=producer.context, waited=waited,
+                                durable=durable)
         if accepted.created:
             producer.sent([accepted.id])
     return accepted
 
 
+class DecodedString(str):
+    """A body whose JSON is a string (``"{\\"a\\": 1}"``): the string itself, decoded once —
+    data, never JSON text to decode again. :func:`_validated` hands it to the message class
+    as it is; every message class, :class:`~engine.message.JsonMessage` included, takes a
+    JSON object, so it is refused ("body must be a JSON object, got str")."""
+
+
 def decode_body(text: str, *, where: str) -> Any:
     """``text`` as JSON; MessageError naming ``where`` if it is not JSON, holds NaN or an
     infinity (JSON has neither; DESIGN §4, "Numbers") or nests so deep that the decoder
-    gives up (the depth limit itself is checked with the message, :func:`_validated`)."""
+    gives up (the depth limit itself is checked with the message, :func:`_validated`).
+    A JSON string comes back as a :class:`DecodedString`, so that it is not taken for JSON
+    text and decoded a second time."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        return DecodedString(value) if isinstance(value, str) else value
     except ValueError as exc:
         raise MessageError(f"{where}: body is not valid JSON: {exc}") from exc
     except RecursionError as exc:
@@ -117,6 +136,8 @@ def _validated(request_class: type[Message], body: str | dict[str, Any] | Messag
     deeper than :data:`~engine.message.MAX_BODY_DEPTH`)."""
     if isinstance(body, Message):
         message = body
+    elif isinstance(body, DecodedString):  # a decoded JSON string: data, not JSON text
+        message = request_class.from_dict(str(body))
     elif isinstance(body, str):
         message = request_class.from_json(body)
     else:
@@ -126,24 +147,60 @@ def _validated(request_class: type[Message], body: str | dict[str, Any] | Messag
 
 def wait_for(store: SqlStore, message_id: int, timeout: float, *,
              clock: Clock | None = None, poll: float = WAIT_POLL,
-             stop: threading.Event | None = None) -> MessageRow | None:
-    """Wait up to ``timeout`` seconds (``math.inf``: no limit) for ``message_id`` to finish,
-    looking every ``poll`` seconds; None if it did not, or if ``stop`` was set first."""
+             stop: threading.Event | None = None, marked: bool = False) -> MessageRow | None:
+    """Wait up to ``timeout`` seconds (``math.inf``: no limit) for ``message_id`` to finish;
+    None if it did not, or if ``stop`` was set first.
+
+    The wait is woken by the commit that ends the message, in this process or any other
+    (:mod:`engine.store.completions`); ``poll`` is only the safety net's period. ``marked``:
+    the message was accepted ``waited`` (else this flags it, one write). On a virtual clock
+    it looks every :data:`VIRTUAL_POLL` virtual seconds instead, each sleep running the
+    harness's deliveries."""
     clock = clock or SystemClock()
     deadline = clock.monotonic() + timeout
+    if isinstance(clock, VirtualClock):
+        return _wait_virtual(store, message_id, deadline, clock, stop)
+    woken = threading.Event()
+    with store.completions.watching(message_id, woken.set):
+        row = store.get_message(message_id) if marked else store.mark_waited(message_id)
+        while row is None or row.status not in TERMINAL:
+            left = deadline - clock.monotonic()
+            if left <= 0 or _pause(woken, min(left, poll), stop):
+                return None
+            woken.clear()  # before the look: an end announced during it wakes the next wait
+            row = store.get_message(message_id)
+        return row
+
+
+def _pause(woken: threading.Event, seconds: float, stop: threading.Event | None) -> bool:
+    """Wait up to ``seconds`` for ``woken``; True if ``stop`` was set instead."""
+    if stop is None:
+        woken.wait(seconds)
+        return False
+    end = SystemClock().monotonic() + seconds
+    while not woken.wait(min(STOP_CHECK, max(end - SystemClock().monotonic(), 0.0))):
+        if stop.is_set():
+            return True
+        if SystemClock().monotonic() >= end:
+            return False
+    return stop.is_set()
+
+
+def _wait_virtual(store: SqlStore, message_id: int, deadline: float, clock: Clock,
+                  stop: threading.Event | None) -> MessageRow | None:
     while True:
         row = store.get_message(message_id)
         if row is not None and row.status in TERMINAL:
             return row
         if clock.monotonic() >= deadline:
             return None
-        if clock.sleep(min(poll, deadline - clock.monotonic()), stop):
+        if clock.sleep(min(VIRTUAL_POLL, deadline - clock.monotonic()), stop):
             return None
 
 
 def wait_for_response(store: SqlStore, message_id: int, target: str, timeout: float, *,
                       clock: Clock | None = None, poll: float = WAIT_POLL,
-                      stop: threading.Event | None = None) -> Any:
+                      stop: threading.Event | None = None, marked: bool = False) -> Any:
     """Wait up to ``timeout`` seconds (``math.inf``: no limit) for ``message_id``, sent to
     ``target``, and return its response decoded (None: it completed without one).
 
@@ -154,7 +211,8 @@ def wait_for_response(store: SqlStore, message_id: int, target: str, timeout: fl
     inside the wait may see it only then)."""
     clock = clock or SystemClock()
     deadline_at = clock.now() + timedelta(seconds=min(timeout, MAX_WAIT))
-    row = wait_for(store, message_id, timeout, clock=clock, poll=poll, stop=stop)
+    row = wait_for(store, message_id, timeout, clock=clock, poll=poll, stop=stop,
+                   marked=marked)
     if row is None or (row.time_completed is not None and row.time_completed > deadline_at):
         current = row or store.get_message(message_id)
         raise CallTimedOut(f"message {message_id} to {target!r} not finished after "

@@ -54,7 +54,7 @@ from engine.metrics import Metrics, MetricsServer
 from engine.otel import tracing_for
 from engine.scheduler import ProductionScheduler
 from engine.store import queries
-from engine.store.notify import QueueListener, parse_breaker, parse_switch
+from engine.store.notify import Announcement, Kind
 from engine.store.operator import purge
 from engine.store.sql import SqlStore
 
@@ -109,7 +109,6 @@ class Daemon:
         self.scheduler = ProductionScheduler(production, store=self.store, clock=self.clock,
                                              events=self.events, leader=self.is_leader)
         self.metrics_server: MetricsServer | None = None
-        self.listener: QueueListener | None = None
         self.portal: Any = None  # engine.portal.server.PortalServer, with [portal]
         self.tracing = tracing_for(production)  # None: tracing off (read at start only)
         self.adapters = dict(adapters or {})
@@ -210,28 +209,26 @@ class Daemon:
                                             self.check_queue_alerts, leader_only=True)
 
     def _start_listening(self) -> None:
-        """Wake an item's workers when work for it is announced: by this process (any
-        database), and by every daemon through LISTEN/NOTIFY (PostgreSQL)."""
+        """Wake an item's workers when work for it is announced: by this process, and by
+        every other process — LISTEN/NOTIFY on PostgreSQL, the doorbell of an SQLite file
+        (:meth:`SqlStore.hear_other_processes`)."""
         self.store.add_queue_callback(self._wake)
-        if self.store.is_postgres:
-            self.listener = QueueListener(self.store.engine, self._wake,
-                                          on_reconnect=self._wake_all)
-            self.listener.start()
+        self.store.add_reconnect_hook(self._wake_all)
+        if not self.inline:
+            self.store.hear_other_processes()
 
-    def _wake(self, payload: str) -> None:
-        breaker = parse_breaker(payload)
-        guards = self._guards.get(self.runners.get(breaker)) if breaker is not None else None
-        if guards is not None:
-            guards.changed_elsewhere()
-            payload = breaker  # and the item's dispatcher looks again
-        switch = parse_switch(payload)
-        runner = self.runners.get(payload if switch is None else switch[0])
+    def _wake(self, note: Announcement) -> None:
+        if note.kind is Kind.DONE:
+            return  # for the waiters (the store's completion hub)
+        runner = self.runners.get(note.item)
         if runner is None:
             return
-        if switch is None:
-            runner.dispatcher.announce()
-        else:
-            runner.dispatcher.switch(switch[1])
+        if note.kind is Kind.SWITCH:
+            runner.dispatcher.switch(note.enabled)
+            return
+        if note.kind is Kind.BREAKER and (guards := self._guards.get(runner)) is not None:
+            guards.changed_elsewhere()  # and the item's dispatcher looks again
+        runner.dispatcher.announce(urgent=note.urgent)
 
     def _wake_all(self) -> None:
         for runner in list(self.runners.values()):
@@ -397,6 +394,7 @@ class Daemon:
         self.scheduler.stop_services()
         for runner in self.runners.values():
             runner.request_stop()
+        self.store.completions.wake_all()  # processes waiting on a sync call see the stop
         clean = self._join_runners(list(self.runners.values()), deadline)
         clean = self.scheduler.shutdown(
             wait=True, timeout=max(deadline - self.clock.monotonic(), 0.0)) and clean
@@ -492,9 +490,9 @@ class Daemon:
 
     def _stop_listening(self) -> None:
         self.store.remove_queue_callback(self._wake)
-        if self.listener is not None:
-            self.listener.stop()
-            self.listener = None
+        self.store.remove_reconnect_hook(self._wake_all)
+        if not self.inline:
+            self.store.stop_hearing()
 
     # -- the loop ------------------------------------------------------------------------
     def tick(self, now: float | None = None) -> float:

@@ -104,14 +104,16 @@ class Dispatcher:
 
     # -- what workers call ---------------------------------------------------------------
     def defer(self, completion: Completion) -> None:
-        """Record a success with the next group commit (the worker goes on meanwhile)."""
+        """Record a success with the next group commit (the worker goes on meanwhile); one
+        that someone waits for (``urgent``) is committed at the dispatcher's next step."""
         with self._lock:
-            if not self._pending:
-                self._oldest_pending = self.clock.monotonic()
+            if not self._pending or completion.urgent:
+                self._oldest_pending = (self.clock.monotonic() - FLUSH_WINDOW
+                                        if completion.urgent else self.clock.monotonic())
             self._pending.append(completion)
             self._pending_ids.add(completion.message_id)
             full = len(self._pending) >= MAX_PENDING
-        if full:
+        if full or completion.urgent:
             self.wakeup.set()
 
     def finished(self, message_id: int, seconds: float) -> None:
@@ -146,10 +148,15 @@ class Dispatcher:
             since = max(self._claimed_at.get(message_id, float("-inf")), self._renewed)
         return self.clock.monotonic() < since + lease
 
-    def announce(self) -> None:
+    def announce(self, *, urgent: bool = False) -> None:
         """New work was committed for the item: wake the dispatcher if it is waiting for
-        work (not when it is busy or lingering: it claims again soon without being told)."""
-        if self.awaits_work:
+        work (not when it is busy or lingering: it claims again soon without being told).
+        ``urgent``: someone waits for it — a lingering dispatcher claims it at once."""
+        if urgent:
+            with self._lock:
+                self._linger_until = 0.0
+            self.wakeup.set()
+        elif self.awaits_work:
             self.wakeup.set()
 
     def switch(self, enabled: bool) -> None:

@@ -11,6 +11,11 @@ only because the daemon stopped or died in the middle (outcome unknown): they sh
 run's keys, so when a process runs again after a restart, its calls re-attach to the requests
 the interrupted attempt had sent instead of sending them twice. An attempt after a failure
 (a ``Retry``, a reply code action ``R``) starts a new run and sends fresh requests.
+
+The requests a process sends are committed without waiting for the disk: one lost in a crash
+of the machine goes with the process's own attempt, which is then outcome unknown and sends
+it again (any later durable commit, such as a non-idempotent attempt's start, makes it
+durable too: the log is written in order).
 """
 from __future__ import annotations
 
@@ -36,7 +41,9 @@ if TYPE_CHECKING:
     from engine.production import ProductionConfig
     from engine.store.sql import Accepted, SqlStore
 
-SYNC_POLL = client.WAIT_POLL  # seconds between two looks at a sync call's target message
+# seconds between two looks at a sync call's target message when no announcement of its end
+# came (the safety net: the commit that ends it wakes the call)
+SYNC_POLL = client.WAIT_POLL
 KEY_PREFIX = "encore-process:"  # idempotency keys of process calls: prefix, message, run, call
 
 
@@ -121,17 +128,21 @@ class BusinessProcess(BusinessOperation):
         with this process as its source; return the new message's id. ``message`` is
         validated against the target's request class (a :class:`JsonMessage` as its data).
         Raises MessageError for an unknown target or a body that does not fit."""
+        return self._send(target, message, waited=False)
+
+    def _send(self, target: str, message: Message | Mapping[str, Any] | str, *,
+              waited: bool) -> int:
         context = self._context()
         key = f"{KEY_PREFIX}{self.message_id}:{self._run}:{self._calls + 1}"
         self._calls += 1
         body = _body(message)
-        accepted = self._accept(context, target, body, key)
+        accepted = self._accept(context, target, body, key, waited)
         if not accepted.created and not self._ours(context, accepted.id):
             # a key taken by someone else (a client's Idempotency-Key): never re-attach to
             # a message this process did not send
             self.log_warning(f"message {accepted.id} for {target} holds this call's key "
                              f"{key!r} but was not sent by {self.name}; sending afresh")
-            accepted = self._accept(context, target, body, None)
+            accepted = self._accept(context, target, body, None, waited)
         if not accepted.created:
             self.log_info(f"re-attached to message {accepted.id} for {target}, sent before "
                           "this attempt was interrupted")
@@ -154,11 +165,11 @@ class BusinessProcess(BusinessOperation):
                                "worker would wait for its own queue")
         context = self._context()
         started = context.clock.monotonic()
-        message_id = self.send_request_async(target, message)
+        message_id = self._send(target, message, waited=True)
         try:
             response = client.wait_for_response(context.store, message_id, target, seconds,
                                                 clock=context.clock, poll=context.poll,
-                                                stop=context.stop)
+                                                stop=context.stop, marked=True)
         except CallTimedOut:
             if context.stop.is_set():
                 raise Interrupted(f"{self.name}: the daemon is stopping while it waits for "
@@ -171,10 +182,12 @@ class BusinessProcess(BusinessOperation):
 
     # -- helpers -------------------------------------------------------------------------
     def _accept(self, context: ProcessContext, target: str,
-                body: Message | dict[str, Any] | str, key: str | None) -> Accepted:
+                body: Message | dict[str, Any] | str, key: str | None,
+                waited: bool) -> Accepted:
         return client.accept_message(context.store, context.production(), target, body,
                                      source=self.name, session_id=self.session_id,
-                                     idempotency_key=key, now=context.clock.now())
+                                     idempotency_key=key, now=context.clock.now(),
+                                     waited=waited, durable=False)
 
     def _ours(self, context: ProcessContext, message_id: int) -> bool:
         row = context.store.get_message(message_id)

@@ -43,6 +43,10 @@ LOGIN_FAILURES = 5  # failed logins allowed per user name or address in LOGIN_WI
 LOGIN_WINDOW = 300.0  # seconds
 TOKEN_PREFIX = "enc_"
 SECRET_ENV = "ENCORE_PORTAL_SECRET"  # shared by the portals of one database, if set
+# seconds a valid token's holder is remembered without asking the database: a token revoked
+# on any portal (or by the command line) is refused everywhere at most this long after
+TOKEN_CACHE_SECONDS = 1.0
+TOKEN_CACHE_SIZE = 10_000  # tokens remembered at most (the cache is emptied when full)
 
 
 class AuthError(EncoreError):
@@ -160,6 +164,7 @@ class Authenticator:
         self._sessions = URLSafeTimedSerializer(secret, salt="encore-portal-session")
         self._login_forms = URLSafeTimedSerializer(secret, salt="encore-portal-login")
         self._dummy_hash = _hasher.hash(secrets.token_hex(8))
+        self._tokens: dict[str, tuple[float, Principal]] = {}  # digest → (read at, holder)
 
     # logins
     def login(self, username: str, password: str, client: str) -> Principal:
@@ -220,13 +225,44 @@ class Authenticator:
 
     # API tokens
     def bearer(self, authorization: str | None) -> Principal | None:
-        """The holder of the token in an ``Authorization: Bearer …`` header, if valid."""
+        """The holder of the token in an ``Authorization: Bearer …`` header, if valid
+        (read from the database at most once per :data:`TOKEN_CACHE_SECONDS`)."""
+        digest = self._digest(authorization)
+        if digest is None:
+            return None
+        cached = self._cached(digest)
+        if cached is not None:
+            return cached
+        row = accounts.find_token(self.store, digest, now=utcnow())
+        if row is None:
+            self._tokens.pop(digest, None)
+            return None
+        holder = Principal(row.name, row.role, "token")
+        if len(self._tokens) >= TOKEN_CACHE_SIZE:
+            self._tokens.clear()
+        self._tokens[digest] = (time.monotonic(), holder)
+        return holder
+
+    def cached_bearer(self, authorization: str | None) -> Principal | None:
+        """The holder of the token in ``authorization`` if it was found valid less than
+        :data:`TOKEN_CACHE_SECONDS` ago (no database read: callable from the event loop);
+        None means "ask :meth:`bearer`"."""
+        digest = self._digest(authorization)
+        return None if digest is None else self._cached(digest)
+
+    def _cached(self, digest: str) -> Principal | None:
+        hit = self._tokens.get(digest)
+        if hit is None or time.monotonic() - hit[0] >= TOKEN_CACHE_SECONDS:
+            return None
+        return hit[1]
+
+    @staticmethod
+    def _digest(authorization: str | None) -> str | None:
         scheme, _, token = (authorization or "").partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token.startswith(TOKEN_PREFIX):
             return None
-        row = accounts.find_token(self.store, token_digest(token), now=utcnow())
-        return None if row is None else Principal(row.name, row.role, "token")
+        return token_digest(token)
 
 
 def check_csrf(user: Principal, token: str | None) -> None:

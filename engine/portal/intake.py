@@ -9,12 +9,17 @@ message to finish: ``200`` with its status and response, or ``504`` (the message
 Refusals create nothing: ``400`` (not JSON, not UTF-8, a body that does not fit the target's
 message class, a bad key or wait), ``404`` (no such target), ``413`` (over
 :data:`MAX_BODY_BYTES`).
+
+A ``?wait`` call is woken by the commit that ends its message (:mod:`engine.store.completions`),
+in this process or any other; it looks at the database again only every
+:data:`~engine.store.completions.SAFETY_POLL` seconds in case an announcement was lost.
 """
 from __future__ import annotations
 
 import asyncio
 import json
 import time
+from contextlib import ExitStack
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -25,14 +30,14 @@ from starlette.routing import BaseRoute, Route
 
 from engine.client import TERMINAL, accept_message, decode_body
 from engine.errors import MessageError
-from engine.portal.api import api_user, reply
+from engine.portal.api import api_user, cached_api_user, reply
 from engine.portal.app import portal_of
 from engine.process import KEY_PREFIX as PROCESS_KEY_PREFIX
+from engine.store.completions import SAFETY_POLL
 from engine.store.sql import Accepted, MessageRow
 
 MAX_BODY_BYTES = 1024 * 1024  # bytes of one intake body
 MAX_WAIT = 300.0  # seconds ?wait= may ask for
-WAIT_POLL = 0.05  # seconds between looks at a waited-for message
 MAX_KEY_LENGTH = 200  # characters of an Idempotency-Key (the column's size)
 
 
@@ -41,28 +46,51 @@ def routes() -> list[BaseRoute]:
 
 
 async def intake(request: Request) -> Response:
-    who = await run_in_threadpool(api_user, request, "sender")
+    who = cached_api_user(request, "sender") or await run_in_threadpool(api_user, request,
+                                                                        "sender")
     portal = portal_of(request)
     target = request.path_params["target"]
     if target not in portal.items:
         raise HTTPException(404, f"unknown target {target!r}: no such item in the production")
     wait = _wait(request.query_params.get("wait"))
     key = _idempotency_key(request.headers.get("idempotency-key"))
-    body = decode_body(await _body_text(request), where="request")
-    accepted: Accepted = await run_in_threadpool(
-        lambda: accept_message(portal.store, portal.production, target, body,
-                               source=f"api:{who.name}", idempotency_key=key))
-    headers = {} if accepted.created else {"idempotent-replayed": "true"}
-    if wait is None:
+    text = await _body_text(request)
+    if wait is None:  # decoded, checked and committed in one hop to the thread pool
+        accepted: Accepted = await run_in_threadpool(
+            lambda: accept_message(portal.store, portal.production, target,
+                                   decode_body(text, where="request"),
+                                   source=f"api:{who.name}", idempotency_key=key))
         response = reply({"id": accepted.id, "session_id": accepted.session_id}, 202)
-        response.headers.update(headers)
+        if not accepted.created:
+            response.headers["idempotent-replayed"] = "true"
         return response
-    row = await _finished(portal.store, accepted.id, wait)
-    if row is None:
-        return reply({"error": f"message {accepted.id} not finished after {wait:g} s; it "
-                               "goes on", "id": accepted.id,
-                      "session_id": accepted.session_id}, 504)
-    return reply(await run_in_threadpool(_outcome, portal.store, row))
+    with ExitStack() as watch:
+        woken = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def take_in() -> tuple[Accepted, dict[str, Any] | None]:
+            """Accept, then watch for its end, then look once (an end committed before the
+            watch began is seen by that look)."""
+            accepted = accept_message(portal.store, portal.production, target,
+                                      decode_body(text, where="request"),
+                                      source=f"api:{who.name}", idempotency_key=key,
+                                      waited=True)
+            watch.enter_context(portal.store.completions.watching(
+                accepted.id, lambda: loop.call_soon_threadsafe(woken.set)))
+            return accepted, _outcome_if_ended(portal.store, accepted.id)
+
+        accepted, outcome = await run_in_threadpool(take_in)
+        if outcome is None:
+            outcome = await _ended(portal.store, accepted.id, wait, woken)
+    if outcome is None:
+        response = reply({"error": f"message {accepted.id} not finished after {wait:g} s; "
+                                   "it goes on", "id": accepted.id,
+                          "session_id": accepted.session_id}, 504)
+    else:
+        response = reply(outcome)
+    if not accepted.created:
+        response.headers["idempotent-replayed"] = "true"
+    return response
 
 
 async def _body_text(request: Request) -> str:
@@ -107,16 +135,26 @@ def _idempotency_key(text: str | None) -> str | None:
     return text
 
 
-async def _finished(store: Any, message_id: int, wait: float) -> MessageRow | None:
-    """The message once it has finished (or is suspended); None after ``wait`` seconds."""
+async def _ended(store: Any, message_id: int, wait: float, woken: asyncio.Event
+                 ) -> dict[str, Any] | None:
+    """The outcome of the message once it has finished (or is suspended), woken by
+    ``woken``; None after ``wait`` seconds."""
     deadline = time.monotonic() + wait
-    while True:
-        row = await run_in_threadpool(store.get_message, message_id)
-        if row is not None and row.status in TERMINAL:
-            return row
-        if time.monotonic() >= deadline:
-            return None
-        await asyncio.sleep(min(WAIT_POLL, max(deadline - time.monotonic(), 0)))
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            await asyncio.wait_for(woken.wait(), min(left, SAFETY_POLL))
+        except asyncio.TimeoutError:
+            pass
+        woken.clear()  # before the look: an end announced during it wakes the next wait
+        outcome = await run_in_threadpool(_outcome_if_ended, store, message_id)
+        if outcome is not None:
+            return outcome
+    return None
+
+
+def _outcome_if_ended(store: Any, message_id: int) -> dict[str, Any] | None:
+    row = store.get_message(message_id)
+    return None if row is None or row.status not in TERMINAL else _outcome(store, row)
 
 
 def _outcome(store: Any, row: MessageRow) -> dict[str, Any]:

@@ -12,7 +12,7 @@ conditional ``UPDATE … RETURNING`` statement, so daemons racing for it agree o
 - :meth:`SqlBreakers.close` and :meth:`SqlBreakers.reopen` end the probe, only for its owner.
 
 Opening and closing are announced to every daemon (``NOTIFY`` on PostgreSQL, this process's
-callbacks everywhere) with :func:`~engine.store.notify.breaker_announcement`.
+callbacks everywhere) with :meth:`~engine.store.notify.Announcement.breaker`.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from engine.clock import as_utc
 from engine.errors import StoreError
 from engine.store.database import reason_of
 from engine.store.models import item_breaker
-from engine.store.notify import breaker_announcement
+from engine.store.notify import Announcement
 
 if TYPE_CHECKING:
     from engine.store.sql import SqlStore
@@ -155,7 +155,7 @@ class SqlBreakers:
     def _transition(self, item: str, stmt: Any,
                     announce: Any = None) -> BreakerRow | None:
         """Run one transition; announce it to every daemon when ``announce(row)`` says so."""
-        news = [breaker_announcement(item)]
+        news = [Announcement.breaker(item)]
         with self._store._tx() as conn:
             found = conn.execute(stmt).mappings().first()
             row = _row(found) if found is not None else None

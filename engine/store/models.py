@@ -70,6 +70,9 @@ message_header = Table(
     Column("idempotency_key", String(200)),
     # The W3C trace context of the producer's span, kept with the message (DESIGN.md §12).
     Column("trace_context", Text),
+    # Someone waits for this message to end (DESIGN.md §5, "Waiting is an event"): its end
+    # is announced (NOTIFY encore_done on PostgreSQL, the doorbell on SQLite).
+    Column("waited", Boolean, nullable=False, default=False, server_default=text("false")),
     Index("ix_message_header_queue", "target", "status", "id"),
     # Partial where most rows have nothing to find (migration 0007): a completion, which
     # clears the claim and the due time, then costs no entry in these.

@@ -1,108 +1,182 @@
-"""Waking idle workers when work arrives, instead of at their next poll (DESIGN.md §5).
+"""Announcements: waking whoever waits — idle workers, waiters on a message — at the commit
+that concerns them, instead of at their next look at the database (DESIGN.md §5, "Waiting is
+an event").
 
-Two halves:
+What travels is an :class:`Announcement`: a :class:`Kind` and its payload, as JSON on the
+wire. Item names may hold any character, so nothing is told apart by a prefix.
 
 - :class:`QueueAnnouncer` — the sending side, used by :class:`~engine.store.sql.SqlStore`: a
-  transaction that puts work in a queue calls :meth:`QueueAnnouncer.notify` before its commit
-  (on PostgreSQL, ``pg_notify('encore_queue', '<target>')``, delivered only if the
-  transaction commits) and :meth:`QueueAnnouncer.call_back` after it (callbacks registered in
-  this process: on SQLite, the only way to wake a worker at once).
-- :class:`QueueListener` — the receiving side on PostgreSQL: one thread per daemon with its
-  own autocommit connection that ``LISTEN``\\ s and calls back with each target's name. It
-  reconnects after a failure and then calls ``on_reconnect`` (notifications sent meanwhile
-  are lost, so everyone should look at their queue).
+  transaction calls :meth:`QueueAnnouncer.notify` before its commit (on PostgreSQL,
+  ``pg_notify``, delivered only if the transaction commits) and
+  :meth:`QueueAnnouncer.call_back` after it (the callbacks registered in this process, and
+  on SQLite the other processes' doorbells, :mod:`engine.store.doorbell`).
+- :class:`QueueListener` — the receiving side on PostgreSQL: a thread with its own autocommit
+  connection that ``LISTEN``\\ s on both channels and hands on what it hears. It reconnects
+  after a failure and then calls ``on_reconnect`` (what was sent meanwhile is lost, so
+  everyone should look again).
 
-Polling stays the fallback: a missed notification delays a message by at most
-``poll_interval``.
+Work, switches and breaker changes go on :data:`QUEUE_CHANNEL`; the end of a message that
+someone waits for on :data:`DONE_CHANNEL`, so a waiting command line hears only those. Polling
+stays the safety net: a lost announcement delays a wake-up by at most the poll interval.
 """
 from __future__ import annotations
 
+import enum
+import json
 import logging
 import threading
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, func, select
 
+if TYPE_CHECKING:
+    from engine.store.doorbell import Doorbell
+
 log = logging.getLogger(__name__)
 
-QUEUE_CHANNEL = "encore_queue"  # PostgreSQL NOTIFY channel; the payload is the target's name
+QUEUE_CHANNEL = "encore_queue"  # PostgreSQL NOTIFY channel of work, switches and breakers
+DONE_CHANNEL = "encore_done"  # PostgreSQL NOTIFY channel of waited-for messages that ended
 LISTEN_TIMEOUT = 0.5  # seconds the listener waits for a notification before checking stop
 RECONNECT_DELAY = 2.0  # seconds between attempts to reconnect a lost listener connection
-
-QueueCallback = Callable[[str], object]  # called with the name of a target that has work
-SWITCH_PREFIX = "switch "  # announcements of an operator's switch: "switch on|off <item>"
-BREAKER_PREFIX = "breaker "  # announcements that an item's circuit breaker opened or closed
+MAX_IDS = 500  # message ids in one "done" announcement (a NOTIFY payload holds 8,000 bytes)
 
 
-def switch_announcement(item: str, enabled: bool) -> str:
-    """The announcement that item ``item`` was switched on or off (the same channel as
-    work, so every daemon's listener hears it)."""
-    return f"{SWITCH_PREFIX}{'on' if enabled else 'off'} {item}"
+class Kind(enum.Enum):
+    """What an announcement says."""
+
+    WORK = "work"  # item ``item`` has new work (``urgent``: someone waits for it)
+    SWITCH = "switch"  # an operator switched item ``item`` on or off (``enabled``)
+    BREAKER = "breaker"  # the circuit breaker of item ``item`` opened or closed
+    DONE = "done"  # the messages ``ids``, which someone waits for, ended
 
 
-def parse_switch(payload: str) -> tuple[str, bool] | None:
-    """(item, enabled) if ``payload`` announces a switch, else None (it names a target)."""
-    if not payload.startswith(SWITCH_PREFIX):
-        return None
-    state, _, item = payload[len(SWITCH_PREFIX):].partition(" ")
-    return item, state == "on"
+@dataclass(frozen=True)
+class Announcement:
+    """One thing to tell the daemons and waiters; see :class:`Kind`."""
+
+    kind: Kind
+    item: str = ""
+    enabled: bool = False
+    urgent: bool = False
+    ids: tuple[int, ...] = ()
+
+    @classmethod
+    def work(cls, item: str, *, urgent: bool = False) -> Announcement:
+        return cls(Kind.WORK, item=item, urgent=urgent)
+
+    @classmethod
+    def switch(cls, item: str, enabled: bool) -> Announcement:
+        return cls(Kind.SWITCH, item=item, enabled=enabled)
+
+    @classmethod
+    def breaker(cls, item: str) -> Announcement:
+        return cls(Kind.BREAKER, item=item)
+
+    @classmethod
+    def done(cls, ids: Iterable[int]) -> Announcement:
+        return cls(Kind.DONE, ids=tuple(int(i) for i in ids))
+
+    @property
+    def channel(self) -> str:
+        return DONE_CHANNEL if self.kind is Kind.DONE else QUEUE_CHANNEL
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {"kind": self.kind.value}
+        if self.kind is Kind.DONE:
+            data["ids"] = list(self.ids)
+        else:
+            data["item"] = self.item
+        if self.kind is Kind.SWITCH:
+            data["enabled"] = self.enabled
+        if self.urgent:
+            data["urgent"] = True
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Announcement | None:
+        """The announcement ``text`` carries; None (and a log line) if it is none."""
+        try:
+            data = json.loads(text)
+            kind = Kind(data["kind"])
+            return cls(kind, item=str(data.get("item", "")),
+                       enabled=bool(data.get("enabled", False)),
+                       urgent=bool(data.get("urgent", False)),
+                       ids=tuple(int(i) for i in data.get("ids", ())))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            log.warning("ignored an announcement that is not one: %.200r", text)
+            return None
 
 
-def breaker_announcement(item: str) -> str:
-    """The announcement that the circuit breaker of ``item`` opened or closed: every daemon
-    reads the breaker's row again (DESIGN.md §11)."""
-    return f"{BREAKER_PREFIX}{item}"
+def done_announcements(ids: Sequence[int]) -> list[Announcement]:
+    """``ids`` as "done" announcements of at most :data:`MAX_IDS` ids each."""
+    return [Announcement.done(ids[start:start + MAX_IDS])
+            for start in range(0, len(ids), MAX_IDS)]
 
 
-def parse_breaker(payload: str) -> str | None:
-    """The item if ``payload`` announces a change of its circuit breaker, else None."""
-    return payload[len(BREAKER_PREFIX):] if payload.startswith(BREAKER_PREFIX) else None
+AnnouncementCallback = Callable[[Announcement], object]
 
 
 class QueueAnnouncer:
-    """Announces targets that have new work: NOTIFY (PostgreSQL) and in-process callbacks."""
+    """Sends announcements: NOTIFY (PostgreSQL), in-process callbacks, and the doorbells of
+    the other processes on the same SQLite file."""
 
-    def __init__(self, *, postgres: bool) -> None:
+    def __init__(self, *, postgres: bool, doorbell: Doorbell | None = None) -> None:
         self.postgres = postgres
-        self._callbacks: list[QueueCallback] = []
+        self.doorbell = doorbell
+        self._callbacks: list[AnnouncementCallback] = []
         self._lock = threading.Lock()
 
-    def add_callback(self, callback: QueueCallback) -> None:
+    def add_callback(self, callback: AnnouncementCallback) -> None:
         with self._lock:
-            self._callbacks.append(callback)
+            self._callbacks = [*self._callbacks, callback]
 
-    def remove_callback(self, callback: QueueCallback) -> None:
+    def remove_callback(self, callback: AnnouncementCallback) -> None:
         with self._lock:
-            if callback in self._callbacks:
-                self._callbacks.remove(callback)
+            self._callbacks = [c for c in self._callbacks if c != callback]
 
-    def notify(self, conn: Connection, targets: Iterable[str]) -> None:
-        """Inside a transaction: NOTIFY every daemon (PostgreSQL) once it commits."""
+    def notify(self, conn: Connection, news: Iterable[Announcement]) -> None:
+        """Inside a transaction: NOTIFY every listener (PostgreSQL) once it commits."""
         if self.postgres:
-            for target in sorted(set(targets)):
-                conn.execute(select(func.pg_notify(QUEUE_CHANNEL, target)))
+            for note in _unique(news):
+                conn.execute(select(func.pg_notify(note.channel, note.to_json())))
 
-    def call_back(self, targets: Iterable[str]) -> None:
-        """After the commit: run this process's callbacks. They never fail the caller."""
-        with self._lock:
-            callbacks = list(self._callbacks)
-        for target in sorted(set(targets)):
+    def call_back(self, news: Iterable[Announcement]) -> None:
+        """After the commit: ring the other processes' doorbells (SQLite) and run this
+        process's callbacks. Neither ever fails the caller."""
+        notes = _unique(news)
+        if not notes:
+            return
+        if self.doorbell is not None:
+            self.doorbell.ring(notes)
+        self.deliver(notes)
+
+    def deliver(self, notes: Iterable[Announcement]) -> None:
+        """Run this process's callbacks for ``notes`` (also those heard from elsewhere)."""
+        callbacks = self._callbacks  # replaced, never changed in place: no lock needed
+        for note in notes:
             for callback in callbacks:
                 try:
-                    callback(target)
+                    callback(note)
                 except Exception:  # noqa: BLE001 - a wake-up must never fail a commit
-                    log.exception("queue callback failed for %s", target)
+                    log.exception("announcement callback failed for %s", note)
+
+
+def _unique(news: Iterable[Announcement]) -> list[Announcement]:
+    """``news`` without repeats, in their first order."""
+    return list(dict.fromkeys(news))
 
 
 class QueueListener:
-    """A thread that LISTENs on ``encore_queue`` (PostgreSQL) and calls ``on_notify(target)``."""
+    """A thread that LISTENs on both channels (PostgreSQL) and calls ``on_note`` with each
+    announcement it hears."""
 
-    def __init__(self, engine: Engine, on_notify: QueueCallback, *,
+    def __init__(self, engine: Engine, on_note: AnnouncementCallback, *,
                  on_reconnect: Callable[[], object] | None = None,
                  timeout: float = LISTEN_TIMEOUT) -> None:
         self.engine = engine
-        self.on_notify = on_notify
+        self.on_note = on_note
         self.on_reconnect = on_reconnect
         self.timeout = timeout
         self.connected = threading.Event()
@@ -128,8 +202,10 @@ class QueueListener:
                 if self.on_reconnect is not None:
                     self.on_reconnect()
                 while not self._stop.is_set():
-                    for note in conn.notifies(timeout=self.timeout):
-                        self.on_notify(note.payload)
+                    for raw in conn.notifies(timeout=self.timeout):
+                        note = Announcement.from_json(raw.payload)
+                        if note is not None:
+                            self.on_note(note)
             except Exception as exc:  # noqa: BLE001 - the listener must outlive the database
                 self.connected.clear()
                 log.warning("queue listener lost its connection (%s); polling until it is "
@@ -148,6 +224,7 @@ class QueueListener:
             conn.rollback()  # the pool's pre-ping may have opened a transaction
             conn.autocommit = True
             conn.execute(f"LISTEN {QUEUE_CHANNEL}")
+            conn.execute(f"LISTEN {DONE_CHANNEL}")
         except BaseException:
             _close(conn)
             raise

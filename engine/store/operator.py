@@ -20,6 +20,7 @@ from engine.clock import as_utc
 from engine.errors import OperatorError
 from engine.store.models import (FINAL_STATUSES, event_log, message_attempt,
                                  message_header)
+from engine.store.notify import done_announcements
 from engine.store.sql import MessageRow, SqlStore
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 RESENDABLE_STATUSES = (*FINAL_STATUSES, "Suspended")
 SUSPENDABLE_STATUSES = ("Queued",)
 DISCARDABLE_STATUSES = ("Queued", "Suspended")
+ENDING_STATUSES = (*FINAL_STATUSES, "Suspended")  # what a waiter waits for
 RESEND_SOURCE_PREFIX = "resend:"  # message_header.source of a resent copy: "resend:<original id>"
 PURGE_BATCH = 500  # requests deleted per transaction, so a daemon is never blocked for long
 _SOURCE_CLASS = "Operator"
@@ -229,6 +231,11 @@ def _transition(store: SqlStore, message_id: int, allowed: Sequence[str], verb: 
                                 f"{verb}; try again")
         type_, text, method = event
         _event(conn, type_, text, MessageRow.from_mapping(row), method=method, now=now)
+        ended = row["waited"] and values.get("status") in ENDING_STATUSES
+        if ended:  # someone waits for it: announce its end (NOTIFY goes with the commit)
+            store._announcer.notify(conn, done_announcements([message_id]))
+    if ended:
+        store._announcer.call_back(done_announcements([message_id]))
 
 
 def _message(conn: Connection, message_id: int, *, lock: bool) -> MessageRow | None:

@@ -37,6 +37,7 @@ class MessageRow:
     lease_expires_at: datetime | None
     claim_token: int = 0  # the fencing token of the claim this row was read with
     trace_context: str | None = None  # the producer's W3C trace context (DESIGN.md §12)
+    waited: bool = False  # someone waits for it to end: its end is announced
 
     @classmethod
     def from_mapping(cls, row: Any) -> MessageRow:

@@ -5,13 +5,17 @@ Every method is one short transaction named after what it does. Claims are singl
 several workers and several daemons can share a queue without taking a message twice.
 
 A transaction that puts work in a queue (a new message, one released or parked) *announces*
-its target: callbacks registered in this process run after the commit, and on PostgreSQL a
-``NOTIFY encore_queue, '<target>'`` in the same transaction reaches every daemon that listens
-(:mod:`engine.store.notify`), so idle workers wake at once instead of at their next poll.
+its target, and one that ends a message someone waits for announces its end
+(:mod:`engine.store.notify`): callbacks registered in this process run after the commit; on
+PostgreSQL a NOTIFY in the same transaction reaches every process that listens, on SQLite the
+doorbell (:mod:`engine.store.doorbell`) rings the other processes after the commit. So idle
+workers and waiters wake at once instead of at their next poll (:mod:`engine.store.completions`).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,17 +27,25 @@ from engine.clock import as_utc, utcnow
 from engine.errors import ClaimLost, StoreError
 from engine.store import migrate
 from engine.store.breaker import SqlBreakers
-from engine.store.database import READ_ONLY, create_db_engine, reason_of
+from engine.store.completions import CompletionHub
+from engine.store.database import READ_ONLY, create_db_engine, reason_of, sqlite_file
+from engine.store.doorbell import Doorbell
 from engine.store.eventlog import SqlEventLog
-from engine.store.hotpath import (Accepted, Claimed, Completion, HotPath, PostgresHotPath,
-                                  SqliteHotPath)
+from engine.store.group import GroupCommit
+from engine.store.hotpath import (Accepted, Claimed, Completion, HotPath, Intake,
+                                  PostgresHotPath, SqliteHotPath)
 from engine.store.leases import SqlLeases
 from engine.store.models import daemon, item_state, message_attempt, message_header
-from engine.store.notify import QueueAnnouncer, QueueCallback, switch_announcement
+from engine.store.notify import (Announcement, AnnouncementCallback, QueueAnnouncer,
+                                 QueueListener, done_announcements)
 from engine.store.ratelimit import SqlRateBuckets
 from engine.store.rows import AttemptEnd, AttemptRow, MessageRow
 
 __all__ = ["Accepted", "AttemptRow", "Claimed", "Completion", "MessageRow", "SqlStore"]
+
+log = logging.getLogger(__name__)
+
+LISTEN_WAIT = 5.0  # seconds hear_other_processes waits for the PostgreSQL listener to connect
 
 
 class SqlStore:
@@ -47,10 +59,25 @@ class SqlStore:
         self.leases = SqlLeases(self)
         self.breakers = SqlBreakers(self)  # circuit breakers (item_breaker)
         self.rate_buckets = SqlRateBuckets(self)  # rate-limit token buckets (item_rate)
-        self._announcer = QueueAnnouncer(postgres=self.is_postgres)
+        file = None if self.is_postgres else sqlite_file(
+            self.engine.url.render_as_string(hide_password=False))
+        self._announcer = QueueAnnouncer(postgres=self.is_postgres,
+                                         doorbell=Doorbell(file) if file else None)
+        # waiters on messages, woken by the announcements of their end
+        self.completions = CompletionHub(on_first_watch=self.hear_other_processes)
+        self._announcer.add_callback(self.completions.hear)
+        self._listener: QueueListener | None = None  # PostgreSQL: hears other processes
+        self._reconnect_hooks: list[Callable[[], object]] = [self.completions.wake_all]
+        self._hearing_lock = threading.Lock()
+        self._hearers = 0  # hear_other_processes() calls not undone
         driver_error = self.engine.dialect.loaded_dbapi.Error
         hot = PostgresHotPath if self.is_postgres else SqliteHotPath
         self._hot: HotPath = hot(self.engine, lambda exc: isinstance(exc, driver_error))
+        self._hot.on_waited_done = self._announce_done_after_commit
+        # durable intakes that arrive together (the portal's threads, processes) share one
+        # commit; a caller alone commits at once
+        self.intake: GroupCommit[Intake, Accepted] = GroupCommit(self._accept_one,
+                                                                 self._hot.accept_many)
 
     # -- schema --------------------------------------------------------------------------
     def upgrade(self) -> None:
@@ -74,6 +101,12 @@ class SqlStore:
         return value
 
     def dispose(self) -> None:
+        with self._hearing_lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.stop()
+        if self._announcer.doorbell is not None:
+            self._announcer.doorbell.close()
         self._hot.dispose()
         self.engine.dispose()
 
@@ -88,18 +121,32 @@ class SqlStore:
     def accept(self, *, target: str, body_class: str | None, body: str,
                source: str | None = None, session_id: int | None = None,
                now: datetime | None = None, idempotency_key: str | None = None,
-               trace_context: str | None = None) -> Accepted:
+               trace_context: str | None = None, waited: bool = False,
+               durable: bool = True) -> Accepted:
         """:meth:`enqueue`, with an ``idempotency_key``: when a message for ``target`` with
         that key exists already (also one committed by a racing duplicate, on any daemon),
         nothing is created and that message is returned (``created`` False). The key is kept
-        as long as its message. ``trace_context``: the producer's W3C trace context."""
-        accepted = self._hot.accept(target, body_class, body, source=source,
-                                    session_id=session_id, now=now or utcnow(),
-                                    idempotency_key=idempotency_key,
-                                    trace_context=trace_context)
-        if accepted.created:
-            self._announcer.call_back([target])  # PostgreSQL: NOTIFY went with the INSERT
+        as long as its message. ``trace_context``: the producer's W3C trace context.
+        ``waited``: the caller will wait for the message to end (see :meth:`mark_waited`);
+        its work is announced as urgent, so a dispatcher claims it without lingering.
+        ``durable=False``: the commit does not wait for the disk — only for a message whose
+        loss in a crash of the machine is recovered otherwise (a business process's call:
+        the process's own attempt is then outcome unknown and sends it again)."""
+        intake = Intake(target, body_class, body, source, session_id, now or utcnow(),
+                        idempotency_key, trace_context, waited)
+        accepted = self.intake.submit(intake) if durable else self._accept_one(intake, False)
+        if accepted.created:  # PostgreSQL: NOTIFY went with the INSERT
+            self._announcer.call_back([Announcement.work(target, urgent=waited)])
+        elif waited:
+            self.mark_waited(accepted.id)
         return accepted
+
+    def _accept_one(self, intake: Intake, durable: bool = True) -> Accepted:
+        return self._hot.accept(intake.target, intake.body_class, intake.body,
+                                source=intake.source, session_id=intake.session_id,
+                                now=intake.now, idempotency_key=intake.idempotency_key,
+                                trace_context=intake.trace_context, waited=intake.waited,
+                                durable=durable)
 
     def enqueue_many(self, *, target: str, bodies: list[tuple[str | None, str]],
                      source: str | None = None, session_id: int | None = None,
@@ -112,7 +159,7 @@ class SqlStore:
             return []
         ids = self._hot.enqueue_many(target, bodies, source=source, session_id=session_id,
                                      now=now or utcnow(), trace_context=trace_context)
-        self._announcer.call_back([target])  # PostgreSQL: NOTIFY went with the INSERT
+        self._announcer.call_back([Announcement.work(target)])  # PostgreSQL: with the INSERT
         return ids
 
     # -- claims --------------------------------------------------------------------------
@@ -131,7 +178,9 @@ class SqlStore:
         delivers them first, in order), which do not stop the claim. ``begin``: attempt 1
         of every message never attempted begins at ``now`` with the claim (for idempotent
         items: a crash turns it into an outcome-unknown attempt, which they re-send); its id
-        is ``Claimed.begun``.
+        is ``Claimed.begun``. The commit does not wait for the disk: lost in a crash of the
+        machine or server, the claim and its attempts go together, and the message is
+        delivered afresh.
         Claims expired by a dead daemon come back through :meth:`release_expired_claims`.
         """
         return self._hot.claim(target, owner=owner, now=now, lease_seconds=lease_seconds,
@@ -163,7 +212,7 @@ class SqlStore:
                 h.target == target, h.status == "Delivered", h.lease_expires_at < now)
                 .values(status="Queued", claimed_by=None, lease_expires_at=None)).rowcount
         if count:
-            self._announcer.call_back([target])
+            self._announcer.call_back([Announcement.work(target)])
         return int(count)
 
     def renew_leases(self, owner: str, *, now: datetime, lease_seconds: float,
@@ -224,9 +273,12 @@ class SqlStore:
                     error_text: str | None = None, started_at: datetime | None = None,
                     token: int | None = None) -> None:
         """Record the end of an attempt (and its true start, when ``started_at`` is given:
-        an attempt begun with a batch claim starts when its request does). Not durable on
-        its own: lost in a server crash, the attempt looks unfinished and is treated as
-        outcome unknown. ``token``: raises ClaimLost when the claim is no longer that one."""
+        an attempt begun with a batch claim starts when its request does — for attempt 1
+        the header's ``first_attempt_at`` is set to it in the same transaction, so that it
+        stays ``min(message_attempt.started_at)``). Not durable on its own: lost in a server
+        crash, the attempt looks unfinished and is treated as outcome unknown, and both
+        times keep the claim's (equal) value. ``token``: raises ClaimLost when the claim is
+        no longer that one."""
         a, h = message_attempt.c, message_header.c
         values: dict[str, Any] = {"ended_at": ended_at, "outcome": outcome, "server": server,
                                   "status_code": status_code, "error_text": error_text}
@@ -239,6 +291,10 @@ class SqlStore:
         with self._tx(durable=False) as conn:
             changed = conn.execute(stmt.values(**values)).rowcount
             _check_claim(changed, attempt_id, token, what="attempt")
+            if started_at is not None:
+                first = select(a.message_id).where(a.id == attempt_id, a.attempt == 1)
+                conn.execute(update(message_header).where(h.id == first.scalar_subquery())
+                             .values(first_attempt_at=started_at))
 
     def open_attempt(self, message_id: int) -> AttemptRow | None:
         """The attempt of ``message_id`` that never ended (in flight at a crash), if any."""
@@ -293,8 +349,8 @@ class SqlStore:
             if begun is not None:
                 conn.execute(message_attempt.delete().where(a.id == begun,
                                                             a.message_id == message_id))
-            self._announcer.notify(conn, [target])
-        self._announcer.call_back([target])
+            self._announcer.notify(conn, [Announcement.work(target)])
+        self._announcer.call_back([Announcement.work(target)])
 
     def release_claim(self, message_id: int, owner: str, token: int | None = None) -> bool:
         """Put ``message_id`` back in its queue if ``owner`` still holds its claim (with
@@ -307,9 +363,9 @@ class SqlStore:
                                   .values(status="Queued", claimed_by=None, lease_expires_at=None)
                                   .returning(h.target)).scalar()
             if target is not None:
-                self._announcer.notify(conn, [target])
+                self._announcer.notify(conn, [Announcement.work(target)])
         if target is not None:
-            self._announcer.call_back([target])
+            self._announcer.call_back([Announcement.work(target)])
         return target is not None
 
     def complete(self, request: MessageRow, *, response_class: str | None,
@@ -335,11 +391,15 @@ class SqlStore:
                     body=response_body, status="Completed", is_error=False, time_created=now,
                     time_processed=now, time_completed=now, corresponding_id=request.id,
                     retry_needed=False, attempts=0).returning(h.id)).scalar_one()
-            changed = conn.execute(self._fenced(request.id, token).values(
+            waited = conn.execute(self._fenced(request.id, token).values(
                 status="Completed", is_error=False, retry_needed=False, next_attempt_at=None,
                 time_completed=now, corresponding_id=response_id, claimed_by=None,
-                lease_expires_at=None)).rowcount
-            _check_claim(changed, request.id, token)  # raising rolls the whole back
+                lease_expires_at=None).returning(h.waited)).scalar()
+            _check_claim(0 if waited is None else 1, request.id, token)  # rolls all back
+            if waited:
+                self._announcer.notify(conn, done_announcements([request.id]))
+        if waited:
+            self._announce_done_after_commit([request.id])
         return response_id
 
     def complete_many(self, completions: list[Completion], *, now: datetime) -> list[int]:
@@ -350,27 +410,37 @@ class SqlStore:
         for them. Not durable on its own (see :meth:`complete`)."""
         return self._hot.complete_many(completions, now=now) if completions else []
 
+    def mark_waited(self, message_id: int) -> MessageRow | None:
+        """Flag ``message_id`` as waited for — its end will be announced to every process —
+        and return it as it is now (None: no such message). A waiter registers with
+        :attr:`completions` first, then calls this: an end committed before the flag is
+        seen in the row returned, one committed after it is announced."""
+        h = message_header.c
+        with self._tx(durable=False) as conn:
+            row = conn.execute(update(message_header).where(h.id == message_id)
+                               .values(waited=True).returning(*message_header.c)
+                               ).mappings().first()
+        return MessageRow.from_mapping(row) if row else None
+
     def finish(self, message_id: int, *, status: str, error_text: str, now: datetime,
                token: int | None = None) -> None:
         """End a message in ``Error``, ``Suspended``, ``Discarded`` or ``Aborted``.
         ``token``: only if the claim is still that one (else ClaimLost)."""
-        self._update(message_id, token=token, status=status, is_error=status == "Error",
-                     error_text=error_text, retry_needed=False, next_attempt_at=None,
-                     time_completed=now, claimed_by=None, lease_expires_at=None)
+        self._update(message_id, token=token, ends=True, status=status,
+                     is_error=status == "Error", error_text=error_text, retry_needed=False,
+                     next_attempt_at=None, time_completed=now, claimed_by=None,
+                     lease_expires_at=None)
 
     def get_message(self, message_id: int) -> MessageRow | None:
-        with self._read() as conn:
-            row = conn.execute(select(message_header).where(message_header.c.id == message_id)
-                               ).mappings().first()
-        return MessageRow.from_mapping(row) if row else None
+        return self._hot.message(message_id)
 
     # -- items and daemons ---------------------------------------------------------------
     def set_item_enabled(self, name: str, enabled: bool, *, reason: str | None,
                          now: datetime) -> None:
         """Override the production file's ``enabled`` for item ``name``, and tell the
         daemons at once (a disable holds from their next message, see
-        :func:`~engine.store.notify.switch_announcement`)."""
-        news = [switch_announcement(name, enabled)]
+        :meth:`~engine.store.notify.Announcement.switch`)."""
+        news = [Announcement.switch(name, enabled)]
         with self._tx() as conn:
             conn.execute(item_state.delete().where(item_state.c.config_name == name))
             conn.execute(item_state.insert().values(config_name=name, enabled=enabled,
@@ -417,8 +487,9 @@ class SqlStore:
                                         .values(status="Queued", claimed_by=None,
                                                 lease_expires_at=None)
                                         .returning(h.target)).scalars())
-            self._announcer.notify(conn, targets)
-        self._announcer.call_back(targets)
+            news = [Announcement.work(t) for t in sorted(set(targets))]
+            self._announcer.notify(conn, news)
+        self._announcer.call_back(news)
         return len(targets)
 
     def local_daemons(self, host: str, *, namespace: str) -> list[tuple[str, int]]:
@@ -433,22 +504,82 @@ class SqlStore:
         with self._tx() as conn:
             conn.execute(daemon.delete().where(daemon.c.id == daemon_id))
 
-    # -- announcing work ------------------------------------------------------------------
-    def add_queue_callback(self, callback: QueueCallback) -> None:
-        """Call ``callback(target)`` after this process commits work for ``target``."""
+    # -- announcements -------------------------------------------------------------------
+    def add_queue_callback(self, callback: AnnouncementCallback) -> None:
+        """Call ``callback(announcement)`` after this process commits something announced
+        (:class:`~engine.store.notify.Announcement`), and — once :meth:`hear_other_processes`
+        was called — when another process does."""
         self._announcer.add_callback(callback)
 
-    def remove_queue_callback(self, callback: QueueCallback) -> None:
+    def remove_queue_callback(self, callback: AnnouncementCallback) -> None:
         self._announcer.remove_callback(callback)
 
+    def add_reconnect_hook(self, hook: Callable[[], object]) -> None:
+        """Call ``hook()`` whenever the listener (re)connects: what other processes
+        announced meanwhile was lost, so whoever waits should look again."""
+        self._reconnect_hooks.append(hook)
+
+    def remove_reconnect_hook(self, hook: Callable[[], object]) -> None:
+        if hook in self._reconnect_hooks:
+            self._reconnect_hooks.remove(hook)
+
+    def hear_other_processes(self) -> None:
+        """Hear what other processes announce, from now on (on return the listener is in
+        place: LISTEN on PostgreSQL, this process's doorbell on an SQLite file), until as
+        many :meth:`stop_hearing` calls or :meth:`dispose`. An in-memory database has no
+        other process."""
+        with self._hearing_lock:
+            self._hearers += 1
+            if self.is_postgres:
+                if self._listener is None:
+                    self._listener = QueueListener(
+                        self.engine, lambda note: self._announcer.deliver([note]),
+                        on_reconnect=self._reconnected)
+                    self._listener.start()
+                listener = self._listener
+            else:
+                doorbell = self._announcer.doorbell
+                if doorbell is not None and not doorbell.listening:
+                    doorbell.listen(lambda note: self._announcer.deliver([note]))
+                return
+        listener.connected.wait(LISTEN_WAIT)  # else the safety nets cover the first notes
+
+    def stop_hearing(self) -> None:
+        """Undo one :meth:`hear_other_processes`; the last one stops the listener."""
+        with self._hearing_lock:
+            self._hearers = max(self._hearers - 1, 0)
+            if self._hearers:
+                return
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.stop()
+        if self._announcer.doorbell is not None:
+            self._announcer.doorbell.close()
+
+    def _reconnected(self) -> None:
+        for hook in list(self._reconnect_hooks):
+            try:
+                hook()
+            except Exception:  # noqa: BLE001 - one hook must not starve the others
+                log.exception("reconnect hook failed")
+
     def announce(self, targets: Iterable[str]) -> None:
-        """Tell idle workers — of this process, and on PostgreSQL of every daemon — that
-        ``targets`` may have work (e.g. a FIFO item whose lease was just given up)."""
-        names = sorted(set(targets))
-        if names and self.is_postgres:
+        """Tell idle workers — of this process, and of every daemon — that ``targets`` may
+        have work (e.g. a FIFO item whose lease was just given up)."""
+        news = [Announcement.work(t) for t in sorted(set(targets))]
+        if news and self.is_postgres:
             with self._tx() as conn:
-                self._announcer.notify(conn, names)
-        self._announcer.call_back(names)
+                self._announcer.notify(conn, news)
+        self._announcer.call_back(news)
+
+    def _announce_done_after_commit(self, ids: list[int]) -> None:
+        """Messages someone waits for ended: tell this process's waiters and (SQLite) ring
+        the others — on PostgreSQL the NOTIFY went with the commit."""
+        news = done_announcements(ids)
+        if self.is_postgres:
+            self._announcer.deliver(news)
+        else:
+            self._announcer.call_back(news)
 
     # -- helpers -------------------------------------------------------------------------
     @staticmethod
@@ -458,17 +589,24 @@ class SqlStore:
         stmt = update(message_header).where(h.id == message_id)
         return stmt if token is None else stmt.where(h.claim_token == token)
 
-    def _update(self, message_id: int, *, announce: bool = False, token: int | None = None,
-                **values: Any) -> None:
+    def _update(self, message_id: int, *, announce: bool = False, ends: bool = False,
+                token: int | None = None, **values: Any) -> None:
+        """One UPDATE of ``message_id``; ``announce``: it puts work in the queue; ``ends``:
+        it ends the message (whose end is announced if someone waits for it)."""
         h = message_header.c
         with self._tx() as conn:
-            target = conn.execute(self._fenced(message_id, token)
-                                  .values(**values).returning(h.target)).scalar()
-            _check_claim(0 if target is None else 1, message_id, token)
-            if announce and target is not None:
-                self._announcer.notify(conn, [target])
-        if announce and target is not None:
-            self._announcer.call_back([target])
+            found = conn.execute(self._fenced(message_id, token)
+                                 .values(**values).returning(h.target, h.waited)).first()
+            _check_claim(0 if found is None else 1, message_id, token)
+            news = []
+            if found is not None and announce:
+                news.append(Announcement.work(found.target))
+            done = ends and found is not None and found.waited
+            if done:
+                news.extend(done_announcements([message_id]))
+            self._announcer.notify(conn, news)
+        if news:
+            self._announcer.call_back(news)
 
     @contextmanager
     def _tx(self, *, durable: bool = True) -> Iterator[Connection]:

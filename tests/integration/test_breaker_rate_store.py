@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from engine.store.notify import QueueListener
+from engine.store.notify import Announcement, QueueListener
 from engine.store.sql import SqlStore
 from tests.conftest import postgres_url, reset_postgres
 
@@ -147,7 +147,7 @@ def pg_store() -> Iterator[SqlStore]:
 @pytest.mark.postgres
 def test_opening_and_closing_are_announced_to_every_daemon(pg_store: SqlStore) -> None:
     store = pg_store
-    heard: list[str] = []
+    heard: list[Announcement] = []
     listener = QueueListener(store.engine, heard.append)
     listener.start()
     try:
@@ -162,4 +162,5 @@ def test_opening_and_closing_are_announced_to_every_daemon(pg_store: SqlStore) -
             time.sleep(0.01)
     finally:
         listener.stop()
-    assert heard == [f"breaker {ITEM}", f"breaker {ITEM}"]  # opened, closed; not the probe
+    # opened, closed; not the probe
+    assert heard == [Announcement.breaker(ITEM), Announcement.breaker(ITEM)]

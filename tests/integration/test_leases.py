@@ -16,7 +16,7 @@ from engine.daemon import Daemon
 from engine.errors import StoreError
 from engine.item import ItemRunner
 from engine.production import parse_production
-from engine.store.notify import QueueListener
+from engine.store.notify import Announcement, Kind, QueueListener
 from engine.store.sql import Claimed, Completion, SqlStore
 from engine.worker import CRASH_TEXT
 from tests.acceptance.daemon import wait_until
@@ -269,14 +269,19 @@ def test_a_graceful_stop_releases_a_delivery_cut_short_by_the_database_at_once(
 # -- announcements -----------------------------------------------------------------------
 def test_work_is_announced_in_process_after_each_commit(store: SqlStore) -> None:
     heard: list[str] = []
-    store.add_queue_callback(heard.append)
+
+    def hear(note: Announcement) -> None:
+        assert note.kind is Kind.WORK
+        heard.append(note.item)
+
+    store.add_queue_callback(hear)
     (mid,) = enqueue(store, 1, target="A")
     store.claim_next("A", owner="d", now=at(0), lease_seconds=LEASE)
     store.release(mid)
     store.claim_next("A", owner="d", now=at(0), lease_seconds=LEASE)
     assert store.release_claims("d") == 1
     store.announce(["B", "B"])
-    store.remove_queue_callback(heard.append)
+    store.remove_queue_callback(hear)
     enqueue(store, 1, target="C")
     assert heard == ["A", "A", "A", "B"]
 
@@ -284,7 +289,8 @@ def test_work_is_announced_in_process_after_each_commit(store: SqlStore) -> None
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 def test_another_process_hears_of_new_work_at_once_through_notify(store: SqlStore) -> None:
     heard: list[tuple[str, float]] = []
-    listener = QueueListener(store.engine, lambda t: heard.append((t, time.monotonic())))
+    listener = QueueListener(store.engine,
+                             lambda note: heard.append((note.item, time.monotonic())))
     other = SqlStore(store.url)  # another daemon: its own engine and connections
     listener.start()
     try:

@@ -22,7 +22,8 @@ _NO_ID = 2**62  # larger than any id: "no limit" in the FIFO head probe
 _COLUMNS = ("id", "session_id", "source", "target", "kind", "body_class", "body", "status",
             "is_error", "error_text", "time_created", "time_processed", "time_completed",
             "corresponding_id", "retry_needed", "attempts", "first_attempt_at",
-            "next_attempt_at", "claimed_by", "lease_expires_at", "claim_token", "trace_context")
+            "next_attempt_at", "claimed_by", "lease_expires_at", "claim_token", "trace_context",
+            "waited")
 _SELECT_COLUMNS = ", ".join(f"h.{c}" for c in _COLUMNS)
 _TIMES = frozenset({"time_created", "time_processed", "time_completed", "first_attempt_at",
                     "next_attempt_at", "lease_expires_at"})
@@ -68,7 +69,7 @@ _CLAIM_SET = """
 
 _INSERT_MESSAGE_COLUMNS = ("session_id, source, target, kind, body_class, body, status, is_error, "
                            "time_created, retry_needed, attempts, claim_token, "
-                           "idempotency_key, trace_context")
+                           "idempotency_key, trace_context, waited")
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,21 @@ class Accepted:
     id: int
     session_id: int
     created: bool
+
+
+@dataclass(frozen=True)
+class Intake:
+    """One message to accept (the arguments of :meth:`HotPath.accept`)."""
+
+    target: str
+    body_class: str | None
+    body: str
+    source: str | None
+    session_id: int | None
+    now: datetime
+    idempotency_key: str | None
+    trace_context: str | None
+    waited: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,15 +118,20 @@ class Completion:
     server: str | None
     response_class: str | None
     response_body: str | None
+    urgent: bool = False  # someone waits for the message: commit it without delay
 
 
 class HotPath:
-    """The per-message statements of one store. Subclasses bind them to a driver."""
+    """The per-message statements of one store. Subclasses bind them to a driver.
+
+    ``on_waited_done(ids)`` is called after the commit that completed messages someone waits
+    for (their ``waited`` flag is set), so that the store announces them."""
 
     paramstyle_named = re.compile(r"(?<!:):(\w+)")
 
     def __init__(self, engine: Engine, translate: Callable[[BaseException], bool]) -> None:
         self._engine = engine
+        self.on_waited_done: Callable[[list[int]], object] = lambda ids: None
         self._is_driver_error = translate
         # idle connections by durability: commits that wait for the disk, and those that do
         # not (lists: append and pop are atomic, and cost no lock, unlike a queue.Queue's)
@@ -176,7 +197,19 @@ class HotPath:
 
     def accept(self, target: str, body_class: str | None, body: str, *, source: str | None,
                session_id: int | None, now: datetime, idempotency_key: str | None,
-               trace_context: str | None) -> Accepted:
+               trace_context: str | None, waited: bool = False,
+               durable: bool = True) -> Accepted:
+        raise NotImplementedError
+
+    def accept_many(self, intakes: Sequence[Intake]) -> list[Accepted]:
+        """Accept every one of ``intakes`` in one durable transaction (a group commit), in
+        order; each as :meth:`accept` would."""
+        raise NotImplementedError
+
+    _MESSAGE = f"SELECT {_SELECT_COLUMNS} FROM message_header h WHERE h.id = :id"
+
+    def message(self, message_id: int) -> MessageRow | None:
+        """One message as it is now (a waiter's look: one indexed read, no transaction)."""
         raise NotImplementedError
 
     def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:

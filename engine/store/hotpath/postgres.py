@@ -17,7 +17,9 @@ from engine.store.hotpath.base import (
     Claimed,
     Completion,
     HotPath,
+    Intake,
 )
+from engine.store.notify import Announcement
 from engine.store.rows import MessageRow
 
 
@@ -38,20 +40,20 @@ class PostgresHotPath(HotPath):
         f"AS b(body_class, body, ord)), "
         f"ins AS (INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) "
         f"SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', n.body_class, "
-        f"n.body, 'Queued', false, :now, false, 0, 0, NULL, :trace::text FROM n "
+        f"n.body, 'Queued', false, :now, false, 0, 0, NULL, :trace::text, false FROM n "
         f"ORDER BY n.ord "
         f"RETURNING id) "
-        f"SELECT ins.id, pg_notify('encore_queue', :target) FROM ins ORDER BY ins.id")
+        f"SELECT ins.id, pg_notify('encore_queue', :note) FROM ins ORDER BY ins.id")
     # The unique index on (target, idempotency_key) decides between racing duplicates: the
     # loser inserts nothing and reads the winner's row once it has committed.
     _ACCEPT = _pg(
         f"WITH n AS (SELECT nextval('message_header_id_seq') AS id), "
         f"ins AS (INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) "
         f"SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', :body_class, "
-        f":body, 'Queued', false, :now, false, 0, 0, :key, :trace FROM n "
+        f":body, 'Queued', false, :now, false, 0, 0, :key, :trace, :waited FROM n "
         f"ON CONFLICT (target, idempotency_key) WHERE idempotency_key IS NOT NULL "
         f"DO NOTHING RETURNING id, session_id) "
-        f"SELECT ins.id, ins.session_id, pg_notify('encore_queue', :target) FROM ins")
+        f"SELECT ins.id, ins.session_id, pg_notify('encore_queue', :note) FROM ins")
     _FIND_KEY = _pg("SELECT id, session_id FROM message_header "
                     "WHERE target = :target AND idempotency_key = :key")
     # The id of each attempt begun is drawn with the claim, so the rows come back without a
@@ -86,7 +88,7 @@ class PostgresHotPath(HotPath):
         "first_attempt_at = CASE WHEN h.attempts = 1 THEN d.started_at "
         "ELSE h.first_attempt_at END FROM d WHERE h.id = d.id AND h.claim_token = d.token "
         "AND h.status = 'Delivered' "
-        "RETURNING h.id, h.session_id, h.target, h.source), "
+        "RETURNING h.id, h.session_id, h.target, h.source, h.waited), "
         "att AS (UPDATE message_attempt a SET started_at = d.started_at, "
         "ended_at = d.ended_at, outcome = 'ok', server = d.server FROM d JOIN req "
         "ON req.id = d.id WHERE a.id = d.attempt_id RETURNING a.id), "
@@ -96,7 +98,9 @@ class PostgresHotPath(HotPath):
         "req.session_id, req.target, coalesce(req.source, ''), 'response', d.body_class, "
         "d.body, 'Completed', false, :now, :now, :now, d.id, false, 0, 0 FROM d JOIN req "
         "ON req.id = d.id WHERE d.body IS NOT NULL RETURNING id) "
-        "SELECT req.id FROM req")
+        # the end of a message someone waits for is announced with its commit
+        "SELECT req.id, req.waited, CASE WHEN req.waited THEN pg_notify('encore_done', "
+        "'{\"kind\":\"done\",\"ids\":[' || req.id || ']}') END FROM req")
 
     def _prepare(self, conn: Any, durable: bool) -> None:
         conn.rollback()
@@ -116,24 +120,53 @@ class PostgresHotPath(HotPath):
         rows = self._run(self._INSERT, {
             "body_classes": [b[0] for b in bodies], "bodies": [b[1] for b in bodies],
             "session_id": session_id, "source": source, "target": target, "now": now,
-            "trace": trace_context}, durable=True)
+            "trace": trace_context, "note": Announcement.work(target).to_json()}, durable=True)
         return [int(r[0]) for r in rows]
 
     def accept(self, target: str, body_class: str | None, body: str, *, source: str | None,
                session_id: int | None, now: datetime, idempotency_key: str | None,
-               trace_context: str | None) -> Accepted:
+               trace_context: str | None, waited: bool = False,
+               durable: bool = True) -> Accepted:
         params = {"session_id": session_id, "source": source, "target": target,
                   "body_class": body_class, "body": body, "now": now, "key": idempotency_key,
-                  "trace": trace_context}
-        rows = self._run(self._ACCEPT, params, durable=True)
+                  "trace": trace_context, "waited": waited,
+                  "note": Announcement.work(target, urgent=waited).to_json()}
+        rows = self._run(self._ACCEPT, params, durable=durable)
         if rows:
             return Accepted(int(rows[0][0]), int(rows[0][1]), True)
         found = self._run(self._FIND_KEY, params)
         if not found:  # the winner's transaction rolled back meanwhile: try again
             return self.accept(target, body_class, body, source=source, session_id=session_id,
                                now=now, idempotency_key=idempotency_key,
-                               trace_context=trace_context)
+                               trace_context=trace_context, waited=waited, durable=durable)
         return Accepted(int(found[0][0]), int(found[0][1]), False)
+
+    def accept_many(self, intakes: Sequence[Intake]) -> list[Accepted]:
+        with self._connection(True) as conn:
+            def accept() -> list[Accepted]:
+                out = []
+                with conn.transaction():
+                    for i in intakes:
+                        params = {"session_id": i.session_id, "source": i.source,
+                                  "target": i.target, "body_class": i.body_class,
+                                  "body": i.body, "now": i.now, "key": i.idempotency_key,
+                                  "trace": i.trace_context, "waited": i.waited,
+                                  "note": Announcement.work(i.target,
+                                                            urgent=i.waited).to_json()}
+                        rows = conn.execute(self._ACCEPT, params, prepare=True).fetchall()
+                        if not rows:  # the key is taken: by a commit, or by this batch
+                            rows = conn.execute(self._FIND_KEY, params).fetchall()
+                            out.append(Accepted(int(rows[0][0]), int(rows[0][1]), False))
+                        else:
+                            out.append(Accepted(int(rows[0][0]), int(rows[0][1]), True))
+                return out
+            return self._guard(accept)
+
+    _MESSAGE = _pg(HotPath._MESSAGE)
+
+    def message(self, message_id: int) -> MessageRow | None:
+        rows = self._run(self._MESSAGE, {"id": message_id})
+        return MessageRow(**dict(zip(_COLUMNS, rows[0]))) if rows else None
 
     def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
               limit: int, fifo: bool, begin: bool, enabled: bool,
@@ -142,8 +175,9 @@ class PostgresHotPath(HotPath):
                                     limit=limit, fifo=fifo, begin=begin, enabled=enabled)
         # an array literal: psycopg would dump a list element by element in Python
         params["held"] = "{" + ",".join(str(int(i)) for i in held) + "}"
-        # attempts begun with the claim are on disk before any of their requests leaves
-        rows = self._run(self._CLAIM_FIFO if fifo else self._CLAIM_ANY, params, durable=begin)
+        # not durable, even when it begins attempts (an idempotent item's): lost in a crash
+        # of the server, the claim goes with it and the message is delivered afresh
+        rows = self._run(self._CLAIM_FIFO if fifo else self._CLAIM_ANY, params)
         width = len(_COLUMNS)
         return [Claimed(MessageRow(**dict(zip(_COLUMNS, r[:width]))),
                         None if r[-1] is None else int(r[-1])) for r in rows]
@@ -157,4 +191,7 @@ class PostgresHotPath(HotPath):
              "server": c.server, "body_class": c.response_class, "body": c.response_body}
             for c in completions])
         rows = self._run(self._COMPLETE, {"completions": document, "now": now})
+        waited = [int(r[0]) for r in rows if r[1]]
+        if waited:  # NOTIFY went with the commit; this process's waiters too
+            self.on_waited_done(waited)
         return [int(r[0]) for r in rows]

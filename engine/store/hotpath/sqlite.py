@@ -1,7 +1,6 @@
 """SQLite: every step one ``BEGIN IMMEDIATE`` transaction in-process, or one statement."""
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -10,8 +9,6 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from engine.errors import StoreError
-from engine.store.database import sqlite_file
 from engine.store.hotpath.base import (
     _CLAIM_SET,
     _COLUMNS,
@@ -24,6 +21,7 @@ from engine.store.hotpath.base import (
     Claimed,
     Completion,
     HotPath,
+    Intake,
 )
 from engine.store.rows import MessageRow
 
@@ -42,17 +40,21 @@ def _parse_sqlite_time(value: str | None) -> datetime | None:
 
 class SqliteHotPath(HotPath):
     """SQLite: every step one ``BEGIN IMMEDIATE`` transaction, an intake one statement in
-    autocommit mode; ``synchronous = FULL`` for an accepted message, NORMAL otherwise, the
-    log flushed after a claim that begins attempts (before their requests leave)."""
+    autocommit mode; ``synchronous = FULL`` for an accepted message, NORMAL otherwise.
+
+    A claim that begins attempts (an idempotent item's) does not wait for the disk: lost in
+    a crash of the machine, the claim goes with it and the message is delivered afresh,
+    which an idempotent item allows (DESIGN.md §5 makes durable only accepted messages and
+    the starts of non-idempotent attempts; a process killed keeps every commit in the log)."""
 
     _INSERT = (f"INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) VALUES "
                "(:id, coalesce(:session_id, :id), :source, :target, 'request', :body_class, "
-               ":body, 'Queued', 0, :now, 0, 0, 0, :key, :trace)")
+               ":body, 'Queued', 0, :now, 0, 0, 0, :key, :trace, 0)")
     # intake of one message: its id drawn in the statement, so that it is one step (and
     # read back as the row id: no RETURNING row, so one call into the driver, not three)
     _ACCEPT = (f"INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) "
                "SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', "
-               ":body_class, :body, 'Queued', 0, :now, 0, 0, 0, :key, :trace "
+               ":body_class, :body, 'Queued', 0, :now, 0, 0, 0, :key, :trace, :waited "
                "FROM (SELECT coalesce(max(id), 0) + 1 AS id FROM message_header) AS n")
     _FIND_KEY = ("SELECT id, session_id FROM message_header "
                  "WHERE target = :target AND idempotency_key = :key")
@@ -67,7 +69,7 @@ class SqliteHotPath(HotPath):
                  "first_attempt_at = CASE WHEN attempts = 1 THEN :started_at "
                  "ELSE first_attempt_at END "
                  "WHERE id = :message_id AND claim_token = :token AND status = 'Delivered' "
-                 "RETURNING session_id, target, source")
+                 "RETURNING session_id, target, source, waited")
     _END_ATTEMPT = ("UPDATE message_attempt SET started_at = :started_at, ended_at = :ended_at, "
                     "outcome = 'ok', server = :server WHERE id = :attempt_id")
     _RESPONSE = ("INSERT INTO message_header (id, session_id, source, target, kind, body_class, "
@@ -82,9 +84,6 @@ class SqliteHotPath(HotPath):
         # which sleeps and retries: a producer committing in a loop would starve the
         # dispatcher's claims for as long as it runs.
         self._write_lock = threading.Lock()
-        file = sqlite_file(engine.url.render_as_string(hide_password=False))
-        # SQLite's write-ahead log, by absolute path: SQLite resolved the file's at its open
-        self._wal = None if file is None else os.path.abspath(f"{file}-wal")
 
     @contextmanager
     def _transaction(self, *, durable: bool = False) -> Iterator[Any]:
@@ -129,18 +128,19 @@ class SqliteHotPath(HotPath):
 
     def accept(self, target: str, body_class: str | None, body: str, *, source: str | None,
                session_id: int | None, now: datetime, idempotency_key: str | None,
-               trace_context: str | None) -> Accepted:
+               trace_context: str | None, waited: bool = False,
+               durable: bool = True) -> Accepted:
         params = {"session_id": session_id, "source": source, "target": target,
                   "body_class": body_class, "body": body, "now": _sqlite_time(now),
-                  "key": idempotency_key, "trace": trace_context}
+                  "key": idempotency_key, "trace": trace_context, "waited": int(waited)}
         if idempotency_key is None:
             # one statement, its own transaction: SQLite takes the write lock as it starts
             # (as BEGIN IMMEDIATE would) and commits as it ends — one call into the driver,
             # not five, each of which hands the GIL back and must wait to take it again
-            with self._write_lock, self._connection(True) as conn:
+            with self._write_lock, self._connection(durable) as conn:
                 new_id = self._guard(lambda: conn.execute(self._ACCEPT, params).lastrowid)
             return Accepted(new_id, new_id if session_id is None else session_id, True)
-        with self._transaction(durable=True) as cur:  # BEGIN IMMEDIATE: no racing insert
+        with self._transaction(durable=durable) as cur:  # BEGIN IMMEDIATE: no racing insert
             def accept() -> Accepted:
                 found = cur.execute(self._FIND_KEY, params).fetchone()
                 if found is not None:
@@ -148,6 +148,32 @@ class SqliteHotPath(HotPath):
                 new_id = cur.execute(self._ACCEPT, params).lastrowid
                 return Accepted(new_id, new_id if session_id is None else session_id, True)
             return self._guard(accept)
+
+    def accept_many(self, intakes: Sequence[Intake]) -> list[Accepted]:
+        with self._transaction(durable=True) as cur:  # BEGIN IMMEDIATE: no racing insert
+            def accept() -> list[Accepted]:
+                out = []
+                for i in intakes:
+                    params = {"session_id": i.session_id, "source": i.source,
+                              "target": i.target, "body_class": i.body_class, "body": i.body,
+                              "now": _sqlite_time(i.now), "key": i.idempotency_key,
+                              "trace": i.trace_context, "waited": int(i.waited)}
+                    found = (cur.execute(self._FIND_KEY, params).fetchone()
+                             if i.idempotency_key is not None else None)
+                    if found is not None:
+                        out.append(Accepted(int(found[0]), int(found[1]), False))
+                        continue
+                    new_id = cur.execute(self._ACCEPT, params).lastrowid
+                    out.append(Accepted(new_id, new_id if i.session_id is None
+                                        else i.session_id, True))
+                return out
+            return self._guard(accept)
+
+    def message(self, message_id: int) -> MessageRow | None:
+        with self._connection() as conn:
+            found = self._guard(lambda: conn.execute(self._MESSAGE, {"id": message_id})
+                                .fetchone())
+        return None if found is None else self._row(found)
 
     _PICK_ANY = _PICK_ANY
     # The parked-message probe must range over (target, status, next_attempt_at), not scan
@@ -164,8 +190,13 @@ class SqliteHotPath(HotPath):
                                        begin=begin, enabled=enabled, held=held)[1]
 
     def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:
+        waited: list[int] = []
         with self._transaction() as cur:
-            return self._guard(lambda: self._complete(cur, completions, _sqlite_time(now)))
+            done = self._guard(lambda: self._complete(cur, completions, _sqlite_time(now),
+                                                      waited))
+        if waited:
+            self.on_waited_done(waited)
+        return done
 
     def complete_and_claim(self, completions: Sequence[Completion], *, now: datetime,
                            **claim: Any) -> tuple[list[int], list[Claimed]]:
@@ -173,36 +204,18 @@ class SqliteHotPath(HotPath):
         params = self._claim_params(now=now, **{k: v for k, v in claim.items() if k != "held"})
         params["now"], params["expires"] = _sqlite_time(now), _sqlite_time(params["expires"])
         params["held"] = _json_ids(claim.get("held", ()))
-        # attempts begun with the claim are on disk before any of their requests leaves: in
-        # WAL mode (as the engine opens a database file) the log is flushed after the
-        # commit, once the write lock is free again for intake; else the commit waits
-        wal = self._wal if params["begin"] and self._wal and os.path.exists(self._wal) else None
-        with self._transaction(durable=params["begin"] and wal is None) as cur:
+        waited: list[int] = []
+        with self._transaction(durable=False) as cur:
             def step() -> tuple[list[int], list[Any], dict[int, int]]:
-                done = self._complete(cur, completions, params["now"]) if completions else []
+                done = (self._complete(cur, completions, params["now"], waited)
+                        if completions else [])
                 return done, *self._claim(cur, params)
             done, raw, begun = self._guard(step)
-        if begun and wal is not None:
-            self._flush(wal)
+        if waited:
+            self.on_waited_done(waited)
         # rows are made after the commit: the write lock is held for the SQL alone
         rows = sorted((self._row(r) for r in raw), key=lambda r: r.id)
         return done, [Claimed(r, begun.get(r.id)) for r in rows]
-
-    @staticmethod
-    def _flush(wal: str) -> None:
-        """Flush the write-ahead log ``wal`` to the disk: every transaction committed so far
-        is durable once this returns, as ``synchronous = FULL`` would have made it at its
-        commit, without holding SQLite's write lock meanwhile. The log is opened by name
-        each time: SQLite may truncate it, but never replaces it while a connection is open."""
-        try:
-            fd = os.open(wal, os.O_RDONLY)
-            try:
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise StoreError(f"database error: cannot flush {wal} to the disk: "
-                             f"{exc.strerror or exc}") from exc
 
     def _claim(self, cur: Any, params: dict[str, Any]) -> tuple[list[Any], dict[int, int]]:
         """The claimed rows as the driver returns them, and message id → attempt begun."""
@@ -219,8 +232,10 @@ class SqliteHotPath(HotPath):
                 self._BEGIN, {"now": params["now"], "ids": _json_ids(fresh)})}
         return raw, begun
 
-    def _complete(self, cur: Any, completions: Sequence[Completion], stamp: str | None
-                  ) -> list[int]:
+    def _complete(self, cur: Any, completions: Sequence[Completion], stamp: str | None,
+                  waited: list[int]) -> list[int]:
+        """Record ``completions``; the ids completed (``waited``: those someone waits for,
+        appended)."""
         done: list[int] = []
         next_id = None
         for c in completions:
@@ -240,8 +255,10 @@ class SqliteHotPath(HotPath):
             cur.execute(self._END_ATTEMPT, {
                 "started_at": _sqlite_time(c.started_at), "ended_at": _sqlite_time(c.ended_at),
                 "server": c.server, "attempt_id": c.attempt_id})
+            if request[3]:
+                waited.append(c.message_id)
             if response_id is not None:
-                session_id, request_target, request_source = request
+                session_id, request_target, request_source, _ = request
                 cur.execute(self._RESPONSE, {
                     "id": response_id, "session_id": session_id, "source": request_target,
                     "target": request_source or "", "body_class": c.response_class,
@@ -256,6 +273,7 @@ class SqliteHotPath(HotPath):
             data[name] = _parse_sqlite_time(data[name])
         data["is_error"] = bool(data["is_error"])
         data["retry_needed"] = bool(data["retry_needed"])
+        data["waited"] = bool(data["waited"])
         return MessageRow(**data)
 
 

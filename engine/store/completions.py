@@ -1,0 +1,85 @@
+"""Waiting for a message to end, woken by the commit that ends it (DESIGN.md §5, "Waiting is
+an event").
+
+A waiter registers a callback for a message id (:meth:`CompletionHub.watching`) *before* it
+looks at the message, and the message carries a ``waited`` flag set with its intake (or by
+:meth:`~engine.store.sql.SqlStore.mark_waited`). Whatever ends a waited-for message —
+Completed, Error, Suspended, Discarded, Aborted — announces it after its commit (never
+before): in this process through the hub's callbacks, to other processes by NOTIFY on
+PostgreSQL (sent in the ending transaction) or the SQLite doorbell. So a completion either
+committed before the waiter's look, which then sees it, or is announced after the callback
+was registered: none is missed. Bulk traffic, which nobody waits for, announces nothing.
+
+Announcements can still be lost (a listener reconnecting, a full socket buffer): waiters
+look again every :data:`SAFETY_POLL` seconds whatever happens, and all of them look again
+when a listener reconnects.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+
+from engine.store.notify import Announcement, Kind
+
+SAFETY_POLL = 2.0  # seconds between a waiter's looks when no announcement reaches it
+
+Waker = Callable[[], object]
+
+
+class CompletionHub:
+    """The waiters of one store in this process, by message id."""
+
+    def __init__(self, on_first_watch: Callable[[], object] | None = None) -> None:
+        """``on_first_watch``: called (once) before the first waiter registers — the store
+        starts hearing other processes then."""
+        self._lock = threading.Lock()
+        self._waiters: dict[int, list[Waker]] = {}
+        self._on_first_watch = on_first_watch
+
+    @contextmanager
+    def watching(self, message_id: int, wake: Waker) -> Iterator[None]:
+        """Call ``wake()`` (from any thread) when ``message_id`` may have ended, while the
+        block runs."""
+        if self._on_first_watch is not None:
+            first, self._on_first_watch = self._on_first_watch, None
+            first()
+        with self._lock:
+            self._waiters.setdefault(message_id, []).append(wake)
+        try:
+            yield
+        finally:
+            with self._lock:
+                wakers = self._waiters.get(message_id)
+                if wakers is not None:
+                    if wake in wakers:
+                        wakers.remove(wake)
+                    if not wakers:
+                        del self._waiters[message_id]
+
+    def ended(self, ids: Iterable[int]) -> None:
+        """``ids`` ended (their commit is done): wake their waiters."""
+        if not self._waiters:  # the common case, bulk traffic: no lock, nothing to do
+            return
+        with self._lock:
+            wakers = [w for i in ids for w in self._waiters.get(i, ())]
+        for wake in wakers:
+            wake()
+
+    def wake_all(self) -> None:
+        """Wake every waiter to look again (announcements may have been lost, or a stop
+        was asked for)."""
+        with self._lock:
+            wakers = [w for ws in self._waiters.values() for w in ws]
+        for wake in wakers:
+            wake()
+
+    def hear(self, note: Announcement) -> None:
+        """An announcement callback: "done" announcements wake their waiters."""
+        if note.kind is Kind.DONE:
+            self.ended(note.ids)
+
+    @property
+    def waiting(self) -> int:
+        """How many messages have a waiter."""
+        return len(self._waiters)

@@ -1,0 +1,201 @@
+"""Waiting is an event (DESIGN.md §5): a waiter is woken by the commit that ends its message —
+in this process, from another process (NOTIFY on PostgreSQL, the doorbell on SQLite) — never
+before that commit, never missing one committed between its look and its wait, and the safety
+net's poll still returns it when an announcement is lost. On real SQLite files and PostgreSQL.
+
+The safety net's period is set far above the bounds asserted here (``NO_POLL``), so a waiter
+that returns in time was woken by the announcement, not by a poll."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from contextlib import ExitStack
+from datetime import timedelta
+
+from sqlalchemy import create_engine, text
+
+from engine.client import accept_message, wait_for
+from engine.clock import utcnow
+from engine.production import parse_production
+from engine.store.sql import SqlStore
+from tests.acceptance.daemon import ROOT
+
+NO_POLL = 60.0  # seconds: the safety net's period in these tests (none of them waits so long)
+WOKEN_WITHIN = 5.0  # seconds a woken waiter may take here at most (milliseconds in practice)
+PRODUCTION = parse_production('[[items]]\nname = "Echo"\nclass = "tests.unit.sample_ops:'
+                              'EchoOperation"\n', env={})
+
+
+def _accept(store: SqlStore) -> int:
+    return accept_message(store, PRODUCTION, "Echo", {"text": "hi"}, waited=True).id
+
+
+def _complete(store: SqlStore, message_id: int) -> None:
+    row = store.claim_next("Echo", owner="other", now=utcnow(), lease_seconds=30)
+    assert row is not None and row.id == message_id
+    store.complete(row, response_class=None, response_body='{"ok": true}', now=utcnow(),
+                   fenced=True)
+
+
+_COMPLETER = """
+import sys, time
+from datetime import datetime, timezone
+from engine.store.sql import SqlStore
+store = SqlStore(sys.argv[1])
+time.sleep(float(sys.argv[3]))
+row = store.claim_next("Echo", owner="child", now=datetime.now(timezone.utc), lease_seconds=30)
+assert row is not None and row.id == int(sys.argv[2]), row
+print(time.monotonic(), flush=True)  # the commit starts
+store.complete(row, response_class=None, response_body='{"ok": true}',
+               now=datetime.now(timezone.utc), fenced=True)
+store.dispose()
+"""
+
+
+def test_a_waiter_is_woken_by_a_completion_another_process_commits(database_url: str) -> None:
+    store = SqlStore(database_url)
+    store.upgrade()
+    try:
+        mid = _accept(store)
+        child = subprocess.Popen([sys.executable, "-c", _COMPLETER, database_url, str(mid),
+                                  "1.0"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        try:
+            row = wait_for(store, mid, 30, poll=NO_POLL, marked=True)
+            woken = time.monotonic()
+            out, _ = child.communicate(timeout=30)
+        finally:
+            child.kill()
+        assert child.returncode == 0
+        assert row is not None and row.status == "Completed"
+        committing = float(out.split()[-1])  # the child's monotonic time before its commit
+        # the same clock on one machine; the wake follows the commit, long before a poll
+        assert 0 <= woken - committing < WOKEN_WITHIN
+    finally:
+        store.dispose()
+
+
+def test_a_completion_between_the_waiters_look_and_its_wait_is_not_missed(
+        database_url: str) -> None:
+    store, other = SqlStore(database_url), SqlStore(database_url)  # other: another process
+    store.upgrade()
+    try:
+        mid = _accept(store)
+        look = store.get_message
+
+        def look_then_complete(message_id: int):  # type: ignore[no-untyped-def]
+            row = look(message_id)
+            if row is not None and row.status == "Queued":
+                _complete(other, message_id)  # after the look, before the wait
+            return row
+
+        store.get_message = look_then_complete  # type: ignore[method-assign]
+        started = time.monotonic()
+        row = wait_for(store, mid, 30, poll=NO_POLL, marked=True)
+        assert row is not None and row.status == "Completed"
+        assert time.monotonic() - started < WOKEN_WITHIN
+    finally:
+        store.dispose()
+        other.dispose()
+
+
+def test_a_waiter_whose_announcement_is_lost_still_returns_by_its_safety_net(
+        database_url: str) -> None:
+    store = SqlStore(database_url)
+    store.upgrade()
+    try:
+        mid = _accept(store)
+        # the end committed behind the engine's back: nobody announces it
+        raw = create_engine(store.url)
+        timer = threading.Timer(0.3, lambda: _finish_raw(raw, mid))
+        timer.start()
+        started = time.monotonic()
+        row = wait_for(store, mid, 30, poll=1.0, marked=True)
+        timer.join()
+        raw.dispose()
+        assert row is not None and row.status == "Error"
+        assert 0.3 <= time.monotonic() - started < 1.0 + WOKEN_WITHIN
+    finally:
+        store.dispose()
+
+
+def _finish_raw(engine, message_id: int) -> None:  # type: ignore[no-untyped-def]
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE message_header SET status = 'Error', error_text = 'x' "
+                          "WHERE id = :id"), {"id": message_id})
+
+
+def test_nothing_is_announced_before_its_commit(database_url: str) -> None:
+    """Every waiter's wake-up, whatever ended the message, finds its end in the database
+    through a connection of another store."""
+    store, reader = SqlStore(database_url), SqlStore(database_url)
+    store.upgrade()
+    seen: list[str] = []
+    watches = ExitStack()
+    try:
+        ids = [_accept(store) for _ in range(4)]
+        for mid in ids:
+            watches.enter_context(store.completions.watching(
+                mid, lambda mid=mid: seen.append(reader.get_message(mid).status)))
+        _complete(store, ids[0])  # one at a time
+        rows = [store.claim_next("Echo", owner="d", now=utcnow(), lease_seconds=30)
+                for _ in range(2)]
+        store.complete_many([_completion(r) for r in rows if r is not None], now=utcnow())
+        store.finish(ids[3], status="Error", error_text="gave up", now=utcnow())
+        assert sorted(set(seen)) == ["Completed", "Error"] and len(seen) >= 4
+    finally:
+        watches.close()
+        store.dispose()
+        reader.dispose()
+
+
+def _completion(row):  # type: ignore[no-untyped-def]
+    from engine.store.hotpath import Completion
+
+    attempt = row.id  # no attempt row: the completion's attempt update matches nothing
+    now = utcnow()
+    return Completion(row.id, row.claim_token, attempt, now - timedelta(milliseconds=1), now,
+                      None, None, '{"ok": true}')
+
+
+def test_bulk_traffic_that_nobody_waits_for_announces_no_end(database_url: str) -> None:
+    store = SqlStore(database_url)
+    store.upgrade()
+    heard = []
+    store.add_queue_callback(heard.append)
+    try:
+        mid = accept_message(store, PRODUCTION, "Echo", {"text": "bulk"}).id
+        _complete(store, mid)
+        assert [n.kind.value for n in heard] == ["work"]
+        waited = _accept(store)
+        _complete(store, waited)
+        assert [n.kind.value for n in heard][-1] == "done" and heard[-1].ids == (waited,)
+    finally:
+        store.dispose()
+
+
+def test_an_idle_daemon_hears_another_processes_message_at_once(database_url: str) -> None:
+    """An item named like an announcement of another kind ("breaker Echo") next to "Echo"
+    gets its own wake-ups; the poll interval is far longer than the bound."""
+    from engine.daemon import Daemon
+
+    store = SqlStore(database_url)
+    store.upgrade()
+    items = "".join(f'[[items]]\nname = "{name}"\nclass = "tests.unit.sample_ops:'
+                    f'EchoOperation"\n' for name in ("Echo", "breaker Echo", "switch on Echo"))
+    production = parse_production(f"[production]\npoll_interval = {NO_POLL}\n" + items,
+                                  env={})
+    daemon = Daemon(production, store=SqlStore(database_url), env={})
+    daemon.start()
+    try:
+        time.sleep(0.5)  # the dispatchers' first looks are over: they are idle
+        for name in ("breaker Echo", "switch on Echo", "Echo"):
+            sent = time.monotonic()
+            mid = accept_message(store, production, name, {"text": name}).id
+            row = wait_for(store, mid, 30, poll=NO_POLL)
+            assert row is not None and row.status == "Completed", name
+            assert time.monotonic() - sent < WOKEN_WITHIN, name
+    finally:
+        daemon.stop()
+        store.dispose()
