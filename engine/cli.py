@@ -1,6 +1,7 @@
 """The ``encore`` command line (DESIGN.md §7)."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -8,10 +9,13 @@ import os
 import pkgutil
 import sys
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, TextIO
 
 import click
+from sqlalchemy import Table, func, select
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
@@ -22,13 +26,15 @@ from engine.clock import utcnow
 from engine.errors import ConfigurationError, EncoreError, MessageError, StoreError
 from engine.operator_cli import register as register_operator_commands
 from engine.production import (ItemEntry, ProductionConfig, ProductionOutline,
-                               find_production_file, read_outline)
+                               absolute_sqlite_url, find_production_file, read_outline)
 from engine.store import migrate, queries
 from engine.store.breaker import BreakerRow
 from engine.store.database import DEFAULT_DATABASE_URL, normalise_url
+from engine.store.models import event_log, message_header
 from engine.store.sql import SqlStore
 
 EVENT_TYPES = click.Choice(["Assert", "Error", "Warning", "Info", "Trace", "Alert"])
+DEFAULT_LIMIT = 50  # rows `encore messages` and `encore log` show without --limit or --all
 
 
 class Context:
@@ -57,11 +63,15 @@ class Context:
         return self._production
 
     def database_url(self) -> str:
-        """The production's database; without a production file, $ENCORE_DATABASE_URL."""
+        """The production's database (a relative SQLite path read from the file is the
+        file's directory's); without a production file, $ENCORE_DATABASE_URL, else the
+        default — relative to the current directory. SQLite paths come back absolute, so
+        that every message naming the database says which file it is."""
         path = find_production_file(self.option, os.environ)
         if path.exists() or self.option:
             return self.outline.database
-        return os.environ.get("ENCORE_DATABASE_URL", DEFAULT_DATABASE_URL)
+        return absolute_sqlite_url(os.environ.get("ENCORE_DATABASE_URL")
+                                   or DEFAULT_DATABASE_URL, Path.cwd())
 
     @property
     def store(self) -> SqlStore:
@@ -145,7 +155,8 @@ pass_ctx = click.make_pass_decorator(Context)
 # stacks): name → ("module:attribute", the summary `encore --help` shows without importing).
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("engine.demo:demo",
-             "Play the seed scenario (÷10) live against a loopback SOAP service."),
+             "Play the Ensemble timeout scenario (÷10) live against a loopback SOAP "
+             "service, and leave its production file, demo.toml, beside the database."),
     "simulate": ("engine.simulate:simulate_command",
                  "Print the retry timeline the engine produces, on a virtual clock, at once."),
     "portal": ("engine.portal.cli:portal", "Serve the management portal and JSON API from "
@@ -248,13 +259,33 @@ def send(ctx: Context, target: str, body: str | None, many: TextIO | None,
         return
     assert body is not None
     request = _decode_body(_read_body_option(body), where="--body")
-    message_id = send_message(ctx.store, ctx.outline, target, request)
+    with _explained_target(ctx.outline, target):
+        message_id = send_message(ctx.store, ctx.outline, target, request)
     if wait is None:
         _print_sent(message_id, "Queued", None, as_json)
         return
     if not as_json:
         click.echo(message_id, err=True)  # stdout holds the response alone, for pipes
     sys.exit(_wait_and_print(ctx.store, message_id, wait, as_json))
+
+
+@contextlib.contextmanager
+def _explained_target(production: ProductionOutline, target: str) -> Iterator[None]:
+    """Tell a target the production does not have from one it has but cannot load: for
+    an item whose settings (or class) are wrong, say so and name the file to fix, instead
+    of calling it unknown."""
+    try:
+        yield
+    except MessageError as exc:
+        cause = exc.__cause__
+        if (not isinstance(cause, ConfigurationError)
+                or target not in {entry.name for entry in production.entries}):
+            raise
+        what = "its settings are wrong" if cause.key else "it cannot be loaded"
+        where = f" in {production.path.resolve()}" if production.path else ""
+        raise ConfigurationError(f"target {target!r} is an item of the production, but {what}: "
+                                 f"{cause}; fix it{where} (`encore run` refuses it too); "
+                                 "nothing was enqueued") from exc
 
 
 def _print_sent(message_id: int, status: str, response: Any, as_json: bool) -> None:
@@ -294,9 +325,10 @@ def _send_many(ctx: Context, target: str, lines: TextIO, as_json: bool) -> None:
     first and last id."""
     name = "stdin" if lines.name == "<stdin>" else lines.name
     bodies = _decode_lines(lines, name=name)
-    _check_bodies(ctx.outline, target, bodies, name=name)
-    ids = send_messages(ctx.store, ctx.outline, target, [b for _, b in bodies],
-                        source="cli")
+    with _explained_target(ctx.outline, target):
+        _check_bodies(ctx.outline, target, bodies, name=name)
+        ids = send_messages(ctx.store, ctx.outline, target, [b for _, b in bodies],
+                            source="cli")
     first, last = (ids[0], ids[-1]) if ids else (None, None)
     if as_json:
         click.echo(json.dumps({"count": len(ids), "first_id": first, "last_id": last}))
@@ -346,8 +378,8 @@ def _check_bodies(production: ProductionOutline, target: str, bodies: list[tuple
     if request_class is None:  # an item that takes no messages: send_messages says so
         return
     for number, body in bodies:
-        try:
-            request_class.from_dict(body)
+        try:  # a decoded JSON string is checked as the plain string it is
+            request_class.from_dict(str(body) if isinstance(body, str) else body)
         except MessageError as exc:
             raise MessageError(f"{name} line {number}: {exc}; nothing was enqueued") from exc
 
@@ -358,18 +390,29 @@ def _check_bodies(production: ProductionOutline, target: str, bodies: list[tuple
 @click.option("--message", "message_id", type=ROW_ID, help="only events of this message")
 @click.option("--session", "session_id", type=ROW_ID, help="only events of this session")
 @click.option("--since", help="10m, 2h, 3d or an ISO time")
-@click.option("--limit", type=COUNT, default=None, help="only the newest N events")
+@click.option("--limit", type=COUNT, default=None,
+              help=f"only the newest N events (default {DEFAULT_LIMIT})")
+@click.option("--all", "show_all", is_flag=True, help="every event, however many")
 @click.option("--follow", is_flag=True, help="keep printing new events")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
 @pass_ctx
 def log_command(ctx: Context, type_: str | None, item: str | None, message_id: int | None,
-                session_id: int | None, since: str | None, limit: int | None, follow: bool,
-                as_json: bool) -> None:
-    """Print the event log, newest last."""
+                session_id: int | None, since: str | None, limit: int | None, show_all: bool,
+                follow: bool, as_json: bool) -> None:
+    """Print the event log, newest last: the newest 50 unless --limit N or --all (stderr
+    says how many older ones were left out)."""
+    limit = _row_limit(limit, show_all)
     flt = queries.EventFilter(type=type_, item=item, message_id=message_id,
                               session_id=session_id, since=parse_since(since), limit=limit)
     rows = queries.events(ctx.store, flt)
+    e = event_log.c
+    left_out = _left_out(ctx.store, rows, limit, event_log, [
+        column == value for column, value in
+        ((e.type, flt.type), (e.config_name, flt.item), (e.message_id, flt.message_id),
+         (e.session_id, flt.session_id)) if value is not None]
+        + ([e.time_logged >= flt.since] if flt.since is not None else []))
     _print_events(rows, as_json, header=True)
+    _say_left_out(left_out, len(rows), "event")
     if follow:
         _follow_events(ctx.store, flt, rows[-1]["id"] if rows else 0, as_json)
 
@@ -399,28 +442,139 @@ def _print_events(rows: list[dict[str, Any]], as_json: bool, *, header: bool) ->
     sys.stdout.flush()
 
 
+def _row_limit(limit: int | None, show_all: bool) -> int | None:
+    """The rows a listing shows: ``--limit N``, every one with ``--all`` (None), else the
+    newest :data:`DEFAULT_LIMIT`."""
+    if show_all and limit is not None:
+        raise click.UsageError("give either --limit N or --all, not both")
+    return None if show_all else limit or DEFAULT_LIMIT
+
+
+def _left_out(store: SqlStore, rows: list[dict[str, Any]], limit: int | None, table: Table,
+              where: list[Any]) -> int:
+    """How many rows of ``table`` matching ``where`` are older than the oldest of ``rows``
+    (the newest ``limit``): the ones a limited listing left out (0 when it was not full)."""
+    if limit is None or len(rows) < limit:
+        return 0
+    query = select(func.count()).select_from(table).where(table.c.id < rows[0]["id"], *where)
+    with store.read() as conn:
+        return int(conn.execute(query).scalar_one())
+
+
+def _say_left_out(left_out: int, shown: int, noun: str) -> None:
+    """One line on stderr (stdout stays the rows alone, for pipes) when rows were left out."""
+    def nouns(count: int) -> str:
+        return noun if count == 1 else noun + "s"
+
+    if left_out:
+        click.echo(f"(the newest {shown} {nouns(shown)} shown; {left_out} older "
+                   f"{nouns(left_out)} left out: --limit N or --all shows more)", err=True)
+
+
+def _json_bodies(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its ``body`` as the JSON value it holds, not as a string of JSON text
+    (a body that is somehow not JSON stays the text it is)."""
+    if row.get("body") is None:
+        return row
+    try:
+        return {**row, "body": json.loads(row["body"])}
+    except ValueError:
+        return row
+
+
 @main.command()
 @click.option("--status", help="only messages in this status")
 @click.option("--item", help="only messages for this item")
 @click.option("--session", "session_id", type=ROW_ID, help="only messages of this session")
-@click.option("--limit", type=COUNT, default=None, help="only the newest N messages")
-@click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+@click.option("--limit", type=COUNT, default=None,
+              help=f"only the newest N messages (default {DEFAULT_LIMIT})")
+@click.option("--all", "show_all", is_flag=True, help="every message, however many")
+@click.option("--json", "as_json", is_flag=True,
+              help="one JSON object per line, the body as JSON")
 @pass_ctx
 def messages(ctx: Context, status: str | None, item: str | None, session_id: int | None,
-             limit: int | None, as_json: bool) -> None:
-    """List message headers, newest last."""
+             limit: int | None, show_all: bool, as_json: bool) -> None:
+    """List message headers, newest last: the newest 50 unless --limit N or --all (stderr
+    says how many older ones were left out)."""
+    limit = _row_limit(limit, show_all)
     rows = queries.messages(ctx.store, status=status, item=item, session_id=session_id,
                             limit=limit)
+    h = message_header.c
+    left_out = _left_out(ctx.store, rows, limit, message_header, [
+        column == value for column, value in
+        ((h.status, status), (h.target, item), (h.session_id, session_id)) if value is not None])
     if as_json:
         for row in rows:
-            click.echo(report.json_line(row))
+            click.echo(report.json_line(_json_bodies(row)))
+    else:
+        click.echo(report.table(
+            ("id", "session", "kind", "target", "status", "attempts", "retry", "next attempt",
+             "created (UTC)", "error"),
+            [(r["id"], r["session_id"], r["kind"], r["target"], r["status"], r["attempts"],
+              r["retry_needed"], r["next_attempt_at"], r["time_created"], r["error_text"])
+             for r in rows]))
+    _say_left_out(left_out, len(rows), "message")
+
+
+@main.command()
+@click.argument("message_id", type=ROW_ID, metavar="ID")
+@click.option("--json", "as_json", is_flag=True,
+              help='one JSON object {"message", "response" (or "request"), "attempts", '
+                   '"events"}, bodies as JSON')
+@pass_ctx
+def show(ctx: Context, message_id: int, as_json: bool) -> None:
+    """One message whole: its header, body, response (or, for a response, its request),
+    attempts and events."""
+    from engine.store import viewer
+
+    store = ctx.store
+    row = viewer.message(store, message_id)
+    if row is None:
+        raise EncoreError(f"no message {message_id} in {_safe_url(store.url)}")
+    related = viewer.message(store, row["corresponding_id"]) if row["corresponding_id"] else None
+    attempts = [dataclasses.asdict(a) for a in viewer.attempts_of(store, [message_id])[message_id]]
+    events = viewer.events_of(store, [message_id])
+    other = "response" if row["kind"] == "request" else "request"
+    if as_json:
+        click.echo(report.json_line({
+            "message": _json_bodies(row), other: _json_bodies(related) if related else None,
+            "attempts": attempts, "events": events}))
         return
-    click.echo(report.table(
-        ("id", "session", "kind", "target", "status", "attempts", "retry", "next attempt",
-         "created (UTC)", "error"),
-        [(r["id"], r["session_id"], r["kind"], r["target"], r["status"], r["attempts"],
-          r["retry_needed"], r["next_attempt_at"], r["time_created"], r["error_text"])
-         for r in rows]))
+    click.echo(f"message {row['id']}: {row['kind']} from {row['source'] or '-'} to "
+               f"{row['target']}, {row['status']}")
+    click.echo("\n" + report.table(("column", "value"),
+                                   [(k, v) for k, v in row.items() if k != "body"]))
+    click.echo("\nbody:\n" + _body_text(row["body"]))
+    if related is None:
+        click.echo(f"\n{other}: none")
+    else:
+        click.echo(f"\n{other} (message {related['id']}, {related['status']}):\n"
+                   + _body_text(related["body"]))
+    click.echo(f"\nattempts: {len(attempts) or 'none'}")
+    if attempts:
+        click.echo(report.table(
+            ("attempt", "server", "started (UTC)", "ended (UTC)", "seconds", "outcome",
+             "status", "error"),
+            [(a["attempt"], a["server"], a["started_at"], a["ended_at"],
+              f"{(a['ended_at'] - a['started_at']).total_seconds():.3f}"
+              if a["ended_at"] else "in flight", a["outcome"], a["status_code"],
+              a["error_text"]) for a in attempts]))
+    click.echo(f"\nevents: {len(events) or 'none'}")
+    if events:
+        click.echo(report.table(("id", "time (UTC)", "type", "item", "text"),
+                                [(e["id"], e["time_logged"], e["type"], e["config_name"],
+                                  e["text"]) for e in events]))
+
+
+def _body_text(body: str | None) -> str:
+    """A stored body for reading: its JSON indented, or the text as it is; ``-`` for none."""
+    if body is None:
+        return "  -"
+    try:
+        text = json.dumps(json.loads(body), indent=2, ensure_ascii=False)
+    except ValueError:
+        text = body
+    return "\n".join("  " + line for line in text.splitlines())
 
 
 @main.command()
@@ -517,10 +671,23 @@ def db() -> None:
 @db.command()
 @pass_ctx
 def upgrade(ctx: Context) -> None:
-    """Create or upgrade the tables (Alembic upgrade to head)."""
+    """Create or upgrade the tables (Alembic upgrade to head); say which it did."""
+    url = ctx.database_url()
+    new_file = _missing_sqlite_file(_parse_url(url))  # connecting creates it
     store = ctx.reachable_store()
-    store.upgrade()
-    click.echo(f"database {_safe_url(store.url)} is at the latest schema")
+    before = migrate.upgrade(store.engine)
+    after = migrate.current_revision(store.engine)
+    name = _safe_url(store.url)
+    if new_file:
+        click.echo(f"database {name} created, at the latest schema (revision {after})")
+    elif before is None:
+        click.echo(f"database {name}: Encore's tables created, at the latest schema "
+                   f"(revision {after})")
+    elif before != after:
+        click.echo(f"database {name} upgraded from revision {before} to {after}, the latest "
+                   "schema")
+    else:
+        click.echo(f"database {name} is already at the latest schema (revision {after})")
 
 
 def parse_since(text: str | None) -> datetime | None:

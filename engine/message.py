@@ -67,7 +67,8 @@ class Message:
 
 @dataclasses.dataclass
 class JsonMessage(Message):
-    """Any JSON object, kept as it is."""
+    """Any JSON object, kept as it is. Any other JSON value is refused — a JSON string too,
+    even one whose text spells an object (``"{\\"a\\": 1}"``): a body is decoded once."""
 
     data: dict[str, Any] = dataclasses.field(default_factory=dict)
     open_fields: ClassVar[bool] = True

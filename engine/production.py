@@ -36,8 +36,9 @@ if TYPE_CHECKING:  # imported with the first class an item names, not before
 
 __all__ = ["DEFAULT_PRODUCTION_FILE", "ITEM_KEYS", "PORTAL_SETTINGS", "PRODUCTION_SETTINGS",
            "ItemConfig", "ItemEntry", "PortalConfig", "ProductionConfig", "ProductionOutline",
-           "ProductionSettings", "find_production_file", "load_production", "parse_outline",
-           "parse_production", "read_outline", "resolve_class"]
+           "ProductionSettings", "absolute_sqlite_url", "find_production_file",
+           "load_production", "parse_outline", "parse_production", "read_outline",
+           "resolve_class"]
 
 DEFAULT_PRODUCTION_FILE = "production.toml"
 
@@ -309,10 +310,36 @@ def parse_outline(text: str, *, env: Mapping[str, str],
     if prod["alert_item"] and prod["alert_item"] not in {e.name for e in entries}:
         raise ConfigurationError(f"alert_item {prod['alert_item']!r} is not an item of the "
                                  f"production", item="[production]", key="alert_item")
-    prod["database"] = env.get("ENCORE_DATABASE_URL") or prod["database"]
+    from_env = env.get("ENCORE_DATABASE_URL")
+    if from_env:  # an environment value: relative to the current directory
+        prod["database"] = absolute_sqlite_url(from_env, Path.cwd())
+    elif path is not None:  # the file's own: relative to the file, as its packages are
+        prod["database"] = absolute_sqlite_url(prod["database"], path.parent)
     prod["otel"] = tracing_wanted(prod["otel"], env)
     portal = _load_portal(doc["portal"]) if "portal" in doc else None
     return ProductionOutline.from_validated(prod, portal=portal, entries=entries, path=path)
+
+
+def absolute_sqlite_url(url: str, base: Path) -> str:
+    """``url`` with the relative file path of an SQLite URL made absolute from ``base``
+    (``sqlite:///encore.db`` read from ``/srv/prod/production.toml`` is
+    ``sqlite:////srv/prod/encore.db``); every other URL — an absolute path, an in-memory
+    database, a ``file:`` URI, another database, text that is no URL — as it is."""
+    if not url.startswith("sqlite"):
+        return url
+    from sqlalchemy.engine import make_url  # loaded already: engine.store.database uses it
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return url  # the command that connects says what is wrong with it
+    file = parsed.database
+    if (parsed.get_backend_name() != "sqlite" or file in (None, "", ":memory:")
+            or parsed.query.get("uri") or file.startswith("file:") or os.path.isabs(file)):
+        return url
+    absolute = parsed.set(database=os.path.abspath(os.path.join(base, file)))
+    return absolute.render_as_string(hide_password=False)
 
 
 def _read_items(raw_items: Any) -> tuple[ItemEntry, ...]:

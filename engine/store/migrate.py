@@ -41,21 +41,27 @@ def alembic_config(engine: Engine) -> Config:
     return cfg
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Apply every revision up to ``revision``, one process at a time (see module doc).
+def upgrade(engine: Engine, revision: str = "head") -> str | None:
+    """Apply every revision up to ``revision``, one process at a time (see module doc), and
+    return the revision the database was at before (None: it had no Encore tables) — on
+    PostgreSQL read under the lock, so a racing upgrade that did the work first is not
+    claimed as ours (on SQLite two upgrades at the very same moment may both claim it).
     Raises StoreError for a schema newer than this code."""
     from alembic import command
 
     try:
         if engine.dialect.name != "postgresql":
-            _check_known(engine)
+            before = current_revision(engine)
+            _check_known(engine, before)
             command.upgrade(alembic_config(engine), revision)
-            return
+            return before
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as lock:
             lock.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
             try:
-                _check_known(engine)
+                before = current_revision(engine)
+                _check_known(engine, before)
                 command.upgrade(alembic_config(engine), revision)
+                return before
             finally:
                 lock.execute(text("SELECT pg_advisory_unlock(:key)"),
                              {"key": MIGRATION_LOCK_KEY})

@@ -121,5 +121,5 @@ def test_the_demo_plays_the_seed_scenario_on_the_embedded_sqlite_default(
     assert (fast.status, slow.status, slow.attempts) == ("Completed", "Error", 4)
     errors = [line for line in out.splitlines() if "event log: Error" in line]
     assert len(errors) == 2 and "FailureTimeout of 3 seconds exceeded" in errors[1]
-    assert "SELECT" in out and "encore trace 2" in out
+    assert "SELECT" in out and "encore -p demo.toml trace 2" in out
     store.dispose()

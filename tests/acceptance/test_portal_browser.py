@@ -32,7 +32,7 @@ name = "Seed"
 database = "sqlite:///{db}"
 
 [[items]]
-name = "Seed"
+name = "DemoSoapService"
 class = "operations.soap:SoapOperation"
 [items.settings]
 wsdl = "http://127.0.0.1:9/?wsdl"
@@ -184,7 +184,7 @@ def test_an_operator_resends_a_message_only_after_confirming_and_sees_the_copy_q
 def test_a_viewer_sees_no_action_button_and_the_server_refuses_a_forged_one(
         page: Any, site: str) -> None:
     log_in(page, site, "vera", "/")
-    assert page.locator("tr[data-item='Seed']").count() == 1
+    assert page.locator("tr[data-item='DemoSoapService']").count() == 1
     assert page.locator("form.action").count() == 0
     page.goto(f"{site}/messages?status=Error")
     message_id = page.locator("tr[data-message-row]").first.get_attribute("data-message-row")
@@ -207,7 +207,8 @@ def test_the_event_log_follows_new_events_without_a_reload(page: Any, site: Site
     assert page.is_checked("#follow")
     store = SqlStore(site.database)
     try:
-        store.events.write("Warning", "written while the page was open", config_name="Seed")
+        store.events.write("Warning", "written while the page was open",
+                           config_name="DemoSoapService")
     finally:
         store.dispose()
     first_row = page.locator("#event-rows tr").first
