@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, NoReturn
 from engine.attempt import AttemptObserver, AttemptReport
 from engine.clock import Clock
 from engine.errors import AttemptHeld
-from engine.store.breaker import CLOSED, HALF_OPEN, OPEN, BreakerRow
+from engine.store.breaker_row import CLOSED, HALF_OPEN, OPEN, BreakerRow
 
 if TYPE_CHECKING:
     from engine.host import EventSink, OperationSettings

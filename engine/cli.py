@@ -12,26 +12,34 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
-from sqlalchemy import Table, func, select
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from engine import report
 from engine.cli_params import COUNT, ROW_ID, SECONDS
 from engine.client import decode_body, send_message, send_messages, wait_for
 from engine.clock import utcnow
 from engine.errors import ConfigurationError, EncoreError, MessageError, StoreError
+from engine.lazy import lazy_module
 from engine.operator_cli import register as register_operator_commands
 from engine.production import (ItemEntry, ProductionConfig, ProductionOutline,
                                absolute_sqlite_url, find_production_file, read_outline)
-from engine.store import migrate, queries
-from engine.store.breaker import BreakerRow
+from engine.store.breaker_row import BreakerRow
 from engine.store.database import DEFAULT_DATABASE_URL, normalise_url
-from engine.store.models import event_log, message_header
-from engine.store.sql import SqlStore
+
+if TYPE_CHECKING:
+    from sqlalchemy import Table
+    from sqlalchemy.engine import URL
+
+    from engine.store.sql import SqlStore
+
+# Imported when first used: `encore send` never needs SQLAlchemy (engine.store.lite), and
+# every command but `send` on an SQLite file pays for it only when it reads the database.
+sa = lazy_module("sqlalchemy")
+migrate = lazy_module("engine.store.migrate")
+models = lazy_module("engine.store.models")
+queries = lazy_module("engine.store.queries")
 
 EVENT_TYPES = click.Choice(["Assert", "Error", "Warning", "Info", "Trace", "Alert"])
 DEFAULT_LIMIT = 50  # rows `encore messages` and `encore log` show without --limit or --all
@@ -81,6 +89,27 @@ class Context:
             self._store = open_store(self.database_url())
         return self._store
 
+    @property
+    def intake(self) -> Any:
+        """Where ``encore send`` puts messages: the hot path's statements on a bare driver
+        connection (:class:`~engine.store.lite.LiteIntake`: no SQLAlchemy to import) when
+        the database is a plain one at this Encore's schema, else :attr:`store`, whose
+        checks say what is wrong."""
+        if self._store is not None:
+            return self._store
+        from engine.store.lite import LiteIntake, NotLite
+
+        try:
+            lite = LiteIntake(self.database_url())
+            try:
+                lite.check_schema()
+            except NotLite:
+                lite.dispose()
+                raise
+        except (NotLite, ImportError):
+            return self.store
+        return lite
+
     def reachable_store(self) -> SqlStore:
         """The store, checked only for being reachable (for ``encore db upgrade``)."""
         if self._store is None:
@@ -96,9 +125,11 @@ def open_store(url: str, *, need_schema: bool = True) -> SqlStore:
     if need_schema and _missing_sqlite_file(parsed):
         raise StoreError(f"the database {_safe_url(url)} does not exist yet; "
                          "run `encore db upgrade` to create it")
+    from engine.store.sql import SqlStore
+
     try:
         store = SqlStore(url)
-    except (ArgumentError, ImportError) as exc:  # an unknown dialect, a driver not installed
+    except (sa.exc.ArgumentError, ImportError) as exc:  # an unknown dialect, no driver
         raise StoreError(f"cannot use the database {_safe_url(url)}: {_first_line(exc)}"
                          ) from exc
     try:
@@ -113,7 +144,7 @@ def _check_database(store: SqlStore, *, need_schema: bool) -> None:
     """Connect once; with ``need_schema``, require this Encore's schema."""
     try:
         current = migrate.current_revision(store.engine)
-    except SQLAlchemyError as exc:
+    except sa.exc.SQLAlchemyError as exc:
         raise StoreError(f"cannot connect to the database {_safe_url(store.url)}: "
                          f"{_first_line(exc)}; check that it is running and that the "
                          "production file's database (or ENCORE_DATABASE_URL) is right"
@@ -129,8 +160,8 @@ def _check_database(store: SqlStore, *, need_schema: bool) -> None:
 def _parse_url(url: str) -> URL:
     """``url`` parsed; StoreError (not quoting it: it may hold a password) if it does not."""
     try:
-        return make_url(normalise_url(url))
-    except (ArgumentError, ValueError) as exc:
+        return sa.engine.make_url(normalise_url(url))
+    except (sa.exc.ArgumentError, ValueError) as exc:
         raise StoreError("the database URL (the production file's database, or "
                          "ENCORE_DATABASE_URL) is not a valid SQLAlchemy URL such as "
                          "'sqlite:///encore.db' or 'postgresql://user@host/db'") from exc
@@ -206,9 +237,18 @@ class EncoreGroup(click.Group):
         except EncoreError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(1)
-        except SQLAlchemyError as exc:  # a store path that did not translate its error
+        except Exception as exc:
+            if not _is_database_error(exc):
+                raise
+            # a store path that did not translate its error
             click.echo(f"error: database error: {_first_line(exc)}", err=True)
             sys.exit(1)
+
+
+def _is_database_error(exc: BaseException) -> bool:
+    """True for an SQLAlchemy error (none can be raised before SQLAlchemy was imported)."""
+    loaded = sys.modules.get("sqlalchemy.exc")
+    return loaded is not None and isinstance(exc, loaded.SQLAlchemyError)
 
 
 @click.group(cls=EncoreGroup)
@@ -260,7 +300,8 @@ def send(ctx: Context, target: str, body: str | None, many: TextIO | None,
     assert body is not None
     request = _decode_body(_read_body_option(body), where="--body")
     with _explained_target(ctx.outline, target):
-        message_id = send_message(ctx.store, ctx.outline, target, request)
+        message_id = send_message(ctx.store if wait is not None else ctx.intake, ctx.outline,
+                                  target, request)
     if wait is None:
         _print_sent(message_id, "Queued", None, as_json)
         return
@@ -327,7 +368,7 @@ def _send_many(ctx: Context, target: str, lines: TextIO, as_json: bool) -> None:
     bodies = _decode_lines(lines, name=name)
     with _explained_target(ctx.outline, target):
         _check_bodies(ctx.outline, target, bodies, name=name)
-        ids = send_messages(ctx.store, ctx.outline, target, [b for _, b in bodies],
+        ids = send_messages(ctx.intake, ctx.outline, target, [b for _, b in bodies],
                             source="cli")
     first, last = (ids[0], ids[-1]) if ids else (None, None)
     if as_json:
@@ -405,8 +446,8 @@ def log_command(ctx: Context, type_: str | None, item: str | None, message_id: i
     flt = queries.EventFilter(type=type_, item=item, message_id=message_id,
                               session_id=session_id, since=parse_since(since), limit=limit)
     rows = queries.events(ctx.store, flt)
-    e = event_log.c
-    left_out = _left_out(ctx.store, rows, limit, event_log, [
+    e = models.event_log.c
+    left_out = _left_out(ctx.store, rows, limit, models.event_log, [
         column == value for column, value in
         ((e.type, flt.type), (e.config_name, flt.item), (e.message_id, flt.message_id),
          (e.session_id, flt.session_id)) if value is not None]
@@ -456,7 +497,8 @@ def _left_out(store: SqlStore, rows: list[dict[str, Any]], limit: int | None, ta
     (the newest ``limit``): the ones a limited listing left out (0 when it was not full)."""
     if limit is None or len(rows) < limit:
         return 0
-    query = select(func.count()).select_from(table).where(table.c.id < rows[0]["id"], *where)
+    query = sa.select(sa.func.count()).select_from(table).where(table.c.id < rows[0]["id"],
+                                                                 *where)
     with store.read() as conn:
         return int(conn.execute(query).scalar_one())
 
@@ -499,8 +541,8 @@ def messages(ctx: Context, status: str | None, item: str | None, session_id: int
     limit = _row_limit(limit, show_all)
     rows = queries.messages(ctx.store, status=status, item=item, session_id=session_id,
                             limit=limit)
-    h = message_header.c
-    left_out = _left_out(ctx.store, rows, limit, message_header, [
+    h = models.message_header.c
+    left_out = _left_out(ctx.store, rows, limit, models.message_header, [
         column == value for column, value in
         ((h.status, status), (h.target, item), (h.session_id, session_id)) if value is not None])
     if as_json:
@@ -712,8 +754,8 @@ def parse_since(text: str | None) -> datetime | None:
 def _safe_url(url: str) -> str:
     """The database URL without its password."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError):
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except (sa.exc.ArgumentError, ValueError):
         return "(the database URL, which is not a valid SQLAlchemy URL)"
 
 

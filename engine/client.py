@@ -10,7 +10,7 @@ import math
 import threading
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.clock import Clock, SystemClock, VirtualClock
 from engine.errors import CallFailed, CallTimedOut, ConfigurationError, MessageError
@@ -18,10 +18,14 @@ from engine.message import MAX_BODY_DEPTH, Message, decode_message, encode_reque
 from engine.otel import producer_span
 from engine.production import ProductionConfig, ProductionOutline
 from engine.store.completions import SAFETY_POLL
-from engine.store.models import FINAL_STATUSES
-from engine.store.sql import Accepted, MessageRow, SqlStore
+from engine.store.statuses import ENDED_STATUSES
 
-TERMINAL = (*FINAL_STATUSES, "Suspended")
+if TYPE_CHECKING:
+    from engine.store.hotpath import Accepted
+    from engine.store.rows import MessageRow
+    from engine.store.sql import SqlStore
+
+TERMINAL = ENDED_STATUSES
 # seconds between two looks at a waited-for message on a virtual clock, whose sleep runs the
 # harness's deliveries: the look after a target's delivery sees its end when it happens
 VIRTUAL_POLL = 0.05

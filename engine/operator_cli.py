@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import click
 
@@ -16,8 +16,12 @@ from engine import report
 from engine.cli_params import ROW_ID
 from engine.clock import utcnow
 from engine.production import ProductionOutline
-from engine.store import operator
-from engine.store.sql import SqlStore
+from engine.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from engine.store.sql import SqlStore
+
+operator = lazy_module("engine.store.operator")  # SQLAlchemy: only when a command runs
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([dhm])\s*$")
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60}

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import parse_qs, urlsplit
 
 from engine.errors import ConfigurationError
 from engine.otel import tracing_wanted
@@ -324,22 +325,21 @@ def absolute_sqlite_url(url: str, base: Path) -> str:
     """``url`` with the relative file path of an SQLite URL made absolute from ``base``
     (``sqlite:///encore.db`` read from ``/srv/prod/production.toml`` is
     ``sqlite:////srv/prod/encore.db``); every other URL — an absolute path, an in-memory
-    database, a ``file:`` URI, another database, text that is no URL — as it is."""
+    database, a ``file:`` URI, another database, text that is no URL — as it is. Read
+    without SQLAlchemy (``encore send`` never imports it)."""
     if not url.startswith("sqlite"):
         return url
-    from sqlalchemy.engine import make_url  # loaded already: engine.store.database uses it
-    from sqlalchemy.exc import ArgumentError
-
     try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError):
+        parts = urlsplit(url)
+    except ValueError:
         return url  # the command that connects says what is wrong with it
-    file = parsed.database
-    if (parsed.get_backend_name() != "sqlite" or file in (None, "", ":memory:")
-            or parsed.query.get("uri") or file.startswith("file:") or os.path.isabs(file)):
+    file = parts.path[1:] if parts.path.startswith("/") else parts.path
+    if (parts.scheme not in ("sqlite", "sqlite+pysqlite") or parts.netloc
+            or file in ("", ":memory:") or file.startswith("file:") or os.path.isabs(file)
+            or "uri" in parse_qs(parts.query)):
         return url
-    absolute = parsed.set(database=os.path.abspath(os.path.join(base, file)))
-    return absolute.render_as_string(hide_password=False)
+    absolute = os.path.abspath(os.path.join(base, file))
+    return f"{parts.scheme}:///{absolute}" + (f"?{parts.query}" if parts.query else "")
 
 
 def _read_items(raw_items: Any) -> tuple[ItemEntry, ...]:

@@ -16,7 +16,6 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.clock import utcnow
@@ -197,6 +196,8 @@ def parse_retry_after(value: str, *, unit: str = "seconds", now: datetime) -> fl
 
 def _date_delay(text: str, now: datetime) -> float | None:
     try:
+        from email.utils import parsedate_to_datetime  # only for an HTTP-date: not at start
+
         when = parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError, OverflowError):
         return None

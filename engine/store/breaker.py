@@ -16,7 +16,6 @@ callbacks everywhere) with :meth:`~engine.store.notify.Announcement.breaker`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -28,34 +27,13 @@ from engine.clock import as_utc
 from engine.errors import StoreError
 from engine.store.database import reason_of
 from engine.store.models import item_breaker
+from engine.store.breaker_row import CLOSED, HALF_OPEN, OPEN, BreakerRow
 from engine.store.notify import Announcement
 
 if TYPE_CHECKING:
     from engine.store.sql import SqlStore
 
 __all__ = ["CLOSED", "HALF_OPEN", "OPEN", "BreakerRow", "SqlBreakers"]
-
-CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
-
-
-@dataclass(frozen=True)
-class BreakerRow:
-    """An ``item_breaker`` row (timestamps aware UTC). ``open_until``: while ``open``, the
-    end of the open period; while ``half_open``, when the probe counts as lost."""
-
-    item: str
-    state: str
-    failures: int  # consecutive failed attempts counted while closed
-    open_until: datetime | None
-    probe_owner: str | None
-    updated_at: datetime
-    version: int = 0  # one more with every transition (their order in the database)
-
-    @classmethod
-    def closed(cls, item: str, now: datetime) -> BreakerRow:
-        return cls(item=item, state=CLOSED, failures=0, open_until=None, probe_owner=None,
-                   updated_at=now)
-
 
 class SqlBreakers:
     """The ``item_breaker`` table of one store (``store.breakers``)."""

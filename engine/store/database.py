@@ -1,12 +1,14 @@
-"""Database connections: SQLite (WAL, the embedded default) and PostgreSQL (psycopg)."""
+"""Database connections: SQLite (WAL, the embedded default) and PostgreSQL (psycopg).
+
+SQLAlchemy is imported where an engine is made, not with the module: the production file's
+reader and ``encore send`` name databases without it."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
-from sqlalchemy.pool import StaticPool
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 DEFAULT_DATABASE_URL = "sqlite:///encore.db"
 SQLITE_BUSY_TIMEOUT = 30  # seconds a writer waits for the write lock
@@ -25,6 +27,9 @@ def normalise_url(url: str) -> str:
 def create_db_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite gets WAL and ``BEGIN IMMEDIATE`` write transactions, so
     that writers queue on the busy timeout instead of failing on a lock upgrade."""
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.pool import StaticPool
+
     url = normalise_url(url)
     if not url.startswith("sqlite"):
         # No pre-ping: it would cost a round trip per transaction. A connection the server
@@ -46,6 +51,8 @@ def create_db_engine(url: str) -> Engine:
 
 def sqlite_file(url: str) -> str | None:
     """The file of an SQLite ``url``; None for an in-memory database or a ``file:`` URI."""
+    from sqlalchemy.engine import make_url
+
     parsed = make_url(url)
     if parsed.database in (None, "", ":memory:") or parsed.query.get("uri"):
         return None
@@ -68,13 +75,16 @@ def create_private_file(path: str) -> None:
         os.close(fd)
 
 
+# what every SQLite connection of the engine runs first
+SQLITE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON",
+                  f"busy_timeout={SQLITE_BUSY_TIMEOUT * 1000}")
+
+
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT * 1000}")
+    for pragma in SQLITE_PRAGMAS:
+        cursor.execute(f"PRAGMA {pragma}")
     cursor.close()
 
 

@@ -14,12 +14,12 @@ a directory of the system's temporary directory named after the database's real 
 """
 from __future__ import annotations
 
+import atexit
 import errno
 import hashlib
 import logging
 import os
 import socket
-import tempfile
 import threading
 from collections.abc import Callable, Iterable
 
@@ -40,6 +40,8 @@ def socket_directory(database: str) -> str:
     if len(os.fsencode(beside)) + 40 <= MAX_SOCKET_PATH:
         return beside
     digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:24]
+    import tempfile  # rarely needed: not at start
+
     return os.path.join(tempfile.gettempdir(), f"encore-{os.getuid()}-{digest}")
 
 
@@ -108,6 +110,7 @@ class Doorbell:
             self._thread = threading.Thread(target=self._hear, args=(receiver, on_note),
                                             daemon=True, name="sqlite-doorbell")
             self._thread.start()
+        atexit.register(self.close)  # a process that exits without dispose() tidies up
 
     def _hear(self, receiver: socket.socket, on_note: Callable[[Announcement], object]) -> None:
         while not self._stop.is_set():
@@ -137,6 +140,7 @@ class Doorbell:
             receiver.close()
         if path is not None:
             _remove(path)
+        atexit.unregister(self.close)
 
     @property
     def listening(self) -> bool:
@@ -154,6 +158,7 @@ def _sender() -> socket.socket:
             if _SENDER is None:
                 sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
                 sender.setblocking(False)
+                atexit.register(sender.close)
                 _SENDER = sender
     return _SENDER
 

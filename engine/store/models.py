@@ -6,6 +6,8 @@ from typing import Any
 from sqlalchemy import (BigInteger, Boolean, Column, DateTime, Float, ForeignKey, Index,
                         Integer, MetaData, String, Table, Text, text)
 
+from engine.store.statuses import FINAL_STATUSES, MESSAGE_STATUSES  # noqa: E402 - re-exported
+
 metadata = MetaData()
 
 # BigInteger ids on PostgreSQL; SQLite only auto-increments a plain INTEGER primary key.
@@ -19,9 +21,6 @@ def _where(condition: str) -> dict[str, Any]:
 
 
 EVENT_TYPES = ("Assert", "Error", "Warning", "Info", "Trace", "Alert")
-MESSAGE_STATUSES = ("Created", "Queued", "Delivered", "Completed", "Error", "Suspended",
-                    "Discarded", "Aborted", "Deferred")
-FINAL_STATUSES = ("Completed", "Error", "Discarded", "Aborted")
 ATTEMPT_OUTCOMES = ("ok", "timeout", "connect_error", "reset", "http_status", "fault", "error")
 
 event_log = Table(

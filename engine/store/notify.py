@@ -29,9 +29,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, func, select
-
 if TYPE_CHECKING:
+    from sqlalchemy import Connection, Engine
+
     from engine.store.doorbell import Doorbell
 
 log = logging.getLogger(__name__)
@@ -139,6 +139,8 @@ class QueueAnnouncer:
     def notify(self, conn: Connection, news: Iterable[Announcement]) -> None:
         """Inside a transaction: NOTIFY every listener (PostgreSQL) once it commits."""
         if self.postgres:
+            from sqlalchemy import func, select
+
             for note in _unique(news):
                 conn.execute(select(func.pg_notify(note.channel, note.to_json())))
 

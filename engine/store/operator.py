@@ -21,6 +21,7 @@ from engine.errors import OperatorError
 from engine.store.models import (FINAL_STATUSES, event_log, message_attempt,
                                  message_header)
 from engine.store.notify import done_announcements
+from engine.store.statuses import ENDED_STATUSES
 from engine.store.sql import MessageRow, SqlStore
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 RESENDABLE_STATUSES = (*FINAL_STATUSES, "Suspended")
 SUSPENDABLE_STATUSES = ("Queued",)
 DISCARDABLE_STATUSES = ("Queued", "Suspended")
-ENDING_STATUSES = (*FINAL_STATUSES, "Suspended")  # what a waiter waits for
+ENDING_STATUSES = ENDED_STATUSES  # what a waiter waits for
 RESEND_SOURCE_PREFIX = "resend:"  # message_header.source of a resent copy: "resend:<original id>"
 PURGE_BATCH = 500  # requests deleted per transaction, so a daemon is never blocked for long
 _SOURCE_CLASS = "Operator"

@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, case, func, select, tuple_, update
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.pool import StaticPool
 
 from engine.clock import as_utc, utcnow
 from engine.errors import ClaimLost, StoreError
@@ -72,7 +73,8 @@ class SqlStore:
         self._hearers = 0  # hear_other_processes() calls not undone
         driver_error = self.engine.dialect.loaded_dbapi.Error
         hot = PostgresHotPath if self.is_postgres else SqliteHotPath
-        self._hot: HotPath = hot(self.engine, lambda exc: isinstance(exc, driver_error))
+        self._hot: HotPath = hot(self.engine, lambda exc: isinstance(exc, driver_error),
+                                 shared=isinstance(self.engine.pool, StaticPool))
         self._hot.on_waited_done = self._announce_done_after_commit
         # durable intakes that arrive together (the portal's threads, processes) share one
         # commit; a caller alone commits at once

@@ -3,18 +3,19 @@ pool of driver connections of one store."""
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
-
-from sqlalchemy import Engine
-from sqlalchemy.pool import StaticPool
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import StoreError
 from engine.store.database import reason_of
 from engine.store.rows import MessageRow
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 MAX_IDLE_CONNECTIONS = 8  # driver connections kept open between steps, per store
 _NO_ID = 2**62  # larger than any id: "no limit" in the FIFO head probe
@@ -129,14 +130,20 @@ class HotPath:
 
     paramstyle_named = re.compile(r"(?<!:):(\w+)")
 
-    def __init__(self, engine: Engine, translate: Callable[[BaseException], bool]) -> None:
+    def __init__(self, engine: Engine, translate: Callable[[BaseException], bool], *,
+                 shared: bool = False) -> None:
+        """``engine``: what hands out driver connections (``raw_connection()``, as an
+        SQLAlchemy engine does); ``shared``: it holds one connection for everyone (an
+        in-memory database)."""
         self._engine = engine
         self.on_waited_done: Callable[[list[int]], object] = lambda ids: None
         self._is_driver_error = translate
         # idle connections by durability: commits that wait for the disk, and those that do
         # not (lists: append and pop are atomic, and cost no lock, unlike a queue.Queue's)
         self._idle: dict[bool, list[Any]] = {True: [], False: []}
-        self._shared = isinstance(engine.pool, StaticPool)  # one in-memory database
+        # a store dropped without dispose() closes its connections when it is collected
+        weakref.finalize(self, _close_all, self._idle)
+        self._shared = shared  # one in-memory database
 
     # -- connections ---------------------------------------------------------------------
     def _new_connection(self, durable: bool) -> Any:
@@ -185,9 +192,7 @@ class HotPath:
             raise
 
     def dispose(self) -> None:
-        for idle in self._idle.values():
-            while idle:
-                _close(idle.pop())
+        _close_all(self._idle)
 
     # -- steps (per dialect) ---------------------------------------------------------------
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
@@ -238,6 +243,12 @@ class HotPath:
         """:meth:`complete_many`, then :meth:`claim` (keyword arguments as it takes them)."""
         done = self.complete_many(completions, now=now) if completions else []
         return done, self.claim(now=now, **claim)
+
+
+def _close_all(idle: dict[bool, list[Any]]) -> None:
+    for connections in idle.values():
+        while connections:
+            _close(connections.pop())
 
 
 def _close(conn: Any) -> None:

@@ -5,9 +5,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Any
-
-from sqlalchemy import Engine
+from typing import TYPE_CHECKING, Any
 
 from engine.store.hotpath.base import (
     _CLAIM_SET,
@@ -24,6 +22,9 @@ from engine.store.hotpath.base import (
     Intake,
 )
 from engine.store.rows import MessageRow
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 
 def _sqlite_time(value: datetime | None) -> str | None:
@@ -78,8 +79,9 @@ class SqliteHotPath(HotPath):
                  ":session_id, :source, :target, 'response', :body_class, :body, 'Completed', "
                  "0, :now, :now, :now, :request_id, 0, 0, 0)")
 
-    def __init__(self, engine: Engine, translate: Callable[[BaseException], bool]) -> None:
-        super().__init__(engine, translate)
+    def __init__(self, engine: Engine, translate: Callable[[BaseException], bool], *,
+                 shared: bool = False) -> None:
+        super().__init__(engine, translate, shared=shared)
         # This process's hot-path writers queue here rather than on SQLite's busy handler,
         # which sleeps and retries: a producer committing in a loop would starve the
         # dispatcher's claims for as long as it runs.
