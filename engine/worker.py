@@ -246,7 +246,7 @@ class MessageWorker:
                 and not self.store.events.held()):
             self.defer(Completion(row.id, row.claim_token, outcome.attempt_id,
                                   outcome.started_at, outcome.ended_at, outcome.server,
-                                  body_class, body))
+                                  body_class, body, urgent=row.waited))
         else:
             end = AttemptEnd(outcome.attempt_id, outcome.ended_at, outcome.server) \
                 if judgement.attempt_open else None
