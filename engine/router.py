@@ -15,7 +15,8 @@ first rule it matches (DESIGN.md §10).
     default_target = "Payments"      # when no rule matches; "" = the message ends in Error
 
 The rules (:mod:`engine.rules`) are checked when the production loads: an unknown operator,
-a rule without a target, a bad regular expression or a target that is not an item of the
+a rule without a target, a bad regular expression (one RE2, the linear-time engine rules run
+on, cannot run: a backreference, lookaround) or a target that is not an item of the
 production is refused, naming the item and the rule. The router's response is the target's
 response; a target that fails makes the router's message fail with its error text.
 """

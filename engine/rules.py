@@ -14,21 +14,42 @@ the body, even with a null value; false: it is not). A path segment that is a nu
 indexes a list (``lines.0.sku``). Every operator but ``exists`` is false when the path is
 not in the body. Values compare as JSON does: ``true`` never equals ``1``; ``1`` equals
 ``1.0``. Nothing in a rule is evaluated as code.
+
+``matches`` runs on RE2 (the ``google-re2`` package), whose matching takes time linear in
+the text, whatever the pattern (DESIGN.md §8): no body can make a rule backtrack for ever
+and freeze the daemon, as ``^(a+)+$`` does to Python's ``re``. A pattern RE2 cannot run
+(backreferences, lookaround) is refused at load, naming the rule. A rule looks at the first
+:data:`MATCH_PREFIX` characters of a string only.
 """
 from __future__ import annotations
 
 import difflib
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import re2
 
 OPERATORS = ("equals", "not_equals", "in", "greater_than", "less_than", "matches", "exists")
 RULE_KEYS = ("field", "target", *OPERATORS)
 
 _MISSING: Any = object()  # a path that is not in the body
 Scalar = str | int | float | bool
+
+# Characters of a string value a ``matches`` rule looks at (64 Ki): a longer value is
+# matched on this prefix only, where ``$`` then matches. With RE2's linear time, this bounds
+# what one rule can cost per value.
+MATCH_PREFIX = 65536
+
+
+def _regex_options() -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False  # a refused pattern is reported once, by us, naming the rule
+    return options
+
+
+_OPTIONS = _regex_options()
 
 
 @dataclass(frozen=True)
@@ -108,8 +129,15 @@ _TESTS: dict[str, Callable[[Any, Any], bool]] = {
     "in": lambda value, operand: any(_same(value, o) for o in operand),
     "greater_than": _ordered(lambda a, b: a > b),
     "less_than": _ordered(lambda a, b: a < b),
-    "matches": lambda value, pattern: isinstance(value, str) and pattern.search(value) is not None,
+    "matches": lambda value, pattern: isinstance(value, str) and _search(pattern, value),
 }
+
+
+def _search(pattern: Any, value: str) -> bool:
+    """RE2 search of the first MATCH_PREFIX characters of ``value`` (as UTF-8; a lone
+    surrogate, which JSON allows, is passed through rather than raising)."""
+    text = value[:MATCH_PREFIX].encode("utf-8", "surrogatepass")
+    return pattern.search(text) is not None
 
 
 # -- parsing -------------------------------------------------------------------------------
@@ -171,10 +199,7 @@ def _parse_operand(label: str, operator: str, operand: Any) -> Any:
     if operator == "matches":
         if not isinstance(operand, str):
             raise ValueError(f"{where} must be a regular expression (a string)")
-        try:
-            return re.compile(operand)
-        except re.error as exc:
-            raise ValueError(f"{where}: bad regular expression {operand!r}: {exc}") from exc
+        return _compile(where, operand)
     if operator == "in":
         if not isinstance(operand, (list, tuple)) or not operand:
             raise ValueError(f"{where} must be a non-empty list of values")
@@ -183,6 +208,21 @@ def _parse_operand(label: str, operator: str, operand: Any) -> Any:
         if isinstance(operand, bool) or not isinstance(operand, (int, float, str)):
             raise ValueError(f"{where} must be a number or a string, got {operand!r}")
     return _scalar(where, operand)
+
+
+def _compile(where: str, pattern: str) -> Any:
+    """``pattern`` compiled by RE2; ValueError naming the rule and the pattern when RE2
+    cannot run it (bad syntax, or a feature that needs backtracking)."""
+    try:
+        return re2.compile(pattern, _OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise ValueError(
+            f"{where}: bad regular expression {pattern!r}: {reason}. Rules use RE2 syntax, "
+            "which matches in linear time: no backreferences (\\1) and no lookaround "
+            "((?=...), (?!...), (?<=...), (?<!...)); \\z, not \\Z, ends the text") from None
 
 
 def _scalar(where: str, value: Any) -> Scalar:
