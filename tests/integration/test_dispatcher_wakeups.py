@@ -90,3 +90,37 @@ def test_work_committed_just_after_the_claim_looked_still_wakes_it(store: SqlSto
     d.wakeup.clear()
     d.tick()
     assert handed_out(d) == late
+
+
+def test_work_someone_waits_for_ends_a_linger_and_is_claimed_at_once(store: SqlStore) -> None:
+    clock = VirtualClock()
+    d = dispatcher(store, clock)
+    first = produce(store, d, 2)
+    d.tick()  # claims both, fewer than it asked for: it lingers
+    assert handed_out(d) == first
+    d.finished(first[0], 0.001)
+    d.finished(first[1], 0.001)
+    d.wakeup.clear()
+    waited = store.accept(target="A", body_class=None, body="{}", waited=True).id
+    d.announce(urgent=True)
+    assert d.wakeup.is_set()
+    d.tick()  # no virtual time has passed: the linger was cut short
+    assert handed_out(d) == [waited]
+
+
+def test_a_success_someone_waits_for_is_committed_at_the_next_step(store: SqlStore) -> None:
+    from engine.store.hotpath import Completion
+
+    clock = VirtualClock()
+    d = dispatcher(store, clock, pool_size=2)
+    (mid,) = produce(store, d, 1)
+    d.tick()
+    (claimed,) = [d.work.get()[1]]  # type: ignore[index]
+    d.wakeup.clear()
+    now = clock.now()
+    d.defer(Completion(mid, claimed.row.claim_token, claimed.begun or 0, now, now, None, None,
+                       '{"ok": true}', urgent=True))
+    assert d.wakeup.is_set()  # not after the 20 ms group-commit window
+    assert d.tick() >= 0
+    row = store.get_message(mid)
+    assert row is not None and row.status == "Completed"
