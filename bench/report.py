@@ -50,6 +50,14 @@ TARGETS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     # Seconds: a whole `encore send` process, and a bare `python -c pass` beside it.
     "cli_send_s": ("≤ 0.35", lambda v: v <= 0.35),
     "python_pass_s": ("informational", lambda v: True),
+    # Issue 27 (bench/pool.py): more workers must never mean fewer messages. No-op drains
+    # (queue filled first) with pool_size = 4 ÷ pool_size = 1, same database, same run.
+    "noop_pool4_ratio": ("≥ 1.0", lambda v: v >= 1.0),
+    "noop_pool4_ratio_pg": ("≥ 1.0", lambda v: v >= 1.0),
+    # HttpOperation pool 4 against a 2 ms loopback service ÷ bare requests with 4 threads.
+    "pool4_fast_ratio": ("≥ 0.85", lambda v: v >= 0.85),
+    # Encore's pool 4 no-op drain (SQLite) ÷ dramatiq with 4 threads on RabbitMQ.
+    "dramatiq_noop_pool4_ratio": ("≥ 1.5", lambda v: v >= 1.5),
 }
 # Targets that also compare a key with another key of the same run:
 # key → (the other key, predicate on (value, other value)). The verdict needs both, so it is

@@ -1,6 +1,7 @@
 """Encore's benchmarks (issue 8): the engine against bare clients and its own limits.
 
     python bench/run.py [--quick] [--json] [--pg-url URL] [--only NAME ...] [--profile]
+                        [--profile-pool]
 
 Starts its own loopback servers (a SOAP service and plain HTTP servers, in a child process),
 runs every scenario and prints a table of figures against their targets. ``--json`` prints
@@ -11,7 +12,9 @@ issue 21 take that long to collect). PostgreSQL scenarios use ``--pg-url`` or
 ``$ENCORE_BENCH_POSTGRES_URL``, a database the benchmark may wipe. ``--profile`` profiles
 the no-op and SOAP daemon paths instead: a census of the database work per message, the
 cost of a commit and py-spy profiles of the dispatcher and worker threads (see
-bench/profile.py). BENCHMARKS.md has the figures and how they were obtained.
+bench/profile.py). ``--profile-pool`` profiles pool_size 1, 2, 4 and 16 on a no-op item and
+a 2 ms loopback service (issue 27, bench/pool_profile.py). BENCHMARKS.md has the figures and
+how they were obtained.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # first, as it does for the `encore run` subprocesses (PYTHONPATH).
 sys.path.insert(0, str(ROOT))
 
-from bench import celery_peer, drain, harness, intake_http, latency, limits, throughput
+from bench import celery_peer, drain, harness, intake_http, latency, limits, pool, throughput
 from bench.report import KEYS, Outcome, table
 from bench.servers import ServerProcess
 
@@ -37,7 +40,10 @@ SCENARIOS = ("overhead", "noop", "drain", "drain_pg", "intake", "intake_http", "
              "timing", "parked", "parked16", "pg_two", "deadline",
              # issue 21: answers (bench/latency.py), concurrent HTTP intake, the Celery peer
              # (after "latency": sync_vs_celery needs both) and the CLI's start
-             "latency", "latency_pg", "intake_http16", "celery", "cli")
+             "latency", "latency_pg", "intake_http16", "celery", "cli",
+             # issue 27 (bench/pool.py): pool 4 ÷ pool 1 no-op drains (SQLite, PostgreSQL),
+             # pool 4 against a 2 ms service ÷ bare requests, pool 4 ÷ dramatiq on RabbitMQ
+             "pool4", "pool4_fast", "dramatiq")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -51,6 +57,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true",
                         help="profile the no-op and SOAP daemon paths instead (census, "
                              "commit costs, py-spy)")
+    parser.add_argument("--profile-pool", action="store_true",
+                        help="profile pool_size 1, 2, 4 and 16 instead (issue 27: msg/s, CPU "
+                             "per thread, context switches, claims and commits per message; "
+                             "see bench/pool_profile.py)")
     parser.add_argument("-v", "--verbose", action="store_true", help="engine logs to stderr")
     return parser.parse_args(argv)
 
@@ -58,6 +68,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run_scenarios(args: argparse.Namespace, pg_url: str | None) -> Outcome:
     sizes = throughput.QUICK if args.quick else throughput.FULL
     answers = latency.QUICK if args.quick else latency.FULL
+    pools = pool.QUICK if args.quick else pool.FULL
     wanted = set(args.only or SCENARIOS)
     total = Outcome()
     with ServerProcess() as servers, harness.workdir() as work:
@@ -80,6 +91,9 @@ def run_scenarios(args: argparse.Namespace, pg_url: str | None) -> Outcome:
             "intake_http16": lambda: intake_http.intake_http16(work, sizes.intake),
             "celery": lambda: celery_peer.celery(work, answers.roundtrips),
             "cli": lambda: latency.cli(work),
+            "pool4": lambda: pool.noop_pool4(work, pools, pg_url),
+            "pool4_fast": lambda: pool.pool4_fast(work, urls, pools),
+            "dramatiq": lambda: pool.dramatiq(work, pools),
         }
         for name in SCENARIOS:
             if name not in wanted:
@@ -121,14 +135,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.CRITICAL,
                         stream=sys.stderr)
     pg_url = args.pg_url or os.environ.get(PG_ENV) or None
+    if args.profile_pool:
+        from bench import pool_profile
+        print(pool_profile.run(quick=args.quick))
+        return 0
     if args.profile:
         from bench import profile
         print(profile.run(quick=args.quick, pg_url=pg_url))
         return 0
     if pg_url is None:
         print(f"[bench] no PostgreSQL: noop_msgs_per_s_pg, noop_drain_msgs_per_s_pg, "
-              f"pgqueuer_drain_ratio, pg_two_daemon_ratio, sync_roundtrip_ms_p50_pg and "
-              f"pickup_ms_p50_pg are null (pass --pg-url or set {PG_ENV})", file=sys.stderr)
+              f"pgqueuer_drain_ratio, pg_two_daemon_ratio, sync_roundtrip_ms_p50_pg, "
+              f"pickup_ms_p50_pg and noop_pool4_ratio_pg are null (pass --pg-url or set {PG_ENV})", file=sys.stderr)
     t0, load0 = time.monotonic(), _loadavg()
     outcome = run_scenarios(args, pg_url)
     footer = (f"{'quick' if args.quick else 'full'} run, {time.monotonic() - t0:.0f} s; "
