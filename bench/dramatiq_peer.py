@@ -49,11 +49,12 @@ def unavailable() -> str | None:
         return "dramatiq[rabbitmq] is not installed (pip install -e '.[bench]')"
     import pika  # noqa: PLC0415
 
+    params = pika.URLParameters(_url())
     try:
-        pika.BlockingConnection(pika.URLParameters(_url())).close()
+        pika.BlockingConnection(params).close()
     except Exception as exc:  # noqa: BLE001 - any failure to connect means no broker
-        return (f"RabbitMQ is not reachable at 127.0.0.1:5672 ({type(exc).__name__}: {exc}); "
-                "start it with `rabbitmq-server -detached`")
+        return (f"RabbitMQ is not reachable at {params.host}:{params.port} "
+                f"({type(exc).__name__}: {exc}); start it with `rabbitmq-server -detached`")
     return None
 
 
