@@ -754,7 +754,7 @@ def parse_since(text: str | None) -> datetime | None:
 def _safe_url(url: str) -> str:
     """The database URL without its password."""
     try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
+        return sa.engine.make_url(normalise_url(url)).render_as_string(hide_password=True)
     except (sa.exc.ArgumentError, ValueError):
         return "(the database URL, which is not a valid SQLAlchemy URL)"
 

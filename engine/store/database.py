@@ -5,7 +5,10 @@ reader and ``encore send`` name databases without it."""
 from __future__ import annotations
 
 import os
+import re
+import select
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -16,12 +19,141 @@ READ_ONLY = "encore_read_only"  # execution option of connections that only read
 SQLITE_FILE_MODE = 0o600  # a new SQLite database: readable and writable by its owner only
 
 
+# What Encore gives libpq unless the URL says otherwise (docs/scale-out.md, "PostgreSQL with a
+# standby"): a server that is gone — its machine, not only its process — is given up within
+# seconds, so that the next host of a multi-host URL is tried and a connection to it is
+# never waited on for minutes.
+POSTGRES_DEFAULTS = {
+    "connect_timeout": "5",  # seconds to connect, for each host in turn
+    "keepalives": "1",  # an idle connection (the LISTEN one) learns of a dead peer in ~9 s
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "2",
+    "tcp_user_timeout": "10000",  # ms sent data may stay unacknowledged: the peer is gone
+}
+# ... and with several hosts: only the one that takes writes (never a standby)
+MULTI_HOST_DEFAULTS = {"target_session_attrs": "read-write"}
+POSTGRES_SCHEME = "postgresql+psycopg"
+READ_ONLY_SQLSTATE = "25006"  # read_only_sql_transaction: a standby, or a demoted primary
+_HOST_PORT = re.compile(r"^([a-zA-Z0-9\-.]*)(?::(\d*))?$")  # SQLAlchemy's own test of h:p
+
+
 def normalise_url(url: str) -> str:
-    """Accept plain ``postgresql://`` and map it to the psycopg 3 driver."""
+    """Accept plain ``postgresql://`` and map it to the psycopg 3 driver; libpq's multi-host
+    authority (``postgresql://u@h1:5432,h2:5432/db``, which SQLAlchemy cannot parse) becomes
+    SQLAlchemy's documented form, ``postgresql+psycopg://u@/db?host=h1:5432&host=h2:5432``."""
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
-    return url
+            url = f"{POSTGRES_SCHEME}://" + url[len(prefix):]
+            break
+    return _hosts_to_query(url) if url.startswith(f"{POSTGRES_SCHEME}://") else url
+
+
+def _hosts_to_query(url: str) -> str:
+    """``url`` with several hosts in its authority moved to ``host`` query parameters;
+    any other URL (one host, IPv6 addresses, hosts in the query already) as it is."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    query = parse_qs(parts.query)
+    if "," not in hosts or "[" in hosts or "host" in query or "port" in query:
+        return url  # both forms at once: SQLAlchemy refuses it in its own words
+    params = "&".join(f"host={quote(h, safe=':')}" for h in hosts.split(","))
+    return (f"{parts.scheme}://{userinfo}{at}{parts.path or '/'}?{params}"
+            + (f"&{parts.query}" if parts.query else ""))
+
+
+def _host_count(hosts: Any) -> int:
+    """How many hosts a URL's ``host`` query value (a string, a tuple, None) names."""
+    if not hosts:
+        return 1
+    if isinstance(hosts, str):
+        return len(hosts.split(","))
+    return sum(len(h.split(",")) for h in hosts)
+
+
+def postgres_defaults(given: Any, hosts: int) -> dict[str, str]:
+    """The connection settings of :data:`POSTGRES_DEFAULTS` (and, for several ``hosts``,
+    :data:`MULTI_HOST_DEFAULTS`) that ``given`` (the URL's query keys) does not set."""
+    wanted = {**POSTGRES_DEFAULTS, **(MULTI_HOST_DEFAULTS if hosts > 1 else {})}
+    return {key: value for key, value in wanted.items() if key not in given}
+
+
+def libpq_conninfo(url: str) -> str | None:
+    """libpq's keyword/value connection string for a PostgreSQL ``url``, read as
+    SQLAlchemy's psycopg dialect reads it — user, password, database, the hosts and ports of
+    either multi-host form (``?host=h1:p1&host=h2:p2``, ``?host=h1,h2&port=p1,p2``, libpq's
+    ``h1:p1,h2:p2`` authority), every other query option passed on — with
+    :func:`postgres_defaults`; without SQLAlchemy (``encore send``). None for any other URL
+    and for one it does not read with certainty (both forms at once, an option twice):
+    the caller then hands it to SQLAlchemy, which says what is wrong."""
+    url = normalise_url(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme != POSTGRES_SCHEME or parts.fragment:
+        return None
+    query = parse_qs(parts.query, keep_blank_values=True)
+    if any(len(values) > 1 for key, values in query.items() if key != "host"):
+        return None
+    params = {key: values[0] for key, values in query.items() if key != "host"}
+    if "host" in query:
+        if parts.hostname or port is not None:
+            return None  # a host in the authority and in the query
+        hosts = query["host"]
+        if len(hosts) > 1 or (":" in hosts[0] and "port" not in params):
+            if "port" in params:
+                return None  # SQLAlchemy: "Can't mix 'multihost' formats together"
+            pairs = [_HOST_PORT.match(h) for h in hosts]
+            if not all(pairs):
+                return None
+            params["host"] = ",".join(m.group(1) for m in pairs if m)
+            ports = ",".join(m.group(2) or "" for m in pairs if m)
+            if ports:  # as SQLAlchemy does: "," for two hosts on the default port
+                params["port"] = ports
+        else:
+            params["host"] = hosts[0]
+    elif parts.hostname:
+        if "%" in parts.netloc.rpartition("@")[2]:
+            return None  # an encoded socket path: SQLAlchemy's to read
+        params["host"] = parts.hostname
+        if port is not None:
+            params["port"] = str(port)
+    if parts.username:
+        params["user"] = unquote(parts.username)
+    if parts.password is not None:
+        params["password"] = unquote(parts.password)
+    if parts.path[1:]:
+        params["dbname"] = unquote(parts.path[1:])
+    params.update(postgres_defaults(params, _host_count(params.get("host"))))
+    return " ".join(f"{key}='{_conninfo_quote(value)}'" for key, value in params.items())
+
+
+def _conninfo_quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def connection_looks_dead(conn: Any) -> bool:
+    """True if the idle PostgreSQL driver connection ``conn`` is closed, broken, or has
+    something to read: from an idle session that can only be the server's goodbye (it was
+    stopped, crashed or was killed; its machine answered for it). A look at the socket, no
+    round trip; a connection without one (SQLite) never looks dead."""
+    if getattr(conn, "closed", False) or getattr(conn, "broken", False):
+        return True
+    fileno = getattr(conn, "fileno", None)
+    if fileno is None or not hasattr(select, "poll"):
+        return False
+    try:
+        fd = fileno()
+    except Exception:  # noqa: BLE001 - closed under our feet
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))
 
 
 def create_db_engine(url: str) -> Engine:
@@ -32,10 +164,8 @@ def create_db_engine(url: str) -> Engine:
 
     url = normalise_url(url)
     if not url.startswith("sqlite"):
-        # No pre-ping: it would cost a round trip per transaction. A connection the server
-        # dropped fails one transaction (the worker retries) and SQLAlchemy then refreshes the
-        # pool.
-        return create_engine(url, pool_size=10, max_overflow=20)
+        return _postgres_engine(url) if url.startswith(POSTGRES_SCHEME) else create_engine(
+            url, pool_size=10, max_overflow=20)
     kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False,
                                                "timeout": SQLITE_BUSY_TIMEOUT}}
     if url in ("sqlite://", "sqlite:///:memory:"):
@@ -47,6 +177,55 @@ def create_db_engine(url: str) -> Engine:
     event.listen(engine, "connect", _sqlite_on_connect)
     event.listen(engine, "begin", _sqlite_on_begin)
     return engine
+
+
+def _postgres_engine(url: str) -> Engine:
+    """A PostgreSQL engine that leaves a dead server or a read-only one behind by itself
+    (docs/scale-out.md, "PostgreSQL with a standby"):
+
+    - no pre-ping (a round trip per transaction); instead a pooled connection is looked at
+      as it is checked out (:func:`connection_looks_dead`: its socket, no round trip), and one
+      found dead invalidates the whole pool — its peers went with the same server;
+    - an error that says the session is read-only (a standby) counts as a disconnect, so the
+      pool is invalidated there too and new connections find the primary;
+    - durable commits wait for the synchronous standby: a session whose server default is
+      ``synchronous_commit = off`` or ``local`` is set to ``on`` (commits that need not wait
+      turn it off themselves);
+    - :func:`postgres_defaults` for what the URL leaves unsaid (timeouts, keepalives, and
+      ``target_session_attrs=read-write`` for several hosts).
+    """
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    defaults = postgres_defaults(parsed.query, _host_count(parsed.query.get("host")))
+    engine = create_engine(parsed, pool_size=10, max_overflow=20, connect_args=defaults)
+    event.listen(engine, "connect", _postgres_on_connect)
+    event.listen(engine, "checkout", _postgres_on_checkout)
+    event.listen(engine, "handle_error", _postgres_on_error)
+    return engine
+
+
+def _postgres_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("SELECT set_config('synchronous_commit', 'on', false) "
+                       "WHERE current_setting('synchronous_commit') IN ('off', 'local')")
+    finally:
+        cursor.close()
+    dbapi_connection.commit()
+
+
+def _postgres_on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    if connection_looks_dead(dbapi_connection):
+        from sqlalchemy.exc import InvalidatePoolError
+
+        raise InvalidatePoolError("the server closed a pooled connection")
+
+
+def _postgres_on_error(context: Any) -> None:
+    if getattr(context.original_exception, "sqlstate", None) == READ_ONLY_SQLSTATE:
+        context.is_disconnect = True  # a standby: drop the pool, connect afresh
 
 
 def sqlite_file(url: str) -> str | None:

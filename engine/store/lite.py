@@ -16,11 +16,12 @@ import os
 import sqlite3
 from datetime import datetime
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import migrations
 from engine.clock import utcnow
-from engine.store.database import SQLITE_BUSY_TIMEOUT, SQLITE_PRAGMAS, create_private_file
+from engine.store.database import (SQLITE_BUSY_TIMEOUT, SQLITE_PRAGMAS, create_private_file,
+                                   libpq_conninfo)
 from engine.store.doorbell import Doorbell
 from engine.store.hotpath import Accepted, HotPath, PostgresHotPath, SqliteHotPath
 from engine.store.notify import Announcement
@@ -85,11 +86,14 @@ class LiteIntake:
             self._hot: HotPath = SqliteHotPath(_Connector(lambda: _sqlite(path)),
                                                lambda exc: isinstance(exc, sqlite3.Error))
         elif scheme in POSTGRES_SCHEMES:
-            if len(parse_qs(urlsplit(url).query).get("host", ())) > 1:
-                raise NotLite(url)  # several hosts: SQLAlchemy's form, not libpq's
+            # the URL as SQLAlchemy reads it (one host or several, in either form), with the
+            # full store's connection defaults; a URL it cannot read for certain is the
+            # full store's
+            conninfo = libpq_conninfo(url)
+            if conninfo is None:
+                raise NotLite(url)
             import psycopg
 
-            conninfo = "postgresql" + url[len(scheme):]
             self.is_postgres = True
             self._hot = PostgresHotPath(_Connector(lambda: psycopg.connect(conninfo)),
                                         lambda exc: isinstance(exc, psycopg.Error))

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import StoreError
-from engine.store.database import reason_of
+from engine.store.database import connection_looks_dead, reason_of
 from engine.store.rows import MessageRow
 
 if TYPE_CHECKING:
@@ -152,7 +152,11 @@ class HotPath:
         raw = self._engine.raw_connection()
         conn = raw.driver_connection
         raw.detach()
-        self._prepare(conn, durable)
+        try:
+            self._prepare(conn, durable)
+        except BaseException:
+            _close(conn)  # detached: nobody else would close it
+            raise
         return conn
 
     def _prepare(self, conn: Any, durable: bool) -> None:
@@ -169,14 +173,23 @@ class HotPath:
                 raw.close()
             return
         idle = self._idle[durable]
-        try:
-            conn = idle.pop()
-        except IndexError:
-            conn = self._guard(lambda: self._new_connection(durable))
+        conn = None
+        while conn is None:
+            try:
+                conn = idle.pop()
+            except IndexError:
+                conn = self._guard(lambda: self._new_connection(durable))
+            else:
+                if connection_looks_dead(conn):  # its server went away (a failover)
+                    _close(conn)
+                    conn = None
         try:
             yield conn
         except BaseException:
+            lost = getattr(conn, "broken", False)  # psycopg: the server is gone
             _close(conn)  # its state is unknown: never reuse it
+            if lost:  # the idle ones went with the same server: connect afresh
+                _close_all(self._idle)
             raise
         if len(idle) < MAX_IDLE_CONNECTIONS:
             idle.append(conn)
