@@ -12,7 +12,7 @@ from adapters.base import OutboundAdapter
 from adapters.deadline import TryScope
 from adapters.failover import join_path, rebase
 from adapters.session import (ItemSession, classify_transport_error, exact_text, lossy_text,
-                              status_error)
+                              retry_after_note, status_error)
 from adapters.settings import COMMON_SETTINGS, REDIRECT_SETTINGS, AdapterSettings, http_url
 from engine.clock import Clock
 from engine.errors import AdapterError, AdapterNotReady, ConfigurationError, HttpStatusError
@@ -264,6 +264,7 @@ def redirect_error(response: requests.Response, url: str, location: str, why: st
     when its status is in ``retry_on_status``."""
     status = response.status_code
     text = f"HTTP {status} {response.reason or ''} from {url}".replace("  ", " ")
+    text += retry_after_note(response.headers)
     text += f" redirects to {location}: {why}" if location else f": {why}"
     return HttpStatusError(text, code=str(status), status_code=status,
                            headers=dict(response.headers), retryable=status in retry_on_status)

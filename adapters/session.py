@@ -152,10 +152,25 @@ def status_error(response: requests.Response, retry_on_status: Collection[int],
     status = response.status_code
     snippet = text_of(response)[:SNIPPET_CHARS].strip()
     text = f"HTTP {status} {response.reason or ''} from {url}".replace("  ", " ")
+    text += retry_after_note(response.headers)
     if snippet:
         text += f": {snippet}"
     return HttpStatusError(text, code=str(status), status_code=status,
                            headers=dict(response.headers), retryable=status in retry_on_status)
+
+
+def retry_after_note(headers: Mapping[str, str] | None) -> str:
+    """`` (Retry-After: V)`` with the value ``V`` as the server sent it (at most
+    :data:`SNIPPET_CHARS` characters), for an error's text; "" without the header. What the
+    retry policy makes of it (bounded by ``backoff_base`` and ``backoff_max``) shows in
+    the next attempt's time."""
+    for name, value in (headers or {}).items():
+        if str(name).lower() == "retry-after":
+            shown = str(value).strip()
+            if len(shown) > SNIPPET_CHARS:
+                shown = shown[:SNIPPET_CHARS] + "…"
+            return f" (Retry-After: {shown})"
+    return ""
 
 
 def text_of(response: requests.Response) -> str:

@@ -32,7 +32,7 @@ from zeep.wsse.username import UsernameToken
 from adapters.base import InvalidRequest, OutboundAdapter
 from adapters.deadline import TryScope, try_scope
 from adapters.failover import rebase
-from adapters.session import ItemSession, classify_transport_error, describe
+from adapters.session import ItemSession, classify_transport_error, describe, retry_after_note
 from adapters.settings import COMMON_SETTINGS, AdapterSettings, not_empty
 from adapters.soap_transport import (AttemptHooks, DeadlineTransport, DocumentPolicy,
                                      HostBoundBasicAuth, Origin, local_path, origin_of)
@@ -270,7 +270,8 @@ class SoapAdapter(OutboundAdapter):
                          server: str) -> AdapterError:
         status = exc.status_code or scope.status_code or 0
         if status >= 400:
-            return HttpStatusError(f"HTTP {status} from {server} without a SOAP fault",
+            return HttpStatusError(f"HTTP {status} from {server} without a SOAP fault"
+                                   f"{retry_after_note(scope.headers)}",
                                    code=str(status), status_code=status,
                                    headers=scope.headers, retryable=status in self.retry_on_status)
         cause = exc.__context__  # zeep raises TransportError while handling a parse error

@@ -36,6 +36,7 @@ from engine.retry import AttemptState, ReplyCodeActions, RetryPolicy, RetrySetti
 from engine.store.hotpath import Completion
 from engine.store.rows import AttemptEnd, AttemptRow
 from engine.store.sql import MessageRow, SqlStore
+from engine.store.text import storable
 
 __all__ = ["CRASH_TEXT", "MessageWorker", "Result", "error_text", "idempotency_key",
            "outcome_of"]
@@ -261,7 +262,8 @@ class MessageWorker:
         return result
 
     def _disable(self, row: MessageRow, reason: str) -> Result:
-        self.store.set_item_enabled(self.host.name, False, reason=reason, now=self.clock.now())
+        self.store.set_item_enabled(self.host.name, False, reason=storable(reason),
+                                    now=self.clock.now())
         self._tell("on_disable", row, reason)
         self.store.release(row.id, token=row.claim_token)
         return Result.DISABLED

@@ -13,6 +13,7 @@ import importlib
 import inspect
 import math
 import random
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -141,9 +142,11 @@ class RetryAfterBackoff:
 
     The header is read case-insensitively from the error's ``headers``: a number (seconds, or
     milliseconds with ``unit="milliseconds"``) or an HTTP date, measured from ``now()`` (an
-    injectable wall clock, aware UTC). ``jitter`` adds uniform [0, jitter] seconds (0 = none);
-    ``"full"`` widens the window to the header's delay, so the start lies in [d, 2d] and never
-    before the time the server asked for.
+    injectable wall clock, aware UTC). The server's value is data, not a command: the delay
+    is at least ``fallback.base`` (``backoff_base``: a date in the past or a ``0`` never
+    makes a retry loop) and at most ``fallback.cap`` (``backoff_max``: no value parks a
+    message for ever, or overflows a clock). ``jitter`` adds uniform [0, jitter] seconds
+    (0 = none); ``"full"`` widens the window to that delay, so the start lies in [d, 2d].
     """
 
     unit: str = DEFAULT_RETRY_AFTER_UNIT
@@ -157,15 +160,26 @@ class RetryAfterBackoff:
         _check_jitter(self.jitter)
 
     def retry_after(self, error: BaseException | None) -> float | None:
-        """The delay the header asks for, in seconds, before jitter; ``None`` when the error
-        carries no usable ``Retry-After`` (then ``fallback`` applies)."""
+        """The delay the header asks for, in seconds, as the server sent it (finite, ≥ 0,
+        not yet bounded); ``None`` when the error carries no usable ``Retry-After`` (then
+        ``fallback`` applies). Never raises, whatever the value."""
         value = _header(error, "retry-after")
         if value is None:
             return None
         return parse_retry_after(value, unit=self.unit, now=self.now())
 
+    def bounded(self, asked: float) -> float:
+        """The delay waited for a ``Retry-After`` of ``asked`` seconds, before jitter:
+        ``asked`` within [``backoff_base``, ``backoff_max``] (the cap wins a conflict)."""
+        return min(max(asked, self.fallback.base), self.fallback.cap)
+
+    def wait(self, error: BaseException | None) -> float | None:
+        """:meth:`bounded` of the header's delay; ``None`` without a usable header."""
+        asked = self.retry_after(error)
+        return None if asked is None else self.bounded(asked)
+
     def next_start(self, state: AttemptState, rng: random.Random | None = None) -> float | None:
-        delay = self.retry_after(state.error)
+        delay = self.wait(state.error)
         if delay is None:
             return self.fallback.next_start(state, rng)
         return state.ended + delay + _jitter_for(self.jitter, delay, rng)
@@ -181,17 +195,25 @@ def _header(error: BaseException | None, name: str) -> str | None:
     return None
 
 
+MAX_RETRY_AFTER_CHARS = 64  # a longer Retry-After value is not a number or a date
+_NUMBER = re.compile(r"\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+
+
 def parse_retry_after(value: str, *, unit: str = "seconds", now: datetime) -> float | None:
     """Seconds to wait for a ``Retry-After`` value; ``None`` if it is neither a non-negative
-    number nor an HTTP date. A date in the past gives 0; ``unit`` applies to numbers only."""
+    number nor an HTTP date. A date in the past gives 0; ``unit`` applies to numbers only.
+    The result is finite; any value a server can send (``1e308``, ``99999999999``, a date in
+    the year 9999, garbage) gives a number or ``None``, never an exception."""
     text = value.strip()
-    try:
-        number = float(text)
-    except ValueError:
+    if len(text) > MAX_RETRY_AFTER_CHARS:
+        return None
+    if not _NUMBER.match(text):  # no "1_000", "0x10", "inf" or "nan" from a server
         return _date_delay(text, now)
+    number = float(text)
     if not math.isfinite(number) or number < 0:
         return None
-    return number / 1000.0 if unit == "milliseconds" else number
+    seconds = number / 1000.0 if unit == "milliseconds" else number
+    return seconds if math.isfinite(seconds) else None
 
 
 def _date_delay(text: str, now: datetime) -> float | None:
@@ -199,13 +221,13 @@ def _date_delay(text: str, now: datetime) -> float | None:
         from email.utils import parsedate_to_datetime  # only for an HTTP-date: not at start
 
         when = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError, OverflowError):
+        if when is None:  # older Pythons return None instead of raising
+            return None
+        if when.tzinfo is None:  # "-0000": UTC with no offset information
+            when = when.replace(tzinfo=timezone.utc)
+        return max((when - now).total_seconds(), 0.0)
+    except Exception:  # noqa: BLE001 - a server's header is data: unusable, not a crash
         return None
-    if when is None:  # older Pythons return None instead of raising
-        return None
-    if when.tzinfo is None:  # "-0000": UTC with no offset information
-        when = when.replace(tzinfo=timezone.utc)
-    return max((when - now).total_seconds(), 0.0)
 
 
 @dataclass(frozen=True)
@@ -214,15 +236,19 @@ class FunctionBackoff:
 
     The function gets the attempt number positionally and, of ``elapsed`` (seconds since the
     first attempt started), ``error``, ``status_code`` and ``headers``, only the keywords its
-    signature accepts. It returns ``None`` to give up.
+    signature accepts. It returns ``None`` to give up. Its delay is capped at ``cap``
+    (``backoff_max``), as every computed delay is.
     """
 
     func: DelayFunction
+    cap: float = DEFAULT_BACKOFF_MAX
     _accepts: frozenset[str] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not callable(self.func):
             raise TypeError(f"delay function must be callable, got {self.func!r}")
+        if not self.cap >= 0:
+            raise ValueError(f"cap must be ≥ 0, got {self.cap!r}")
         object.__setattr__(self, "_accepts", _keyword_names(self.func))
 
     def next_start(self, state: AttemptState, rng: random.Random | None = None) -> float | None:
@@ -232,7 +258,7 @@ class FunctionBackoff:
         delay = self.func(state.attempt, **kwargs)
         if delay is None:
             return None
-        return state.ended + max(_seconds(delay, self.func), 0.0)
+        return state.ended + min(max(_seconds(delay, self.func), 0.0), self.cap)
 
 
 def _keyword_names(func: Callable[..., Any]) -> frozenset[str] | None:
@@ -249,7 +275,9 @@ def _keyword_names(func: Callable[..., Any]) -> frozenset[str] | None:
 def _seconds(delay: Any, func: Callable[..., Any]) -> float:
     if isinstance(delay, timedelta):
         return delay.total_seconds()
-    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or math.isnan(delay):
+    if isinstance(delay, int) and not isinstance(delay, bool):
+        return float(delay) if abs(delay) < 2 ** 1000 else math.inf if delay > 0 else 0.0
+    if not isinstance(delay, float) or math.isnan(delay):
         name = getattr(func, "__qualname__", repr(func))
         raise TypeError(f"delay function {name} returned {delay!r}; expected seconds or None")
     return float(delay)

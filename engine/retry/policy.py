@@ -22,6 +22,11 @@ from engine.retry.state import AttemptState
 __all__ = ["FOREVER", "UNKNOWN_OUTCOME_CHOICES", "UNKNOWN_OUTCOME_REASON", "Action", "Decision",
            "RetryPolicy"]
 
+# No retry waits longer than this, whatever a strategy computes (a retry_interval of 1e300,
+# a user function's answer): every wait stays a date a database can store and a time a
+# thread can sleep. backoff_max caps the computed delays far below it.
+MAX_WAIT = 366 * 24 * 3600.0  # seconds
+
 UNKNOWN_OUTCOME_REASON = ("outcome unknown: the request may have been processed by the server; "
                           "it was not re-sent because the item is not idempotent")
 
@@ -144,7 +149,7 @@ class RetryPolicy:
         at = self.backoff.next_start(state, rng)
         if at is None:
             return _give_up("the delay function gave up")
-        at = max(at, state.ended)
+        at = min(at, state.ended + MAX_WAIT) if at >= state.ended else state.ended
         if self.bounded and isinstance(self.backoff, RetryAfterBackoff):
             at = min(at, self._budget_end(state))  # jitter must not push past the budget
         if self.strict and self.bounded and at >= self._budget_end(state):
@@ -155,13 +160,20 @@ class RetryPolicy:
     def _retry_after_refusal(self, state: AttemptState) -> Decision | None:
         if not (self.bounded and isinstance(self.backoff, RetryAfterBackoff)):
             return None
-        wait = self.backoff.retry_after(state.error)
+        asked = self.backoff.retry_after(state.error)
         left = self._budget_end(state) - state.ended
-        if wait is None or wait <= left:
+        if asked is None:
             return None
-        return _give_up(f"Retry-After of {_seconds(wait)} seconds is longer than the "
-                        f"{_seconds(left)} seconds left of the FailureTimeout of "
-                        f"{self.failure_timeout:g} seconds")
+        wait = self.backoff.bounded(asked)
+        if wait <= left:
+            return None
+        shown = f"Retry-After of {_seconds(wait)} seconds"
+        if wait != asked:
+            shown += (f" (the server asked for {_seconds(asked)}; backoff_base "
+                      f"{self.backoff.fallback.base:g} and backoff_max "
+                      f"{self.backoff.fallback.cap:g} bound it)")
+        return _give_up(f"{shown} is longer than the {_seconds(left)} seconds left of the "
+                        f"FailureTimeout of {self.failure_timeout:g} seconds")
 
     def _budget_end(self, state: AttemptState) -> float:
         return state.first_started + self.failure_timeout

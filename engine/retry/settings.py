@@ -129,4 +129,4 @@ def _build(kind: str, settings: RetrySettings) -> Backoff:
     if kind == "retry_after":
         return RetryAfterBackoff(unit=settings.retry_after_unit, jitter=jitter,
                                  fallback=exponential)
-    return FunctionBackoff(resolve_function(kind))
+    return FunctionBackoff(resolve_function(kind), cap=settings.backoff_max)

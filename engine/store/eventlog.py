@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Engine
 from engine.clock import utcnow
 from engine.errors import ClaimLost
 from engine.store.models import EVENT_TYPES, event_log
+from engine.store.text import storable
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class SqlEventLog:
         """Append one event of type ``type_`` (Assert, Error, Warning, Info, Trace, Alert)."""
         if type_ not in EVENT_TYPES:
             raise ValueError(f"unknown event type {type_!r}; expected one of {EVENT_TYPES}")
+        text, stack = storable(text), storable(stack)  # may quote a server: NUL, surrogates
         log.log(_LEVELS[type_], "[%s] %s%s", config_name or "-",
                 f"message {message_id}: " if message_id else "", text)
         row: dict[str, Any] = {

@@ -41,6 +41,7 @@ from engine.store.notify import (Announcement, AnnouncementCallback, QueueAnnoun
                                  QueueListener, done_announcements)
 from engine.store.ratelimit import SqlRateBuckets
 from engine.store.rows import AttemptEnd, AttemptRow, MessageRow
+from engine.store.text import storable
 
 __all__ = ["Accepted", "AttemptRow", "Claimed", "Completion", "MessageRow", "SqlStore"]
 
@@ -282,8 +283,9 @@ class SqlStore:
         times keep the claim's (equal) value. ``token``: raises ClaimLost when the claim is
         no longer that one."""
         a, h = message_attempt.c, message_header.c
-        values: dict[str, Any] = {"ended_at": ended_at, "outcome": outcome, "server": server,
-                                  "status_code": status_code, "error_text": error_text}
+        values: dict[str, Any] = {"ended_at": ended_at, "outcome": outcome,
+                                  "server": storable(server), "status_code": status_code,
+                                  "error_text": storable(error_text)}
         if started_at is not None:
             values["started_at"] = started_at
         stmt = update(message_attempt).where(a.id == attempt_id)
@@ -429,7 +431,8 @@ class SqlStore:
         """End a message in ``Error``, ``Suspended``, ``Discarded`` or ``Aborted``.
         ``token``: only if the claim is still that one (else ClaimLost)."""
         self._update(message_id, token=token, ends=True, status=status,
-                     is_error=status == "Error", error_text=error_text, retry_needed=False,
+                     is_error=status == "Error", error_text=storable(error_text),
+                     retry_needed=False,
                      next_attempt_at=None, time_completed=now, claimed_by=None,
                      lease_expires_at=None)
 

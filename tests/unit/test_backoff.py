@@ -190,10 +190,13 @@ def test_jitter_never_pushes_a_retry_after_start_past_the_failure_budget():
     assert decision.at == 30
 
 
-def test_with_retry_forever_any_retry_after_is_honoured():
-    policy = RetryPolicy(failure_timeout=-1, backoff=RetryAfterBackoff(now=lambda: NOW))
+def test_with_retry_forever_any_retry_after_up_to_backoff_max_is_honoured():
+    hour = RetryAfterBackoff(fallback=ExponentialBackoff(cap=3600), now=lambda: NOW)
+    policy = RetryPolicy(failure_timeout=-1, backoff=hour)
     decision = policy.decide(failed(ended=25, error=busy("3600")), retry_needed=True)
     assert decision.at == 3625
+    capped = RetryPolicy(failure_timeout=-1, backoff=RetryAfterBackoff(now=lambda: NOW))
+    assert capped.decide(failed(ended=25, error=busy("3600")), retry_needed=True).at == 85
 
 
 # --- custom delay functions --------------------------------------------------------------------

@@ -1,0 +1,179 @@
+"""Values from servers are data, never a crash (issue 22, findings 5–7 and the URL part of
+8; DESIGN.md §8), through the real daemon against real loopback servers, on SQLite and
+PostgreSQL: a hostile ``Retry-After``, a NUL or a lone surrogate in a server's answer, a
+double-gzip bomb against the attempt's deadline, and credentials written in an item's URL.
+
+Real time here: order and generous bounds only (exact timelines are on the virtual clock,
+tests/unit/test_hostile_retry_after.py)."""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from engine.client import send_message, wait_for
+from engine.clock import utcnow
+from engine.store import queries
+from engine.store.sql import SqlStore
+from engine.store.text import storable
+from tests.integration.test_daemon_adapters import running
+from tests.integration.test_processes import http_item
+from tests.servers import HttpTestServer, Recorded, _Handler, respond
+
+WAIT = 60  # seconds: a generous bound for a message to end on a loaded machine
+
+
+def events(store: SqlStore, type_: str | None = None) -> list[str]:
+    return [e["text"] for e in queries.events(store, queries.EventFilter(type=type_))]
+
+
+def deliver(store: SqlStore, items: str, target: str, body: dict[str, Any],
+            env: dict[str, str] | None = None) -> Any:
+    with running(store, items, env=env) as (_, production):
+        mid = send_message(store, production, target, body)
+        row = wait_for(store, mid, timeout=WAIT)
+    assert row is not None, "the message never ended"
+    return row
+
+
+# -- a. Retry-After ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("retry_after", ["99999999999", "1e308"])
+def test_a_huge_retry_after_waits_backoff_max_and_is_shown_in_the_attempt_error(
+        store: SqlStore, retry_after: str) -> None:
+    """Before: 99999999999 raised OverflowError in the worker's sleep (the message stayed
+    claimed, due in the year 5195), 1e308 one in the date arithmetic."""
+    busy = respond(503, "busy", headers={"Retry-After": retry_after})
+    with HttpTestServer({"/": busy}) as server:
+        item = http_item("Busy", server.url, backoff="retry_after", backoff_base=0.05,
+                         backoff_max=0.3, failure_timeout=-1, max_attempts=3)
+        started = time.monotonic()
+        row = deliver(store, item, "Busy", {"method": "GET", "path": "/"})
+        took = time.monotonic() - started
+        hits = [r.at for r in server.requests]
+    assert row.status == "Error" and "max attempts (3) reached" in row.error_text
+    assert len(hits) == 3 and took < WAIT
+    assert all(b - a >= 0.25 for a, b in zip(hits, hits[1:]))  # backoff_max, not at once
+    attempts = store.attempts(row.id)
+    assert [a.outcome for a in attempts] == ["http_status"] * 3
+    assert all(f"(Retry-After: {retry_after})" in (a.error_text or "") for a in attempts)
+
+
+@pytest.mark.parametrize("retry_after", ["Mon, 01 Jan 2001 00:00:00 GMT", "0"])
+def test_a_retry_after_in_the_past_waits_at_least_backoff_base(store: SqlStore,
+                                                                retry_after: str) -> None:
+    """Before: a date in the past (or 0) retried at once, with no floor: a request loop."""
+    busy = respond(503, "busy", headers={"Retry-After": retry_after})
+    with HttpTestServer({"/": busy}) as server:
+        item = http_item("Busy", server.url, backoff="retry_after", backoff_base=0.4,
+                         backoff_max=5, failure_timeout=-1, max_attempts=4)
+        row = deliver(store, item, "Busy", {"method": "GET", "path": "/"})
+        hits = [r.at for r in server.requests]
+    assert row.status == "Error" and len(hits) == 4
+    assert all(b - a >= 0.35 for a, b in zip(hits, hits[1:]))
+
+
+# -- b. NUL bytes and lone surrogates from a server -------------------------------------------
+
+# b"+2AA-" is UTF-7 for the lone surrogate U+D800; the reason phrase carries a NUL.
+HOSTILE_BODY = b"boom\x00 +2AA- end"
+HOSTILE_REASON = "Bad\x00Thing"
+
+
+def hostile_500(handler: _Handler, record: Recorded) -> None:
+    handler.send_response(500, HOSTILE_REASON)
+    handler.send_header("Content-Type", "text/plain; charset=utf-7")
+    handler.send_header("Content-Length", str(len(HOSTILE_BODY)))
+    handler.end_headers()
+    handler.wfile.write(HOSTILE_BODY)
+
+
+ESCAPED = "Bad\\u0000Thing"  # what is stored: the escapes, shown literally
+ESCAPED_BODY = "boom\\u0000 \\ud800 end"
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_a_500_with_a_nul_and_a_lone_surrogate_is_recorded_with_its_error_events(
+        store: SqlStore, idempotent: bool) -> None:
+    """Before: on PostgreSQL the attempt's write failed ("cannot contain NUL characters"),
+    the real HTTP 500 and its Error event were lost and the message ended as if the daemon
+    had died; on both databases the lone surrogate could not be encoded at all."""
+    with HttpTestServer({"/": hostile_500}) as server:
+        item = http_item("Hostile", server.url, failure_timeout=0.6, retry_interval=0.2,
+                         retry_on_status=[500], idempotent=idempotent)
+        row = deliver(store, item, "Hostile", {"method": "GET", "path": "/"})
+        sent = len(server.requests)
+    assert row.status == "Error" and "FailureTimeout of 0.6 seconds exceeded" in row.error_text
+    assert ESCAPED in row.error_text and ESCAPED_BODY in row.error_text
+    attempts = store.attempts(row.id)
+    assert len(attempts) == sent >= 2
+    for a in attempts:
+        assert (a.outcome, a.status_code) == ("http_status", 500)
+        assert f"HTTP 500 {ESCAPED} from {server.url}: {ESCAPED_BODY}" in a.error_text
+    errors = events(store, "Error")
+    assert len(errors) == 2  # the first failure, the give-up: no crash text
+    assert "attempt 1 failed" in errors[0] and ESCAPED_BODY in errors[0]
+    assert "giving up" in errors[1] and ESCAPED in errors[1]
+    assert not any("cut short" in e for e in errors)
+
+
+def test_an_operation_event_quoting_a_server_keeps_every_other_character(
+        store: SqlStore) -> None:
+    """Text that the database can hold is stored exactly: accents, emoji, control
+    characters other than NUL."""
+    text = "café ☕ 😀 tab\there \x01 \x00 and \udfff"
+    store.events.write("Warning", text, config_name="X")
+    (stored,) = events(store, "Warning")
+    assert stored == "café ☕ 😀 tab\there \x01 \\u0000 and \\udfff"
+
+
+def test_a_success_whose_body_holds_a_lone_surrogate_is_stored_exactly(store: SqlStore) -> None:
+    with HttpTestServer({"/": respond(200, b"ok +2AA-",
+                                      content_type="text/plain; charset=utf-7")}) as server:
+        row = deliver(store, http_item("Odd", server.url), "Odd", {"method": "GET"})
+    assert row.status == "Completed"
+    response = store.get_message(row.corresponding_id)
+    assert json.loads(response.body)["body"] == "ok \ud800"
+
+
+# -- b, the stores' writes themselves ---------------------------------------------------------
+
+def test_the_store_writes_of_server_text_escape_nul_and_lone_surrogates(store: SqlStore) -> None:
+    now = utcnow()
+    mid = store.enqueue(target="T", body_class=None, body="{}", now=now)
+    (claimed,) = store.claim("T", owner="me", now=now, lease_seconds=60)
+    token = claimed.row.claim_token
+    aid = store.begin_attempt(mid, 1, started_at=now, token=token)
+    store.end_attempt(aid, ended_at=now, outcome="error", server="http://h/\x00",
+                      error_text="a\x00b\ud800c", token=token)
+    store.finish(mid, status="Error", error_text="x\x00\udbff", now=now, token=token)
+    (attempt,) = store.attempts(mid)
+    assert (attempt.error_text, attempt.server) == ("a\\u0000b\\ud800c", "http://h/\\u0000")
+    assert store.get_message(mid).error_text == "x\\u0000\\udbff"
+
+
+# -- b, the one function ----------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "stored"), [
+    ("plain ascii", "plain ascii"),
+    ("", ""),
+    ("naïve ☕ 😀", "naïve ☕ 😀"),
+    ("\x00", "\\u0000"),
+    ("a\x00\x00b", "a\\u0000\\u0000b"),
+    ("\ud800", "\\ud800"),
+    ("\udfff\ud83d", "\\udfff\\ud83d"),
+    ("é\x00\udc80", "é\\u0000\\udc80"),
+])
+def test_storable(text: str, stored: str) -> None:
+    assert storable(text) == stored
+    assert storable(None) is None
+    storable(text).encode("utf-8")  # every result encodes
+
+
+def test_storable_returns_ordinary_text_itself() -> None:
+    text = "an ordinary error text " * 10
+    assert storable(text) is text
+    accented = "um erro de transmissão " * 10
+    assert storable(accented) is accented
