@@ -95,6 +95,9 @@ class Dispatcher:
         # seconds to wait after a claim that emptied the queue (0: a ticked dispatcher, whose
         # caller chooses the times: on a virtual clock a linger would only shift them)
         self.linger = CLAIM_LINGER
+        # pool_size > 1: claim batches sized by the pool's recent speed (False: one message
+        # per idle worker, as a ticked dispatcher on a virtual clock does)
+        self.batched = True
         self._linger_until = 0.0  # monotonic seconds
         # True while only new work can end the dispatcher's wait: set before a claim looks
         # at the queue, so that a message committed after the claim's look always wakes it;
@@ -124,7 +127,9 @@ class Dispatcher:
                 self._held.pop(message_id, None)
             self._claimed_at.pop(message_id, None)
             self._seconds_per_message += (seconds - self._seconds_per_message) * 0.2
-            idle = self._outstanding <= self._refill_at or self.settings.pool_size > 1
+            again_at = (self._pool_batch()[1] if self.settings.pool_size > 1
+                        else self._refill_at)
+            idle = self._outstanding <= again_at
         if idle:
             self.wakeup.set()
 
@@ -255,11 +260,30 @@ class Dispatcher:
             if self.clock.monotonic() < self._linger_until:
                 return 0
             if self.settings.pool_size > 1:
-                return max(self.settings.pool_size - self._outstanding, 0)
+                hold, again_at = self._pool_batch()
+                if self._outstanding > again_at:  # the next batch is claimed meanwhile
+                    return 0
+                return max(hold - self._outstanding, 0)
             if self._outstanding > self._refill_at:  # the next batch is claimed meanwhile
                 return 0
             return max(1, min(MAX_BATCH, int(BATCH_WINDOW / max(self._seconds_per_message,
                                                                 1e-6))))
+
+    def _pool_batch(self) -> tuple[int, int]:
+        """For ``pool_size > 1``: (messages to hold — in the workers' hands and queued for
+        them —, claim again once no more than this many are left). A fast item holds about
+        :data:`BATCH_WINDOW` of its pool's work and claims the next batch once half of it is
+        done, so its workers take from a local batch instead of waiting for a claim each
+        (one transaction per message would make more workers slower); a slow one, whose
+        batch would be no bigger than its pool, one message per worker, claimed as each
+        worker frees. A ticked dispatcher (the virtual clock) keeps to one per worker."""
+        pool = self.settings.pool_size
+        if not self.batched:
+            return pool, pool - 1
+        batch = min(MAX_BATCH, int(BATCH_WINDOW * pool / max(self._seconds_per_message, 1e-6)))
+        if batch <= pool:
+            return pool, pool - 1
+        return batch, max(pool, batch // 2)
 
     def _claim(self, limit: int) -> int:
         s = self.settings

@@ -185,6 +185,7 @@ class ItemRunner:
             # exact on a virtual clock
             self.inline_workers = [self._worker(host, defer=None) for host in self.hosts]
             self.dispatcher.linger = 0.0  # and no linger: it would shift a virtual timeline
+            self.dispatcher.batched = False  # nor batches sized by a virtual clock's speed
             return
         for index, host in enumerate(self.hosts):
             thread = threading.Thread(target=self._work, args=(host,), daemon=True,
