@@ -7,7 +7,7 @@ from __future__ import annotations
 import http.client
 import re
 import ssl
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import requests
@@ -15,6 +15,7 @@ import requests.auth
 import urllib3.exceptions
 from requests.structures import CaseInsensitiveDict
 
+from adapters.decoding import BodyDecoder
 from adapters.deadline import DeadlineExceeded, DeadlineHTTPAdapter, TryScope
 from engine.attempt import HttpExchange
 from engine.errors import (AdapterError, ConnectFailed, ConnectionReset, HttpStatusError,
@@ -87,7 +88,7 @@ class ItemSession:
         scope.status_code, scope.headers = response.status_code, dict(response.headers)
         scope.exchange = HttpExchange(method, url, response.status_code)
         try:
-            body = read_body(response, self.max_response_bytes)
+            body = read_body(response, self.max_response_bytes, scope.time_left)
         finally:
             response.close()
         response._content = body  # what .content / .text return from now on
@@ -128,8 +129,12 @@ class _WithoutCredentials(requests.auth.AuthBase):
 _WITHOUT_CREDENTIALS = _WithoutCredentials()
 
 
-def read_body(response: requests.Response, limit: int) -> bytes:
-    """The decoded body, read chunk by chunk (each socket read bounded by the deadline)."""
+def read_body(response: requests.Response, limit: int,
+              check: Callable[[], object] = lambda: None) -> bytes:
+    """The decoded body, read chunk by chunk (each socket read bounded by the deadline) and
+    decoded step by step, ``check()`` before each step (the deadline's ``time_left``, which
+    raises when it has passed): decompression counts against the deadline, at every layer
+    of a ``Content-Encoding`` such as ``gzip, gzip``."""
     declared = response.headers.get("Content-Length", "")
     has_body = response.request.method != "HEAD"
     if has_body and declared.isdigit() and int(declared) > limit:
@@ -137,13 +142,26 @@ def read_body(response: requests.Response, limit: int) -> bytes:
             f"response refused: Content-Length {declared} exceeds max_response_bytes {limit}")
     parts: list[bytes] = []
     total = 0
-    for chunk in response.raw.stream(CHUNK_BYTES, decode_content=True):
+    for chunk in _decoded(response, check):
         total += len(chunk)
         if total > limit:
             raise ResponseRejected(
                 f"response refused: body exceeds max_response_bytes {limit}")
         parts.append(chunk)
     return b"".join(parts)
+
+
+def _decoded(response: requests.Response, check: Callable[[], object]) -> Iterator[bytes]:
+    """The body's bytes with its ``Content-Encoding`` undone: by :class:`BodyDecoder` for
+    gzip and deflate; codings it does not know are left to urllib3, chunk by chunk."""
+    decoder = BodyDecoder.for_header(response.headers.get("Content-Encoding", ""), check)
+    if decoder is None:
+        for chunk in response.raw.stream(CHUNK_BYTES, decode_content=True):
+            check()
+            yield chunk
+        return
+    for raw in response.raw.stream(CHUNK_BYTES, decode_content=False):
+        yield from decoder.feed(raw)
 
 
 def status_error(response: requests.Response, retry_on_status: Collection[int],

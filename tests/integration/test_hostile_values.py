@@ -7,14 +7,18 @@ Real time here: order and generous bounds only (exact timelines are on the virtu
 tests/unit/test_hostile_retry_after.py)."""
 from __future__ import annotations
 
+import functools
+import gzip
 import json
 import time
 from typing import Any
 
 import pytest
 
+from adapters.http import HttpAdapter
 from engine.client import send_message, wait_for
 from engine.clock import utcnow
+from engine.errors import ResponseRejected, ResponseTimeout
 from engine.store import queries
 from engine.store.sql import SqlStore
 from engine.store.text import storable
@@ -177,3 +181,97 @@ def test_storable_returns_ordinary_text_itself() -> None:
     assert storable(text) is text
     accented = "um erro de transmissão " * 10
     assert storable(accented) is accented
+
+
+# -- c. decompression against the attempt's deadline ------------------------------------------
+
+RESPONSE_TIMEOUT = 1.0  # seconds (the finding's 3 s, scaled down)
+BOUND = RESPONSE_TIMEOUT + 2.5  # a generous margin on a loaded machine; before: 6-12 s
+
+
+@functools.cache
+def double_gzip_bomb() -> bytes:
+    """4 GiB of zeros in about 52 KB, made in a fraction of a second: a gzip member whose
+    deflate stream is a 0 and then "repeat 258 bytes from 1 back" (13 bits with the fixed
+    Huffman codes) over and over — left unended, as nothing reads that far — gzipped again.
+    urllib3's own decoding of it copied a growing buffer at every step: 1.3 to 9 s to give
+    10 MB (as its allocator was warm or not), 14 to 21 s to give 64 MB."""
+    bits = _Bits()
+    bits.put(1, 1)  # BFINAL
+    bits.put(1, 2)  # BTYPE: fixed Huffman codes
+    bits.code(0x30, 8)  # the literal 0
+    for _ in range(24):
+        bits.code(0b11000101, 8)  # length 258 (code 285)
+        bits.code(0, 5)  # distance 1
+    stream = bits.bytes()
+    head, period = stream[:2], stream[2:15]  # from byte 2 on, 8 matches are 13 bytes
+    gzip_header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+    return gzip.compress(gzip_header + head + period * ((4 << 30) // 2064))
+
+
+class _Bits:
+    """Bits as deflate packs them: values from the lowest bit, Huffman codes from the
+    highest."""
+
+    def __init__(self) -> None:
+        self.count, self.value = 0, 0
+
+    def put(self, value: int, count: int) -> None:
+        self.value |= value << self.count
+        self.count += count
+
+    def code(self, code: int, count: int) -> None:
+        self.put(int(format(code, f"0{count}b")[::-1], 2), count)
+
+    def bytes(self) -> bytes:
+        return self.value.to_bytes((self.count + 7) // 8, "little")
+
+
+def bomb_server() -> HttpTestServer:
+    return HttpTestServer({"/bomb": respond(200, double_gzip_bomb(),
+                                            headers={"Content-Encoding": "gzip, gzip"})})
+
+
+@pytest.mark.parametrize(("limit", "refused"), [
+    (None, ResponseRejected),  # the default 10 MB: refused at max_response_bytes, at once
+    (64 << 20, ResponseRejected),  # 64 MB: the same, at once (before: 14 to 21 s)
+    (32 << 30, ResponseTimeout),  # 32 GiB: never reached, the deadline ends it  # a limit it never reaches: the deadline ends it
+])
+def test_a_double_gzip_bomb_never_outlasts_the_response_timeout(
+        limit: int | None, refused: type[Exception]) -> None:
+    """Before: the attempt went on inflating for seconds (up to 9 s with the default limit,
+    14 to 21 s with 64 MB) or minutes (a limit it never reaches) against a
+    response_timeout of 1 s: the socket reads were bounded, the decompression was not."""
+    settings: dict[str, Any] = {"response_timeout": RESPONSE_TIMEOUT}
+    if limit is not None:
+        settings["max_response_bytes"] = limit
+    with bomb_server() as server:
+        adapter = HttpAdapter({"url": server.url, **settings}, item_name="Bomb")
+        adapter.start()
+        started = time.monotonic()
+        with pytest.raises(refused):
+            adapter.send("GET", "/bomb")
+        took = time.monotonic() - started
+        adapter.stop()
+    assert took < BOUND
+
+
+def test_through_the_daemon_the_bomb_s_attempt_ends_within_its_deadline(store: SqlStore) -> None:
+    with bomb_server() as server:
+        item = http_item("Bomb", server.url, response_timeout=RESPONSE_TIMEOUT,
+                         max_response_bytes=32 << 30, failure_timeout=0)
+        row = deliver(store, item, "Bomb", {"method": "GET", "path": "/bomb"})
+    assert row.status == "Error"
+    (attempt,) = store.attempts(row.id)
+    assert attempt.outcome == "timeout"
+    assert (attempt.ended_at - attempt.started_at).total_seconds() < BOUND
+
+
+def test_a_gzip_gzip_answer_within_the_limits_is_decoded_exactly() -> None:
+    text = b"twice compressed " * 1000
+    with HttpTestServer({"/": respond(200, gzip.compress(gzip.compress(text)),
+                                      headers={"Content-Encoding": "gzip, gzip"})}) as server:
+        adapter = HttpAdapter({"url": server.url}, item_name="Twice")
+        adapter.start()
+        assert adapter.send("GET").content == text
+        adapter.stop()
