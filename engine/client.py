@@ -48,12 +48,14 @@ def accept_message(store: SqlStore, production: ProductionConfig | ProductionOut
                    target: str, body: str | dict[str, Any] | Message, *, source: str = "cli",
                    session_id: int | None = None, idempotency_key: str | None = None,
                    now: datetime | None = None, waited: bool = False,
-                   durable: bool = True) -> Accepted:
+                   durable: bool = True, same_body: bool = False) -> Accepted:
     """:func:`send_message` in a given session (None: the message starts its own) and, with
-    an ``idempotency_key``, at most once per target and key: when such a message exists,
-    nothing is created and that one is returned (``Accepted.created`` False). ``waited``:
-    the caller will :func:`wait_for` it (pass ``marked=True`` there); ``durable``: see
-    :meth:`SqlStore.accept`."""
+    an ``idempotency_key``, at most once per target, caller and key: when such a message
+    exists, nothing is created and that one is returned (``Accepted.created`` False). The
+    caller is the token holder of an ``api:<name>`` source, else the production itself.
+    ``same_body``: that message must have this body (the same JSON value), else
+    IdempotencyConflict. ``waited``: the caller will :func:`wait_for` it (pass
+    ``marked=True`` there); ``durable``: see :meth:`SqlStore.accept`."""
     body_class, text = _validated(_request_class(production, target), body)
     with producer_span(production, target) as producer:
         accepted = store.accept(target=target, body_class=body_class,
@@ -63,7 +65,25 @@ def accept_message(store: SqlStore, production: ProductionConfig | ProductionOut
                                 durable=durable)
         if accepted.created:
             producer.sent([accepted.id])
+    if same_body and not accepted.created:
+        first = store.get_message(accepted.id)  # a replay: one read, never on a first call
+        if first is not None and (first.body_class, _canonical(first.body)) != \
+                (body_class, _canonical(text)):
+            raise IdempotencyConflict(
+                f"Idempotency-Key {idempotency_key!r} was used for message {accepted.id} "
+                "with another body; use a new key for a new message")
     return accepted
+
+
+class IdempotencyConflict(MessageError):
+    """An idempotency key its caller used before with another body (HTTP 422); nothing was
+    created."""
+
+
+def _canonical(text: str | None) -> str | None:
+    """JSON ``text`` with its objects' members in one order: two bodies are the same when
+    they are the same JSON value (``1`` and ``1.0``, ``true`` and ``1`` stay different)."""
+    return None if text is None else json.dumps(json.loads(text), sort_keys=True)
 
 
 class DecodedString(str):
@@ -78,15 +98,20 @@ def decode_body(text: str, *, where: str) -> Any:
     infinity (JSON has neither; DESIGN §4, "Numbers") or nests so deep that the decoder
     gives up (the depth limit itself is checked with the message, :func:`_validated`).
     A JSON string comes back as a :class:`DecodedString`, so that it is not taken for JSON
-    text and decoded a second time."""
+    text and decoded a second time. A lone UTF-16 surrogate (``"\\ud800"``) is refused: it
+    is not text."""
     try:
         value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
-        return DecodedString(value) if isinstance(value, str) else value
     except ValueError as exc:
         raise MessageError(f"{where}: body is not valid JSON: {exc}") from exc
     except RecursionError as exc:
         raise MessageError(f"{where}: body nests arrays and objects more than "
                            f"{MAX_BODY_DEPTH} levels deep") from exc
+    # refused before the message class sees it, whose errors would repeat the text; only a
+    # \u escape makes a surrogate (UTF-8 text has none)
+    if "\\u" in text and _lone_surrogate(value):
+        raise _surrogate_error(f"{where}: ")
+    return DecodedString(value) if isinstance(value, str) else value
 
 
 def _refuse_constant(name: str) -> float:
@@ -146,7 +171,26 @@ def _validated(request_class: type[Message], body: str | dict[str, Any] | Messag
         message = request_class.from_json(body)
     else:
         message = request_class.from_dict(body)
-    return type(message).class_name(), encode_request(message)
+    text = encode_request(message)
+    # ASCII, as encode_request writes it: a character past U+FFFF is a pair of \udXXX escapes
+    if "\\ud" in text and _lone_surrogate(json.loads(text)):
+        raise _surrogate_error()
+    return type(message).class_name(), text
+
+
+def _lone_surrogate(value: Any) -> bool:
+    """True if a string in decoded JSON ``value`` (a key too) holds half of a UTF-16
+    surrogate pair: not Unicode text, which no page, answer or database column can hold."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _surrogate_error(where: str = "") -> MessageError:
+    return MessageError(f"{where}body holds a lone UTF-16 surrogate (a \\ud800-\\udfff "
+                        "escape without its pair), which is not Unicode text")
 
 
 def wait_for(store: SqlStore, message_id: int, timeout: float, *,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -101,6 +102,12 @@ PORTAL_SETTINGS: tuple[Setting, ...] = (
     Setting(name="tls_cert", kind=str, default="",
             help="PEM certificate file; with tls_key, the portal serves HTTPS"),
     Setting(name="tls_key", kind=str, default="", help="PEM private key file of tls_cert"),
+    Setting(name="forwarded_allow_ips", kind=(list, tuple), default=(),
+            check=lambda value: _proxy_addresses(value),
+            help="addresses or networks of the proxies whose X-Forwarded-For names the "
+                 "client (login limits count per client address); none by default"),
+    Setting(name="max_waiters", kind=int, default=100, minimum=0, maximum=100_000,
+            help="intake calls with ?wait that may wait at once; the next gets 503"),
 )
 
 
@@ -171,6 +178,8 @@ class PortalConfig(TypedSettings):
     port: int
     tls_cert: str
     tls_key: str
+    forwarded_allow_ips: tuple[str, ...]
+    max_waiters: int
 
     @property
     def tls(self) -> bool:
@@ -372,6 +381,18 @@ def _load_portal(raw: Any) -> PortalConfig:
         raise ConfigurationError("tls_cert and tls_key go together: set both for HTTPS, or "
                                  "neither", item="[portal]", key=missing)
     return PortalConfig.from_validated(keys)
+
+
+def _proxy_addresses(value: list[Any] | tuple[Any, ...]) -> list[str]:
+    """``[portal] forwarded_allow_ips``: IP addresses and networks (``"10.0.0.0/8"``), or
+    ``"*"`` for any proxy."""
+    for entry in value:
+        try:
+            if entry != "*":
+                ipaddress.ip_network(entry, strict=False)
+        except (TypeError, ValueError):
+            raise ValueError(f"{entry!r} is not an IP address, a network or '*'") from None
+    return list(value)
 
 
 def _check_targets(items: tuple[ItemConfig, ...]) -> None:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,12 +32,13 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from engine.client import IdempotencyConflict
 from engine.clock import utcnow
 from engine.errors import MessageError, OperatorError, StoreError
 from engine.portal.auth import (AuthError, Authenticator, Forbidden, LoginThrottled,
                                 NotAuthenticated, Principal, portal_secret)
 from engine.portal.filters import FilterError
-from engine.production import ProductionConfig
+from engine.production import PortalConfig, ProductionConfig
 from engine.store.sql import SqlStore
 
 log = logging.getLogger(__name__)
@@ -52,6 +55,31 @@ SECURITY_HEADERS = {
 }
 
 
+class Waiters:
+    """The intake calls waiting for their message (``?wait``) on this portal: at most
+    ``limit`` at once; past it a call is refused (503) before anything is created."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        with self._lock:
+            if self.count >= self.limit:
+                raise HTTPException(503, f"{self.limit} calls are waiting (?wait) on this "
+                                         "portal already, the most it lets wait at once; try "
+                                         "again later, or send without ?wait and read the "
+                                         "message afterwards", headers={"retry-after": "1"})
+            self.count += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.count -= 1
+
+
 @dataclass
 class Portal:
     """What every route needs."""
@@ -61,6 +89,8 @@ class Portal:
     auth: Authenticator
     templates: Jinja2Templates
     tls: bool = False
+    waiters: Waiters = field(
+        default_factory=lambda: Waiters(PortalConfig.defaults().max_waiters))
 
     @property
     def items(self) -> list[str]:
@@ -76,21 +106,26 @@ class Portal:
 
 
 def create_app(store: SqlStore, production: ProductionConfig, *, secret: str | None = None,
-               tls: bool = False, env: Mapping[str, str] | None = None) -> Starlette:
+               tls: bool = False, env: Mapping[str, str] | None = None,
+               max_waiters: int | None = None) -> Starlette:
     """The portal and API for ``production`` on ``store``. ``secret`` signs the session
     cookies (default: ``$ENCORE_PORTAL_SECRET``, else random for this process); ``tls``
-    marks the session cookie Secure."""
+    marks the session cookie Secure; ``max_waiters``: intake calls that may wait at once
+    (default: ``[portal] max_waiters``'s)."""
     from engine.portal import api, intake, pages
 
     env = os.environ if env is None else env
     auth = Authenticator(store, secret or portal_secret(env))
     portal = Portal(store, production, auth, _templates(), tls=tls)
+    if max_waiters is not None:
+        portal.waiters = Waiters(max_waiters)
     routes = [*pages.routes(), *api.routes(), *intake.routes(),
               Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]
     app = Starlette(routes=routes, middleware=[Middleware(SecurityHeaders)],
                     exception_handlers={Exception: _server_error, HTTPException: _http_error,
                                         AuthError: _auth_error, FilterError: _bad_request,
                                         MessageError: _bad_request, OperatorError: _conflict,
+                                        IdempotencyConflict: _key_reused,
                                         StoreError: _unavailable})
     app.state.portal = portal
     return app
@@ -134,7 +169,9 @@ def _is_api(request: Request) -> bool:
 
 def error_response(request: Request, status: int, text: str,
                    headers: Mapping[str, str] | None = None) -> Response:
-    """``{"error": text}`` for the API, the error page for a person."""
+    """``{"error": text}`` for the API, the error page for a person (a lone surrogate in
+    ``text``, which UTF-8 cannot carry, as its escape)."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     if _is_api(request):
         return JSONResponse({"error": text}, status_code=status, headers=headers)
     portal = portal_of(request)
@@ -160,6 +197,10 @@ async def _auth_error(request: Request, exc: Exception) -> Response:
 
 async def _bad_request(request: Request, exc: Exception) -> Response:
     return error_response(request, 400, str(exc))
+
+
+async def _key_reused(request: Request, exc: Exception) -> Response:
+    return error_response(request, 422, str(exc))
 
 
 async def _conflict(request: Request, exc: Exception) -> Response:

@@ -4,14 +4,20 @@
   defaults grow). API tokens are 256 random bits, shown once and stored as their SHA-256:
   a token needs no slow hash, and the digest can be looked up by an index.
 - A portal session is a cookie signed with the portal's secret (``itsdangerous``) that names
-  the user and carries the session's CSRF token. The user is read again on every request,
-  so removing a user ends their sessions; the cookie is HttpOnly, SameSite=Strict, and
-  Secure when the portal serves TLS.
+  the user, the user's session generation and the session's CSRF token. The user is read
+  again on every request, so removing a user ends their sessions, and so does a logout (a
+  CSRF-checked POST), which moves the user's generation on: every session of theirs ends, on
+  every portal of the database. The cookie is HttpOnly, SameSite=Strict, and Secure when the
+  portal serves TLS.
 - Every form carries the CSRF token; the login form, sent before there is a session, carries
   one paired with a short-lived signed cookie instead.
-- Failed logins are counted per user name and per client address; past
+- Login attempts are counted per user name and per client address in the database
+  (:class:`StoredLoginLimiter`), each before its password is checked: past
   :data:`LOGIN_FAILURES` within :data:`LOGIN_WINDOW` seconds, logins are refused until the
-  window has passed (counted in this process: each portal keeps its own).
+  window has passed — on every portal, however many attempts race. A successful login takes
+  its own attempt back. The client address is the connection's, or the one
+  ``X-Forwarded-For`` names when a proxy of ``[portal] forwarded_allow_ips`` sent it
+  (:mod:`engine.portal.server`).
 """
 from __future__ import annotations
 
@@ -21,8 +27,9 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from argon2 import PasswordHasher
@@ -39,8 +46,9 @@ SESSION_COOKIE = "encore_session"
 LOGIN_COOKIE = "encore_login"  # pairs with the login form's CSRF token
 SESSION_MAX_AGE = 8 * 3600  # seconds a session lasts after login
 LOGIN_FORM_MAX_AGE = 3600  # seconds a login form stays valid
-LOGIN_FAILURES = 5  # failed logins allowed per user name or address in LOGIN_WINDOW
+LOGIN_FAILURES = 5  # login attempts allowed per user name or address in LOGIN_WINDOW
 LOGIN_WINDOW = 300.0  # seconds
+MAX_KEY_TEXT = 200  # characters of a user name or address kept as such in a limit's key
 TOKEN_PREFIX = "enc_"
 SECRET_ENV = "ENCORE_PORTAL_SECRET"  # shared by the portals of one database, if set
 # seconds a valid token's holder is remembered without asking the database: a token revoked
@@ -78,6 +86,7 @@ class Principal:
     role: str
     kind: str
     csrf: str = ""
+    generation: int = 0  # a user's session generation when the session began
 
     def may(self, role: str) -> bool:
         """True if this principal's role is ``role`` or above it."""
@@ -117,8 +126,45 @@ def portal_secret(env: Mapping[str, str]) -> str:
 
 
 # -- login limits ------------------------------------------------------------------------
+def limit_key(kind: str, value: str) -> str:
+    """The key a login limit counts under: ``kind:value``, a long value by its digest."""
+    if len(value) > MAX_KEY_TEXT:
+        value = "sha256:" + hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()
+    return f"{kind}:{value}"
+
+
+class StoredLoginLimiter:
+    """Counts login attempts per key (a user name, an address) in the database's
+    ``login_guess`` table, shared by every portal: :meth:`guess` counts an attempt before
+    its password is checked, or raises LoginThrottled; :meth:`succeeded` takes a successful
+    attempt back and forgets the user name's."""
+
+    def __init__(self, store: SqlStore, *, failures: int = LOGIN_FAILURES,
+                 window: float = LOGIN_WINDOW,
+                 now: Callable[[], datetime] | None = None) -> None:
+        self.store = store
+        self.failures, self.window = failures, timedelta(seconds=window)
+        self._now = now or utcnow
+        self._purged: datetime | None = None  # when this portal last deleted stale rows
+
+    def guess(self, keys: Sequence[str]) -> None:
+        now = self._now()
+        if self._purged is None or now - self._purged > self.window:
+            self._purged = now
+            accounts.purge_login_guesses(self.store, before=now - self.window)
+        spent = accounts.count_login_guess(self.store, keys, now=now, limit=self.failures,
+                                           window=self.window)
+        if spent is not None:
+            raise LoginThrottled(max((spent + self.window - now).total_seconds(), 0.0))
+
+    def succeeded(self, user_key: str, others: Sequence[str]) -> None:
+        accounts.refund_login_guess(self.store, reset=user_key, refund=others)
+
+
 class LoginLimiter:
-    """Counts failed logins per key (a user name, an address) over a sliding window."""
+    """Counts failed logins per key (a user name, an address) over a sliding window, in
+    this process only. The portal counts in the database instead
+    (:class:`StoredLoginLimiter`), so that the limit holds across portals and races."""
 
     def __init__(self, *, failures: int = LOGIN_FAILURES, window: float = LOGIN_WINDOW,
                  monotonic: Callable[[], float] | None = None) -> None:
@@ -158,9 +204,9 @@ class Authenticator:
     """Checks passwords, sessions and tokens against the store's users and tokens."""
 
     def __init__(self, store: SqlStore, secret: str, *,
-                 limiter: LoginLimiter | None = None) -> None:
+                 limiter: StoredLoginLimiter | None = None) -> None:
         self.store = store
-        self.limiter = limiter or LoginLimiter()
+        self.limiter = limiter or StoredLoginLimiter(store)
         self._sessions = URLSafeTimedSerializer(secret, salt="encore-portal-session")
         self._login_forms = URLSafeTimedSerializer(secret, salt="encore-portal-login")
         self._dummy_hash = _hasher.hash(secrets.token_hex(8))
@@ -170,17 +216,17 @@ class Authenticator:
     def login(self, username: str, password: str, client: str) -> Principal:
         """The user, if ``password`` is theirs; else NotAuthenticated (the same text
         whether or not the user exists), or LoginThrottled."""
-        keys = [f"user:{username}", f"addr:{client}"]
-        self.limiter.check(keys)
+        name_key, address_key = limit_key("user", username), limit_key("addr", client)
+        self.limiter.guess([name_key, address_key])  # counted before the password is checked
         user = accounts.get_user(self.store, username)
         if not self._verify(user.password_hash if user else self._dummy_hash, password) \
                 or user is None:
-            self.limiter.failed(keys)
             raise NotAuthenticated("wrong user name or password")
-        self.limiter.succeeded(f"user:{username}")
+        self.limiter.succeeded(name_key, [address_key])
         if _hasher.check_needs_rehash(user.password_hash):
             accounts.set_password_hash(self.store, user.name, _hasher.hash(password))
-        return Principal(user.name, user.role, "user", csrf=secrets.token_urlsafe(24))
+        return Principal(user.name, user.role, "user", csrf=secrets.token_urlsafe(24),
+                         generation=user.session_generation)
 
     @staticmethod
     def _verify(password_hash: str, password: str) -> bool:
@@ -191,10 +237,11 @@ class Authenticator:
 
     # sessions
     def session_cookie(self, user: Principal) -> str:
-        return self._sessions.dumps({"u": user.name, "c": user.csrf})
+        return self._sessions.dumps({"u": user.name, "c": user.csrf, "g": user.generation})
 
     def session_user(self, cookie: str | None) -> Principal | None:
-        """The user of a session cookie, if it is valid and the user still exists."""
+        """The user of a session cookie, if it is valid, the user still exists and has not
+        logged out since it was issued."""
         if not cookie:
             return None
         try:
@@ -204,9 +251,14 @@ class Authenticator:
         if not isinstance(data, dict) or not isinstance(data.get("u"), str):
             return None
         user = accounts.get_user(self.store, data["u"])
-        if user is None:
+        if user is None or data.get("g") != user.session_generation:
             return None
-        return Principal(user.name, user.role, "user", csrf=str(data.get("c", "")))
+        return Principal(user.name, user.role, "user", csrf=str(data.get("c", "")),
+                         generation=user.session_generation)
+
+    def logout(self, user: Principal) -> None:
+        """End every session of ``user``, on every portal of the database."""
+        accounts.end_sessions(self.store, user.name)
 
     # login form CSRF
     def login_form_token(self) -> tuple[str, str]:

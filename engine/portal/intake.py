@@ -3,10 +3,14 @@
 A token of role ``sender`` or higher; the body is checked exactly as ``encore send`` checks
 it (:func:`engine.client.accept_message`) and committed before the answer,
 ``202 {"id", "session_id"}``. An ``Idempotency-Key`` header makes a retry of the same call
-return the first message and create nothing — decided by the database's unique index, so it
-holds for racing calls on any number of portals. ``?wait=S`` waits up to S seconds for the
-message to finish: ``200`` with its status and response, or ``504`` (the message goes on).
-Refusals create nothing: ``400`` (not JSON, not UTF-8, a body that does not fit the target's
+return the first message and create nothing (``Idempotent-Replayed: true``, with or without
+``?wait``) — decided by the database's unique index on (target, caller, key), so it holds
+for racing calls on any number of portals; the caller is the token's holder, so another
+holder's key is another message, and the same key again with another body is refused with
+``422``. ``?wait=S`` waits up to S seconds for the message to finish: ``200`` with its status
+and response, or ``504`` (the message goes on); at most ``[portal] max_waiters`` calls wait at
+once, the next is refused with ``503`` before anything is created. Refusals create nothing:
+``400`` (not JSON, not UTF-8, a lone surrogate, a body that does not fit the target's
 message class, a bad key or wait), ``404`` (no such target), ``413`` (over
 :data:`MAX_BODY_BYTES`).
 
@@ -59,12 +63,14 @@ async def intake(request: Request) -> Response:
         accepted: Accepted = await run_in_threadpool(
             lambda: accept_message(portal.store, portal.production, target,
                                    decode_body(text, where="request"),
-                                   source=f"api:{who.name}", idempotency_key=key))
+                                   source=f"api:{who.name}", idempotency_key=key,
+                                   same_body=True))
         response = reply({"id": accepted.id, "session_id": accepted.session_id}, 202)
         if not accepted.created:
             response.headers["idempotent-replayed"] = "true"
         return response
     with ExitStack() as watch:
+        watch.enter_context(portal.waiters.slot())  # 503 past the cap: nothing created
         woken = asyncio.Event()
         loop = asyncio.get_running_loop()
 
@@ -74,7 +80,7 @@ async def intake(request: Request) -> Response:
             accepted = accept_message(portal.store, portal.production, target,
                                       decode_body(text, where="request"),
                                       source=f"api:{who.name}", idempotency_key=key,
-                                      waited=True)
+                                      waited=True, same_body=True)
             watch.enter_context(portal.store.completions.watching(
                 accepted.id, lambda: loop.call_soon_threadsafe(woken.set)))
             return accepted, _outcome_if_ended(portal.store, accepted.id)

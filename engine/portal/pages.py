@@ -31,7 +31,8 @@ def routes() -> list[BaseRoute]:
     return [
         Route("/login", login_form, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
-        Route("/logout", logout, methods=["GET", "POST"]),
+        Route("/logout", logout_form, methods=["GET"]),
+        Route("/logout", logout, methods=["POST"]),
         Route("/", production, methods=["GET"]),
         Route("/messages", messages, methods=["GET"]),
         Route("/messages/resend", bulk_resend_form, methods=["GET"]),
@@ -91,10 +92,29 @@ async def login(request: Request) -> Response:
     return response
 
 
-def logout(request: Request) -> Response:
+def logout_form(request: Request) -> Response:
+    """A GET logs nobody out (a link or an image on another page could send one): it asks,
+    with a form that posts the session's CSRF token."""
+    user = current_user(request)
+    return portal_of(request).render(request, "confirm.html", {
+        "question": f"Log {user.name} out? Your sessions end on every device.",
+        "action": "/logout"}, user=user)
+
+
+async def logout(request: Request) -> Response:
+    """End the user's sessions (every one of theirs, on every portal), with the session's
+    CSRF token; without a valid session there is nothing to end."""
+    portal = portal_of(request)
+    form = await request.form()
+    user = await run_in_threadpool(portal.auth.session_user,
+                                   request.cookies.get(SESSION_COOKIE))
+    if user is not None:
+        request.state.user = user
+        check_csrf(user, _field(form, "csrf_token"))
+        await run_in_threadpool(portal.auth.logout, user)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
-                           secure=portal_of(request).tls)
+                           secure=portal.tls)
     return response
 
 

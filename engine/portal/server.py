@@ -47,11 +47,16 @@ def uvicorn_config(store: SqlStore, production: ProductionConfig, config: Portal
         if path and not Path(path).is_file():
             raise ConfigurationError(f"{path!r} is not a readable file", item="[portal]",
                                      key=name)
-    app = create_app(store, production, tls=config.tls, env=env)
+    app = create_app(store, production, tls=config.tls, env=env,
+                     max_waiters=config.max_waiters)
+    # X-Forwarded-For names the client only when one of the proxies [portal] names sent it
+    # (uvicorn would trust it from 127.0.0.1, or $FORWARDED_ALLOW_IPS, by default)
+    proxies = list(config.forwarded_allow_ips)
     return uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
                           access_log=False, ssl_certfile=config.tls_cert or None,
                           ssl_keyfile=config.tls_key or None, server_header=False,
-                          lifespan="off")
+                          lifespan="off", proxy_headers=bool(proxies),
+                          forwarded_allow_ips=proxies or None)
 
 
 def serve(store: SqlStore, production: ProductionConfig, config: PortalConfig, *,

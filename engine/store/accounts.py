@@ -1,4 +1,5 @@
-"""Portal users and API tokens (DESIGN.md §9): the ``portal_user`` and ``api_token`` rows.
+"""Portal users and API tokens (DESIGN.md §9): the ``portal_user`` and ``api_token`` rows,
+and the login attempts counted against the login limit (``login_guess``, DESIGN.md §8).
 
 This module stores and finds hashes; it never sees a password or a token in clear. Hashing
 (argon2 for passwords, SHA-256 for tokens, which are random and long) is the portal's
@@ -6,15 +7,17 @@ business: :mod:`engine.portal.auth`.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import case, delete, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
 from engine.clock import as_utc
 from engine.errors import OperatorError, StoreError
-from engine.store.models import TOKEN_ROLES, USER_ROLES, api_token, portal_user
+from engine.store.models import TOKEN_ROLES, USER_ROLES, api_token, login_guess, portal_user
 from engine.store.sql import SqlStore
 
 TOKEN_TOUCH_INTERVAL = timedelta(seconds=60)  # last_used_at is written at most this often
@@ -28,6 +31,7 @@ class UserRow:
     role: str
     password_hash: str
     created_at: datetime
+    session_generation: int = 0  # grows at each logout; older sessions are refused
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,8 @@ def get_user(store: SqlStore, name: str) -> UserRow | None:
     with store._read() as conn:
         row = conn.execute(select(portal_user).where(portal_user.c.name == name)).first()
     return None if row is None else UserRow(row.name, row.role, row.password_hash,
-                                            as_utc(row.created_at))  # type: ignore[arg-type]
+                                            as_utc(row.created_at),  # type: ignore[arg-type]
+                                            row.session_generation)
 
 
 def list_users(store: SqlStore) -> list[UserRow]:
@@ -83,6 +88,73 @@ def set_password_hash(store: SqlStore, name: str, password_hash: str) -> None:
     with store._tx() as conn:
         conn.execute(update(portal_user).where(portal_user.c.name == name)
                      .values(password_hash=password_hash))
+
+
+def end_sessions(store: SqlStore, name: str) -> None:
+    """End every portal session of user ``name`` (a logout), on every portal: the sessions
+    issued before name the generation this moves past."""
+    with store._tx() as conn:
+        conn.execute(update(portal_user).where(portal_user.c.name == name)
+                     .values(session_generation=portal_user.c.session_generation + 1))
+
+
+# -- login attempts ----------------------------------------------------------------------
+class _Spent(Exception):
+    """A key whose window holds its limit of attempts already (rolls the count back)."""
+
+    def __init__(self, window_start: datetime) -> None:
+        self.window_start = window_start
+
+
+def count_login_guess(store: SqlStore, keys: Sequence[str], *, now: datetime, limit: int,
+                      window: timedelta) -> datetime | None:
+    """Count one login attempt against each of ``keys`` (``"user:<name>"``,
+    ``"addr:<client>"``) in one transaction, before its password is checked; None when it
+    was counted. If a key has had ``limit`` attempts in its window (which starts at its first
+    attempt and lasts ``window``), nothing is counted and the start of that window is
+    returned. Each key's row is updated by one conditional upsert, so racing attempts on any
+    number of portals are counted one by one and never pass the limit."""
+    g = login_guess.c
+    cutoff = now - window
+    dialect = postgresql if store.is_postgres else sqlite
+    over = g.window_start <= cutoff  # the row's window has passed: a new one starts now
+    try:
+        with store._tx(durable=False) as conn:
+            for key in sorted(keys):  # one order everywhere: racing transactions never deadlock
+                upsert = dialect.insert(login_guess).values(key=key, window_start=now, guesses=1)
+                upsert = upsert.on_conflict_do_update(
+                    index_elements=[g.key],
+                    set_={"guesses": case((over, 1), else_=g.guesses + 1),
+                          "window_start": case((over, now), else_=g.window_start)},
+                    where=or_(over, g.guesses < limit)).returning(g.key)
+                if conn.execute(upsert).first() is None:
+                    start = conn.execute(select(g.window_start).where(g.key == key)).scalar_one()
+                    raise _Spent(as_utc(start))  # type: ignore[arg-type]
+    except _Spent as spent:
+        return spent.window_start
+    return None
+
+
+def refund_login_guess(store: SqlStore, *, reset: str, refund: Sequence[str]) -> None:
+    """After a successful login: forget the attempts of key ``reset`` (the user name) and
+    take back the one just counted against each of ``refund`` (the address)."""
+    g = login_guess.c
+    with store._tx(durable=False) as conn:
+        for key in sorted({reset, *refund}):  # the order of count_login_guess
+            if key == reset:
+                conn.execute(delete(login_guess).where(g.key == key))
+            else:
+                conn.execute(update(login_guess).where(g.key == key, g.guesses > 0)
+                             .values(guesses=g.guesses - 1))
+
+
+def purge_login_guesses(store: SqlStore, *, before: datetime) -> None:
+    """Delete the rows of windows that started before ``before`` (rows locked by a racing
+    attempt are left for next time)."""
+    g = login_guess.c
+    stale = select(g.key).where(g.window_start < before).with_for_update(skip_locked=True)
+    with store._tx(durable=False) as conn:
+        conn.execute(delete(login_guess).where(g.key.in_(stale)))
 
 
 def add_token(store: SqlStore, name: str, role: str, token_hash: str, *, now: datetime) -> int:

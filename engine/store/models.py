@@ -65,8 +65,12 @@ message_header = Table(
     Column("lease_expires_at", _Time),
     # Grows by one with every claim: the fencing token a worker's writes are conditional on.
     Column("claim_token", _Id, nullable=False, default=0, server_default="0"),
-    # The client's Idempotency-Key: one message per (target, key) (DESIGN.md §10).
+    # The client's Idempotency-Key: one message per (target, caller, key) (DESIGN.md §8,
+    # §10); the caller is an API token's holder (``api:<name>``, the source) or '' for the
+    # production itself (the command line, services, business processes) — migration 0009.
     Column("idempotency_key", String(200)),
+    Column("idempotency_caller", String(200), nullable=False, default="",
+           server_default=text("''")),
     # The W3C trace context of the producer's span, kept with the message (DESIGN.md §12).
     Column("trace_context", Text),
     # Someone waits for this message to end (DESIGN.md §5, "Waiting is an event"): its end
@@ -79,7 +83,8 @@ message_header = Table(
           **_where("next_attempt_at IS NOT NULL")),
     Index("ix_message_header_claim", "claimed_by", **_where("claimed_by IS NOT NULL")),
     Index("ix_message_header_session", "session_id"),
-    Index("ix_message_header_idempotency", "target", "idempotency_key", unique=True,
+    Index("ix_message_header_idempotency", "target", "idempotency_caller", "idempotency_key",
+          unique=True,
           **_where("idempotency_key IS NOT NULL")),
     Index("ix_message_header_status", "status", "id"),  # the Message Viewer's filters
     Index("ix_message_header_created", "time_created"),
@@ -147,6 +152,17 @@ portal_user = Table(
     Column("role", String(20), nullable=False),
     Column("password_hash", Text, nullable=False),
     Column("created_at", _Time, nullable=False),
+    # grows by one at each logout: the user's sessions issued before it end (migration 0009)
+    Column("session_generation", Integer, nullable=False, default=0, server_default="0"),
+)
+
+# Login attempts in the current window per key ("user:<name>", "addr:<client>"), counted
+# before the password is checked, on every portal of the database (DESIGN.md §8, "Logins").
+login_guess = Table(
+    "login_guess", metadata,
+    Column("key", String(300), primary_key=True),
+    Column("window_start", _Time, nullable=False),
+    Column("guesses", Integer, nullable=False),
 )
 
 api_token = Table(

@@ -23,6 +23,11 @@ from engine.store.notify import Announcement
 from engine.store.rows import MessageRow
 
 
+# The caller an idempotency key belongs to: an API token's holder ("api:<name>", the source)
+# or '' for the production (as SQLite's _CALLER; the source typed once, as text).
+_CALLER = "CASE WHEN substr(:source::text, 1, 4) = 'api:' THEN :source::text ELSE '' END"
+
+
 def _pg(sql: str) -> str:
     """``:name`` placeholders as psycopg's ``%(name)s`` (and ``%`` escaped)."""
     return HotPath.paramstyle_named.sub(r"%(\1)s", sql.replace("%", "%%"))
@@ -44,18 +49,23 @@ class PostgresHotPath(HotPath):
         f"ORDER BY n.ord "
         f"RETURNING id) "
         f"SELECT ins.id, pg_notify('encore_queue', :note) FROM ins ORDER BY ins.id")
-    # The unique index on (target, idempotency_key) decides between racing duplicates: the
-    # loser inserts nothing and reads the winner's row once it has committed.
+    # The unique index on (target, idempotency_caller, idempotency_key) decides between
+    # racing duplicates: the loser inserts nothing and reads the winner's row once it has
+    # committed. The caller is an API token's holder or '' for the production (_CALLER).
     _ACCEPT = _pg(
         f"WITH n AS (SELECT nextval('message_header_id_seq') AS id), "
-        f"ins AS (INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) "
-        f"SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', :body_class, "
-        f":body, 'Queued', false, :now, false, 0, 0, :key, :trace, :waited FROM n "
-        f"ON CONFLICT (target, idempotency_key) WHERE idempotency_key IS NOT NULL "
+        f"ins AS (INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}, "
+        f"idempotency_caller) "
+        f"SELECT n.id, coalesce(:session_id, n.id), :source::text, :target, 'request', "
+        f":body_class, :body, 'Queued', false, :now, false, 0, 0, :key, :trace, :waited, "
+        f"{_CALLER} FROM n "
+        f"ON CONFLICT (target, idempotency_caller, idempotency_key) "
+        f"WHERE idempotency_key IS NOT NULL "
         f"DO NOTHING RETURNING id, session_id) "
         f"SELECT ins.id, ins.session_id, pg_notify('encore_queue', :note) FROM ins")
     _FIND_KEY = _pg("SELECT id, session_id FROM message_header "
-                    "WHERE target = :target AND idempotency_key = :key")
+                    f"WHERE target = :target AND idempotency_caller = {_CALLER} "
+                    "AND idempotency_key = :key")
     # The id of each attempt begun is drawn with the claim, so the rows come back without a
     # join of the claimed messages to their new attempts.
     _CLAIM = (

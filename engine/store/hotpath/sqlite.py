@@ -27,6 +27,12 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
 
+# The caller an idempotency key belongs to (DESIGN.md §8): an API token's holder, whose
+# messages' source is "api:<name>", or '' — the production itself (the command line,
+# services, business processes). PostgreSQL's statements use the same expression.
+_CALLER = "CASE WHEN substr(:source, 1, 4) = 'api:' THEN :source ELSE '' END"
+
+
 def _sqlite_time(value: datetime | None) -> str | None:
     """The text SQLAlchemy stores for an aware datetime on SQLite (naive UTC, to the
     microsecond; ``isoformat`` with the offset cut off costs half of ``strftime``)."""
@@ -53,12 +59,15 @@ class SqliteHotPath(HotPath):
                ":body, 'Queued', 0, :now, 0, 0, 0, :key, :trace, 0)")
     # intake of one message: its id drawn in the statement, so that it is one step (and
     # read back as the row id: no RETURNING row, so one call into the driver, not three)
-    _ACCEPT = (f"INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) "
+    # (the key's caller, an API token's holder or '' for the production: see _CALLER)
+    _ACCEPT = (f"INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}, idempotency_caller) "
                "SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', "
-               ":body_class, :body, 'Queued', 0, :now, 0, 0, 0, :key, :trace, :waited "
+               ":body_class, :body, 'Queued', 0, :now, 0, 0, 0, :key, :trace, :waited, "
+               f"{_CALLER} "
                "FROM (SELECT coalesce(max(id), 0) + 1 AS id FROM message_header) AS n")
     _FIND_KEY = ("SELECT id, session_id FROM message_header "
-                 "WHERE target = :target AND idempotency_key = :key")
+                 f"WHERE target = :target AND idempotency_caller = {_CALLER} "
+                 "AND idempotency_key = :key")
     _CLAIM = (f"UPDATE message_header AS h SET {_CLAIM_SET} "
               f"WHERE h.id IN (SELECT value FROM json_each(:ids)) "
               f"RETURNING {_SELECT_COLUMNS.replace('h.', '')}")
