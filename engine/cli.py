@@ -753,10 +753,12 @@ def parse_since(text: str | None) -> datetime | None:
 
 def _safe_url(url: str) -> str:
     """The database URL without its password."""
-    try:
-        return sa.engine.make_url(normalise_url(url)).render_as_string(hide_password=True)
-    except (sa.exc.ArgumentError, ValueError):
-        return "(the database URL, which is not a valid SQLAlchemy URL)"
+    for form in (url, normalise_url(url)):  # as written; else libpq's comma form, read
+        try:
+            return sa.engine.make_url(form).render_as_string(hide_password=True)
+        except (sa.exc.ArgumentError, ValueError):
+            continue
+    return "(the database URL, which is not a valid SQLAlchemy URL)"
 
 
 register_operator_commands(main)
