@@ -27,6 +27,7 @@ from adapters.deadline import TryScope, try_scope
 from adapters.failover import ServerPool
 from adapters.settings import (COMMON_SETTINGS, DEFAULT_CONNECT_TIMEOUT,
                                DEFAULT_RESPONSE_TIMEOUT, AdapterSettings)
+from adapters.urls import redact_userinfo, take_url_credentials, url_credentials_warning
 from engine.attempt import AttemptContext, HttpExchange
 from engine.clock import Clock, SystemClock
 from engine.errors import (AdapterError, AdapterNotReady, ConfigurationError, NotSent,
@@ -62,7 +63,10 @@ class OutboundAdapter(ABC):
 
     def __init__(self, settings: Mapping[str, Any], *, item_name: str = "", pool_size: int = 1,
                  env: Mapping[str, str] | None = None, clock: Clock | None = None) -> None:
-        self.settings = self._own_settings(settings, item_name)
+        own = self._own_settings(settings, item_name)
+        # user:password@ in a URL: out of every URL the adapter shows or stores (§8)
+        self.settings, self.url_credentials, self._url_credential_keys = \
+            take_url_credentials(own)
         self.adapter_settings = self.settings_class.from_validated(self.settings)
         self.item_name = item_name
         self.pool_size = pool_size
@@ -125,6 +129,8 @@ class OutboundAdapter(ABC):
         self._servers = ServerPool(servers, cooldown=options.bad_server_cooldown,
                                    clock=self.clock, item_name=self.item_name)
         warnings = []
+        if self._url_credential_keys:
+            warnings.append(url_credentials_warning(self.item_name, self._url_credential_keys))
         if not options.ssl_verify:
             warnings.append(f"TLS certificate verification is off for item {self.item_name!r} "
                             "(ssl_verify = false): its servers' identity is not checked")
@@ -220,9 +226,8 @@ class OutboundAdapter(ABC):
 
     def _settle_error(self, err: AdapterError, server: str) -> None:
         err.server = server
-        if self.credentials is not None:
-            err.text = self.credentials.redact(err.text)
-            err.args = (err.text,)
+        err.text = self.redact(err.text)
+        err.args = (err.text,)
         if err.retryable and self._servers is not None:
             self._servers.mark_bad(server)
 
@@ -231,6 +236,14 @@ class OutboundAdapter(ABC):
         return (isinstance(err, NotSent) and err.retryable
                 and self._servers.pick(exclude=tried) is not None
                 and ctx.deadline > self.clock.monotonic())
+
+    def redact(self, text: str) -> str:
+        """``text`` (an error, perhaps quoting the server) without a secret of this item in
+        any form: its credentials, those written in its URLs, any URL's user and password."""
+        for secret in (self.credentials, *self.url_credentials.values()):
+            if secret is not None:
+                text = secret.redact(text)
+        return redact_userinfo(text)
 
     # -- what subclasses provide ----------------------------------------------------------
 

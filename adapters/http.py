@@ -14,6 +14,7 @@ from adapters.failover import join_path, rebase
 from adapters.session import (ItemSession, classify_transport_error, exact_text, lossy_text,
                               retry_after_note, status_error)
 from adapters.settings import COMMON_SETTINGS, REDIRECT_SETTINGS, AdapterSettings, http_url
+from adapters.urls import origin
 from engine.clock import Clock
 from engine.errors import AdapterError, AdapterNotReady, ConfigurationError, HttpStatusError
 from engine.settings import Setting
@@ -127,7 +128,8 @@ class HttpAdapter(OutboundAdapter):
         if self.credentials is not None:
             auth = (self.credentials.username, self.credentials.password)
         self._session = ItemSession.from_settings(self.adapter_settings, pool_size=self.pool_size,
-                                                  hosts=len(self._targets()), auth=auth)
+                                                  hosts=len(self._targets()), auth=auth,
+                                                  url_auth=self.url_credentials)
 
     def stop(self) -> None:
         if self._session is not None:
@@ -234,17 +236,6 @@ class RedirectPolicy:
             if allowed.hostname == parts.hostname and allowed.port in (None, port):
                 return True
         return False
-
-
-def origin(url: str) -> tuple[str, str, int | None]:
-    """(scheme, host, port) of ``url``, the port made explicit for http and https."""
-    parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:  # a malformed port in a Location header
-        port = -1
-    default = {"http": 80, "https": 443}.get(parts.scheme)
-    return parts.scheme, (parts.hostname or "").lower(), port if port is not None else default
 
 
 def redirected(request: _Request, status: int) -> _Request:

@@ -17,6 +17,7 @@ from requests.structures import CaseInsensitiveDict
 
 from adapters.decoding import BodyDecoder
 from adapters.deadline import DeadlineExceeded, DeadlineHTTPAdapter, TryScope
+from adapters.urls import UrlCredentials, origin
 from engine.attempt import HttpExchange
 from engine.errors import (AdapterError, ConnectFailed, ConnectionReset, HttpStatusError,
                            ResponseRejected, ResponseTimeout)
@@ -40,8 +41,12 @@ class ItemSession:
     def __init__(self, *, pool_size: int, hosts: int = 1, connect_timeout: float,
                  max_response_bytes: int, ssl_verify: bool, ca_bundle: str | None = None,
                  client_cert: str | None = None, client_key: str | None = None,
-                 proxy: str | None = None, auth: tuple[str, str] | None = None) -> None:
+                 proxy: str | None = None, auth: tuple[str, str] | None = None,
+                 url_auth: UrlCredentials | None = None) -> None:
         self.connect_timeout = connect_timeout  # seconds, connect phase only
+        # credentials written in a configured URL, by its origin: HTTP Basic to it when
+        # ``auth`` (the item's credentials setting) gives none, as requests would send them
+        self.url_auth = {o: (c.username, c.password) for o, c in (url_auth or {}).items()}
         self.max_response_bytes = max_response_bytes
         self.requests = requests.Session()
         self.requests.trust_env = False  # the item's settings decide, not the process env
@@ -59,13 +64,14 @@ class ItemSession:
 
     @classmethod
     def from_settings(cls, settings: AdapterSettings, *, pool_size: int, hosts: int = 1,
-                      auth: tuple[str, str] | None = None) -> ItemSession:
+                      auth: tuple[str, str] | None = None,
+                      url_auth: UrlCredentials | None = None) -> ItemSession:
         """The session an adapter's settings describe."""
         return cls(pool_size=pool_size, hosts=hosts, connect_timeout=settings.connect_timeout,
                    max_response_bytes=settings.max_response_bytes,
                    ssl_verify=settings.ssl_verify, ca_bundle=settings.ca_bundle,
                    client_cert=settings.client_cert, client_key=settings.client_key,
-                   proxy=settings.proxy, auth=auth)
+                   proxy=settings.proxy, auth=auth, url_auth=url_auth)
 
     def request(self, method: str, url: str, scope: TryScope, *,
                 headers: Mapping[str, str] | None = None, data: Any = None, json: Any = None,
@@ -105,11 +111,13 @@ class ItemSession:
         session = self.requests
         merged = CaseInsensitiveDict(session.headers)
         merged.update(headers or {})
+        auth: Any = session.auth if credentials else _WITHOUT_CREDENTIALS
+        if auth is None and self.url_auth:
+            auth = self.url_auth.get(origin(url))
         prepared = requests.PreparedRequest()
         prepared.prepare(method=method.upper(), url=url, data=data or {}, json=json,
                          headers={k: v for k, v in merged.items() if v is not None},
-                         auth=session.auth if credentials else _WITHOUT_CREDENTIALS,
-                         cookies=session.cookies)
+                         auth=auth, cookies=session.cookies)
         return prepared
 
     def close(self) -> None:

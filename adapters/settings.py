@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
+from adapters.urls import redact_userinfo
 from engine.retry.settings import OUTCOME_SETTINGS
 from engine.settings import Setting, TypedSettings
 
@@ -28,8 +29,8 @@ _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RF
 def http_url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"{value!r} is not allowed; expected an http:// or https:// URL "
-                         "like 'https://host:8443/path'")
+        raise ValueError(f"{redact_userinfo(value)!r} is not allowed; expected an http:// or "
+                         "https:// URL like 'https://host:8443/path'")
     return value
 
 

@@ -36,6 +36,7 @@ from adapters.session import ItemSession, classify_transport_error, describe, re
 from adapters.settings import COMMON_SETTINGS, AdapterSettings, not_empty
 from adapters.soap_transport import (AttemptHooks, DeadlineTransport, DocumentPolicy,
                                      HostBoundBasicAuth, Origin, local_path, origin_of)
+from adapters.urls import redact_userinfo
 from engine.errors import (AdapterError, AdapterNotReady, ConfigurationError, DocumentRefused,
                            HttpStatusError, RemoteFault, ResponseRejected)
 from engine.retry.reply_codes import local_name
@@ -55,9 +56,9 @@ _FORBIDDEN_XML = (zeep.exceptions.DTDForbidden, zeep.exceptions.EntitiesForbidde
 def _wsdl_location(value: str) -> str:
     value = not_empty(value)
     if origin_of(value) is None and local_path(value) is None:
-        raise ValueError(f"{value!r} is not allowed; expected an http:// or https:// URL or the "
-                         "path of a local WSDL file, like 'https://host:8443/service?wsdl' or "
-                         "'/etc/encore/service.wsdl'")
+        raise ValueError(f"{redact_userinfo(value)!r} is not allowed; expected an http:// or "
+                         "https:// URL or the path of a local WSDL file, like "
+                         "'https://host:8443/service?wsdl' or '/etc/encore/service.wsdl'")
     return value
 
 
@@ -139,7 +140,7 @@ class SoapAdapter(OutboundAdapter):
         self.stop()  # a start() after a failed one
         hosts = max(len(self.adapter_settings.servers), 1) + 1  # the WSDL's host too
         self._session = ItemSession.from_settings(self.adapter_settings, pool_size=self.pool_size,
-                                                  hosts=hosts)
+                                                  hosts=hosts, url_auth=self.url_credentials)
         self._bind_basic_auth(self._configured_origins())
         self._client = self._load_client(self._session)
         binding, address = self._default_binding(self._client)

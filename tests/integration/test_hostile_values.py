@@ -7,24 +7,34 @@ Real time here: order and generous bounds only (exact timelines are on the virtu
 tests/unit/test_hostile_retry_after.py)."""
 from __future__ import annotations
 
+import base64
 import functools
 import gzip
 import json
+import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import MetaData, select
+from starlette.testclient import TestClient
 
 from adapters.http import HttpAdapter
+from adapters.soap import SoapAdapter
 from engine.client import send_message, wait_for
 from engine.clock import utcnow
-from engine.errors import ResponseRejected, ResponseTimeout
+from engine.errors import ConfigurationError, HttpStatusError, ResponseRejected, ResponseTimeout
+from engine.portal import create_app
+from engine.production import parse_production
 from engine.store import queries
 from engine.store.sql import SqlStore
 from engine.store.text import storable
+from tests.acceptance.daemon import encore
 from tests.integration.test_daemon_adapters import running
 from tests.integration.test_processes import http_item
-from tests.servers import HttpTestServer, Recorded, _Handler, respond
+from tests.portal_support import add_token, bearer
+from tests.servers import HttpTestServer, Recorded, SoapTestServer, _Handler, respond
 
 WAIT = 60  # seconds: a generous bound for a message to end on a loaded machine
 
@@ -235,7 +245,7 @@ def bomb_server() -> HttpTestServer:
 @pytest.mark.parametrize(("limit", "refused"), [
     (None, ResponseRejected),  # the default 10 MB: refused at max_response_bytes, at once
     (64 << 20, ResponseRejected),  # 64 MB: the same, at once (before: 14 to 21 s)
-    (32 << 30, ResponseTimeout),  # 32 GiB: never reached, the deadline ends it  # a limit it never reaches: the deadline ends it
+    (32 << 30, ResponseTimeout),  # 32 GiB: never reached, the deadline ends it
 ])
 def test_a_double_gzip_bomb_never_outlasts_the_response_timeout(
         limit: int | None, refused: type[Exception]) -> None:
@@ -275,3 +285,101 @@ def test_a_gzip_gzip_answer_within_the_limits_is_decoded_exactly() -> None:
         adapter.start()
         assert adapter.send("GET").content == text
         adapter.stop()
+
+
+# -- d. credentials written in an item's URL --------------------------------------------------
+
+SECRET = "pa55-In-The-URL-7c1e"
+BASIC = "Basic " + base64.b64encode(f"alice:{SECRET}".encode()).decode()
+
+
+def echo_authorization(handler: _Handler, record: Recorded) -> None:
+    """A 401 whose body echoes what it was sent, and a Location that carries credentials."""
+    body = f"refused {record.headers.get('Authorization')} alice:{SECRET}".encode()
+    handler.send_response(401)
+    handler.send_header("Content-Type", "text/plain")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.send_header("Location", f"http://bob:{SECRET}@elsewhere.example/x")
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def leaks(store: SqlStore) -> list[str]:
+    """The tables and columns that hold the secret in any form."""
+    meta = MetaData()
+    meta.reflect(store.engine)
+    found = []
+    with store.engine.connect() as conn:
+        for table in meta.sorted_tables:
+            for record in conn.execute(select(table)):
+                text = repr(tuple(record))
+                if SECRET in text or BASIC.split()[1].rstrip("=") in text:
+                    found.append(table.name)
+    return found
+
+
+def test_credentials_in_an_item_url_are_sent_but_never_shown_or_stored(
+        store: SqlStore, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Before: the URL with its password was the attempt's server, in every error and
+    event ("HTTP 401 from http://alice:...@..."), in encore status and the portal."""
+    caplog.set_level(logging.DEBUG)
+    with HttpTestServer({"/api": echo_authorization}) as server:
+        url = server.url.replace("http://", f"http://alice:{SECRET}@") + "/api"
+        item = http_item("Bank", url, failure_timeout=0, trace=True, alert_on_error=True)
+        row = deliver(store, item, "Bank", {"method": "GET"})
+        sent = server.requests[0].headers.get("Authorization")
+    assert sent == BASIC  # the credentials still go to that server
+    assert row.status == "Error" and "HTTP 401" in row.error_text
+    (attempt,) = store.attempts(row.id)
+    assert attempt.server == server.url + "/api"
+    assert "alice:***" in attempt.error_text and "Basic ***" in attempt.error_text
+    assert leaks(store) == []
+    assert SECRET not in caplog.text
+    warnings = events(store, "Warning")
+    assert any("holds a user name and password in its URL" in w and "set credentials" in w
+               for w in warnings)
+    # encore status and the portal show what the tables hold: check them all the same
+    production_file = tmp_path / "production.toml"
+    production_file.write_text(f'[production]\nname = "P"\ndatabase = "{store.url}"\n' + item)
+    status = encore("-p", str(production_file), "status", cwd=tmp_path, check=False)
+    assert "Bank" in status.stdout and SECRET not in status.stdout + status.stderr
+    app = create_app(store, parse_production(production_file.read_text(), env={}),
+                     secret="test-secret", env={})
+    with TestClient(app) as client:
+        page = client.get(f"/api/v1/messages/{row.id}",
+                          headers=bearer(add_token(store, "viewer")))
+    assert page.status_code == 200 and server.url in page.text and SECRET not in page.text
+
+
+def test_a_soap_wsdl_url_with_credentials_loads_with_them_and_shows_none() -> None:
+    with SoapTestServer("A") as server:
+        wsdl = server.wsdl.replace("http://", f"http://alice:{SECRET}@")
+        adapter = SoapAdapter({"wsdl": wsdl, "response_timeout": 5}, item_name="Pay")
+        warnings = adapter.start()
+        adapter.invoke("echo", {"text": "hi"})
+        headers = [r.headers.get("Authorization") for r in server.requests]
+        adapter.stop()
+    assert headers and all(h == BASIC for h in headers)  # the WSDL and the call
+    assert adapter.settings["wsdl"] == server.wsdl and SECRET not in repr(adapter.settings)
+    assert any("wsdl holds a user name and password" in w for w in warnings)
+
+
+@pytest.mark.parametrize("setting", ["url", "servers"])
+def test_an_error_names_the_url_without_its_credentials(setting: str) -> None:
+    with HttpTestServer({"/": respond(503, "down")}) as server:
+        url = server.url.replace("http://", f"http://alice:{SECRET}@")
+        settings = {"url": url} if setting == "url" else {"url": server.url, "servers": [url]}
+        adapter = HttpAdapter(settings, item_name="Web")
+        adapter.start()
+        with pytest.raises(HttpStatusError) as caught:
+            adapter.send("GET")
+        assert server.requests[0].headers.get("Authorization") == BASIC
+        adapter.stop()
+    assert SECRET not in str(caught.value) and server.url in str(caught.value)
+    assert caught.value.server == server.url
+
+
+def test_a_bad_url_is_refused_without_showing_its_password() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        HttpAdapter({"url": f"ftp://alice:{SECRET}@host/x"}, item_name="Web")
+    assert SECRET not in str(caught.value) and "ftp://***@host/x" in str(caught.value)
