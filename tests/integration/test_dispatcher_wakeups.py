@@ -124,3 +124,44 @@ def test_a_success_someone_waits_for_is_committed_at_the_next_step(store: SqlSto
     assert d.tick() >= 0
     row = store.get_message(mid)
     assert row is not None and row.status == "Completed"
+
+
+def test_a_fast_pool_claims_a_batch_and_claims_again_only_when_half_is_done(
+        store: SqlStore) -> None:
+    """pool_size > 1 (issue 27): a fast item holds about BATCH_WINDOW of its pool's work,
+    not one message per idle worker, so more workers never mean a transaction per message."""
+    clock = VirtualClock()
+    d = dispatcher(store, clock, pool_size=4)
+    ids = produce(store, d, 200)
+    d.tick()  # before it knows how fast it is: a little more than its pool
+    first = handed_out(d)
+    assert len(first) > 4
+    for mid in first:  # a fast service: each message takes a millisecond
+        d.finished(mid, 0.001)
+    d.wakeup.clear()
+    d.tick()
+    batch = handed_out(d)
+    assert len(batch) > 40 and batch == ids[len(first):len(first) + len(batch)]
+    d.wakeup.clear()
+    for mid in batch[:len(batch) // 2 - 1]:
+        d.finished(mid, 0.001)
+    assert not d.wakeup.is_set()  # more than half still in hand: no claim, no wake-up
+    d.finished(batch[len(batch) // 2], 0.001)
+    assert d.wakeup.is_set()
+
+
+def test_a_slow_pool_claims_one_message_per_free_worker(store: SqlStore) -> None:
+    clock = VirtualClock()
+    d = dispatcher(store, clock, pool_size=4)
+    produce(store, d, 200)
+    d.tick()
+    first = handed_out(d)
+    for mid in first:  # a slow service: a second a message
+        d.finished(mid, 1.0)
+    for _ in range(10):
+        d.tick()
+        held = handed_out(d)
+        for mid in held:
+            d.finished(mid, 1.0)
+    d.tick()
+    assert len(handed_out(d)) == 4  # its pool, no more
