@@ -19,6 +19,12 @@ One thread per item talks to the queue, so idle workers never poll the database 
 
 It keeps the set of claims the item really holds, which the heartbeat renews, and takes back
 claims whose lease expired (a dead daemon's) every :data:`EXPIRY_SCAN` seconds.
+
+A *suspect* — a message one of whose deliveries never ended (its daemon died, froze past its
+lease or was killed during it: DESIGN.md §5, "Poison messages") — is claimed only when the
+item holds nothing else here, and while it is delivered nothing more is claimed: if it
+crashes or freezes the daemon again, no other message of the item is caught with it and
+counted against (:meth:`~engine.store.sql.SqlStore.claim`).
 """
 from __future__ import annotations
 
@@ -86,6 +92,7 @@ class Dispatcher:
         self._claimed_at: dict[int, float] = {}  # message id → monotonic time of its claim
         self._renewed = float("-inf")  # monotonic start of the last heartbeat renewal
         self._outstanding = 0  # claims handed to workers and not finished
+        self._suspect: int | None = None  # a suspect being delivered: claim nothing more
         self._pending: list[Completion] = []
         self._pending_ids: set[int] = set()
         self._oldest_pending = 0.0  # monotonic seconds
@@ -123,6 +130,8 @@ class Dispatcher:
         """A worker is done with ``message_id`` (after ``seconds`` of work)."""
         with self._lock:
             self._outstanding -= 1
+            if message_id == self._suspect:
+                self._suspect = None
             if message_id not in self._pending_ids:  # else it is held until its commit
                 self._held.pop(message_id, None)
             self._claimed_at.pop(message_id, None)
@@ -257,7 +266,7 @@ class Dispatcher:
 
     def _free_slots(self) -> int:
         with self._lock:
-            if self.clock.monotonic() < self._linger_until:
+            if self._suspect is not None or self.clock.monotonic() < self._linger_until:
                 return 0
             if self.settings.pool_size > 1:
                 hold, again_at = self._pool_batch()
@@ -290,16 +299,19 @@ class Dispatcher:
         started = self.clock.monotonic()
         with self._lock:
             held = list(self._held) if s.fifo else []
+            alone = self._outstanding == 0  # a suspect may be claimed (delivered alone)
         with self._committing() as pending:
             done, claimed = self.store.complete_and_claim(
                 pending, now=self.clock.now(), target=s.target, owner=s.owner,
                 lease_seconds=s.lease_seconds, limit=limit, fifo=s.fifo, begin=s.begin,
-                enabled=s.enabled, held=held)
+                enabled=s.enabled, held=held, alone=alone)
             self._committed(pending, done)
         with self._lock:
             for c in claimed:
                 self._held[c.row.id] = c.row.claim_token
                 self._claimed_at[c.row.id] = started
+                if c.interrupted:
+                    self._suspect = c.row.id
             self._outstanding += len(claimed)
             if claimed:
                 self.claims += 1

@@ -31,6 +31,8 @@ class EventSink(Protocol):
     def write(self, type_: str, text: str, **context: Any) -> None: ...
 
 
+DEFAULT_MAX_DELIVERIES = 5  # interrupted deliveries that suspend a message (DESIGN.md §5)
+
 # A business operation's settings besides its retry settings.
 OPERATION_SETTINGS: tuple[Setting, ...] = (
     Setting(name="trace", kind=bool, default=False, help="write a Trace event per attempt"),
@@ -58,6 +60,12 @@ OPERATION_SETTINGS: tuple[Setting, ...] = (
     Setting(name="rate_limit", kind=str, default=None, check=check_rate_limit,
             help='at most N attempt starts per period over all daemons, burst ≤ N: "N/s", '
                  '"N/min" or "N/h"; not set = no limit'),
+    Setting(name="max_deliveries", kind=int, default=DEFAULT_MAX_DELIVERIES, minimum=1,
+            maximum=1000,
+            help="deliveries of a message that never end (its daemon died, froze past its "
+                 "lease or was killed during it) after which it is Suspended, whatever its "
+                 "failure_timeout: a message that crashes or freezes its daemon is not passed "
+                 "from daemon to daemon for ever"),
 )
 
 HOST_SETTINGS: tuple[Setting, ...] = (*RETRY_SETTINGS, *OPERATION_SETTINGS)
@@ -69,7 +77,7 @@ class OperationSettings(TypedSettings):
     business operation (or process) besides its :class:`~engine.retry.RetrySettings`.
     ``queue_count_alert``, ``queue_wait_alert``, ``alert_retry_grace_period`` and
     ``breaker_threshold`` 0 = off; ``schedule`` ``{}`` = always open; ``rate_limit`` None =
-    no limit."""
+    no limit; ``max_deliveries``: interrupted deliveries that suspend a message."""
 
     DECLARED: ClassVar[tuple[Setting, ...]] = OPERATION_SETTINGS
 
@@ -83,6 +91,7 @@ class OperationSettings(TypedSettings):
     breaker_threshold: int  # failed attempts
     breaker_open_seconds: float
     rate_limit: str | None  # "N/s", "N/min" or "N/h"
+    max_deliveries: int  # deliveries that never ended, after which a message is Suspended
 
 
 @dataclass(frozen=True)

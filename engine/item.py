@@ -305,7 +305,7 @@ class ItemRunner:
             if claimed.begun is not None and not self.dispatcher.surely_held(row.id):
                 self._confirm_claim(row)  # no write of its own before its request: fence it
             with self._traced(row) as delivery:
-                delivery.ended(worker.deliver(row, claimed.begun).value)
+                delivery.ended(worker.deliver(row, claimed.begun, claimed.interrupted).value)
         except Interrupted as exc:  # a process was waiting when the stop came
             self._put_back(row, exc)
         except ClaimLost as exc:

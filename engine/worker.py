@@ -29,7 +29,7 @@ from engine.delivery_events import (AlertObserver, DeliveryObserver, EventLogObs
                                     MetricsObserver, TraceObserver)
 from engine.delivery_policy import DeliveryPolicy, Judgement, Verdict
 from engine.errors import AttemptHeld, OutcomeUnknown
-from engine.host import BusinessOperation, OperationSettings
+from engine.host import DEFAULT_MAX_DELIVERIES, BusinessOperation, OperationSettings
 from engine.message import decode_message, encode_response
 from engine.metrics import Metrics
 from engine.retry import AttemptState, ReplyCodeActions, RetryPolicy, RetrySettings
@@ -39,12 +39,19 @@ from engine.store.sql import MessageRow, SqlStore
 from engine.store.text import storable
 
 __all__ = ["CRASH_TEXT", "MessageWorker", "Result", "error_text", "idempotency_key",
-           "outcome_of"]
+           "outcome_of", "poison_text"]
 
 log = logging.getLogger(__name__)
 
 CRASH_TEXT = ("outcome unknown: the delivery was cut short (the daemon stopped, or lost its "
               "database) while this attempt was in flight")
+
+
+def poison_text(interrupted: int, limit: int) -> str:
+    """The reason a message whose deliveries keep being cut short is suspended."""
+    return (f"delivery interrupted {interrupted} times: the message may crash or freeze its "
+            f"daemon (max_deliveries = {limit}); it is not delivered again — find out why, "
+            "then resend or discard it")
 
 
 class Result(str, enum.Enum):
@@ -68,8 +75,10 @@ class MessageWorker:
                  rng: random.Random | None = None, alert_on_error: bool = False,
                  alert_grace: float = 0.0, metrics: Metrics | None = None,
                  defer: Callable[[Completion], None] | None = None,
-                 observers: Sequence[AttemptObserver] = ()) -> None:
+                 observers: Sequence[AttemptObserver] = (),
+                 max_deliveries: int = DEFAULT_MAX_DELIVERIES) -> None:
         self.host = host
+        self.max_deliveries = max_deliveries
         self.store = store
         self.clock = clock
         self.policy = policy
@@ -118,18 +127,24 @@ class MessageWorker:
                    requeue=operation.retry_mode == "requeue", trace=operation.trace,
                    stop=stop, rng=rng, alert_on_error=operation.alert_on_error,
                    alert_grace=operation.alert_retry_grace_period, metrics=metrics,
-                   defer=defer, observers=observers)
+                   defer=defer, observers=observers, max_deliveries=operation.max_deliveries)
 
     # -- the delivery loop ---------------------------------------------------------------
-    def deliver(self, row: MessageRow, begun: int | None = None) -> Result:
+    def deliver(self, row: MessageRow, begun: int | None = None,
+                interrupted: int = 0) -> Result:
         """Run attempts for the claimed message ``row`` until it ends, parks or is released.
         ``begun``: the id of attempt 1, already recorded with the claim
-        (:meth:`SqlStore.claim` with ``begin``). Every write is conditional on the row's
+        (:meth:`SqlStore.claim` with ``begin``). ``interrupted``: its earlier deliveries
+        that never ended (``Claimed.interrupted``); at ``max_deliveries`` the message is
+        suspended before anything is sent. Every write is conditional on the row's
         claim token: when the claim is gone, ClaimLost ends the delivery and nothing more is
         sent. The events that report a change (a first failure, a give-up, a completion
         after failures) are written in the transaction of that change; the operation's own
         events are written as it writes them."""
         self.host.message_id, self.host.session_id = row.id, row.session_id
+        if interrupted >= self.max_deliveries:
+            with self.store.events.until_next_change():
+                return self._suspend_poison(row, interrupted, begun)
         request = decode_message(row.body_class, row.body)
         # An attempt 1 begun with the claim starts for real now: s_1 is taken then.
         first_started = None if begun is not None else self._first_started(row)
@@ -230,6 +245,22 @@ class MessageWorker:
         decision = self.policy.decide(state, retry_needed=True, rng=self.judge.rng)
         result = self._act(row, self.judge.carry_out(decision, state))
         return first if result is None else result
+
+    def _suspend_poison(self, row: MessageRow, interrupted: int, begun: int | None) -> Result:
+        """``interrupted`` deliveries of ``row`` never ended: suspend it, unsent. The attempt
+        the last of them left open ends as outcome unknown (with the first-failure event if
+        it was attempt 1, as any recovery writes it); one the claim began ends unsent."""
+        open_attempt = self.store.open_attempt(row.id) if row.attempts else None
+        if open_attempt is not None and open_attempt.id != begun:
+            if open_attempt.attempt == 1:
+                self._tell("on_first_failure", row, f"attempt 1 failed: {CRASH_TEXT}")
+            self.store.end_attempt(open_attempt.id, ended_at=self.clock.now(), outcome="error",
+                                   error_text=CRASH_TEXT, token=row.claim_token)
+        elif begun is not None:
+            self.store.end_attempt(begun, ended_at=self.clock.now(), outcome="error",
+                                   error_text="not sent: the message was suspended first",
+                                   token=row.claim_token)
+        return self._end(row, Result.SUSPENDED, poison_text(interrupted, self.max_deliveries))
 
     # -- endings -------------------------------------------------------------------------
     def _complete(self, row: MessageRow, judgement: Judgement,

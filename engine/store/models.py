@@ -76,6 +76,10 @@ message_header = Table(
     # Someone waits for this message to end (DESIGN.md §5, "Waiting is an event"): its end
     # is announced (NOTIFY encore_done on PostgreSQL, the doorbell on SQLite).
     Column("waited", Boolean, nullable=False, default=False, server_default=text("false")),
+    # Deliveries begun (claims) and not ended by putting the message back in its queue: one
+    # back in its queue with a count above 0 had deliveries that never ended, and after
+    # max_deliveries of them it is Suspended (DESIGN.md §5, "Poison messages"; migration 0010).
+    Column("deliveries", Integer, nullable=False, default=0, server_default="0"),
     Index("ix_message_header_queue", "target", "status", "id"),
     # Partial where most rows have nothing to find (migration 0007): a completion, which
     # clears the claim and the due time, then costs no entry in these.

@@ -168,7 +168,8 @@ class SqlStore:
     # -- claims --------------------------------------------------------------------------
     def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
               limit: int = 1, fifo: bool = False, begin: bool = False,
-              enabled: bool = True, held: Sequence[int] = ()) -> list[Claimed]:
+              enabled: bool = True, held: Sequence[int] = (),
+              alone: bool = True) -> list[Claimed]:
         """Take up to ``limit`` due messages of ``target`` in one statement, oldest first:
         ``Delivered``, leased to ``owner`` until ``now + lease_seconds``, each with a new
         fencing token (``MessageRow.claim_token``) that every later write about it must
@@ -185,10 +186,19 @@ class SqlStore:
         machine or server, the claim and its attempts go together, and the message is
         delivered afresh.
         Claims expired by a dead daemon come back through :meth:`release_expired_claims`.
+
+        Every claim counts a delivery (``message_header.deliveries``); one that ends by
+        putting the message back in its queue (:meth:`release`, a parked retry, :meth:`hold`)
+        takes it back. A queued message with a count above 0 is a
+        *suspect*: a delivery of it never ended (its daemon died, froze past its lease or
+        was killed during it). ``Claimed.interrupted`` is that count before the claim. A
+        suspect is claimed alone, only when it comes first and ``alone`` (the caller holds
+        no other message of ``target``); messages behind it wait until it is done, so that
+        one that crashes or freezes its daemon takes no other down with it each time.
         """
         return self._hot.claim(target, owner=owner, now=now, lease_seconds=lease_seconds,
                                limit=limit, fifo=fifo, begin=begin, enabled=enabled,
-                               held=held)
+                               held=held, alone=alone)
 
     def complete_and_claim(self, completions: list[Completion], *, now: datetime,
                            **claim: Any) -> tuple[list[int], list[Claimed]]:
@@ -208,7 +218,8 @@ class SqlStore:
     def release_expired_claims(self, target: str, *, now: datetime) -> int:
         """Put back in their queue the messages of ``target`` whose claim's lease expired
         (their daemon died or was cut off); their open attempts count as outcome unknown.
-        Their tokens stay: the old claimer can write nothing more about them."""
+        Their tokens stay: the old claimer can write nothing more about them. Their count
+        of deliveries stays too: those deliveries never ended (see :meth:`claim`)."""
         h = message_header.c
         with self._tx() as conn:
             count = conn.execute(update(message_header).where(
@@ -324,14 +335,16 @@ class SqlStore:
         ``token``: raises ClaimLost when the claim is no longer that one."""
         values: dict[str, Any] = {"retry_needed": True, "next_attempt_at": next_attempt_at}
         if release:
-            values.update(status="Queued", claimed_by=None, lease_expires_at=None)
+            values.update(status="Queued", claimed_by=None, lease_expires_at=None,
+                          deliveries=_DELIVERY_ENDED)
         self._update(message_id, announce=release, token=token, **values)
 
     def release(self, message_id: int, token: int | None = None) -> None:
-        """Put a claimed message back in its queue as it is (graceful stop). ``token``:
-        only if the claim is still that one (else ClaimLost)."""
+        """Put a claimed message back in its queue as it is (graceful stop); its delivery
+        ended, so it no longer counts (see :meth:`claim`). ``token``: only if the claim is
+        still that one (else ClaimLost)."""
         self._update(message_id, announce=True, token=token, status="Queued", claimed_by=None,
-                     lease_expires_at=None)
+                     lease_expires_at=None, deliveries=_DELIVERY_ENDED)
 
     def hold(self, message_id: int, *, token: int, until: datetime,
              begun: int | None = None) -> None:
@@ -342,7 +355,8 @@ class SqlStore:
         Raises ClaimLost when the claim is no longer ``token``."""
         h, a = message_header.c, message_attempt.c
         values: dict[str, Any] = {"status": "Queued", "claimed_by": None,
-                                  "lease_expires_at": None, "next_attempt_at": until}
+                                  "lease_expires_at": None, "next_attempt_at": until,
+                                  "deliveries": _DELIVERY_ENDED}
         if begun is not None:
             values.update(attempts=h.attempts - 1, first_attempt_at=case(
                 (h.attempts == 1, None), else_=h.first_attempt_at))
@@ -359,7 +373,9 @@ class SqlStore:
     def release_claim(self, message_id: int, owner: str, token: int | None = None) -> bool:
         """Put ``message_id`` back in its queue if ``owner`` still holds its claim (with
         ``token``, when given: that very claim) — a worker lost track of it through a
-        database error; True if it did."""
+        database error; True if it did. That delivery did not end normally: it stays
+        counted (see :meth:`claim`), so a message that breaks every delivery of it is not
+        passed around for ever either."""
         h = message_header.c
         with self._tx() as conn:
             target = conn.execute(self._fenced(message_id, token)
@@ -484,7 +500,8 @@ class SqlStore:
 
     def release_claims(self, owner: str) -> int:
         """Put every message ``owner`` holds back in its queue (its daemon stopped or died).
-        Attempts left open stay open: the next delivery treats them as outcome unknown."""
+        Attempts left open stay open: the next delivery treats them as outcome unknown, and
+        the deliveries stay counted: they never ended (see :meth:`claim`)."""
         h = message_header.c
         with self._tx() as conn:
             targets = list(conn.execute(update(message_header)
@@ -635,6 +652,12 @@ class SqlStore:
         portal never take the write lock — with errors turned into StoreError as every
         store method does."""
         return self._read()
+
+
+# ``deliveries`` of a message put back in its queue by the delivery that claimed it: that
+# delivery ended, so it no longer counts (the claim counted it; see SqlStore.claim).
+_DELIVERY_ENDED = case((message_header.c.deliveries > 0, message_header.c.deliveries - 1),
+                       else_=0)
 
 
 def _check_claim(changed: int, ident: int, token: int | None, what: str = "message") -> None:

@@ -2,6 +2,7 @@
 pool of driver connections of one store."""
 from __future__ import annotations
 
+import itertools
 import re
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -37,14 +38,14 @@ _TIMES = frozenset({"time_created", "time_processed", "time_completed", "first_a
 # way nothing while the item is switched off by an operator (item_state), else as the
 # production file says (``:enabled``).
 _PICK_ANY = """
-    SELECT q.id, q.attempts FROM message_header q
+    SELECT q.id, q.attempts, q.deliveries FROM message_header q
     WHERE q.target = :target AND q.status = 'Queued'
       AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= :now)
       AND coalesce((SELECT s.enabled FROM item_state s WHERE s.config_name = :target),
                    :enabled)
     ORDER BY q.id LIMIT :limit"""
 _PICK_FIFO = """
-    SELECT q.id, q.attempts FROM message_header q
+    SELECT q.id, q.attempts, q.deliveries FROM message_header q
     WHERE q.target = :target AND q.status = 'Queued'
       AND coalesce((SELECT s.enabled FROM item_state s WHERE s.config_name = :target),
                    :enabled)
@@ -57,11 +58,34 @@ _PICK_FIFO = """
             :no_id)
     ORDER BY q.id LIMIT :limit"""
 
-# Claim the picked messages: Delivered, leased to :owner, a new fencing token, and — when
-# :begin — attempt 1 counted for those never attempted (its row is inserted alongside).
+# Of the picked messages (``cand``: id, attempts, deliveries) a claim takes those before the
+# first *suspect* — a message whose count of deliveries is above 0: one of its deliveries
+# never ended (its daemon died, froze past its lease or was killed during it). A suspect is
+# delivered alone, so that a message that crashes or freezes its daemon does not take
+# others down with it again and again: it is taken only when it comes first and the claimer
+# holds no other message of the item (``:alone``); the claimer then takes nothing more of
+# the item until it is done (engine.dispatch). ``_isolate`` is the same rule in Python.
+_ISOLATE = """
+    SELECT c.id, c.attempts, c.deliveries FROM cand c
+    WHERE (c.deliveries = 0
+           AND c.id < coalesce((SELECT min(s.id) FROM cand s WHERE s.deliveries > 0), :no_id))
+       OR (:alone AND c.deliveries > 0 AND c.id = (SELECT min(f.id) FROM cand f))"""
+
+
+def _isolate(picked: Sequence[Any], alone: bool) -> list[Any]:
+    """:data:`_ISOLATE` on ``(id, attempts, deliveries)`` rows in id order."""
+    if picked and picked[0][2] > 0:
+        return list(picked[:1]) if alone else []
+    return list(itertools.takewhile(lambda p: p[2] == 0, picked))
+
+
+# Claim the picked messages: Delivered, leased to :owner, a new fencing token, one more
+# delivery counted, and — when :begin — attempt 1 counted for those never attempted (its
+# row is inserted alongside).
 _CLAIM_SET = """
     status = 'Delivered', claimed_by = :owner, lease_expires_at = :expires,
     claim_token = h.claim_token + 1, time_processed = coalesce(h.time_processed, :now),
+    deliveries = h.deliveries + 1,
     attempts = CASE WHEN :begin AND h.attempts = 0 THEN 1 ELSE h.attempts END,
     first_attempt_at = CASE WHEN :begin AND h.attempts = 0 THEN :now
                             ELSE h.first_attempt_at END,
@@ -100,10 +124,13 @@ class Intake:
 
 @dataclass(frozen=True)
 class Claimed:
-    """One claimed message and, when the claim began it, the id of its attempt 1."""
+    """One claimed message and, when the claim began it, the id of its attempt 1.
+    ``interrupted``: its deliveries that began before this claim and never ended (the
+    count before the claim; above 0, the message was claimed alone)."""
 
     row: MessageRow
     begun: int | None
+    interrupted: int = 0
 
 
 @dataclass(frozen=True)
@@ -235,14 +262,18 @@ class HotPath:
 
     @staticmethod
     def _claim_params(target: str, *, owner: str, now: datetime, lease_seconds: float,
-                      limit: int, fifo: bool, begin: bool, enabled: bool) -> dict[str, Any]:
+                      limit: int, fifo: bool, begin: bool, enabled: bool,
+                      alone: bool = True) -> dict[str, Any]:
         return {"target": target, "owner": owner, "now": now,
                 "expires": now + timedelta(seconds=lease_seconds), "limit": limit,
-                "fifo": fifo, "begin": begin, "enabled": enabled, "no_id": _NO_ID}
+                "fifo": fifo, "begin": begin, "enabled": enabled, "no_id": _NO_ID,
+                "alone": alone}
 
     def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
               limit: int, fifo: bool, begin: bool, enabled: bool,
-              held: Sequence[int] = ()) -> list[Claimed]:
+              held: Sequence[int] = (), alone: bool = True) -> list[Claimed]:
+        """``alone``: the claimer holds no other message of ``target``, so it may take a
+        suspect (see :data:`_ISOLATE`)."""
         raise NotImplementedError
 
     def execute(self, sql: str, params: dict[str, Any]) -> list[Any]:

@@ -9,6 +9,7 @@ from typing import Any
 from engine.store.hotpath.base import (
     _CLAIM_SET,
     _COLUMNS,
+    _ISOLATE,
     _INSERT_MESSAGE_COLUMNS,
     _PICK_ANY,
     _PICK_FIFO,
@@ -67,12 +68,15 @@ class PostgresHotPath(HotPath):
                     f"WHERE target = :target AND idempotency_caller = {_CALLER} "
                     "AND idempotency_key = :key")
     # The id of each attempt begun is drawn with the claim, so the rows come back without a
-    # join of the claimed messages to their new attempts.
+    # join of the claimed messages to their new attempts; each with its count of deliveries
+    # before the claim (a suspect comes alone: _ISOLATE).
     _CLAIM = (
-        "WITH pick AS ({pick} FOR UPDATE{skip}), "
+        "WITH cand AS ({pick} FOR UPDATE{skip}), "
+        f"pick AS ({_ISOLATE}), "
         f"claimed AS (UPDATE message_header h SET {_CLAIM_SET} FROM pick "
         f"WHERE h.id = pick.id "
-        f"RETURNING {_SELECT_COLUMNS}, CASE WHEN :begin AND pick.attempts = 0 "
+        f"RETURNING {_SELECT_COLUMNS}, pick.deliveries AS interrupted, "
+        "CASE WHEN :begin AND pick.attempts = 0 "
         "THEN nextval('message_attempt_id_seq') END AS begun), "
         "begun AS (INSERT INTO message_attempt (id, message_id, attempt, started_at) "
         "SELECT begun, id, 1, :now FROM claimed WHERE begun IS NOT NULL) "
@@ -180,9 +184,10 @@ class PostgresHotPath(HotPath):
 
     def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
               limit: int, fifo: bool, begin: bool, enabled: bool,
-              held: Sequence[int] = ()) -> list[Claimed]:
+              held: Sequence[int] = (), alone: bool = True) -> list[Claimed]:
         params = self._claim_params(target, owner=owner, now=now, lease_seconds=lease_seconds,
-                                    limit=limit, fifo=fifo, begin=begin, enabled=enabled)
+                                    limit=limit, fifo=fifo, begin=begin, enabled=enabled,
+                                    alone=alone)
         # an array literal: psycopg would dump a list element by element in Python
         params["held"] = "{" + ",".join(str(int(i)) for i in held) + "}"
         # not durable, even when it begins attempts (an idempotent item's): lost in a crash
@@ -190,7 +195,7 @@ class PostgresHotPath(HotPath):
         rows = self._run(self._CLAIM_FIFO if fifo else self._CLAIM_ANY, params)
         width = len(_COLUMNS)
         return [Claimed(MessageRow(**dict(zip(_COLUMNS, r[:width]))),
-                        None if r[-1] is None else int(r[-1])) for r in rows]
+                        None if r[-1] is None else int(r[-1]), int(r[width])) for r in rows]
 
     def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:
         if not completions:

@@ -15,6 +15,7 @@ from engine.store.hotpath.base import (
     _PICK_FIFO,
     _SELECT_COLUMNS,
     _TIMES,
+    _isolate,
     Accepted,
     Claimed,
     Completion,
@@ -195,10 +196,11 @@ class SqliteHotPath(HotPath):
 
     def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
               limit: int, fifo: bool, begin: bool, enabled: bool,
-              held: Sequence[int] = ()) -> list[Claimed]:
+              held: Sequence[int] = (), alone: bool = True) -> list[Claimed]:
         return self.complete_and_claim((), now=now, target=target, owner=owner,
                                        lease_seconds=lease_seconds, limit=limit, fifo=fifo,
-                                       begin=begin, enabled=enabled, held=held)[1]
+                                       begin=begin, enabled=enabled, held=held,
+                                       alone=alone)[1]
 
     def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:
         waited: list[int] = []
@@ -217,31 +219,33 @@ class SqliteHotPath(HotPath):
         params["held"] = _json_ids(claim.get("held", ()))
         waited: list[int] = []
         with self._transaction(durable=False) as cur:
-            def step() -> tuple[list[int], list[Any], dict[int, int]]:
+            def step() -> tuple[list[int], list[Any], dict[int, int], dict[int, int]]:
                 done = (self._complete(cur, completions, params["now"], waited)
                         if completions else [])
                 return done, *self._claim(cur, params)
-            done, raw, begun = self._guard(step)
+            done, raw, begun, before = self._guard(step)
         if waited:
             self.on_waited_done(waited)
         # rows are made after the commit: the write lock is held for the SQL alone
         rows = sorted((self._row(r) for r in raw), key=lambda r: r.id)
-        return done, [Claimed(r, begun.get(r.id)) for r in rows]
+        return done, [Claimed(r, begun.get(r.id), before[r.id]) for r in rows]
 
-    def _claim(self, cur: Any, params: dict[str, Any]) -> tuple[list[Any], dict[int, int]]:
-        """The claimed rows as the driver returns them, and message id → attempt begun."""
+    def _claim(self, cur: Any, params: dict[str, Any]
+               ) -> tuple[list[Any], dict[int, int], dict[int, int]]:
+        """The claimed rows as the driver returns them, message id → attempt begun, and
+        message id → deliveries counted before the claim (a suspect comes alone)."""
         pick = self._PICK_FIFO if params["fifo"] else self._PICK_ANY
-        picked = cur.execute(pick, params).fetchall()
+        picked = _isolate(cur.execute(pick, params).fetchall(), params["alone"])
         if not picked:
-            return [], {}
+            return [], {}, {}
         params["ids"] = _json_ids([p[0] for p in picked])
         raw = cur.execute(self._CLAIM, params).fetchall()
-        fresh = [i for i, attempts in picked if params["begin"] and attempts == 0]
+        fresh = [i for i, attempts, _ in picked if params["begin"] and attempts == 0]
         begun: dict[int, int] = {}
         if fresh:
             begun = {m: a for a, m in cur.execute(
                 self._BEGIN, {"now": params["now"], "ids": _json_ids(fresh)})}
-        return raw, begun
+        return raw, begun, {i: deliveries for i, _, deliveries in picked}
 
     def _complete(self, cur: Any, completions: Sequence[Completion], stamp: str | None,
                   waited: list[int]) -> list[int]:
