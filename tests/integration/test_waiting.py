@@ -198,4 +198,5 @@ def test_an_idle_daemon_hears_another_processes_message_at_once(database_url: st
             assert time.monotonic() - sent < WOKEN_WITHIN, name
     finally:
         daemon.stop()
+        daemon.store.dispose()
         store.dispose()
