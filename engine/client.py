@@ -56,13 +56,14 @@ def accept_message(store: SqlStore, production: ProductionConfig | ProductionOut
     ``same_body``: that message must have this body (the same JSON value), else
     IdempotencyConflict. ``waited``: the caller will :func:`wait_for` it (pass
     ``marked=True`` there); ``durable``: see :meth:`SqlStore.accept`."""
-    body_class, text = _validated(_request_class(production, target), body)
+    request_class, paths = _intake_of(production, target)
+    body_class, text = _validated(request_class, body)
     with producer_span(production, target) as producer:
         accepted = store.accept(target=target, body_class=body_class,
                                 body=text, source=source, session_id=session_id,
                                 idempotency_key=idempotency_key, now=now,
                                 trace_context=producer.context, waited=waited,
-                                durable=durable)
+                                durable=durable, search_paths=paths)
         if accepted.created:
             producer.sent([accepted.id])
     if same_body and not accepted.created:
@@ -131,7 +132,7 @@ def send_messages(store: SqlStore, production: ProductionConfig | ProductionOutl
     """Validate every body, then enqueue them all in one transaction; return their ids in
     order. Raises MessageError naming the first bad body (by its position, from 1) and
     enqueues nothing."""
-    request_class = _request_class(production, target)
+    request_class, paths = _intake_of(production, target)
     encoded = []
     for position, body in enumerate(bodies, start=1):
         try:
@@ -140,13 +141,14 @@ def send_messages(store: SqlStore, production: ProductionConfig | ProductionOutl
             raise MessageError(f"message {position}: {exc}") from exc
     with producer_span(production, target, batch=len(encoded)) as producer:
         ids = store.enqueue_many(target=target, bodies=encoded, source=source, now=now,
-                                 trace_context=producer.context)
+                                 trace_context=producer.context, search_paths=paths)
         producer.sent(ids)
     return ids
 
 
-def _request_class(production: ProductionConfig | ProductionOutline, target: str
-                   ) -> type[Message]:
+def _intake_of(production: ProductionConfig | ProductionOutline, target: str
+               ) -> tuple[type[Message], tuple[str, ...]]:
+    """The target's request class and its ``search_properties`` (indexed at intake)."""
     try:
         item = production.item(target)
     except ConfigurationError as exc:
@@ -154,7 +156,7 @@ def _request_class(production: ProductionConfig | ProductionOutline, target: str
     request_class = getattr(item.cls, "request_class", None)
     if request_class is None:
         raise MessageError(f"item {target!r} does not take messages")
-    return request_class
+    return request_class, tuple(item.settings.get("search_properties") or ())
 
 
 def _validated(request_class: type[Message], body: str | dict[str, Any] | Message

@@ -19,6 +19,7 @@ from engine.message import JsonMessage, Message
 from engine.ratelimit import check_rate_limit
 from engine.retry import RETRY_SETTINGS, RetrySettings
 from engine.settings import Setting, TypedSettings
+from engine.store.properties import check_paths
 from engine.window import check_window
 
 if TYPE_CHECKING:  # adapters import the engine; the engine only names their base class
@@ -66,6 +67,9 @@ OPERATION_SETTINGS: tuple[Setting, ...] = (
                  "lease or was killed during it) after which it is Suspended, whatever its "
                  "failure_timeout: a message that crashes or freezes its daemon is not passed "
                  "from daemon to daemon for ever"),
+    Setting(name="search_properties", kind=(list, tuple), default=(), check=check_paths,
+            help='dotted paths into the JSON body indexed when a message is accepted, for '
+                 'the Message Viewer\'s prop.PATH filters, e.g. ["order", "customer.id"]'),
 )
 
 HOST_SETTINGS: tuple[Setting, ...] = (*RETRY_SETTINGS, *OPERATION_SETTINGS)
@@ -92,6 +96,7 @@ class OperationSettings(TypedSettings):
     breaker_open_seconds: float
     rate_limit: str | None  # "N/s", "N/min" or "N/h"
     max_deliveries: int  # deliveries that never ended, after which a message is Suspended
+    search_properties: tuple[str, ...]  # dotted body paths indexed at intake
 
 
 @dataclass(frozen=True)

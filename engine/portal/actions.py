@@ -1,8 +1,11 @@
-"""Operator actions from the portal and the API, each with an ``Info`` event naming who.
+"""Operator actions from the portal and the API, each with one ``Info`` event naming who.
 
 The actions themselves are :mod:`engine.store.operator`'s — the same checks and the same
-events as ``encore resend|suspend|discard|enable|disable`` — this module only adds the
-audit event (DESIGN.md §8: every operator action names the user) and the bulk resend.
+events as ``encore resend|suspend|discard|enable|disable`` — called with ``by=`` naming the
+user (or token) and the way in, so that the event they write in the action's own transaction
+is its audit record (DESIGN.md §8: every operator action names the user). Nothing writes a
+second one: an action leaves exactly one ``Info`` event. A bulk resend is one action per
+message resent (each original names the user) and one event for the whole.
 """
 from __future__ import annotations
 
@@ -18,42 +21,40 @@ MESSAGE_ACTIONS = ("resend", "suspend", "discard")
 BULK_RESEND_LIMIT = 10_000  # messages one bulk resend may queue
 
 
+def actor(who: Principal) -> str:
+    """``who`` as event texts name them: ``user 'olga' (operator) through the portal``."""
+    via = "the portal" if who.kind == "user" else "the API"
+    return f"{who.kind} {who.name!r} ({who.role}) through {via}"
+
+
 def act_on_message(store: SqlStore, items: Sequence[str], who: Principal, action: str,
                    message_id: int) -> int:
     """Resend, suspend or discard ``message_id`` as ``who`` (an operator); return the id of
     the message to show next: the resent copy, or the message itself. OperatorError (and
     nothing changed) when its status does not allow it."""
     who.require("operator")
-    now = utcnow()
+    now, by = utcnow(), actor(who)
     if action == "resend":
-        shown = operator.resend(store, message_id, now=now, known_items=items)
-        text = f"message {message_id} resent as message {shown}"
-    elif action == "suspend":
-        operator.suspend(store, message_id, now=now)
-        shown, text = message_id, f"message {message_id} suspended"
+        return operator.resend(store, message_id, now=now, known_items=items, by=by)
+    if action == "suspend":
+        operator.suspend(store, message_id, now=now, by=by)
     elif action == "discard":
-        operator.discard(store, message_id, now=now)
-        shown, text = message_id, f"message {message_id} discarded"
+        operator.discard(store, message_id, now=now, by=by)
     else:
         raise OperatorError(f"unknown action {action!r}; expected one of "
                             f"{', '.join(MESSAGE_ACTIONS)}")
-    row = store.get_message(message_id)
-    _audit(store, who, action, text, item=row.target if row else None, message_id=message_id,
-           session_id=row.session_id if row else None)
-    return shown
+    return message_id
 
 
 def set_item_enabled(store: SqlStore, items: Sequence[str], who: Principal, name: str,
                      enabled: bool) -> None:
     """Enable or disable item ``name`` as ``who`` (an operator)."""
     who.require("operator")
-    verb = "enabled" if enabled else "disabled"
     if enabled:
-        operator.enable_item(store, name, known_items=items, now=utcnow())
+        operator.enable_item(store, name, known_items=items, now=utcnow(), by=actor(who))
     else:
-        operator.disable_item(store, name, known_items=items, now=utcnow(),
-                              reason=f"by {who.name} in the portal")
-    _audit(store, who, "enable" if enabled else "disable", f"item {name} {verb}", item=name)
+        operator.disable_item(store, name, known_items=items, now=utcnow(), reason=None,
+                              by=actor(who))
 
 
 def bulk_resend(store: SqlStore, items: Sequence[str], who: Principal,
@@ -69,23 +70,25 @@ def bulk_resend(store: SqlStore, items: Sequence[str], who: Principal,
     if count > BULK_RESEND_LIMIT:
         raise OperatorError(f"the filter selects {count} messages; at most "
                             f"{BULK_RESEND_LIMIT} can be resent at once: narrow it")
-    new_ids, skipped = [], []
+    new_ids, skipped, by = [], [], actor(who)
     for message_id in viewer.resendable_ids(store, flt, limit=BULK_RESEND_LIMIT):
         try:
-            new_ids.append(operator.resend(store, message_id, now=utcnow(), known_items=items))
+            new_ids.append(operator.resend(store, message_id, now=utcnow(), known_items=items,
+                                           by=by))
         except OperatorError:
             skipped.append(message_id)
     text = f"{len(new_ids)} message(s) resent by filter"
     if skipped:
         text += f"; {len(skipped)} skipped (status changed): {_ids(skipped)}"
-    _audit(store, who, "bulk_resend", text)
+    audit(store, who, "bulk_resend", text)
     return new_ids
 
 
-def _audit(store: SqlStore, who: Principal, action: str, text: str, *, item: str | None = None,
-           message_id: int | None = None, session_id: int | None = None) -> None:
-    via = "the portal" if who.kind == "user" else "the API"
-    store.events.write("Info", f"{text} by {who.kind} {who.name!r} ({who.role}) through {via}",
+def audit(store: SqlStore, who: Principal, action: str, text: str, *, item: str | None = None,
+          message_id: int | None = None, session_id: int | None = None) -> None:
+    """The one ``Info`` event of an action that writes none itself (a bulk resend's whole,
+    the administration's actions): ``text`` by ``who``."""
+    store.events.write("Info", f"{text} by {actor(who)}",
                        config_name=item, message_id=message_id, session_id=session_id,
                        source_class="Portal", source_method=action)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -113,12 +114,12 @@ class LiteIntake:
                source: str | None = None, session_id: int | None = None,
                now: datetime | None = None, idempotency_key: str | None = None,
                trace_context: str | None = None, waited: bool = False,
-               durable: bool = True) -> Accepted:
+               durable: bool = True, search_paths: Sequence[str] = ()) -> Accepted:
         accepted = self._hot.accept(target, body_class, body, source=source,
                                     session_id=session_id, now=now or utcnow(),
                                     idempotency_key=idempotency_key,
                                     trace_context=trace_context, waited=waited,
-                                    durable=durable)
+                                    durable=durable, search_paths=search_paths)
         if accepted.created:
             self._ring(target, urgent=waited)
         return accepted
@@ -126,11 +127,13 @@ class LiteIntake:
     def enqueue_many(self, *, target: str, bodies: list[tuple[str | None, str]],
                      source: str | None = None, session_id: int | None = None,
                      now: datetime | None = None,
-                     trace_context: str | None = None) -> list[int]:
+                     trace_context: str | None = None,
+                     search_paths: Sequence[str] = ()) -> list[int]:
         if not bodies:
             return []
         ids = self._hot.enqueue_many(target, bodies, source=source, session_id=session_id,
-                                     now=now or utcnow(), trace_context=trace_context)
+                                     now=now or utcnow(), trace_context=trace_context,
+                                     search_paths=search_paths)
         self._ring(target)
         return ids
 

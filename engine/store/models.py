@@ -158,6 +158,8 @@ portal_user = Table(
     Column("created_at", _Time, nullable=False),
     # grows by one at each logout: the user's sessions issued before it end (migration 0009)
     Column("session_generation", Integer, nullable=False, default=0, server_default="0"),
+    # how the user reads times: "UTC" or "local", the browser's zone (migration 0013)
+    Column("time_zone", String(10), nullable=False, default="UTC", server_default="UTC"),
 )
 
 # Login attempts in the current window per key ("user:<name>", "addr:<client>"), counted
@@ -192,6 +194,32 @@ item_breaker = Table(
     Column("updated_at", _Time, nullable=False),
     # one more with every transition: their order as the database applied them
     Column("version", Integer, nullable=False, default=0, server_default="0"),
+)
+
+# The search properties of a message: values at the dotted paths of its item's
+# ``search_properties``, written when it is accepted (engine.store.properties; migration 0013).
+message_property = Table(
+    "message_property", metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("message_id", _Id, ForeignKey("message_header.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("name", String(200), nullable=False),  # the path
+    Column("value_text", String(200), nullable=False),
+    Column("value_num", Float),  # the value as a number, when it is one
+    Index("ix_message_property_text", "name", "value_text", "message_id"),
+    Index("ix_message_property_num", "name", "value_num", "message_id"),
+    Index("ix_message_property_message", "message_id"),
+)
+
+# A user's named Message Viewer queries (migration 0013).
+saved_search = Table(
+    "saved_search", metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("user_name", String(200), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("query", Text, nullable=False),  # the query string, without "?"
+    Column("created_at", _Time, nullable=False),
+    Index("ix_saved_search_user_name", "user_name", "name", unique=True),
 )
 
 # An item's rate-limit token bucket, shared by every daemon (DESIGN.md §11).

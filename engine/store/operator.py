@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, exists, func, or_, select, update
+from sqlalchemy import Connection, exists, func, literal, or_, select, update
 
 from engine.clock import as_utc
 from engine.errors import OperatorError
 from engine.store.models import (FINAL_STATUSES, event_log, message_attempt,
-                                 message_header)
+                                 message_header, message_property)
 from engine.store.notify import done_announcements
 from engine.store.statuses import ENDED_STATUSES
 from engine.store.sql import MessageRow, SqlStore
@@ -33,6 +33,7 @@ ENDING_STATUSES = ENDED_STATUSES  # what a waiter waits for
 RESEND_SOURCE_PREFIX = "resend:"  # message_header.source of a resent copy: "resend:<original id>"
 PURGE_BATCH = 500  # requests deleted per transaction, so a daemon is never blocked for long
 _SOURCE_CLASS = "Operator"
+OPERATOR = "an operator"  # who acted, in event texts, when the caller names nobody (the CLI)
 
 
 def resent_from(source: str | None) -> int | None:
@@ -45,11 +46,12 @@ def resent_from(source: str | None) -> int | None:
 
 # -- messages ----------------------------------------------------------------------------
 def resend(store: SqlStore, message_id: int, *, now: datetime, target: str | None = None,
-           known_items: Collection[str] | None = None) -> int:
+           known_items: Collection[str] | None = None, by: str = OPERATOR) -> int:
     """Queue a copy of request ``message_id`` (same body, body class and session) for its
     target, or for ``target``; return the new message's id. The original is left as it is
     and gets an ``Info`` event naming the copy. ``known_items`` (None: not checked) are the
-    items of the production; a target outside them is refused."""
+    items of the production; a target outside them is refused. ``by``: who acted, named in
+    the event (the portal names its user: that event is the action's one audit record)."""
     h = message_header.c
     with store._tx() as conn:
         row = _message(conn, message_id, lock=True)
@@ -64,26 +66,28 @@ def resend(store: SqlStore, message_id: int, *, now: datetime, target: str | Non
             target=new_target, kind="request", body_class=row.body_class, body=row.body,
             status="Queued", is_error=False, time_created=now, retry_needed=False, attempts=0,
         ).returning(h.id)).scalar_one())
+        copy_properties(conn, message_id, new_id)
         where = "" if new_target == row.target else f" to {new_target}"
-        _event(conn, "Info", f"resent by an operator as message {new_id}{where}", row,
+        _event(conn, "Info", f"resent by {by} as message {new_id}{where}", row,
                method="resend", now=now)
     return new_id
 
 
-def suspend(store: SqlStore, message_id: int, *, now: datetime) -> None:
+def suspend(store: SqlStore, message_id: int, *, now: datetime, by: str = OPERATOR) -> None:
     """Suspend a ``Queued`` request (also one parked until its next retry): no worker takes
-    it until an operator resends or discards it. Refused in any other status."""
+    it until an operator resends or discards it. Refused in any other status. The event is
+    an ``Info``, as for every operator action: one record of who did what."""
     _transition(store, message_id, SUSPENDABLE_STATUSES, "suspended", now=now,
                 values={"status": "Suspended"},
-                event=("Warning", "suspended by an operator", "suspend"))
+                event=("Info", f"suspended by {by}", "suspend"))
     log.info("message %d suspended", message_id)
 
 
-def discard(store: SqlStore, message_id: int, *, now: datetime) -> None:
+def discard(store: SqlStore, message_id: int, *, now: datetime, by: str = OPERATOR) -> None:
     """End a ``Queued`` or ``Suspended`` request in ``Discarded``; it is never delivered."""
     _transition(store, message_id, DISCARDABLE_STATUSES, "discarded", now=now,
                 values={"status": "Discarded"},
-                event=("Info", "discarded by an operator", "discard"))
+                event=("Info", f"discarded by {by}", "discard"))
     log.info("message %d discarded", message_id)
 
 
@@ -103,24 +107,24 @@ def suspended_messages(store: SqlStore, *, item: str | None = None) -> list[dict
 
 # -- items -------------------------------------------------------------------------------
 def enable_item(store: SqlStore, item: str, *, known_items: Collection[str],
-                now: datetime) -> None:
+                now: datetime, by: str = OPERATOR) -> None:
     """Let ``item`` take messages again (overrides the production file's ``enabled``)."""
-    _set_enabled(store, item, True, reason=None, known_items=known_items, now=now)
+    _set_enabled(store, item, True, reason=None, known_items=known_items, now=now, by=by)
 
 
 def disable_item(store: SqlStore, item: str, *, known_items: Collection[str],
-                 reason: str | None, now: datetime) -> None:
+                 reason: str | None, now: datetime, by: str = OPERATOR) -> None:
     """Stop ``item`` taking messages; its queue keeps filling. Attempts in flight finish."""
-    _set_enabled(store, item, False, reason=reason, known_items=known_items, now=now)
+    _set_enabled(store, item, False, reason=reason, known_items=known_items, now=now, by=by)
 
 
 def _set_enabled(store: SqlStore, item: str, enabled: bool, *, reason: str | None,
-                 known_items: Collection[str], now: datetime) -> None:
+                 known_items: Collection[str], now: datetime, by: str) -> None:
     if item not in known_items:
         raise OperatorError(f"no item named {item!r} in the production (items: "
                             f"{', '.join(sorted(known_items)) or 'none'})")
     store.set_item_enabled(item, enabled, reason=reason, now=now)
-    text = f"item {'enabled' if enabled else 'disabled'} by an operator"
+    text = f"item {'enabled' if enabled else 'disabled'} by {by}"
     store.events.write("Info", f"{text}: {reason}" if reason else text, config_name=item,
                        source_class=_SOURCE_CLASS,
                        source_method="enable" if enabled else "disable", now=now)
@@ -185,6 +189,7 @@ def _purge_messages(conn: Connection, request_ids: Sequence[int], dry_run: bool)
     ids = [*request_ids, *response_ids]
     attempts = _delete_or_count(conn, message_attempt, message_attempt.c.message_id.in_(ids),
                                 dry_run)
+    _delete_or_count(conn, message_property, message_property.c.message_id.in_(ids), dry_run)
     events = _delete_or_count(conn, event_log, event_log.c.message_id.in_(ids), dry_run)
     _delete_or_count(conn, message_header, h.id.in_(ids), dry_run)
     return PurgeCounts(len(request_ids), len(response_ids), attempts, events)
@@ -215,6 +220,14 @@ def _delete_or_count(conn: Connection, table: Any, where: Any, dry_run: bool) ->
 
 
 # -- helpers -----------------------------------------------------------------------------
+def copy_properties(conn: Connection, from_id: int, to_id: int) -> None:
+    """Give a resent copy the search properties of its original (same body, same values)."""
+    p = message_property.c
+    conn.execute(message_property.insert().from_select(
+        ["message_id", "name", "value_text", "value_num"],
+        select(literal(to_id), p.name, p.value_text, p.value_num).where(p.message_id == from_id)))
+
+
 def _transition(store: SqlStore, message_id: int, allowed: Sequence[str], verb: str, *,
                 now: datetime, values: dict[str, Any], event: tuple[str, str, str]) -> None:
     """Move a request out of one of the ``allowed`` statuses with one conditional UPDATE and

@@ -125,7 +125,7 @@ class SqlStore:
                source: str | None = None, session_id: int | None = None,
                now: datetime | None = None, idempotency_key: str | None = None,
                trace_context: str | None = None, waited: bool = False,
-               durable: bool = True) -> Accepted:
+               durable: bool = True, search_paths: Sequence[str] = ()) -> Accepted:
         """:meth:`enqueue`, with an ``idempotency_key``: when a message for ``target`` with
         that key exists already (also one committed by a racing duplicate, on any daemon),
         nothing is created and that message is returned (``created`` False). The key is kept
@@ -134,9 +134,10 @@ class SqlStore:
         its work is announced as urgent, so a dispatcher claims it without lingering.
         ``durable=False``: the commit does not wait for the disk — only for a message whose
         loss in a crash of the machine is recovered otherwise (a business process's call:
-        the process's own attempt is then outcome unknown and sends it again)."""
+        the process's own attempt is then outcome unknown and sends it again).
+        ``search_paths``: the target's search properties, indexed with the message."""
         intake = Intake(target, body_class, body, source, session_id, now or utcnow(),
-                        idempotency_key, trace_context, waited)
+                        idempotency_key, trace_context, waited, tuple(search_paths))
         accepted = self.intake.submit(intake) if durable else self._accept_one(intake, False)
         if accepted.created:  # PostgreSQL: NOTIFY went with the INSERT
             self._announcer.call_back([Announcement.work(target, urgent=waited)])
@@ -149,19 +150,22 @@ class SqlStore:
                                 source=intake.source, session_id=intake.session_id,
                                 now=intake.now, idempotency_key=intake.idempotency_key,
                                 trace_context=intake.trace_context, waited=intake.waited,
-                                durable=durable)
+                                durable=durable, search_paths=intake.search_paths)
 
     def enqueue_many(self, *, target: str, bodies: list[tuple[str | None, str]],
                      source: str | None = None, session_id: int | None = None,
                      now: datetime | None = None,
-                     trace_context: str | None = None) -> list[int]:
+                     trace_context: str | None = None,
+                     search_paths: Sequence[str] = ()) -> list[int]:
         """Commit new requests for ``target`` (``(body_class, body)`` pairs) in one durable
         transaction; return their ids in order. Each starts its own session unless
-        ``session_id`` is given. ``trace_context``: the producer's, stored with each."""
+        ``session_id`` is given. ``trace_context``: the producer's, stored with each;
+        ``search_paths``: the target's search properties, indexed with each."""
         if not bodies:
             return []
         ids = self._hot.enqueue_many(target, bodies, source=source, session_id=session_id,
-                                     now=now or utcnow(), trace_context=trace_context)
+                                     now=now or utcnow(), trace_context=trace_context,
+                                     search_paths=search_paths)
         self._announcer.call_back([Announcement.work(target)])  # PostgreSQL: with the INSERT
         return ids
 

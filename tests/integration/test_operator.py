@@ -181,7 +181,7 @@ def test_suspend_takes_a_queued_message_out_of_its_queue(prod: Production) -> No
     row = prod.store.get_message(message_id)
     assert (row.status, row.retry_needed, row.time_completed) == (
         "Suspended", False, prod.clock.now())
-    assert events_of(prod.store, message_id) == [("Warning", "suspended by an operator")]
+    assert events_of(prod.store, message_id) == [("Info", "suspended by an operator")]
     assert prod.store.claim_next("Held", owner="w", now=prod.clock.now(),
                                  lease_seconds=60) is None
 

@@ -142,7 +142,7 @@ def test_an_operator_token_suspends_resends_and_discards_and_each_is_audited(
     assert again.status_code == 409 and "Discarded" in again.json()["error"]
     with store.engine.connect() as conn:
         audit = conn.execute(select(event_log.c.type, event_log.c.text).where(
-            event_log.c.source_class == "Portal").order_by(event_log.c.id)).all()
+            event_log.c.source_class == "Operator").order_by(event_log.c.id)).all()
     assert [t for t, _ in audit] == ["Info"] * 3
     assert all("operator-bot" in text for _, text in audit)
 

@@ -144,7 +144,7 @@ def test_an_operator_resends_a_message_after_confirming_and_an_event_names_them(
                        follow_redirects=False)
     new_id = int(done.headers["location"].rsplit("/", 1)[1])
     assert statuses(store)[new_id] == "Queued"
-    audit = events_by(store, "Portal")
+    audit = events_by(store, "Operator")
     assert [e.type for e in audit] == ["Info"]
     assert "olga" in audit[0].text and audit[0].message_id == mid
 
@@ -183,7 +183,7 @@ def test_an_operator_disables_and_enables_an_item(client: TestClient, store: Sql
     assert "/items/Echo/enable" in client.get("/").text
     client.post("/items/Echo/enable", data={"csrf_token": token, "confirmed": "yes"})
     assert store.item_overrides() == {"Echo": True}
-    assert [e.source_method for e in events_by(store, "Portal")] == ["disable", "enable"]
+    assert [e.source_method for e in events_by(store, "Operator")] == ["disable", "enable"]
 
 
 def test_an_action_the_status_does_not_allow_is_refused_with_the_reason(

@@ -120,6 +120,7 @@ class Intake:
     idempotency_key: str | None
     trace_context: str | None
     waited: bool = False
+    search_paths: tuple[str, ...] = ()  # the target's search properties
 
 
 @dataclass(frozen=True)
@@ -235,15 +236,18 @@ class HotPath:
         _close_all(self._idle)
 
     # -- steps (per dialect) ---------------------------------------------------------------
+    # ``search_paths``: the target's search properties; the rows they give are inserted
+    # into message_property in the transaction that accepts the message.
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
                      source: str | None, session_id: int | None, now: datetime,
-                     trace_context: str | None = None) -> list[int]:
+                     trace_context: str | None = None,
+                     search_paths: Sequence[str] = ()) -> list[int]:
         raise NotImplementedError
 
     def accept(self, target: str, body_class: str | None, body: str, *, source: str | None,
                session_id: int | None, now: datetime, idempotency_key: str | None,
                trace_context: str | None, waited: bool = False,
-               durable: bool = True) -> Accepted:
+               durable: bool = True, search_paths: Sequence[str] = ()) -> Accepted:
         raise NotImplementedError
 
     def accept_many(self, intakes: Sequence[Intake]) -> list[Accepted]:

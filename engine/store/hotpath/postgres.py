@@ -20,6 +20,7 @@ from engine.store.hotpath.base import (
     HotPath,
     Intake,
 )
+from engine.store import properties
 from engine.store.notify import Announcement
 from engine.store.rows import MessageRow
 
@@ -29,9 +30,21 @@ from engine.store.rows import MessageRow
 _CALLER = "CASE WHEN substr(:source::text, 1, 4) = 'api:' THEN :source::text ELSE '' END"
 
 
+def _index(conn: Any, message_id: int, body: str, search_paths: Sequence[str]) -> None:
+    """Insert the search-property rows of a message just accepted (in its transaction)."""
+    if search_paths:
+        rows = properties.extract(body, search_paths)
+        if rows:
+            with conn.cursor() as cur:
+                cur.executemany(_INSERT_PROPERTY, properties.parameters(message_id, rows))
+
+
 def _pg(sql: str) -> str:
     """``:name`` placeholders as psycopg's ``%(name)s`` (and ``%`` escaped)."""
     return HotPath.paramstyle_named.sub(r"%(\1)s", sql.replace("%", "%%"))
+
+
+_INSERT_PROPERTY = _pg(properties.INSERT_SQL)
 
 
 class PostgresHotPath(HotPath):
@@ -130,17 +143,32 @@ class PostgresHotPath(HotPath):
 
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
                      source: str | None, session_id: int | None, now: datetime,
-                     trace_context: str | None = None) -> list[int]:
-        rows = self._run(self._INSERT, {
+                     trace_context: str | None = None,
+                     search_paths: Sequence[str] = ()) -> list[int]:
+        params = {
             "body_classes": [b[0] for b in bodies], "bodies": [b[1] for b in bodies],
             "session_id": session_id, "source": source, "target": target, "now": now,
-            "trace": trace_context, "note": Announcement.work(target).to_json()}, durable=True)
-        return [int(r[0]) for r in rows]
+            "trace": trace_context, "note": Announcement.work(target).to_json()}
+        if not search_paths:
+            return [int(r[0]) for r in self._run(self._INSERT, params, durable=True)]
+        with self._connection(True) as conn:
+            def insert() -> list[int]:
+                with conn.transaction():
+                    ids = [int(r[0]) for r in
+                           conn.execute(self._INSERT, params, prepare=True).fetchall()]
+                    for new_id, (_, body) in zip(ids, bodies):
+                        _index(conn, new_id, body, search_paths)
+                return ids
+            return self._guard(insert)
 
     def accept(self, target: str, body_class: str | None, body: str, *, source: str | None,
                session_id: int | None, now: datetime, idempotency_key: str | None,
                trace_context: str | None, waited: bool = False,
-               durable: bool = True) -> Accepted:
+               durable: bool = True, search_paths: Sequence[str] = ()) -> Accepted:
+        if search_paths:  # the message and its properties in one transaction
+            return self.accept_many([Intake(target, body_class, body, source, session_id, now,
+                                            idempotency_key, trace_context, waited,
+                                            tuple(search_paths))])[0]
         params = {"session_id": session_id, "source": source, "target": target,
                   "body_class": body_class, "body": body, "now": now, "key": idempotency_key,
                   "trace": trace_context, "waited": waited,
@@ -173,6 +201,7 @@ class PostgresHotPath(HotPath):
                             out.append(Accepted(int(rows[0][0]), int(rows[0][1]), False))
                         else:
                             out.append(Accepted(int(rows[0][0]), int(rows[0][1]), True))
+                            _index(conn, int(rows[0][0]), i.body, i.search_paths)
                 return out
             return self._guard(accept)
 

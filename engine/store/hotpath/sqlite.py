@@ -22,6 +22,7 @@ from engine.store.hotpath.base import (
     HotPath,
     Intake,
 )
+from engine.store import properties
 from engine.store.rows import MessageRow
 
 if TYPE_CHECKING:
@@ -40,6 +41,14 @@ def _sqlite_time(value: datetime | None) -> str | None:
     if value is None:
         return None
     return value.astimezone(timezone.utc).isoformat(" ", "microseconds")[:26]
+
+
+def _index(cur: Any, message_id: int, body: str, search_paths: Sequence[str]) -> None:
+    """Insert the search-property rows of a message just accepted (in its transaction)."""
+    if search_paths:
+        rows = properties.extract(body, search_paths)
+        if rows:
+            cur.executemany(properties.INSERT_SQL, properties.parameters(message_id, rows))
 
 
 def _parse_sqlite_time(value: str | None) -> datetime | None:
@@ -123,7 +132,8 @@ class SqliteHotPath(HotPath):
 
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
                      source: str | None, session_id: int | None, now: datetime,
-                     trace_context: str | None = None) -> list[int]:
+                     trace_context: str | None = None,
+                     search_paths: Sequence[str] = ()) -> list[int]:
         stamp = _sqlite_time(now)
         with self._transaction(durable=True) as cur:
             def insert() -> list[int]:
@@ -135,17 +145,19 @@ class SqliteHotPath(HotPath):
                      "target": target, "body_class": body_class, "body": body, "now": stamp,
                      "key": None, "trace": trace_context}
                     for new_id, (body_class, body) in zip(ids, bodies)])
+                for new_id, (_, body) in zip(ids, bodies):
+                    _index(cur, new_id, body, search_paths)
                 return ids
             return self._guard(insert)
 
     def accept(self, target: str, body_class: str | None, body: str, *, source: str | None,
                session_id: int | None, now: datetime, idempotency_key: str | None,
                trace_context: str | None, waited: bool = False,
-               durable: bool = True) -> Accepted:
+               durable: bool = True, search_paths: Sequence[str] = ()) -> Accepted:
         params = {"session_id": session_id, "source": source, "target": target,
                   "body_class": body_class, "body": body, "now": _sqlite_time(now),
                   "key": idempotency_key, "trace": trace_context, "waited": int(waited)}
-        if idempotency_key is None:
+        if idempotency_key is None and not search_paths:
             # one statement, its own transaction: SQLite takes the write lock as it starts
             # (as BEGIN IMMEDIATE would) and commits as it ends — one call into the driver,
             # not five, each of which hands the GIL back and must wait to take it again
@@ -154,10 +166,12 @@ class SqliteHotPath(HotPath):
             return Accepted(new_id, new_id if session_id is None else session_id, True)
         with self._transaction(durable=durable) as cur:  # BEGIN IMMEDIATE: no racing insert
             def accept() -> Accepted:
-                found = cur.execute(self._FIND_KEY, params).fetchone()
+                found = (cur.execute(self._FIND_KEY, params).fetchone()
+                         if idempotency_key is not None else None)
                 if found is not None:
                     return Accepted(int(found[0]), int(found[1]), False)
                 new_id = cur.execute(self._ACCEPT, params).lastrowid
+                _index(cur, new_id, body, search_paths)
                 return Accepted(new_id, new_id if session_id is None else session_id, True)
             return self._guard(accept)
 
@@ -176,6 +190,7 @@ class SqliteHotPath(HotPath):
                         out.append(Accepted(int(found[0]), int(found[1]), False))
                         continue
                     new_id = cur.execute(self._ACCEPT, params).lastrowid
+                    _index(cur, new_id, i.body, i.search_paths)
                     out.append(Accepted(new_id, new_id if i.session_id is None
                                         else i.session_id, True))
                 return out
