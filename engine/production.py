@@ -63,6 +63,7 @@ DEFAULT_LEASE_SECONDS = 30.0  # seconds a claim outlives its daemon's last heart
 DEFAULT_POLL_INTERVAL = 0.5  # seconds between an idle item's looks at its queue
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0  # seconds a stop waits for attempts in flight
 DEFAULT_METRICS_HOST = "127.0.0.1"  # loopback
+DEFAULT_PASSWORD_MIN_LENGTH = 12  # characters of a portal password, at least
 
 PRODUCTION_SETTINGS: tuple[Setting, ...] = (
     Setting(name="name", kind=str, default="Production",
@@ -108,6 +109,10 @@ PORTAL_SETTINGS: tuple[Setting, ...] = (
                  "client (login limits count per client address); none by default"),
     Setting(name="max_waiters", kind=int, default=100, minimum=0, maximum=100_000,
             help="intake calls with ?wait that may wait at once; the next gets 503"),
+    Setting(name="password_min_length", kind=int, default=DEFAULT_PASSWORD_MIN_LENGTH,
+            minimum=8, maximum=1024,
+            help="characters a portal user's password has at least (the portal's "
+                 "administration and `encore user add` refuse shorter ones)"),
 )
 
 
@@ -180,6 +185,7 @@ class PortalConfig(TypedSettings):
     tls_key: str
     forwarded_allow_ips: tuple[str, ...]
     max_waiters: int
+    password_min_length: int  # characters
 
     @property
     def tls(self) -> bool:

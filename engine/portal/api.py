@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from engine.errors import OperatorError
-from engine.portal import actions, filters
+from engine.portal import actions, export, filters
 from engine.portal.app import portal_of
 from engine.portal.auth import NotAuthenticated, Principal
 from engine.portal.status import production_view
@@ -84,8 +84,11 @@ def status(request: Request) -> Response:
 def messages(request: Request) -> Response:
     api_user(request, "viewer")
     params = request.query_params
-    page = viewer.messages_page(portal_of(request).store, filters.message_filter(params),
-                                **filters.cursor(params))
+    if params.get("format"):  # an export: every matching row, streamed (export.py)
+        return export.messages_export(request, params["format"])
+    portal = portal_of(request)
+    flt = filters.message_filter(params, export.declared_properties(portal.production))
+    page = viewer.messages_page(portal.store, flt, **filters.cursor(params))
     return reply({"messages": page.rows, "older": page.older, "newer": page.newer})
 
 
@@ -117,6 +120,8 @@ def _with_body(row: dict[str, Any]) -> dict[str, Any]:
 def events(request: Request) -> Response:
     api_user(request, "viewer")
     params = request.query_params
+    if params.get("format"):
+        return export.events_export(request, params["format"])
     page = viewer.events_page(portal_of(request).store, filters.event_filter(params),
                               **filters.cursor(params))
     return reply({"events": page.rows, "older": page.older, "newer": page.newer})

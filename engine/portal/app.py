@@ -16,12 +16,13 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import jinja2
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -112,7 +113,7 @@ def create_app(store: SqlStore, production: ProductionConfig, *, secret: str | N
     cookies (default: ``$ENCORE_PORTAL_SECRET``, else random for this process); ``tls``
     marks the session cookie Secure; ``max_waiters``: intake calls that may wait at once
     (default: ``[portal] max_waiters``'s)."""
-    from engine.portal import api, intake, pages
+    from engine.portal import admin, api, export, intake, pages, searches
 
     env = os.environ if env is None else env
     auth = Authenticator(store, secret or portal_secret(env))
@@ -120,6 +121,7 @@ def create_app(store: SqlStore, production: ProductionConfig, *, secret: str | N
     if max_waiters is not None:
         portal.waiters = Waiters(max_waiters)
     routes = [*pages.routes(), *api.routes(), *intake.routes(),
+              *export.routes(), *searches.routes(), *admin.routes(),
               Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]
     app = Starlette(routes=routes, middleware=[Middleware(SecurityHeaders)],
                     exception_handlers={Exception: _server_error, HTTPException: _http_error,
@@ -144,8 +146,15 @@ def _templates() -> Jinja2Templates:
     return Jinja2Templates(env=environment)
 
 
-def _timestamp(value: datetime | None) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if value else "–"
+def _timestamp(value: datetime | None) -> Markup | str:
+    """A time as UTC text in a ``<time>`` element; a user who reads local time has it
+    converted by the browser (static/timezone.js), every page saying which it shows."""
+    if not value:
+        return "–"
+    value = value.astimezone(timezone.utc)
+    text = value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return Markup('<time datetime="{}">{}</time>').format(
+        value.isoformat(timespec="milliseconds").replace("+00:00", "Z"), text)
 
 
 def _pretty_json(text: str | None) -> str:

@@ -87,6 +87,7 @@ class Principal:
     kind: str
     csrf: str = ""
     generation: int = 0  # a user's session generation when the session began
+    time_zone: str = "UTC"  # how the user reads times: "UTC" or "local" (the browser's)
 
     def may(self, role: str) -> bool:
         """True if this principal's role is ``role`` or above it."""
@@ -254,7 +255,7 @@ class Authenticator:
         if user is None or data.get("g") != user.session_generation:
             return None
         return Principal(user.name, user.role, "user", csrf=str(data.get("c", "")),
-                         generation=user.session_generation)
+                         generation=user.session_generation, time_zone=user.time_zone)
 
     def logout(self, user: Principal) -> None:
         """End every session of ``user``, on every portal of the database."""

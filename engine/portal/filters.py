@@ -1,22 +1,30 @@
 """Query parameters of the Message Viewer and the event log, for pages and API alike.
 
-Parameters are the interface (DESIGN.md §9): ``target``, ``status``, ``session``, ``since``,
-``until``, ``q``, ``errors=1`` for messages; ``type``, ``item``, ``message``, ``since`` for
-events; ``before``/``after`` (ids) and ``limit`` for paging. A value that does not parse is a
+Parameters are the interface (DESIGN.md §9, §13): ``target``, ``status``, ``session``,
+``since``, ``until``, ``q``, ``errors=1``, ``source``, ``prop.PATH=V`` (``prop.PATH.gt``,
+``.lt``: ranges), ``body.PATH=V``, ``sort=time|target|status|duration`` and
+``order=asc|desc`` for messages; ``type``, ``item``, ``message``, ``since`` for events;
+``before``/``after`` (ids) and ``limit`` for paging. A value that does not parse is a
 :class:`FilterError` that names the parameter; an empty value counts as absent.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
 from engine.clock import utcnow
 from engine.errors import EncoreError
 from engine.store.models import EVENT_TYPES, MESSAGE_STATUSES
-from engine.store.viewer import PAGE_SIZE, EventFilter, MessageFilter
+from engine.store.properties import PATH_PATTERN
+from engine.store.viewer import (PAGE_SIZE, SORTS, EventFilter, MessageFilter,
+                                 PropertyFilter)
 
-MESSAGE_PARAMS = ("target", "status", "session", "since", "until", "q", "errors")
+MESSAGE_PARAMS = ("target", "status", "session", "since", "until", "q", "errors", "source",
+                  "sort", "order")
+PROP_PREFIX, BODY_PREFIX = "prop.", "body."
+RANGE_OPS = ("gt", "lt")  # prop.PATH.gt / prop.PATH.lt
+MAX_VALUE = 200  # characters of a prop. or body. value
 EVENT_PARAMS = ("type", "item", "message", "since")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -25,15 +33,89 @@ class FilterError(EncoreError):
     """A query parameter that does not parse (HTTP 400)."""
 
 
-def message_filter(params: Mapping[str, str]) -> MessageFilter:
-    """The Message Viewer's filter from query parameters."""
+def message_filter(params: Mapping[str, str],
+                   declared: Collection[str] | None = None) -> MessageFilter:
+    """The Message Viewer's filter from query parameters. ``declared``: the search
+    properties the production's items declare (None: not checked); a ``prop.`` filter on
+    another path is refused, naming those that exist."""
     status = _text(params, "status")
     if status is not None and status not in MESSAGE_STATUSES:
         raise FilterError(f"status: {status!r} is not one of {', '.join(MESSAGE_STATUSES)}")
+    sort = _text(params, "sort") or "time"
+    if sort not in SORTS:
+        raise FilterError(f"sort: {sort!r} is not one of {', '.join(SORTS)}")
+    order = _text(params, "order") or "desc"
+    if order not in ("asc", "desc"):
+        raise FilterError(f"order: {order!r} is not asc or desc")
     return MessageFilter(target=_text(params, "target"), status=status,
                          session_id=_int(params, "session"), since=_time(params, "since"),
                          until=_time(params, "until"), q=_text(params, "q"),
-                         errors=_text(params, "errors") in ("1", "true", "on", "yes"))
+                         errors=_text(params, "errors") in ("1", "true", "on", "yes"),
+                         source=_text(params, "source"),
+                         props=property_filters(params, declared), body=body_filters(params),
+                         sort=sort, descending=order == "desc")
+
+
+def property_filters(params: Mapping[str, str],
+                     declared: Collection[str] | None = None) -> tuple[PropertyFilter, ...]:
+    """``prop.PATH=V``, ``prop.PATH.gt=V``, ``prop.PATH.lt=V`` (a trailing ``.gt``/``.lt``
+    is the operator, not part of the path)."""
+    found = []
+    for name, value in _prefixed(params, PROP_PREFIX):
+        path, _, op = name.rpartition(".")
+        if op not in RANGE_OPS:
+            path, op = name, "eq"
+        _check_path(PROP_PREFIX + name, path)
+        if declared is not None and path not in declared:
+            known = ", ".join(sorted(declared)) or "none (set search_properties on an item)"
+            raise FilterError(f"{PROP_PREFIX}{name}: {path!r} is not a search property of any "
+                              f"item; the search properties are: {known} (body.{path}= "
+                              "searches any body, without an index)")
+        found.append(PropertyFilter(path, op, value))
+    return tuple(found)
+
+
+def body_filters(params: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """``body.PATH=V``: the value at PATH in the body, as text, is V (the viewer's form
+    sends it as ``body_path=PATH&body_value=V``)."""
+    found = []
+    for path, value in [*_prefixed(params, BODY_PREFIX), *_form_pair(params)]:
+        _check_path(BODY_PREFIX + path, path)
+        found.append((path, value))
+    return tuple(found)
+
+
+def message_params(params: Mapping[str, str]) -> dict[str, str]:
+    """The Message Viewer's non-empty parameters (``prop.``/``body.`` ones too), to carry
+    over into links, forms, exports and saved searches."""
+    kept_ = kept(params, MESSAGE_PARAMS)
+    kept_.update({key: params[key].strip() for key in params
+                  if key.startswith((PROP_PREFIX, BODY_PREFIX)) and params[key].strip()})
+    kept_.update({BODY_PREFIX + path: value for path, value in _form_pair(params)})
+    return kept_
+
+
+def _form_pair(params: Mapping[str, str]) -> list[tuple[str, str]]:
+    path, value = _text(params, "body_path"), _text(params, "body_value")
+    return [(path, value)] if path and value else []
+
+
+def _prefixed(params: Mapping[str, str], prefix: str) -> list[tuple[str, str]]:
+    out = []
+    for key in sorted(k for k in params if k.startswith(prefix)):
+        value = params[key].strip()
+        if not value:
+            continue
+        if len(value) > MAX_VALUE:
+            raise FilterError(f"{key}: the value is longer than {MAX_VALUE} characters")
+        out.append((key[len(prefix):], value))
+    return out
+
+
+def _check_path(name: str, path: str) -> None:
+    if not PATH_PATTERN.fullmatch(path):
+        raise FilterError(f"{name}: {path!r} is not a dotted path into the body, such as "
+                          "order or customer.id")
 
 
 def event_filter(params: Mapping[str, str]) -> EventFilter:

@@ -134,17 +134,12 @@ def production(request: Request) -> Response:
 
 
 def messages(request: Request) -> Response:
+    from engine.portal.viewer_page import messages_context
+
     user = current_user(request)
     portal = portal_of(request)
-    params = request.query_params
-    flt = filters.message_filter(params)
-    page = viewer.messages_page(portal.store, flt, **filters.cursor(params))
-    kept = filters.kept(params, filters.MESSAGE_PARAMS)
-    return portal.render(request, "messages.html", {
-        "page": page, "params": kept, "items": portal.items, "statuses": MESSAGE_STATUSES,
-        "older": filters.link("/messages", kept, before=page.older) if page.older else None,
-        "newer": filters.link("/messages", kept, after=page.newer) if page.newer else None,
-        "bulk_link": filters.link("/messages/resend", kept)}, user=user)
+    return portal.render(request, "messages.html",
+                         messages_context(portal, request.query_params, user), user=user)
 
 
 def message(request: Request) -> Response:

@@ -32,6 +32,7 @@ class UserRow:
     password_hash: str
     created_at: datetime
     session_generation: int = 0  # grows at each logout; older sessions are refused
+    time_zone: str = "UTC"  # "UTC" or "local": how the portal shows this user times
 
 
 @dataclass(frozen=True)
@@ -73,14 +74,47 @@ def get_user(store: SqlStore, name: str) -> UserRow | None:
         row = conn.execute(select(portal_user).where(portal_user.c.name == name)).first()
     return None if row is None else UserRow(row.name, row.role, row.password_hash,
                                             as_utc(row.created_at),  # type: ignore[arg-type]
-                                            row.session_generation)
+                                            row.session_generation, row.time_zone)
 
 
 def list_users(store: SqlStore) -> list[UserRow]:
     with store._read() as conn:
         rows = conn.execute(select(portal_user).order_by(portal_user.c.name)).all()
-    return [UserRow(r.name, r.role, r.password_hash, as_utc(r.created_at))  # type: ignore[arg-type]
-            for r in rows]
+    return [UserRow(r.name, r.role, r.password_hash, as_utc(r.created_at),  # type: ignore[arg-type]
+                    r.session_generation, r.time_zone) for r in rows]
+
+
+TIME_ZONES = ("UTC", "local")  # portal_user.time_zone: UTC, or the browser's own zone
+
+
+def set_time_zone(store: SqlStore, name: str, time_zone: str) -> None:
+    """How user ``name`` reads times in the portal; OperatorError for another value."""
+    if time_zone not in TIME_ZONES:
+        raise OperatorError(f"time zone {time_zone!r} is not one of {', '.join(TIME_ZONES)}")
+    with store._tx() as conn:
+        conn.execute(update(portal_user).where(portal_user.c.name == name)
+                     .values(time_zone=time_zone))
+
+
+def reset_password(store: SqlStore, name: str, password_hash: str) -> None:
+    """Give user ``name`` a new password; their sessions end. OperatorError if absent."""
+    with store._tx() as conn:
+        count = conn.execute(update(portal_user).where(portal_user.c.name == name).values(
+            password_hash=password_hash,
+            session_generation=portal_user.c.session_generation + 1)).rowcount
+    if not count:
+        raise OperatorError(f"no user named {name!r}")
+
+
+def revoke_token(store: SqlStore, token_id: int) -> TokenRow:
+    """Delete token ``token_id``; return what it was. OperatorError if there is none."""
+    with store._tx() as conn:
+        row = conn.execute(select(api_token).where(api_token.c.id == token_id)).first()
+        if row is None:
+            raise OperatorError(f"no token with id {token_id}")
+        conn.execute(api_token.delete().where(api_token.c.id == token_id))
+    return TokenRow(row.id, row.name, row.role, as_utc(row.created_at),  # type: ignore[arg-type]
+                    as_utc(row.last_used_at))
 
 
 def set_password_hash(store: SqlStore, name: str, password_hash: str) -> None:

@@ -23,7 +23,7 @@ PropertyRow = tuple[str, str, float | None]  # name, value_text, value_num
 MAX_PATHS = 20  # search properties one item may declare
 MAX_VALUE_TEXT = 200  # characters of a value kept (the column's width)
 MAX_LIST_VALUES = 50  # rows one path may give from a list
-_PATH = re.compile(r"[A-Za-z0-9_$@-]+(\.[A-Za-z0-9_$@-]+)*")
+PATH_PATTERN = re.compile(r"[A-Za-z0-9_$@-]+(\.[A-Za-z0-9_$@-]+)*")
 
 # Inserts on a driver connection (named placeholders; psycopg's are rewritten by its hot path).
 INSERT_SQL = ("INSERT INTO message_property (message_id, name, value_text, value_num) "
@@ -40,7 +40,7 @@ def check_paths(value: Any) -> tuple[str, ...]:
         raise ValueError(f"{len(value)} paths; at most {MAX_PATHS} search properties per item")
     seen: list[str] = []
     for position, path in enumerate(value, start=1):
-        if not isinstance(path, str) or not _PATH.fullmatch(path):
+        if not isinstance(path, str) or not PATH_PATTERN.fullmatch(path):
             raise ValueError(f"entry {position} ({path!r}) is not a dotted path into the JSON "
                              "body: names of letters, digits, _ - $ @ joined by dots, such "
                              "as \"customer.id\" or \"lines.0.sku\"")

@@ -6,19 +6,29 @@ n`` (or ``id > :after`` going back), never ``OFFSET``, so page 1,000 costs what 
 Each filter is one that an index of :mod:`engine.store.models` serves — target (with status),
 session, message — except ``q``, a text search in bodies and errors, which reads rows
 backwards from the cursor until the page is full.
+
+Search properties (``prop.PATH``, DESIGN.md §13) are index lookups in ``message_property``;
+``body.PATH`` filters read bodies: they are applied in Python to the rows the other filters
+select, a chunk at a time, and a page scans at most :data:`BODY_SCAN_LIMIT` rows (the page
+then says so, and its cursor goes on from there). A list sorted by something other than time
+is keyset-paged on (that value, id); the cursor stays an id, whose value is read back.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, func, or_, select
+from sqlalchemy import Select, and_, func, literal, or_, select, tuple_
 
 from engine.clock import as_utc
+from engine.errors import OperatorError
+from engine.store import properties
 from engine.store.models import (FINAL_STATUSES, daemon, event_log, item_breaker, lease,
-                                 message_attempt, message_header)
+                                 message_attempt, message_header, message_property,
+                                 saved_search)
 from engine.store.queries import _plain
 from engine.store.rows import AttemptRow
 from engine.store.sql import SqlStore
@@ -26,6 +36,10 @@ from engine.store.sql import SqlStore
 PAGE_SIZE = 50  # rows per page of the Message Viewer and the event log
 MAX_PAGE_SIZE = 500  # the largest page a client may ask for
 RESENDABLE = (*FINAL_STATUSES, "Suspended")  # as engine.store.operator.RESENDABLE_STATUSES
+BODY_SCAN_LIMIT = 50_000  # rows one page of a body.PATH filter reads at most
+BODY_CHUNK = 1_000  # rows read at a time by a body.PATH filter and by an export
+SORTS = ("time", "target", "status", "duration")
+EXACT_FLOAT_DIGITS = 15  # a numeric value with more digits is compared as text
 
 # The Message Viewer lists headers only; bodies are read one message at a time.
 _LIST_COLUMNS = ("id", "session_id", "source", "target", "kind", "status", "is_error",
@@ -48,6 +62,22 @@ class MessageFilter:
     until: datetime | None = None
     q: str | None = None
     errors: bool = False
+    source: str | None = None
+    props: tuple[PropertyFilter, ...] = ()  # ANDed, each an index lookup
+    body: tuple[tuple[str, str], ...] = ()  # (path, value) ANDed, read from the bodies
+    sort: str = "time"  # one of SORTS
+    descending: bool = True
+
+
+@dataclass(frozen=True)
+class PropertyFilter:
+    """``prop.PATH=VALUE`` (``op`` "eq"), ``prop.PATH.gt=VALUE`` or ``.lt``. A value that
+    reads as a number is compared as a number (``9`` finds ``9``, ``9.0`` and ``"9"``),
+    any other as text."""
+
+    path: str
+    op: str  # "eq" | "gt" | "lt"
+    value: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +99,7 @@ class Page:
     rows: list[dict[str, Any]]
     older: int | None = None
     newer: int | None = None
+    scanned: int | None = None  # body filters: the rows read, when the scan limit stopped it
 
 
 # -- the Message Viewer ----------------------------------------------------------------
@@ -77,8 +108,72 @@ def messages_page(store: SqlStore, flt: MessageFilter, *, before: int | None = N
     """The page of messages matching ``flt`` just older than id ``before`` (or just newer
     than id ``after``; neither: the newest), newest first."""
     h = message_header.c
-    query = _message_where(select(*(h[name] for name in _LIST_COLUMNS)), flt)
-    return _keyset(store, query, h.id, before=before, after=after, limit=limit)
+    columns = [h[name] for name in _LIST_COLUMNS]
+    if flt.body:
+        columns.append(h.body)
+    query = _message_where(select(*columns), flt)
+    key = _sort_key(store, flt.sort)
+    if flt.body:
+        page = _body_keyset(store, query, flt, key, before=before, after=after, limit=limit)
+    else:
+        page = _keyset(store, query, h.id, before=before, after=after, limit=limit,
+                       sort=key, descending=flt.descending)
+    for row in page.rows:
+        row.pop("body", None)
+        row["duration_ms"] = duration_ms(row)
+    return page
+
+
+def duration_ms(row: dict[str, Any]) -> float | None:
+    """Milliseconds from a message's creation to its end (None while it is not done)."""
+    start, end = row.get("time_created"), row.get("time_completed")
+    if start is None or end is None:
+        return None
+    return round((end - start).total_seconds() * 1000, 1)
+
+
+def iter_messages(store: SqlStore, flt: MessageFilter, *, body: bool = False,
+                  chunk: int = BODY_CHUNK) -> Iterator[dict[str, Any]]:
+    """Every message matching ``flt`` in its order, read ``chunk`` rows at a time (keyset
+    pages: the result is never in memory, and no transaction stays open between chunks).
+    ``body``: with each row's body."""
+    h = message_header.c
+    columns = [h[name] for name in _LIST_COLUMNS]
+    if body or flt.body:
+        columns.append(h.body)
+    query = _message_where(select(*columns), flt)
+    key = _sort_key(store, flt.sort)
+    before = None
+    while True:
+        page = _keyset(store, query, h.id, before=before, after=None, limit=chunk,
+                       sort=key, descending=flt.descending, cap=False)
+        for row in page.rows:
+            if flt.body and not _body_matches(row.get("body"), flt.body):
+                continue
+            if not body:
+                row.pop("body", None)
+            row["duration_ms"] = duration_ms(row)
+            yield row
+        if page.older is None:
+            return
+        before = page.older
+
+
+def _sort_key(store: SqlStore, sort: str) -> Any:
+    """The column (or expression) a sort orders by besides the id; None for time (the id
+    is in time order)."""
+    h = message_header.c
+    if sort == "target":
+        return h.target
+    if sort == "status":
+        return h.status
+    if sort == "duration":  # not done yet: sorted as the longest
+        if store.is_postgres:
+            span = func.extract("epoch", h.time_completed - h.time_created)
+        else:
+            span = (func.julianday(h.time_completed) - func.julianday(h.time_created)) * 86400.0
+        return func.coalesce(span, literal(1e12))
+    return None
 
 
 def count_messages(store: SqlStore, flt: MessageFilter, *, resendable: bool = False) -> int:
@@ -120,7 +215,81 @@ def _message_where(query: Select[Any], flt: MessageFilter) -> Select[Any]:
     if flt.q:
         query = query.where(or_(h.body.icontains(flt.q, autoescape=True),
                                 h.error_text.icontains(flt.q, autoescape=True)))
+    if flt.source is not None:
+        query = query.where(h.source == flt.source)
+    for prop in flt.props:
+        query = query.where(h.id.in_(_property_ids(prop)))
+    for _, value in flt.body:  # a cheap first pass: the value's text is in the body's
+        if value.isascii() and value.replace("-", "").replace(".", "").replace("_", "").isalnum():
+            query = query.where(h.body.contains(value, autoescape=True))
     return query
+
+
+def _property_ids(prop: PropertyFilter) -> Select[Any]:
+    """The ids of the messages whose property ``prop.path`` passes ``prop`` (one range of
+    the index on (name, value_num) or (name, value_text))."""
+    p = message_property.c
+    number = properties.as_number(prop.value)
+    digits = sum(ch.isdigit() for ch in prop.value)
+    column, value = ((p.value_num, number) if number is not None and digits <= EXACT_FLOAT_DIGITS
+                     else (p.value_text, prop.value))
+    test = {"eq": column == value, "gt": column > value, "lt": column < value}[prop.op]
+    return select(p.message_id).where(p.name == prop.path, test)
+
+
+def _body_matches(body: str | None, wanted: tuple[tuple[str, str], ...]) -> bool:
+    """True when ``body`` (JSON text) holds every (path, value): the value at the path,
+    as text, equals it (a number as JSON writes it, ``true``, ``false``, ``null``)."""
+    try:
+        document = json.loads(body) if body else None
+    except ValueError:
+        return False
+    for path, value in wanted:
+        found, at = properties.lookup(document, path)
+        if not found or isinstance(at, (dict, list)):
+            return False
+        if (properties.as_text(at) if at is not None else "null") != value:
+            number = properties.as_number(value)
+            if number is None or properties.as_number(at) != number:
+                return False
+    return True
+
+
+def _body_keyset(store: SqlStore, query: Select[Any], flt: MessageFilter, key: Any, *,
+                 before: int | None, after: int | None, limit: int) -> Page:
+    """A page of a body-filtered list: chunks of the other filters' rows read from the
+    cursor on, kept when their body matches, until the page is full or
+    :data:`BODY_SCAN_LIMIT` rows were read."""
+    h = message_header.c
+    limit = max(1, min(limit, MAX_PAGE_SIZE))
+    going_back = after is not None and before is None
+    kept: list[dict[str, Any]] = []
+    scanned, cursor, last_read, more = 0, (after if going_back else before), None, False
+    while scanned < BODY_SCAN_LIMIT:
+        chunk = _keyset(store, query, h.id, limit=BODY_CHUNK, sort=key, cap=False,
+                        descending=flt.descending != going_back,
+                        before=cursor, after=None)
+        scanned += len(chunk.rows)
+        for row in chunk.rows:
+            last_read = row["id"]
+            if _body_matches(row.get("body"), flt.body):
+                kept.append(row)
+                if len(kept) > limit:
+                    more = True
+                    break
+        if more or chunk.older is None:
+            break
+        cursor = chunk.older
+    stopped = not more and scanned >= BODY_SCAN_LIMIT
+    rows = kept[:limit]
+    if going_back:
+        rows.reverse()
+        return Page(rows, older=rows[-1]["id"] if rows else None,
+                    newer=(rows[0]["id"] if rows else last_read) if more or stopped else None,
+                    scanned=scanned if stopped else None)
+    older = rows[-1]["id"] if more and rows else (last_read if stopped else None)
+    return Page(rows, older=older, newer=rows[0]["id"] if before is not None and rows else None,
+                scanned=scanned if stopped else None)
 
 
 # -- one message, one session ------------------------------------------------------------
@@ -168,6 +337,11 @@ def events_of(store: SqlStore, message_ids: Sequence[int]) -> list[dict[str, Any
 def events_page(store: SqlStore, flt: EventFilter, *, before: int | None = None,
                 after: int | None = None, limit: int = PAGE_SIZE) -> Page:
     """The page of events matching ``flt``, newest first (cursors as :func:`messages_page`)."""
+    return _events_keyset(store, flt, before=before, after=after, limit=limit)
+
+
+def _events_keyset(store: SqlStore, flt: EventFilter, *, before: int | None,
+                   after: int | None, limit: int, cap: bool = True) -> Page:
     e = event_log.c
     query = select(event_log)
     for column, value in ((e.type, flt.type), (e.config_name, flt.item),
@@ -176,7 +350,59 @@ def events_page(store: SqlStore, flt: EventFilter, *, before: int | None = None,
             query = query.where(column == value)
     if flt.since is not None:
         query = query.where(e.time_logged >= flt.since)
-    return _keyset(store, query, e.id, before=before, after=after, limit=limit)
+    return _keyset(store, query, e.id, before=before, after=after, limit=limit, cap=cap)
+
+
+def iter_events(store: SqlStore, flt: EventFilter, *,
+                chunk: int = BODY_CHUNK) -> Iterator[dict[str, Any]]:
+    """Every event matching ``flt``, newest first, ``chunk`` rows at a time (as
+    :func:`iter_messages`)."""
+    before = None
+    while True:
+        page = _events_keyset(store, flt, before=before, after=None, limit=chunk, cap=False)
+        yield from page.rows
+        if page.older is None:
+            return
+        before = page.older
+
+
+# -- saved searches ----------------------------------------------------------------------
+MAX_SAVED_QUERY = 4000  # characters of a saved search's query string
+
+
+def saved_searches(store: SqlStore, user: str) -> list[dict[str, Any]]:
+    """User ``user``'s saved searches by name: id, name, query."""
+    s = saved_search.c
+    with store.read() as conn:
+        return [_plain(r) for r in conn.execute(
+            select(s.id, s.name, s.query).where(s.user_name == user).order_by(s.name))
+            .mappings()]
+
+
+def save_search(store: SqlStore, user: str, name: str, query: str, *, now: datetime) -> None:
+    """Save (or replace) ``user``'s search ``name`` as ``query`` (a query string)."""
+    if not name.strip() or len(name) > 200:
+        raise OperatorError("a saved search needs a name of 1 to 200 characters")
+    if len(query) > MAX_SAVED_QUERY:
+        raise OperatorError(f"the query is longer than {MAX_SAVED_QUERY} characters")
+    s = saved_search.c
+    with store._tx() as conn:
+        conn.execute(saved_search.delete().where(s.user_name == user, s.name == name.strip()))
+        conn.execute(saved_search.insert().values(user_name=user, name=name.strip(),
+                                                  query=query, created_at=now))
+
+
+def delete_search(store: SqlStore, user: str, search_id: int) -> str:
+    """Delete ``user``'s saved search ``search_id``; its name. OperatorError if it is not
+    theirs or not there."""
+    s = saved_search.c
+    with store._tx() as conn:
+        name = conn.execute(select(s.name).where(s.id == search_id, s.user_name == user)
+                            ).scalar()
+        if name is None:
+            raise OperatorError(f"you have no saved search {search_id}")
+        conn.execute(saved_search.delete().where(s.id == search_id))
+    return str(name)
 
 
 # -- the production ----------------------------------------------------------------------
@@ -246,18 +472,29 @@ def _item_status(conn: Any, name: str) -> ItemStatus:
 
 # -- paging ------------------------------------------------------------------------------
 def _keyset(store: SqlStore, query: Select[Any], key: Any, *, before: int | None,
-            after: int | None, limit: int) -> Page:
-    """Rows of ``query`` newest first by ``key``, one page from a cursor; one extra row is
-    read to tell whether there is a page beyond."""
-    limit = max(1, min(limit, MAX_PAGE_SIZE))
+            after: int | None, limit: int, sort: Any = None, descending: bool = True,
+            cap: bool = True) -> Page:
+    """Rows of ``query`` in order of (``sort``, ``key``) — descending: newest first — one
+    page from a cursor (an id; with ``sort``, that row's value is read back); one extra row
+    is read to tell whether there is a page beyond. ``cap``: at most MAX_PAGE_SIZE rows."""
+    limit = max(1, min(limit, MAX_PAGE_SIZE) if cap else limit)
     going_back = after is not None and before is None
-    if going_back:
-        query = query.where(key > after).order_by(key.asc())
-    else:
-        if before is not None:
-            query = query.where(key < before)
-        query = query.order_by(key.desc())
+    forward = descending != going_back  # True: this read goes down the order
+    keys = [key] if sort is None else [sort, key]
+    cursor = after if going_back else before
     with store.read() as conn:
+        if cursor is not None:
+            if sort is None:
+                position: Any = key
+                values: Any = cursor
+            else:
+                position = tuple_(*keys)
+                found = conn.execute(select(sort, key).select_from(query.get_final_froms()[0])
+                                     .where(key == cursor)).first()
+                values = tuple_(*(literal(v) for v in found)) if found else None
+            if values is not None:
+                query = query.where(position < values if forward else position > values)
+        query = query.order_by(*(k.desc() if forward else k.asc() for k in keys))
         rows = [_plain(r) for r in conn.execute(query.limit(limit + 1)).mappings()]
     more = len(rows) > limit
     rows = rows[:limit]
@@ -272,4 +509,5 @@ def _keyset(store: SqlStore, query: Select[Any], key: Any, *, before: int | None
 __all__ = ["EventFilter", "ItemStatus", "MessageFilter", "Page", "ProductionStatus",
            "attempts_of", "count_messages", "events_of", "events_page", "message",
            "messages_page", "production_status", "resendable_ids",
-           "session_messages"]
+           "session_messages", "iter_messages", "iter_events", "saved_searches", "save_search",
+           "delete_search", "PropertyFilter", "duration_ms"]

@@ -1,0 +1,152 @@
+"""Export of the Message Viewer and the event log, as CSV or JSON lines (DESIGN.md §13).
+
+``/messages.csv?…`` and ``/events.csv?…`` (or ``.jsonl``) for a person,
+``/api/v1/messages?…&format=csv|jsonl`` and ``/api/v1/events?…&format=…`` for scripts:
+every row the filter selects, in the list's order, whatever its size. The rows are read in
+keyset chunks (:func:`engine.store.viewer.iter_messages`) and written to a Starlette
+:class:`~starlette.responses.StreamingResponse` as they come, so the result is never held
+in memory and no transaction stays open while the client reads. ``body=1`` adds each
+message's body (a JSON text) to the export.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from engine.clock import utcnow
+from engine.portal import filters
+from engine.portal.app import portal_of
+from engine.store import viewer
+from engine.store.sql import SqlStore
+
+FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
+MESSAGE_COLUMNS = ("id", "session_id", "time_created", "time_completed", "duration_ms",
+                   "source", "target", "kind", "status", "attempts", "retry_needed",
+                   "error_text", "corresponding_id")
+EVENT_COLUMNS = ("id", "time_logged", "type", "config_name", "job", "message_id",
+                 "session_id", "source_class", "source_method", "text")
+ROWS_PER_WRITE = 200  # rows joined into one chunk of the response body
+
+
+def routes() -> list[BaseRoute]:
+    return [Route("/messages.{fmt:str}", messages_file, methods=["GET"]),
+            Route("/events.{fmt:str}", events_file, methods=["GET"])]
+
+
+# -- pages -------------------------------------------------------------------------------
+def messages_file(request: Request) -> Response:
+    from engine.portal.pages import current_user
+
+    current_user(request)
+    return messages_export(request, request.path_params["fmt"])
+
+
+def events_file(request: Request) -> Response:
+    from engine.portal.pages import current_user
+
+    current_user(request)
+    return events_export(request, request.path_params["fmt"])
+
+
+# -- the exports (pages and API) ---------------------------------------------------------
+def messages_export(request: Request, fmt: str) -> Response:
+    """Every message the request's filter selects, streamed as ``fmt``."""
+    _check_format(fmt)
+    portal = portal_of(request)
+    params = request.query_params
+    flt = filters.message_filter(params, declared_properties(portal.production))
+    with_body = params.get("body") in ("1", "true", "yes")
+    columns = (*MESSAGE_COLUMNS, "body") if with_body else MESSAGE_COLUMNS
+    rows = viewer.iter_messages(portal.store, flt, body=with_body)
+    return _stream(rows, columns, fmt, "messages")
+
+
+def events_export(request: Request, fmt: str) -> Response:
+    """Every event the request's filter selects, streamed as ``fmt``."""
+    _check_format(fmt)
+    portal = portal_of(request)
+    rows = viewer.iter_events(portal.store, filters.event_filter(request.query_params))
+    return _stream(rows, EVENT_COLUMNS, fmt, "events")
+
+
+def declared_properties(production: Any) -> set[str]:
+    """Every search property an item of ``production`` declares."""
+    return {path for item in production.items
+            for path in (item.settings.get("search_properties") or ())}
+
+
+def _check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise filters.FilterError(f"format: {fmt!r} is not one of {', '.join(FORMATS)}")
+
+
+def _stream(rows: Iterator[dict[str, Any]], columns: tuple[str, ...], fmt: str,
+            what: str) -> StreamingResponse:
+    writer = csv_lines if fmt == "csv" else json_lines
+    stamp = utcnow().strftime("%Y%m%dT%H%M%SZ")
+    return StreamingResponse(writer(rows, columns), media_type=FORMATS[fmt], headers={
+        "content-disposition": f'attachment; filename="encore-{what}-{stamp}.{fmt}"'})
+
+
+def csv_lines(rows: Iterable[Mapping[str, Any]], columns: tuple[str, ...]) -> Iterator[str]:
+    """A header line, then one CSV record per row (times in ISO 8601, UTC), in chunks."""
+    buffer = io.StringIO()
+    out = csv.writer(buffer, lineterminator="\r\n")
+    out.writerow(columns)
+    count = 0
+    for row in rows:
+        out.writerow([_cell(row.get(c)) for c in columns])
+        count += 1
+        if count % ROWS_PER_WRITE == 0:
+            yield _drain(buffer)
+    yield _drain(buffer)
+
+
+def json_lines(rows: Iterable[Mapping[str, Any]], columns: tuple[str, ...]) -> Iterator[str]:
+    """One JSON object per line and row, in chunks."""
+    chunk: list[str] = []
+    for row in rows:
+        chunk.append(json.dumps({c: _value(row.get(c)) for c in columns}))  # ASCII: any text
+        if len(chunk) >= ROWS_PER_WRITE:
+            yield "\n".join(chunk) + "\n"
+            chunk = []
+    if chunk:
+        yield "\n".join(chunk) + "\n"
+
+
+def _drain(buffer: io.StringIO) -> str:
+    text = buffer.getvalue()
+    buffer.seek(0)
+    buffer.truncate()
+    return text
+
+
+def _value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return value
+
+
+def _cell(value: Any) -> Any:
+    value = _value(value)
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):  # a lone surrogate cannot be UTF-8: write its escape
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
+def export_store(store: SqlStore, flt: viewer.MessageFilter, fmt: str) -> Iterator[str]:
+    """An export of ``flt`` as ``fmt`` text chunks, without a request (the benchmark's)."""
+    writer = csv_lines if fmt == "csv" else json_lines
+    return writer(viewer.iter_messages(store, flt), MESSAGE_COLUMNS)

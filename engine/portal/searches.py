@@ -1,0 +1,58 @@
+"""Saved searches of the Message Viewer (DESIGN.md §13): each user's named queries.
+
+A saved search is a name and the viewer's query string (its filters, sort and order, not
+its cursor); the viewer lists the user's own beside its filters, each a link, and each can be
+deleted. Saving one is not an operator action: any user may, for themselves, with the
+session's CSRF token; it writes no event.
+"""
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlencode
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from engine.clock import utcnow
+from engine.portal import filters
+from engine.portal.app import portal_of
+from engine.portal.auth import check_csrf
+from engine.store import viewer
+
+
+def routes() -> list[BaseRoute]:
+    return [Route("/searches", save, methods=["POST"]),
+            Route("/searches/{search_id:int}/delete", delete, methods=["POST"])]
+
+
+async def save(request: Request) -> Response:
+    """Save the viewer's current query (the form's ``query``) as ``name``."""
+    from engine.portal.pages import current_user
+
+    form = await request.form()
+    user = await run_in_threadpool(current_user, request)
+    check_csrf(user, _field(form, "csrf_token"))
+    params = dict(parse_qsl(_field(form, "query"), keep_blank_values=False))
+    portal = portal_of(request)
+    filters.message_filter(params)  # a query that does not parse is refused, as it would be
+    kept = urlencode(filters.message_params(params))
+    await run_in_threadpool(viewer.save_search, portal.store, user.name, _field(form, "name"),
+                            kept, now=utcnow())
+    return RedirectResponse(f"/messages?{kept}" if kept else "/messages", status_code=303)
+
+
+async def delete(request: Request) -> Response:
+    from engine.portal.pages import current_user
+
+    form = await request.form()
+    user = await run_in_threadpool(current_user, request)
+    check_csrf(user, _field(form, "csrf_token"))
+    await run_in_threadpool(viewer.delete_search, portal_of(request).store, user.name,
+                            request.path_params["search_id"])
+    return RedirectResponse("/messages", status_code=303)
+
+
+def _field(form: object, name: str) -> str:
+    value = form.get(name)  # type: ignore[attr-defined]
+    return value if isinstance(value, str) else ""
