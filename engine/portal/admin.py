@@ -21,7 +21,8 @@ from engine.clock import utcnow
 from engine.errors import OperatorError
 from engine.portal.actions import audit
 from engine.portal.app import Portal, portal_of
-from engine.portal.auth import Principal, check_csrf, hash_password, new_token, token_digest
+from engine.portal.auth import (Principal, check_csrf, check_password, hash_password, new_token,
+                                token_digest)
 from engine.production import PortalConfig
 from engine.store import accounts, operator
 from engine.store.models import TOKEN_ROLES, USER_ROLES
@@ -46,16 +47,7 @@ def routes() -> list[BaseRoute]:
     ]
 
 
-# -- the password policy -----------------------------------------------------------------
-def check_password(password: str, min_length: int) -> None:
-    """OperatorError unless ``password`` has at least ``min_length`` characters."""
-    if not password:
-        raise OperatorError("the password is empty")
-    if len(password) < min_length:
-        raise OperatorError(f"the password has {len(password)} characters; it needs at least "
-                            f"{min_length} ([portal] password_min_length)")
-
-
+# -- the password policy (engine.portal.auth.check_password) ----------------------------
 def min_password_length(portal: Portal) -> int:
     return (portal.production.portal or PortalConfig.defaults()).password_min_length
 

@@ -37,7 +37,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from engine.clock import utcnow
-from engine.errors import EncoreError
+from engine.errors import EncoreError, OperatorError
 from engine.store import accounts
 from engine.store.sql import SqlStore
 
@@ -101,6 +101,16 @@ class Principal:
 
 # -- secrets and hashes ----------------------------------------------------------------
 _hasher = PasswordHasher()
+
+
+def check_password(password: str, min_length: int) -> None:
+    """The password policy: OperatorError unless ``password`` has at least ``min_length``
+    characters (``[portal] password_min_length``, 12 by default)."""
+    if not password:
+        raise OperatorError("the password is empty")
+    if len(password) < min_length:
+        raise OperatorError(f"the password has {len(password)} characters; it needs at least "
+                            f"{min_length} ([portal] password_min_length)")
 
 
 def hash_password(password: str) -> str:

@@ -14,8 +14,8 @@ import click
 
 from engine import report
 from engine.clock import utcnow
-from engine.errors import OperatorError
-from engine.portal.auth import hash_password, new_token, token_digest
+from engine.errors import ConfigurationError, OperatorError
+from engine.portal.auth import check_password, hash_password, new_token, token_digest
 from engine.production import PortalConfig, ProductionConfig
 from engine.store import accounts
 from engine.store.models import TOKEN_ROLES, USER_ROLES
@@ -70,10 +70,19 @@ def user_add(ctx: PortalContext, name: str, role: str, password_stdin: bool) -> 
     else:
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True,
                                 err=True)
-    if not password:
-        raise OperatorError("the password is empty")
+    check_password(password, _min_password_length(ctx))
     accounts.add_user(ctx.store, name, role, hash_password(password), now=utcnow())
     click.echo(f"user {name} added with role {role}")
+
+
+def _min_password_length(ctx: PortalContext) -> int:
+    """``[portal] password_min_length`` of the production file (read without importing its
+    items' classes), else the default."""
+    try:
+        config = getattr(ctx, "outline").portal
+    except (ConfigurationError, OSError, AttributeError):
+        config = None
+    return (config or PORTAL_DEFAULTS).password_min_length
 
 
 @user.command("list")

@@ -28,16 +28,16 @@ def workdir(tmp_path: Path) -> SqlStore:
 def test_users_are_added_with_an_argon2_hash_listed_and_removed(tmp_path: Path) -> None:
     store = workdir(tmp_path)
     added = encore("user", "add", "olga", "--role", "operator", "--password-stdin",
-                   cwd=tmp_path, stdin="s3cret pass\n")
+                   cwd=tmp_path, stdin="s3cret pass phrase\n")
     assert added.stdout.strip() == "user olga added with role operator"
     with store.engine.connect() as conn:
         row = conn.execute(select(portal_user)).one()
     assert row.role == "operator" and row.password_hash.startswith("$argon2")
-    assert PasswordHasher().verify(row.password_hash, "s3cret pass")
+    assert PasswordHasher().verify(row.password_hash, "s3cret pass phrase")
     listed = encore("user", "list", cwd=tmp_path).stdout
     assert "olga" in listed and "operator" in listed and "argon2" not in listed
     twice = encore("user", "add", "olga", "--role", "viewer", "--password-stdin",
-                   cwd=tmp_path, stdin="x\n", check=False)
+                   cwd=tmp_path, stdin="another long password\n", check=False)
     assert twice.returncode == 1 and "exists already" in twice.stderr
     encore("user", "remove", "olga", cwd=tmp_path)
     gone = encore("user", "remove", "olga", cwd=tmp_path, check=False)
@@ -53,6 +53,14 @@ def test_a_user_needs_a_known_role_and_a_password(tmp_path: Path) -> None:
     empty = encore("user", "add", "x", "--role", "viewer", "--password-stdin", cwd=tmp_path,
                    stdin="\n", check=False)
     assert empty.returncode == 1 and "password is empty" in empty.stderr
+    short = encore("user", "add", "x", "--role", "viewer", "--password-stdin", cwd=tmp_path,
+                   stdin="eleven char\n", check=False)
+    assert short.returncode == 1 and "11 characters; it needs at least 12" in short.stderr
+    policy = tmp_path / "production.toml"
+    policy.write_text(policy.read_text() + "\n[portal]\npassword_min_length = 20\n")
+    longer = encore("user", "add", "x", "--role", "viewer", "--password-stdin", cwd=tmp_path,
+                    stdin="twelve chars\n", check=False)
+    assert longer.returncode == 1 and "at least 20" in longer.stderr
 
 
 def test_a_token_is_printed_once_alone_and_stored_as_its_hash(tmp_path: Path) -> None:
