@@ -170,7 +170,10 @@ def _allowed_actions(row: dict[str, Any]) -> list[str]:
 def trace(request: Request) -> Response:
     user = current_user(request)
     portal = portal_of(request)
-    view = session_trace(portal.store, request.path_params["session_id"])
+    page = request.query_params.get("page", "1")
+    if not page.isdigit() or len(page) > 9:
+        raise filters.FilterError(f"page: {page!r} is not a page number")
+    view = session_trace(portal.store, request.path_params["session_id"], int(page))
     return portal.render(request, "trace.html", view, user=user)
 
 

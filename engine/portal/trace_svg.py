@@ -6,9 +6,13 @@ arrow per message between hosts (``data-message="ID"``, a link to ``/messages/ID
 per attempt from the item to the server it went to (``data-attempt="K"``,
 ``data-outcome="…"``): the request at its start, the answer (or the timeout) at its end,
 labelled with the attempt number, outcome and duration, green for ``ok`` and red otherwise.
-A timed-out attempt is marked "late reply discarded" (the engine never hands it on); the
-wait before the next attempt shows as a gap with its length. The session's events stand in
-a column on the right, each at its time, with a dot on its item's line.
+A timed-out attempt's return is drawn in a style of its own, dotted, marked "late reply
+discarded" (the engine never hands it on); the wait before the next attempt is a dashed line
+with its length. A long stretch in which nothing happens is a break labelled with its length
+(:mod:`engine.portal.trace_scale`), not empty height. Servers are named in full (scheme,
+host and port, wrapped; the whole address in a tooltip). A legend under the time line shows
+each style as it is drawn (:data:`STYLES`). The session's events stand in a column on the
+right, each at its time, with a dot on its item's line.
 
 Every text goes through ElementTree, which escapes it: a body or an error holding markup is
 shown as text.
@@ -17,36 +21,42 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
+from engine.portal.trace_scale import BREAK_HEIGHT, TimeAxis, duration_text, time_axis
 from engine.store.operator import resent_from
 from engine.store.rows import AttemptRow
 
-TOP = 74  # px: headers above the first instant
+HEADER_TOP = 8  # px above the participants' boxes
+LINE_HEIGHT = 14  # px per line of a participant's name
+HEADER_GAP = 36  # px between the boxes and the first instant
 LEFT = 20  # px
 COLUMN = 190  # px between participants
+NAME_WIDTH = 26  # characters of a participant's name per line
 EVENTS_WIDTH = 440  # px of the events column
 EVENTS_GAP = 24  # px between the last column and the events (room for "late reply discarded")
-TARGET_HEIGHT = 560  # px the whole time line is scaled to
-MAX_SCALE = 400.0  # px per second: short sessions are not stretched past it
 BOTTOM = 48  # px below the last instant
+LEGEND_HEIGHT = 40  # px of the legend under the time line
 OK, FAIL, NEUTRAL = "#2e7d32", "#c62828", "#37474f"
+WAIT_COLOUR = "#78909c"
 EVENT_COLOURS = {"Error": FAIL, "Alert": FAIL, "Assert": FAIL, "Warning": "#ef6c00",
                  "Info": "#1565c0", "Trace": "#757575"}
 TEXT_LIMIT = 64  # characters of an event or error shown in the picture (all in its tooltip)
 
-
-@dataclass(frozen=True)
-class _Scale:
-    origin: datetime
-    px_per_second: float
-
-    def y(self, when: datetime | None) -> float:
-        if when is None:
-            return TOP
-        return round(TOP + (when - self.origin).total_seconds() * self.px_per_second, 1)
+# How each kind of line is drawn; the legend draws its samples from the same table.
+STYLES: dict[str, dict[str, str]] = {
+    "message": {"stroke": NEUTRAL, "stroke-width": "2", "stroke-dasharray": ""},
+    "reply_ok": {"stroke": OK, "stroke-width": "1.5", "stroke-dasharray": ""},
+    "reply_failed": {"stroke": FAIL, "stroke-width": "1.5", "stroke-dasharray": ""},
+    "late_reply": {"stroke": FAIL, "stroke-width": "1.5", "stroke-dasharray": "1 3"},
+    "retry_wait": {"stroke": WAIT_COLOUR, "stroke-width": "1.5", "stroke-dasharray": "6 4"},
+}
+LEGEND = (("message", "message between hosts"), ("reply_ok", "attempt answered"),
+          ("reply_failed", "attempt failed (error, fault, status)"),
+          ("late_reply", "timed out: a late reply is discarded"),
+          ("retry_wait", "retry wait"))
 
 
 def render_trace(messages: Sequence[Mapping[str, Any]],
@@ -55,19 +65,24 @@ def render_trace(messages: Sequence[Mapping[str, Any]],
     """The SVG text of a session: its ``messages`` (oldest first), their ``attempts`` by
     message id, and its ``events``."""
     columns = _participants(messages, attempts)
-    scale = _scale(messages, attempts, events)
-    height = scale.y(_last_time(messages, attempts, events)) + BOTTOM
+    header = HEADER_TOP + 16 + LINE_HEIGHT * max(
+        (len(participant_lines(name)) for name in columns), default=1)
+    scale = _scale(messages, attempts, events, top=header + HEADER_GAP)
+    bottom = scale.y(_last_time(messages, attempts, events)) + BOTTOM
+    height = bottom + LEGEND_HEIGHT
     width = LEFT + COLUMN * len(columns) + EVENTS_GAP + EVENTS_WIDTH
     svg = ET.Element("svg", {"xmlns": "http://www.w3.org/2000/svg", "class": "trace",
                              "width": str(width), "height": str(height),
                              "viewBox": f"0 0 {width} {height}", "role": "img",
                              "aria-label": "Visual Trace"})
     _markers(svg)
-    _columns(svg, columns, height)
+    _columns(svg, columns, header, bottom)
+    _breaks(svg, scale, width)
     for m in messages:
         _message(svg, m, columns, scale)
         _attempts(svg, m, attempts.get(m["id"], ()), columns, scale)
     _events(svg, events, columns, scale, x=LEFT + COLUMN * len(columns) + EVENTS_GAP)
+    _legend(svg, bottom)
     return ET.tostring(svg, encoding="unicode")
 
 
@@ -101,6 +116,21 @@ def _server(attempt: AttemptRow) -> str:
     return f"server {attempt.server}" if attempt.server else "remote server"
 
 
+def participant_lines(name: str) -> list[str]:
+    """A participant's name as its header shows it, in lines of at most NAME_WIDTH
+    characters: a server as "server" over its scheme, host and port in full (the rest of
+    its address is in the tooltip)."""
+    if name.startswith("server ") and "://" in name:
+        parts = urlsplit(name[len("server "):])
+        address = f"{parts.scheme}://{parts.netloc}" if parts.netloc else name[7:]
+        return ["server", *_wrap(address, NAME_WIDTH)]
+    return _wrap(name, NAME_WIDTH)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return [text[i:i + width] for i in range(0, len(text), width)] or [""]
+
+
 def _times(messages: Sequence[Mapping[str, Any]], attempts: Mapping[int, Sequence[AttemptRow]],
            events: Sequence[Mapping[str, Any]]) -> list[datetime]:
     times = [t for m in messages for t in (m["time_created"], m["time_completed"]) if t]
@@ -110,12 +140,10 @@ def _times(messages: Sequence[Mapping[str, Any]], attempts: Mapping[int, Sequenc
 
 
 def _scale(messages: Sequence[Mapping[str, Any]], attempts: Mapping[int, Sequence[AttemptRow]],
-           events: Sequence[Mapping[str, Any]]) -> _Scale:
-    times = _times(messages, attempts, events)
-    if not times:
-        return _Scale(datetime.min, 1.0)
-    span = (max(times) - min(times)).total_seconds()
-    return _Scale(min(times), min(MAX_SCALE, TARGET_HEIGHT / span) if span > 0 else MAX_SCALE)
+           events: Sequence[Mapping[str, Any]], *, top: float) -> TimeAxis:
+    busy = [(a.started_at, a.ended_at) for rows in attempts.values() for a in rows
+            if a.ended_at is not None]
+    return time_axis(_times(messages, attempts, events), busy, top=top)
 
 
 def _last_time(messages: Sequence[Mapping[str, Any]], attempts: Mapping[int, Sequence[AttemptRow]],
@@ -134,21 +162,66 @@ def _markers(svg: ET.Element) -> None:
         ET.SubElement(marker, "path", {"d": "M0,0 L10,5 L0,10 z", "fill": colour})
 
 
-def _columns(svg: ET.Element, columns: Mapping[str, float], height: float) -> None:
+def _columns(svg: ET.Element, columns: Mapping[str, float], header: float,
+             bottom: float) -> None:
     for name, x in columns.items():
         group = ET.SubElement(svg, "g", {"class": "participant", "data-participant": name})
-        ET.SubElement(group, "rect", {"x": str(x - COLUMN / 2 + 8), "y": "8",
-                                      "width": str(COLUMN - 16), "height": "30", "rx": "4",
+        ET.SubElement(group, "title").text = name
+        ET.SubElement(group, "rect", {"x": str(x - COLUMN / 2 + 8), "y": str(HEADER_TOP),
+                                      "width": str(COLUMN - 16),
+                                      "height": str(header - HEADER_TOP), "rx": "4",
                                       "fill": "#eceff1", "stroke": "#90a4ae"})
-        label = _text(group, x, 28, _short(name, 26), anchor="middle", weight="bold")
-        ET.SubElement(label, "title").text = name
-        ET.SubElement(group, "line", {"x1": str(x), "y1": "38", "x2": str(x),
-                                      "y2": str(height - 10), "stroke": "#b0bec5",
+        for i, line in enumerate(participant_lines(name)):
+            _text(group, x, HEADER_TOP + 18 + i * LINE_HEIGHT, line, anchor="middle",
+                  weight="bold" if i == 0 else "normal", size=12 if i == 0 else 11)
+        ET.SubElement(group, "line", {"x1": str(x), "y1": str(header), "x2": str(x),
+                                      "y2": str(bottom - 10), "stroke": "#b0bec5",
                                       "stroke-dasharray": "4 4"})
 
 
+def _breaks(svg: ET.Element, scale: TimeAxis, width: float) -> None:
+    """Each stretch of time cut out: a band across the picture with its length."""
+    for b in scale.breaks:
+        group = ET.SubElement(svg, "g", {"class": "break", "data-seconds": f"{b.seconds:.3f}"})
+        ET.SubElement(group, "title").text = f"{duration_text(b.seconds)} without activity"
+        ET.SubElement(group, "rect", {"x": "0", "y": str(b.y + 4), "width": str(width),
+                                      "height": str(BREAK_HEIGHT - 8), "fill": "#fafafa"})
+        for y in (b.y + 4, b.y + BREAK_HEIGHT - 4):
+            ET.SubElement(group, "path", {"d": _zigzag(y, width), "fill": "none",
+                                          "stroke": "#90a4ae", "stroke-width": "1"})
+        _text(group, LEFT, b.y + BREAK_HEIGHT / 2 + 4,
+              f"⋯ {duration_text(b.seconds)} later ⋯", colour="#546e7a", size=11,
+              weight="bold")
+
+
+def _zigzag(y: float, width: float, step: float = 8.0) -> str:
+    points = [f"{x:.0f},{y + (2 if i % 2 else -2):.1f}"
+              for i, x in enumerate(range(0, int(width) + 1, int(step)))]
+    return "M" + " L".join(points)
+
+
+def _legend(svg: ET.Element, y: float) -> None:
+    """A sample of each line style of :data:`STYLES`, drawn as the picture draws it."""
+    group = ET.SubElement(svg, "g", {"class": "legend"})
+    x = LEFT
+    for key, label in LEGEND:
+        entry = ET.SubElement(group, "g", {"data-legend": key})
+        ET.SubElement(entry, "line", {"x1": str(x), "y1": str(y + 16), "x2": str(x + 34),
+                                      "y2": str(y + 16), **_style(key)})
+        node = _text(entry, x + 40, y + 20, label, size=11)
+        x += 48 + 6.2 * len(node.text or "")
+    entry = ET.SubElement(group, "g", {"data-legend": "break"})
+    ET.SubElement(entry, "path", {"d": f"M{x:.0f},{y + 14} l6,4 l6,-4 l6,4 l6,-4",
+                                  "fill": "none", "stroke": "#90a4ae"})
+    _text(entry, x + 32, y + 20, "time skipped (its length written)", size=11)
+
+
+def _style(key: str) -> dict[str, str]:
+    return {k: v for k, v in STYLES[key].items() if v}
+
+
 def _message(svg: ET.Element, m: Mapping[str, Any], columns: Mapping[str, float],
-             scale: _Scale) -> None:
+             scale: TimeAxis) -> None:
     if m["kind"] == "request":
         start, end = columns[sender_label(m["source"])], columns[m["target"]]
     else:
@@ -159,7 +232,7 @@ def _message(svg: ET.Element, m: Mapping[str, Any], columns: Mapping[str, float]
                                       "data-message": str(m["id"])})
     ET.SubElement(group, "title").text = f"message {m['id']} ({m['kind']}): {m['status']}"
     ET.SubElement(group, "line", {"x1": str(start), "y1": str(y), "x2": str(end - 3),
-                                  "y2": str(y), "stroke": NEUTRAL, "stroke-width": "2",
+                                  "y2": str(y), **_style("message"),
                                   "marker-end": "url(#arrow-msg)"})
     kind = "response" if m["kind"] == "response" else m["status"]
     _text(group, (start + end) / 2, y - 6, f"message {m['id']} · {kind}", anchor="middle")
@@ -173,7 +246,7 @@ def _message(svg: ET.Element, m: Mapping[str, Any], columns: Mapping[str, float]
 
 
 def _attempts(svg: ET.Element, m: Mapping[str, Any], attempts: Sequence[AttemptRow],
-              columns: Mapping[str, float], scale: _Scale) -> None:
+              columns: Mapping[str, float], scale: TimeAxis) -> None:
     item = columns.get(m["target"])
     if item is None or m["kind"] != "request":
         return
@@ -186,7 +259,7 @@ def _attempts(svg: ET.Element, m: Mapping[str, Any], attempts: Sequence[AttemptR
         previous_end = a.ended_at or a.started_at
 
 
-def _attempt(svg: ET.Element, a: AttemptRow, item: float, server: float, scale: _Scale) -> None:
+def _attempt(svg: ET.Element, a: AttemptRow, item: float, server: float, scale: TimeAxis) -> None:
     ok = a.outcome == "ok"
     colour, arrow = (OK, "url(#arrow-ok)") if ok else (FAIL, "url(#arrow-fail)")
     group = ET.SubElement(svg, "g", {"class": f"attempt outcome-{a.outcome or 'in_flight'}",
@@ -207,9 +280,9 @@ def _attempt(svg: ET.Element, a: AttemptRow, item: float, server: float, scale: 
     if a.ended_at is None:
         _text(group, item + 10, y0 + 14, f"#{a.attempt} in flight", colour=NEUTRAL)
         return
+    reply = "reply_ok" if ok else "late_reply" if a.outcome == "timeout" else "reply_failed"
     ET.SubElement(group, "line", {"x1": str(server), "y1": str(y1), "x2": str(item + 7),
-                                  "y2": str(y1), "stroke": colour, "stroke-width": "1.5",
-                                  "stroke-dasharray": "" if ok else "6 3",
+                                  "y2": str(y1), **_style(reply), "class": reply,
                                   "marker-end": arrow})
     detail = f" {a.status_code}" if a.status_code else ""
     _text(group, item + 10, y1 + 14, f"#{a.attempt} {a.outcome}{detail} · {took}",
@@ -221,15 +294,14 @@ def _attempt(svg: ET.Element, a: AttemptRow, item: float, server: float, scale: 
 def _wait(svg: ET.Element, x: float, y0: float, y1: float, seconds: float) -> None:
     group = ET.SubElement(svg, "g", {"class": "retry-wait"})
     ET.SubElement(group, "line", {"x1": str(x - 12), "y1": str(y0), "x2": str(x - 12),
-                                  "y2": str(y1), "stroke": "#78909c", "stroke-width": "1",
-                                  "stroke-dasharray": "2 3"})
+                                  "y2": str(y1), **_style("retry_wait")})
     if y1 - y0 > 12:
         _text(group, x - 16, (y0 + y1) / 2 + 4, f"wait {seconds:.3f} s", anchor="end",
               colour="#546e7a", size=10)
 
 
 def _events(svg: ET.Element, events: Sequence[Mapping[str, Any]], columns: Mapping[str, float],
-            scale: _Scale, *, x: float) -> None:
+            scale: TimeAxis, *, x: float) -> None:
     group = ET.SubElement(svg, "g", {"class": "events"})
     _text(group, x + 10, 28, "events", weight="bold")
     last_y = 0.0

@@ -301,12 +301,25 @@ def message(store: SqlStore, message_id: int) -> dict[str, Any] | None:
     return None if row is None else _plain(row)
 
 
-def session_messages(store: SqlStore, session_id: int) -> list[dict[str, Any]]:
-    """Every message of a session, oldest first."""
+def session_messages(store: SqlStore, session_id: int, *, offset: int = 0,
+                     limit: int | None = None) -> list[dict[str, Any]]:
+    """The messages of a session, oldest first: from the ``offset``-th, at most ``limit``
+    (None: all)."""
     h = message_header.c
+    query = select(message_header).where(h.session_id == session_id).order_by(h.id)
+    if offset:
+        query = query.offset(offset)
+    if limit is not None:
+        query = query.limit(limit)
     with store.read() as conn:
-        return [_plain(r) for r in conn.execute(
-            select(message_header).where(h.session_id == session_id).order_by(h.id)).mappings()]
+        return [_plain(r) for r in conn.execute(query).mappings()]
+
+
+def count_session(store: SqlStore, session_id: int) -> int:
+    """How many messages session ``session_id`` has."""
+    with store.read() as conn:
+        return int(conn.execute(select(func.count()).select_from(message_header).where(
+            message_header.c.session_id == session_id)).scalar_one())
 
 
 def attempts_of(store: SqlStore, message_ids: Sequence[int]) -> dict[int, list[AttemptRow]]:
