@@ -1,10 +1,14 @@
 """The Message Viewer's queries on a large ``message_header`` (not part of the test suite).
 
 Fills a database with N messages (default 1,000,000: five items, 90 % Completed, 5 % Error,
-3 % Queued, 1 % Suspended, 1 % Discarded, created over 30 days) by bulk insert, then times
-the portal's own queries (:mod:`engine.store.viewer`): the first page, a deep page, each
-filter, and the count a bulk resend asks for. Prints one line per query: the median of
-``--repeat`` runs, in milliseconds.
+3 % Queued, 1 % Suspended, 1 % Discarded, created over 30 days) and their search properties
+(``order``, text, unique; ``cents``, a number) by bulk insert (COPY on PostgreSQL,
+executemany on SQLite), then times the portal's own queries (:mod:`engine.store.viewer`):
+the first page, a deep page, each filter, property searches, and the count a bulk resend
+asks for. Prints one line per query: the median of ``--repeat`` runs, in milliseconds; then
+the two key figures of issue 23 (bench/run.py ``--only viewer``): ``viewer_prop_search_ms``,
+an indexed property search that finds one message, and ``viewer_export_rows_per_s``, a CSV
+export of one item's messages (a fifth of them) streamed as the portal streams it.
 
     python bench/viewer.py                       # SQLite file in /tmp, 1,000,000 messages
     python bench/viewer.py --pg-url postgresql+psycopg://postgres@127.0.0.1/encore_bench
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -27,10 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import func, select, text  # noqa: E402
 
+from engine.portal.export import export_store  # noqa: E402
 from engine.store import viewer  # noqa: E402
 from engine.store.models import message_header  # noqa: E402
 from engine.store.sql import SqlStore  # noqa: E402
-from engine.store.viewer import MessageFilter  # noqa: E402
+from engine.store.viewer import MessageFilter, PropertyFilter  # noqa: E402
 
 ITEMS = ("Payments", "Orders", "Stock", "Mail", "Ledger")
 STATUSES = (("Completed", 0.90), ("Error", 0.05), ("Queued", 0.03), ("Suspended", 0.01),
@@ -41,6 +47,8 @@ CHUNK = 20_000  # rows per insert batch
 COLUMNS = ("id", "session_id", "source", "target", "kind", "body_class", "body", "status",
            "is_error", "error_text", "time_created", "time_completed", "retry_needed",
            "attempts", "claim_token")
+PROPERTY_COLUMNS = ("message_id", "name", "value_text", "value_num")
+NEEDLE_EVERY = 200_000  # one message in this many has the word 'needle'
 
 
 def rows(count: int, seed: int = 7) -> Iterator[tuple[Any, ...]]:
@@ -53,7 +61,7 @@ def rows(count: int, seed: int = 7) -> Iterator[tuple[Any, ...]]:
     for i in range(1, count + 1):
         status = rng.choices(statuses, weights)[0]
         created = start + step * i
-        word = "needle" if i % 200_000 == 0 else rng.choice(WORDS)
+        word = "needle" if i % NEEDLE_EVERY == 0 else rng.choice(WORDS)
         body = json.dumps({"order": f"{word}-{i}", "cents": rng.randint(1, 99_999)})
         error = f"HTTP 503 from service ({word})" if status == "Error" else None
         done = created + timedelta(seconds=1) if status != "Queued" else None
@@ -62,8 +70,17 @@ def rows(count: int, seed: int = 7) -> Iterator[tuple[Any, ...]]:
                0 if status == "Queued" else 1, 0)
 
 
+def properties_of(row: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """The search-property rows of a message row: ``order`` (text) and ``cents`` (a number),
+    as intake writes them for ``search_properties = ["order", "cents"]``."""
+    body = json.loads(row[6])
+    return [(row[0], "order", body["order"], None),
+            (row[0], "cents", str(body["cents"]), float(body["cents"]))]
+
+
 def fill(store: SqlStore, count: int) -> None:
-    """Bulk insert ``count`` messages (COPY on PostgreSQL, executemany on SQLite)."""
+    """Bulk insert ``count`` messages and their properties (COPY on PostgreSQL,
+    executemany on SQLite)."""
     started = time.perf_counter()
     raw = store.engine.raw_connection()
     try:
@@ -72,19 +89,31 @@ def fill(store: SqlStore, count: int) -> None:
             with cursor.copy(f"COPY message_header ({', '.join(COLUMNS)}) FROM STDIN") as copy:
                 for row in rows(count):
                     copy.write_row(row)
+            with cursor.copy(f"COPY message_property ({', '.join(PROPERTY_COLUMNS)}) "
+                             "FROM STDIN") as copy:
+                for row in rows(count):
+                    for prop in properties_of(row):
+                        copy.write_row(prop)
             cursor.execute("SELECT setval(pg_get_serial_sequence('message_header', 'id'), "
                            "%s)", (count,))
         else:
             cursor.execute("BEGIN")
             insert = (f"INSERT INTO message_header ({', '.join(COLUMNS)}) "
                       f"VALUES ({', '.join('?' * len(COLUMNS))})")
+            insert_prop = (f"INSERT INTO message_property ({', '.join(PROPERTY_COLUMNS)}) "
+                           "VALUES (?, ?, ?, ?)")
             batch: list[tuple[Any, ...]] = []
+            props: list[tuple[Any, ...]] = []
             for row in rows(count):
                 batch.append(row[:10] + tuple(_sqlite_time(t) for t in row[10:12]) + row[12:])
+                props += properties_of(row)
                 if len(batch) == CHUNK:
                     cursor.executemany(insert, batch)
+                    cursor.executemany(insert_prop, props)
                     batch.clear()
+                    props.clear()
             cursor.executemany(insert, batch)
+            cursor.executemany(insert_prop, props)
         raw.commit()
     finally:
         raw.close()
@@ -126,7 +155,37 @@ def queries(store: SqlStore, count: int) -> list[tuple[str, Callable[[], Any]]]:
         ("count for bulk resend: status Suspended",
          lambda: viewer.count_messages(store, MessageFilter(status="Suspended"),
                                        resendable=True)),
+        ("prop.order = one message (indexed)", lambda: page(store, NEEDLE_SEARCH)),
+        ("prop.cents.gt=99990 (range, indexed)", lambda: page(store, MessageFilter(
+            props=(PropertyFilter("cents", "gt", "99990"),)))),
+        ("prop.order + target + status (indexed, ANDed)", lambda: page(store, MessageFilter(
+            target=ITEMS[NEEDLE_EVERY % len(ITEMS)], props=NEEDLE_SEARCH.props))),
+        ("body.order = one message within target Stock (no index)",
+         lambda: page(store, MessageFilter(target="Stock", body=(("order", "needle-x"),)))),
+        ("sort=duration, first page", lambda: page(store, MessageFilter(sort="duration"))),
+        ("sort=target asc, first page", lambda: page(store, MessageFilter(
+            sort="target", descending=False))),
     ]
+
+
+NEEDLE_SEARCH = MessageFilter(props=(PropertyFilter("order", "eq", f"needle-{NEEDLE_EVERY}"),))
+
+
+def prop_search_ms(store: SqlStore, repeat: int) -> float:
+    """viewer_prop_search_ms: the median time of an indexed property search that finds the
+    one message holding ``order = needle-200000``."""
+    found = viewer.messages_page(store, NEEDLE_SEARCH).rows
+    assert [r["id"] for r in found] == [NEEDLE_EVERY], found
+    return measure(lambda: viewer.messages_page(store, NEEDLE_SEARCH), repeat)
+
+
+def export_rows_per_s(store: SqlStore) -> tuple[float, int]:
+    """viewer_export_rows_per_s: rows per second of a CSV export of every message of one
+    item (the text chunks the portal's response streams, counted as they come)."""
+    started = time.perf_counter()
+    rows_ = sum(chunk.count("\r\n") for chunk in export_store(
+        store, MessageFilter(target="Stock"), "csv")) - 1  # the header line
+    return rows_ / (time.perf_counter() - started), rows_
 
 
 def measure(call: Callable[[], Any], repeat: int) -> float:
@@ -156,10 +215,37 @@ def main() -> None:
         store = SqlStore(url)
         store.upgrade()
         fill(store, args.count)
-    print(f"{store.engine.dialect.name}, {args.count:,} messages, median of {args.repeat}")
+    print(f"{store.engine.dialect.name}, {args.count:,} messages, median of {args.repeat}; "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for name, call in queries(store, args.count):
         print(f"  {measure(call, args.repeat):9.2f} ms  {name}")
+    rate, exported = export_rows_per_s(store)
+    print(f"viewer_prop_search_ms = {prop_search_ms(store, args.repeat):.2f}  (target ≤ 100)")
+    print(f"viewer_export_rows_per_s = {rate:,.0f}  ({exported:,} rows; target ≥ 20,000)")
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     store.dispose()
+
+
+def scenario(url: str, count: int, *, repeat: int = 5) -> dict[str, Any]:
+    """bench/run.py's ``viewer`` scenario on ``url`` (wiped): the two key figures and the
+    time the fill took."""
+    store = SqlStore(url)
+    if store.is_postgres:
+        with store.engine.begin() as conn:
+            conn.execute(text("DROP SCHEMA public CASCADE"))
+            conn.execute(text("CREATE SCHEMA public"))
+        store.dispose()
+        store = SqlStore(url)
+    store.upgrade()
+    started = time.perf_counter()
+    fill(store, count)
+    filled = time.perf_counter() - started
+    try:
+        rate, exported = export_rows_per_s(store)
+        return {"prop_search_ms": prop_search_ms(store, repeat), "export_rows_per_s": rate,
+                "exported": exported, "fill_s": filled}
+    finally:
+        store.dispose()
 
 
 def _filled(store: SqlStore, count: int, reuse: bool) -> bool:

@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Select, and_, func, literal, or_, select, tuple_
+from sqlalchemy import DateTime, Select, func, literal, or_, select, tuple_
 
 from engine.clock import as_utc
 from engine.errors import OperatorError
@@ -484,12 +484,58 @@ def _item_status(conn: Any, name: str) -> ItemStatus:
 
 
 # -- paging ------------------------------------------------------------------------------
+def _rows(result: Any, query: Select[Any], *, raw: bool = False) -> list[Any]:
+    """The rows as dicts (``raw``: lists), their times aware UTC (as ``_plain`` makes them,
+    at a third of its cost: an export reads every row)."""
+    names = list(result.keys())
+    times = [i for i, column in enumerate(query.selected_columns)
+             if isinstance(column.type, DateTime)]
+    out: list[Any] = []
+    for row in result:
+        values = list(row)
+        for i in times:
+            if values[i] is not None and values[i].tzinfo is None:
+                values[i] = values[i].replace(tzinfo=timezone.utc)
+        out.append(values if raw else dict(zip(names, values)))
+    return out
+
+
+EXPORT_COLUMNS = ("id", "session_id", "time_created", "time_completed", "source", "target",
+                  "kind", "status", "attempts", "retry_needed", "error_text",
+                  "corresponding_id")
+
+
+def export_rows(store: SqlStore, flt: MessageFilter, *, body: bool = False,
+                chunk: int = 2_000) -> Iterator[list[Any]]:
+    """Every message matching ``flt`` as a list of :data:`EXPORT_COLUMNS` values (and the
+    body, with ``body``), in the list's order, ``chunk`` rows at a time: what an export
+    writes, without a dict per row. A body filter reads the bodies and drops them unless
+    ``body`` is asked for."""
+    h = message_header.c
+    columns = [h[name] for name in EXPORT_COLUMNS]
+    if body or flt.body:
+        columns.append(h.body)
+    query = _message_where(select(*columns), flt)
+    key, before = _sort_key(store, flt.sort), None
+    while True:
+        page = _keyset(store, query, h.id, before=before, after=None, limit=chunk,
+                       sort=key, descending=flt.descending, cap=False, raw=True)
+        for row in page.rows:
+            if flt.body and not _body_matches(row[-1], flt.body):
+                continue
+            yield row if body or not flt.body else row[:-1]
+        if page.older is None:
+            return
+        before = page.older
+
+
 def _keyset(store: SqlStore, query: Select[Any], key: Any, *, before: int | None,
             after: int | None, limit: int, sort: Any = None, descending: bool = True,
-            cap: bool = True) -> Page:
+            cap: bool = True, raw: bool = False) -> Page:
     """Rows of ``query`` in order of (``sort``, ``key``) — descending: newest first — one
     page from a cursor (an id; with ``sort``, that row's value is read back); one extra row
-    is read to tell whether there is a page beyond. ``cap``: at most MAX_PAGE_SIZE rows."""
+    is read to tell whether there is a page beyond. ``cap``: at most MAX_PAGE_SIZE rows;
+    ``raw``: rows as lists in the query's column order, its first column the id."""
     limit = max(1, min(limit, MAX_PAGE_SIZE) if cap else limit)
     going_back = after is not None and before is None
     forward = descending != going_back  # True: this read goes down the order
@@ -508,15 +554,16 @@ def _keyset(store: SqlStore, query: Select[Any], key: Any, *, before: int | None
             if values is not None:
                 query = query.where(position < values if forward else position > values)
         query = query.order_by(*(k.desc() if forward else k.asc() for k in keys))
-        rows = [_plain(r) for r in conn.execute(query.limit(limit + 1)).mappings()]
+        rows: Any = _rows(conn.execute(query.limit(limit + 1)), query, raw=raw)
     more = len(rows) > limit
     rows = rows[:limit]
+    ident = 0 if raw else "id"
     if going_back:
         rows.reverse()
-        return Page(rows, older=rows[-1]["id"] if rows else None,
-                    newer=rows[0]["id"] if more and rows else None)
-    return Page(rows, older=rows[-1]["id"] if more and rows else None,
-                newer=rows[0]["id"] if before is not None and rows else None)
+        return Page(rows, older=rows[-1][ident] if rows else None,
+                    newer=rows[0][ident] if more and rows else None)
+    return Page(rows, older=rows[-1][ident] if more and rows else None,
+                newer=rows[0][ident] if before is not None and rows else None)
 
 
 __all__ = ["EventFilter", "ItemStatus", "MessageFilter", "Page", "ProductionStatus",
