@@ -58,6 +58,12 @@ TARGETS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "pool4_fast_ratio": ("≥ 0.85", lambda v: v >= 0.85),
     # Encore's pool 4 no-op drain (SQLite) ÷ dramatiq with 4 threads on RabbitMQ.
     "dramatiq_noop_pool4_ratio": ("≥ 1.5", lambda v: v >= 1.5),
+    # Issue 23 (bench/viewer.py, 1,000,000 messages; 100,000 with --quick): the Message
+    # Viewer's indexed property search for one message, and a streamed CSV export.
+    "viewer_prop_search_ms": ("≤ 100", lambda v: v <= 100),
+    "viewer_prop_search_ms_pg": ("≤ 100", lambda v: v <= 100),
+    "viewer_export_rows_per_s": ("≥ 20000", lambda v: v >= 20000),
+    "viewer_export_rows_per_s_pg": ("≥ 20000", lambda v: v >= 20000),
 }
 # Targets that also compare a key with another key of the same run:
 # key → (the other key, predicate on (value, other value)). The verdict needs both, so it is

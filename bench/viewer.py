@@ -52,7 +52,8 @@ NEEDLE_EVERY = 200_000  # one message in this many has the word 'needle'
 
 
 def rows(count: int, seed: int = 7) -> Iterator[tuple[Any, ...]]:
-    """``count`` message rows in id order; one in 200,000 carries the word 'needle'."""
+    """``count`` message rows in id order; one in 200,000 carries the word 'needle', and
+    the middle one (the property search's)."""
     rng = random.Random(seed)
     start = datetime.now(timezone.utc) - SPAN
     step = SPAN / count
@@ -61,7 +62,7 @@ def rows(count: int, seed: int = 7) -> Iterator[tuple[Any, ...]]:
     for i in range(1, count + 1):
         status = rng.choices(statuses, weights)[0]
         created = start + step * i
-        word = "needle" if i % NEEDLE_EVERY == 0 else rng.choice(WORDS)
+        word = "needle" if i % NEEDLE_EVERY == 0 or i == count // 2 else rng.choice(WORDS)
         body = json.dumps({"order": f"{word}-{i}", "cents": rng.randint(1, 99_999)})
         error = f"HTTP 503 from service ({word})" if status == "Error" else None
         done = created + timedelta(seconds=1) if status != "Queued" else None
@@ -155,11 +156,11 @@ def queries(store: SqlStore, count: int) -> list[tuple[str, Callable[[], Any]]]:
         ("count for bulk resend: status Suspended",
          lambda: viewer.count_messages(store, MessageFilter(status="Suspended"),
                                        resendable=True)),
-        ("prop.order = one message (indexed)", lambda: page(store, NEEDLE_SEARCH)),
+        ("prop.order = one message (indexed)", lambda: page(store, needle(count))),
         ("prop.cents.gt=99990 (range, indexed)", lambda: page(store, MessageFilter(
             props=(PropertyFilter("cents", "gt", "99990"),)))),
         ("prop.order + target + status (indexed, ANDed)", lambda: page(store, MessageFilter(
-            target=ITEMS[NEEDLE_EVERY % len(ITEMS)], props=NEEDLE_SEARCH.props))),
+            target=ITEMS[(count // 2) % len(ITEMS)], props=needle(count).props))),
         ("body.order = one message within target Stock (no index)",
          lambda: page(store, MessageFilter(target="Stock", body=(("order", "needle-x"),)))),
         ("sort=duration, first page", lambda: page(store, MessageFilter(sort="duration"))),
@@ -168,15 +169,17 @@ def queries(store: SqlStore, count: int) -> list[tuple[str, Callable[[], Any]]]:
     ]
 
 
-NEEDLE_SEARCH = MessageFilter(props=(PropertyFilter("order", "eq", f"needle-{NEEDLE_EVERY}"),))
+def needle(count: int) -> MessageFilter:
+    """The search for the middle message by its ``order`` property."""
+    return MessageFilter(props=(PropertyFilter("order", "eq", f"needle-{count // 2}"),))
 
 
-def prop_search_ms(store: SqlStore, repeat: int) -> float:
+def prop_search_ms(store: SqlStore, count: int, repeat: int) -> float:
     """viewer_prop_search_ms: the median time of an indexed property search that finds the
-    one message holding ``order = needle-200000``."""
-    found = viewer.messages_page(store, NEEDLE_SEARCH).rows
-    assert [r["id"] for r in found] == [NEEDLE_EVERY], found
-    return measure(lambda: viewer.messages_page(store, NEEDLE_SEARCH), repeat)
+    one message holding ``order = needle-<count / 2>``."""
+    found = viewer.messages_page(store, needle(count)).rows
+    assert [r["id"] for r in found] == [count // 2], found
+    return measure(lambda: viewer.messages_page(store, needle(count)), repeat)
 
 
 def export_rows_per_s(store: SqlStore) -> tuple[float, int]:
@@ -220,10 +223,36 @@ def main() -> None:
     for name, call in queries(store, args.count):
         print(f"  {measure(call, args.repeat):9.2f} ms  {name}")
     rate, exported = export_rows_per_s(store)
-    print(f"viewer_prop_search_ms = {prop_search_ms(store, args.repeat):.2f}  (target ≤ 100)")
+    print(f"viewer_prop_search_ms = {prop_search_ms(store, args.count, args.repeat):.2f}  "
+          "(target ≤ 100)")
     print(f"viewer_export_rows_per_s = {rate:,.0f}  ({exported:,} rows; target ≥ 20,000)")
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     store.dispose()
+
+
+FULL_COUNT = 1_000_000  # messages of bench/run.py's viewer scenario
+QUICK_COUNT = 100_000  # with --quick: filling a million takes minutes, not the ~30 s allowed
+
+
+def outcome(work: Path, quick: bool, pg_url: str | None) -> Any:
+    """bench/run.py's ``viewer`` scenario: the key figures on SQLite (a file in ``work``)
+    and, given ``pg_url``, on PostgreSQL (wiped)."""
+    from bench.report import Outcome
+
+    count = QUICK_COUNT if quick else FULL_COUNT
+    out = Outcome()
+    targets = [("", f"sqlite:///{work / 'viewer.db'}")]
+    if pg_url:
+        targets.append(("_pg", pg_url))
+    for suffix, url in targets:
+        found = scenario(url, count)
+        where = f"{count:,} messages" + (" (--quick: a tenth of the full run)" if quick else "")
+        out.key(f"viewer_prop_search_ms{suffix}", "indexed property search, one message",
+                found["prop_search_ms"], "ms", note=where)
+        out.key(f"viewer_export_rows_per_s{suffix}", "CSV export of one item's messages",
+                found["export_rows_per_s"], "rows/s",
+                note=f"{found['exported']:,} rows; filled in {found['fill_s']:.0f} s")
+    return out
 
 
 def scenario(url: str, count: int, *, repeat: int = 5) -> dict[str, Any]:
@@ -242,7 +271,8 @@ def scenario(url: str, count: int, *, repeat: int = 5) -> dict[str, Any]:
     filled = time.perf_counter() - started
     try:
         rate, exported = export_rows_per_s(store)
-        return {"prop_search_ms": prop_search_ms(store, repeat), "export_rows_per_s": rate,
+        return {"prop_search_ms": prop_search_ms(store, count, repeat),
+                "export_rows_per_s": rate,
                 "exported": exported, "fill_s": filled}
     finally:
         store.dispose()
