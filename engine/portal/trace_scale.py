@@ -1,11 +1,15 @@
-"""The Visual Trace's time axis: linear, except where nothing happens for long.
+"""The Visual Trace's time axis: linear, except where nothing happens for long, and never
+so tight that two things drawn overprint.
 
 A session may span minutes or days (a resend long after the first try) while its attempts
 last milliseconds; one linear scale would crush them into one line. So every stretch longer
 than :data:`BREAK_SECONDS` in which no attempt is in flight and nothing is logged is cut out
 and drawn as a *break* of :data:`BREAK_HEIGHT` pixels labelled with its length; the rest of
 the time line keeps one linear scale, fitted to :data:`TARGET_HEIGHT` (and never stretched
-past :data:`MAX_SCALE`).
+past :data:`MAX_SCALE`). Consecutive instants stand at least :data:`MIN_STEP` pixels apart
+(:data:`ROW` before an instant that carries a label, a message's arrow), so a burst of
+messages a millisecond apart still reads as a list; the axis is then linear between those
+instants.
 """
 from __future__ import annotations
 
@@ -16,6 +20,9 @@ from datetime import datetime, timedelta
 
 BREAK_SECONDS = 5.0  # an idle stretch longer than this is drawn as a break
 BREAK_HEIGHT = 34.0  # px a break takes, whatever its length
+BREAK_MARGIN = 40.0  # px before a break: room for the labels of what ended just before it
+MIN_STEP = 5.0  # px between two consecutive instants at least
+ROW = 34.0  # px before an instant that carries a label (a message arrow) at least
 TARGET_HEIGHT = 560.0  # px the busy part of the time line is scaled to
 MAX_SCALE = 400.0  # px per second: short sessions are not stretched past it
 
@@ -35,46 +42,62 @@ class Break:
 
 @dataclass(frozen=True)
 class TimeAxis:
-    """Maps a time to its y: ``top`` at ``origin``, ``px_per_second`` within stretches,
-    ``BREAK_HEIGHT`` per break crossed."""
+    """Maps a time to its y: through ``knots`` (time, y), linearly between two, at
+    ``px_per_second`` before the first and after the last; a time inside a break is at the
+    break's middle."""
 
     origin: datetime
     px_per_second: float
     top: float
     breaks: tuple[Break, ...] = field(default=())
+    knots: tuple[tuple[datetime, float], ...] = field(default=())
 
     def y(self, when: datetime | None) -> float:
-        if when is None:
+        if when is None or not self.knots:
             return self.top
-        starts = [b.start for b in self.breaks]
-        index = bisect_left(starts, when)  # breaks that begin before `when`
-        y, since = self.top, self.origin
-        for b in self.breaks[:index]:
-            if when < b.end:  # inside a break: its middle
+        times = [t for t, _ in self.knots]
+        i = bisect_left(times, when)
+        if i < len(times) and times[i] == when:
+            return self.knots[i][1]
+        if i == 0:
+            return round(self.top - (times[0] - when).total_seconds() * self.px_per_second, 1)
+        if i == len(times):
+            (last, y), = self.knots[-1:]
+            return round(y + (when - last).total_seconds() * self.px_per_second, 1)
+        (t0, y0), (t1, y1) = self.knots[i - 1], self.knots[i]
+        for b in self.breaks:
+            if b.start <= t0 and t1 <= b.end:  # inside a break: its middle
                 return round(b.y + BREAK_HEIGHT / 2, 1)
-            y += (b.start - since).total_seconds() * self.px_per_second + BREAK_HEIGHT
-            since = b.end
-        return round(y + (when - since).total_seconds() * self.px_per_second, 1)
+        return round(y0 + (y1 - y0) * (when - t0) / (t1 - t0), 1)
 
 
 def time_axis(instants: Iterable[datetime], busy: Iterable[tuple[datetime, datetime]], *,
-              top: float) -> TimeAxis:
+              top: float, labelled: Iterable[datetime] = ()) -> TimeAxis:
     """The axis for a session whose ``instants`` (message, attempt and event times) are
-    drawn, with ``busy`` intervals (attempts in flight) that are never cut."""
+    drawn, with ``busy`` intervals (attempts in flight) that are never cut; ``labelled``:
+    the instants that carry a label and need a :data:`ROW` above them."""
     times = sorted(set(instants))
     if not times:
         return TimeAxis(datetime.min, 1.0, top)
-    idle = _idle_stretches(times, sorted(busy))
-    skipped = sum((end - start).total_seconds() for start, end in idle)
+    idle = dict(_idle_stretches(times, sorted(busy)))  # start -> end
+    skipped = sum((end - start).total_seconds() for start, end in idle.items())
     span = (times[-1] - times[0]).total_seconds() - skipped
     scale = min(MAX_SCALE, TARGET_HEIGHT / span) if span > 0 else MAX_SCALE
-    breaks, y, since = [], top, times[0]
-    for start, end in idle:
-        y += (start - since).total_seconds() * scale
-        breaks.append(Break(start, end, round(y, 1)))
-        y += BREAK_HEIGHT
-        since = end
-    return TimeAxis(times[0], scale, top, tuple(breaks))
+    rows = set(labelled)
+    knots, breaks, y = [(times[0], top)], [], top
+    for before, after in zip(times, times[1:]):
+        start = next((s for s in idle if before <= s < after), None)
+        if start is not None:  # the stretch from `start` to `after` is cut out
+            y += (start - before).total_seconds() * scale
+            if start > before:
+                knots.append((start, round(y, 1)))
+            breaks.append(Break(start, after, round(y + BREAK_MARGIN, 1)))
+            y += BREAK_MARGIN + BREAK_HEIGHT + MIN_STEP
+        else:
+            y += max((after - before).total_seconds() * scale,
+                     ROW if after in rows else MIN_STEP)
+        knots.append((after, round(y, 1)))
+    return TimeAxis(times[0], scale, top, tuple(breaks), tuple(knots))
 
 
 def _idle_stretches(times: Sequence[datetime], busy: Sequence[tuple[datetime, datetime]]

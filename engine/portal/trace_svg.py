@@ -143,7 +143,8 @@ def _scale(messages: Sequence[Mapping[str, Any]], attempts: Mapping[int, Sequenc
            events: Sequence[Mapping[str, Any]], *, top: float) -> TimeAxis:
     busy = [(a.started_at, a.ended_at) for rows in attempts.values() for a in rows
             if a.ended_at is not None]
-    return time_axis(_times(messages, attempts, events), busy, top=top)
+    return time_axis(_times(messages, attempts, events), busy, top=top,
+                     labelled=[m["time_created"] for m in messages])
 
 
 def _last_time(messages: Sequence[Mapping[str, Any]], attempts: Mapping[int, Sequence[AttemptRow]],
