@@ -96,3 +96,6 @@ def audit(store: SqlStore, who: Principal, action: str, text: str, *, item: str 
 def _ids(ids: list[int], shown: int = 20) -> str:
     text = ", ".join(str(i) for i in ids[:shown])
     return text + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+
+
+_audit = audit  # the name this had before it was public (callers elsewhere may still use it)
