@@ -18,7 +18,7 @@ from engine.clock import utcnow
 from engine.portal import filters
 from engine.portal.app import portal_of
 from engine.portal.auth import check_csrf
-from engine.store import viewer
+from engine.store import searches
 
 
 def routes() -> list[BaseRoute]:
@@ -37,7 +37,7 @@ async def save(request: Request) -> Response:
     portal = portal_of(request)
     filters.message_filter(params)  # a query that does not parse is refused, as it would be
     kept = urlencode(filters.message_params(params))
-    await run_in_threadpool(viewer.save_search, portal.store, user.name, _field(form, "name"),
+    await run_in_threadpool(searches.save_search, portal.store, user.name, _field(form, "name"),
                             kept, now=utcnow())
     return RedirectResponse(f"/messages?{kept}" if kept else "/messages", status_code=303)
 
@@ -48,7 +48,7 @@ async def delete(request: Request) -> Response:
     form = await request.form()
     user = await run_in_threadpool(current_user, request)
     check_csrf(user, _field(form, "csrf_token"))
-    await run_in_threadpool(viewer.delete_search, portal_of(request).store, user.name,
+    await run_in_threadpool(searches.delete_search, portal_of(request).store, user.name,
                             request.path_params["search_id"])
     return RedirectResponse("/messages", status_code=303)
 

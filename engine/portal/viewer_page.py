@@ -11,7 +11,7 @@ from engine.portal import filters
 from engine.portal.app import Portal
 from engine.portal.auth import Principal
 from engine.portal.export import declared_properties
-from engine.store import viewer
+from engine.store import searches, viewer
 from engine.store.models import MESSAGE_STATUSES
 
 SORT_COLUMNS = {"created": "time", "target": "target", "status": "status",
@@ -40,7 +40,7 @@ def messages_context(portal: Portal, params: Mapping[str, str],
                           params, filters.MESSAGE_PARAMS))),
         "export_csv": f"/messages.csv?{query}" if query else "/messages.csv",
         "export_jsonl": f"/messages.jsonl?{query}" if query else "/messages.jsonl",
-        "saved": viewer.saved_searches(portal.store, user.name),
+        "saved": searches.saved_searches(portal.store, user.name),
     }
 
 

@@ -24,11 +24,9 @@ from typing import Any
 from sqlalchemy import DateTime, Select, func, literal, or_, select, tuple_
 
 from engine.clock import as_utc
-from engine.errors import OperatorError
 from engine.store import properties
 from engine.store.models import (FINAL_STATUSES, daemon, event_log, item_breaker, lease,
-                                 message_attempt, message_header, message_property,
-                                 saved_search)
+                                 message_attempt, message_header, message_property)
 from engine.store.queries import _plain
 from engine.store.rows import AttemptRow
 from engine.store.sql import SqlStore
@@ -130,33 +128,6 @@ def duration_ms(row: dict[str, Any]) -> float | None:
     if start is None or end is None:
         return None
     return round((end - start).total_seconds() * 1000, 1)
-
-
-def iter_messages(store: SqlStore, flt: MessageFilter, *, body: bool = False,
-                  chunk: int = BODY_CHUNK) -> Iterator[dict[str, Any]]:
-    """Every message matching ``flt`` in its order, read ``chunk`` rows at a time (keyset
-    pages: the result is never in memory, and no transaction stays open between chunks).
-    ``body``: with each row's body."""
-    h = message_header.c
-    columns = [h[name] for name in _LIST_COLUMNS]
-    if body or flt.body:
-        columns.append(h.body)
-    query = _message_where(select(*columns), flt)
-    key = _sort_key(store, flt.sort)
-    before = None
-    while True:
-        page = _keyset(store, query, h.id, before=before, after=None, limit=chunk,
-                       sort=key, descending=flt.descending, cap=False)
-        for row in page.rows:
-            if flt.body and not _body_matches(row.get("body"), flt.body):
-                continue
-            if not body:
-                row.pop("body", None)
-            row["duration_ms"] = duration_ms(row)
-            yield row
-        if page.older is None:
-            return
-        before = page.older
 
 
 def _sort_key(store: SqlStore, sort: str) -> Any:
@@ -368,8 +339,8 @@ def _events_keyset(store: SqlStore, flt: EventFilter, *, before: int | None,
 
 def iter_events(store: SqlStore, flt: EventFilter, *,
                 chunk: int = BODY_CHUNK) -> Iterator[dict[str, Any]]:
-    """Every event matching ``flt``, newest first, ``chunk`` rows at a time (as
-    :func:`iter_messages`)."""
+    """Every event matching ``flt``, newest first, ``chunk`` rows at a time (keyset pages:
+    the result is never in memory, and no transaction stays open between chunks)."""
     before = None
     while True:
         page = _events_keyset(store, flt, before=before, after=None, limit=chunk, cap=False)
@@ -377,45 +348,6 @@ def iter_events(store: SqlStore, flt: EventFilter, *,
         if page.older is None:
             return
         before = page.older
-
-
-# -- saved searches ----------------------------------------------------------------------
-MAX_SAVED_QUERY = 4000  # characters of a saved search's query string
-
-
-def saved_searches(store: SqlStore, user: str) -> list[dict[str, Any]]:
-    """User ``user``'s saved searches by name: id, name, query."""
-    s = saved_search.c
-    with store.read() as conn:
-        return [_plain(r) for r in conn.execute(
-            select(s.id, s.name, s.query).where(s.user_name == user).order_by(s.name))
-            .mappings()]
-
-
-def save_search(store: SqlStore, user: str, name: str, query: str, *, now: datetime) -> None:
-    """Save (or replace) ``user``'s search ``name`` as ``query`` (a query string)."""
-    if not name.strip() or len(name) > 200:
-        raise OperatorError("a saved search needs a name of 1 to 200 characters")
-    if len(query) > MAX_SAVED_QUERY:
-        raise OperatorError(f"the query is longer than {MAX_SAVED_QUERY} characters")
-    s = saved_search.c
-    with store._tx() as conn:
-        conn.execute(saved_search.delete().where(s.user_name == user, s.name == name.strip()))
-        conn.execute(saved_search.insert().values(user_name=user, name=name.strip(),
-                                                  query=query, created_at=now))
-
-
-def delete_search(store: SqlStore, user: str, search_id: int) -> str:
-    """Delete ``user``'s saved search ``search_id``; its name. OperatorError if it is not
-    theirs or not there."""
-    s = saved_search.c
-    with store._tx() as conn:
-        name = conn.execute(select(s.name).where(s.id == search_id, s.user_name == user)
-                            ).scalar()
-        if name is None:
-            raise OperatorError(f"you have no saved search {search_id}")
-        conn.execute(saved_search.delete().where(s.id == search_id))
-    return str(name)
 
 
 # -- the production ----------------------------------------------------------------------
@@ -569,5 +501,5 @@ def _keyset(store: SqlStore, query: Select[Any], key: Any, *, before: int | None
 __all__ = ["EventFilter", "ItemStatus", "MessageFilter", "Page", "ProductionStatus",
            "attempts_of", "count_messages", "events_of", "events_page", "message",
            "messages_page", "production_status", "resendable_ids",
-           "session_messages", "iter_messages", "iter_events", "saved_searches", "save_search",
-           "delete_search", "PropertyFilter", "duration_ms"]
+           "session_messages", "export_rows", "iter_events",
+           "PropertyFilter", "duration_ms"]

@@ -18,7 +18,7 @@ from engine.client import accept_message, send_message, send_messages
 from engine.errors import ConfigurationError
 from engine.portal import create_app
 from engine.production import parse_production
-from engine.store import operator, viewer
+from engine.store import operator, searches, viewer
 from engine.store.lite import LiteIntake
 from engine.store.models import message_header, message_property
 from engine.store.sql import SqlStore
@@ -250,12 +250,12 @@ def test_saved_searches_belong_to_their_user_and_can_be_deleted(
     assert saved.status_code == 303
     page = client.get("/messages").text
     assert 'data-saved="big orders"' in page and "prop.amount.gt=100" in page
-    assert [s["name"] for s in viewer.saved_searches(store, "olga")] == []
+    assert [s["name"] for s in searches.saved_searches(store, "olga")] == []
     forged = client.post("/searches", data={"csrf_token": "forged", "name": "x", "query": ""})
     assert forged.status_code == 403
-    search_id = viewer.saved_searches(store, "vera")[0]["id"]
+    search_id = searches.saved_searches(store, "vera")[0]["id"]
     client.post(f"/searches/{search_id}/delete", data={"csrf_token": token})
-    assert viewer.saved_searches(store, "vera") == []
+    assert searches.saved_searches(store, "vera") == []
 
 
 def test_the_header_table_is_untouched_by_a_search_on_properties(store: SqlStore) -> None:
