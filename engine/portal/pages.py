@@ -24,7 +24,7 @@ from engine.portal.auth import (LOGIN_COOKIE, SESSION_COOKIE, SESSION_MAX_AGE, A
 from engine.portal.status import production_view
 from engine.portal.trace_view import session_trace
 from engine.store import operator, viewer
-from engine.store.models import EVENT_TYPES, MESSAGE_STATUSES
+from engine.store.models import EVENT_TYPES
 
 
 def routes() -> list[BaseRoute]:
