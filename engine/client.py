@@ -195,13 +195,16 @@ def _surrogate_error(where: str = "") -> MessageError:
 
 def wait_for(store: SqlStore, message_id: int, timeout: float, *,
              clock: Clock | None = None, poll: float = WAIT_POLL,
-             stop: threading.Event | None = None, marked: bool = False) -> MessageRow | None:
+             stop: threading.Event | None = None, marked: bool = False,
+             fresh: bool = False) -> MessageRow | None:
     """Wait up to ``timeout`` seconds (``math.inf``: no limit) for ``message_id`` to finish;
     None if it did not, or if ``stop`` was set first.
 
     The wait is woken by the commit that ends the message, in this process or any other
     (:mod:`engine.store.completions`); ``poll`` is only the safety net's period. ``marked``:
-    the message was accepted ``waited`` (else this flags it, one write). On a virtual clock
+    the message was accepted ``waited`` (else this flags it, one write); ``fresh``: it was
+    accepted ``waited`` just now, after ``store.completions`` was already hearing, so the
+    hub knows whether it ended and the first look is skipped unless it did. On a virtual clock
     it looks every :data:`VIRTUAL_POLL` virtual seconds instead, each sleep running the
     harness's deliveries."""
     clock = clock or SystemClock()
@@ -209,8 +212,13 @@ def wait_for(store: SqlStore, message_id: int, timeout: float, *,
     if isinstance(clock, VirtualClock):
         return _wait_virtual(store, message_id, deadline, clock, stop)
     woken = threading.Event()
-    with store.completions.watching(message_id, woken.set):
-        row = store.get_message(message_id) if marked else store.mark_waited(message_id)
+    hub = store.completions
+    with hub.watching(message_id, woken.set):
+        if fresh and not hub.ended_lately(message_id):
+            row = None
+        else:
+            row = store.get_message(message_id) if marked or fresh else \
+                store.mark_waited(message_id)
         while row is None or row.status not in TERMINAL:
             left = deadline - clock.monotonic()
             if left <= 0 or _pause(woken, min(left, poll), stop):
@@ -248,7 +256,8 @@ def _wait_virtual(store: SqlStore, message_id: int, deadline: float, clock: Cloc
 
 def wait_for_response(store: SqlStore, message_id: int, target: str, timeout: float, *,
                       clock: Clock | None = None, poll: float = WAIT_POLL,
-                      stop: threading.Event | None = None, marked: bool = False) -> Any:
+                      stop: threading.Event | None = None, marked: bool = False,
+                      fresh: bool = False) -> Any:
     """Wait up to ``timeout`` seconds (``math.inf``: no limit) for ``message_id``, sent to
     ``target``, and return its response decoded (None: it completed without one).
 
@@ -260,7 +269,7 @@ def wait_for_response(store: SqlStore, message_id: int, target: str, timeout: fl
     clock = clock or SystemClock()
     deadline_at = clock.now() + timedelta(seconds=min(timeout, MAX_WAIT))
     row = wait_for(store, message_id, timeout, clock=clock, poll=poll, stop=stop,
-                   marked=marked)
+                   marked=marked, fresh=fresh)
     if row is None or (row.time_completed is not None and row.time_completed > deadline_at):
         current = row or store.get_message(message_id)
         raise CallTimedOut(f"message {message_id} to {target!r} not finished after "

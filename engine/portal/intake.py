@@ -76,13 +76,18 @@ async def intake(request: Request) -> Response:
 
         def take_in() -> tuple[Accepted, dict[str, Any] | None]:
             """Accept, then watch for its end, then look once (an end committed before the
-            watch began is seen by that look)."""
+            watch began is seen by that look) — unless the message is new and this process
+            heard every end since before its accept: then the hub knows whether it ended."""
+            hub = portal.store.completions
+            heard = hub.hearing
             accepted = accept_message(portal.store, portal.production, target,
                                       decode_body(text, where="request"),
                                       source=f"api:{who.name}", idempotency_key=key,
                                       waited=True, same_body=True)
-            watch.enter_context(portal.store.completions.watching(
+            watch.enter_context(hub.watching(
                 accepted.id, lambda: loop.call_soon_threadsafe(woken.set)))
+            if accepted.created and heard and not hub.ended_lately(accepted.id):
+                return accepted, None
             return accepted, _outcome_if_ended(portal.store, accepted.id)
 
         accepted, outcome = await run_in_threadpool(take_in)
