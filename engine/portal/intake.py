@@ -38,7 +38,7 @@ from engine.portal.api import api_user, cached_api_user, reply
 from engine.portal.app import portal_of
 from engine.process import KEY_PREFIX as PROCESS_KEY_PREFIX
 from engine.store.completions import SAFETY_POLL
-from engine.store.sql import Accepted, MessageRow
+from engine.store.sql import Accepted, Outcome
 
 MAX_BODY_BYTES = 1024 * 1024  # bytes of one intake body
 MAX_WAIT = 300.0  # seconds ?wait= may ask for
@@ -164,17 +164,16 @@ async def _ended(store: Any, message_id: int, wait: float, woken: asyncio.Event
 
 
 def _outcome_if_ended(store: Any, message_id: int) -> dict[str, Any] | None:
-    row = store.get_message(message_id)
-    return None if row is None or row.status not in TERMINAL else _outcome(store, row)
+    found = store.get_outcome(message_id)  # the message and its response: one read
+    return None if found is None or found.row.status not in TERMINAL else _outcome(found)
 
 
-def _outcome(store: Any, row: MessageRow) -> dict[str, Any]:
-    response = store.get_message(row.corresponding_id) if row.corresponding_id else None
-    body = None
-    if response is not None and response.body:
+def _outcome(found: Outcome) -> dict[str, Any]:
+    row, body = found.row, None
+    if found.response and found.response_body:
         try:
-            body = json.loads(response.body)
+            body = json.loads(found.response_body)
         except ValueError:
-            body = response.body
+            body = found.response_body
     return {"id": row.id, "session_id": row.session_id, "status": row.status,
             "response": body, "error": row.error_text}
