@@ -1,0 +1,382 @@
+"""The portal can never starve delivery (DESIGN.md §8, issue 22 finding 1): a real ``encore
+run`` with ``[portal]`` on SQLite, under an open-file limit of :data:`NOFILE`, is flooded
+with many more half-open connections than that limit (slowloris: a partial request line,
+then silence) from several loopback addresses, while it delivers messages to a real
+loopback HTTP service. Every message completes, none gives up, nothing says "Too many open
+files", the log stays short, the daemon never holds more descriptors than its caps allow,
+and every stalled connection is closed by the server after the read timeout. One address
+alone holds at most ``max_connections_per_client`` connections and the portal still answers
+others meanwhile; a standalone ``encore portal`` closes stalled connections the same way.
+
+Linux sends loopback traffic from any 127.0.0.0/8 address, so each "client" binds its own.
+Timings are real and loose: the bounds hold at load 6 on 2 cores.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import requests
+
+from engine.client import accept_message
+from engine.production import load_production
+from engine.store.sql import SqlStore
+from tests.acceptance.daemon import ROOT, cli_env, wait_until
+from tests.integration.test_portal_server import free_port
+from tests.portal_support import add_token, bearer
+from tests.servers import HttpTestServer, respond
+
+NOFILE = 256  # the daemon's open-file limit here: reserve 128, so 128 connections at most
+READ_TIMEOUT = 1.0  # seconds, [portal] read_timeout of these tests
+PER_CLIENT = 16  # [portal] max_connections_per_client of these tests
+FLOOD_ADDRESSES = 8  # loopback addresses the flood comes from: 8 × 16 = 128 fills the total
+FLOOD_PER_ADDRESS = 48  # connections each flooding address keeps trying to hold (3 × its cap)
+FLOOD_SECONDS = 8.0  # how long the flood goes on (several read timeouts)
+MESSAGES = 60
+CLOSED_WITHIN = READ_TIMEOUT + 6.0  # seconds a stalled connection may live, on a busy box
+MAX_LOG_LINES = 60  # the daemon's log during the flood (it was 309,314 tracebacks)
+SLOW = b"GET /login HTTP/1.1\r\nHost: x\r\n"  # never the blank line that ends the headers
+
+PRODUCTION = """
+[production]
+name = "Limits"
+database = "{url}"
+poll_interval = 0.05
+
+[[items]]
+name = "Http"
+class = "operations.http:HttpOperation"
+pool_size = 4
+[items.settings]
+url = "{http}"
+
+[portal]
+port = {port}
+read_timeout = {read_timeout}
+max_connections_per_client = {per_client}
+"""
+
+
+def _limit_files() -> None:  # preexec_fn of the child: its own, low open-file limit
+    resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
+
+
+@dataclass
+class Child:
+    """``encore …`` as a subprocess under :data:`NOFILE` open files, its log in a file."""
+
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    base: str
+    peak_files: int = 0
+
+    def open_files(self) -> int:
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def watch_files(self, stop: threading.Event) -> None:
+        while not stop.wait(0.05):
+            try:
+                self.peak_files = max(self.peak_files, self.open_files())
+            except FileNotFoundError:
+                return
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def _start(tmp_path: Path, *command: str) -> Child:
+    log_path = tmp_path / f"{command[0]}.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "engine.cli", *command], cwd=tmp_path,
+                                env=cli_env(), stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=_limit_files)
+    text = (tmp_path / "production.toml").read_text()
+    port = int(text.split("port = ")[1].split()[0])
+    child = Child(proc, log_path, f"http://127.0.0.1:{port}")
+    wait_until(lambda: _answers(child.base) or proc.poll() is not None, 60, "the portal")
+    assert proc.poll() is None, child.log
+    return child
+
+
+def _answers(base: str, source: str = "127.0.0.1") -> bool:
+    try:
+        return _get(base, "/login", source) == 200
+    except OSError:
+        return False
+
+
+def _get(base: str, path: str, source: str, timeout: float = 10.0) -> int:
+    """Status of a GET from loopback address ``source``, on a connection of its own."""
+    host, port = base.rsplit("/", 1)[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout,
+                                  source_address=(source, 0)) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        head = sock.recv(64)
+    return int(head.split()[1])
+
+
+def _stop(child: Child) -> None:
+    if child.proc.poll() is None:
+        child.proc.terminate()
+        try:
+            child.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            child.proc.kill()
+            child.proc.wait(10)
+
+
+@dataclass
+class Flood:
+    """Half-open connections from ``addresses``, each keeping up to ``per_address`` tries
+    alive: a connection the server closes is replaced by a new one until :meth:`stop`."""
+
+    port: int
+    addresses: list[str]
+    per_address: int
+    opened: int = 0  # connections the flood opened
+    refused: int = 0  # ... that the server closed or reset before the read timeout
+    timed_out: int = 0  # ... that it closed after the read timeout (they stalled to the end)
+    peak_held: int = 0  # most connections the server held open at once
+    lifetimes: list[float] = field(default_factory=list)  # seconds each held one lived
+    _stopping: threading.Event = field(default_factory=threading.Event)
+    _held: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _left: list[tuple[socket.socket, float]] = field(default_factory=list)
+
+    def start(self) -> Flood:
+        for address in self.addresses:
+            thread = threading.Thread(target=self._flood, args=(address,), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self) -> list[tuple[socket.socket, float]]:
+        """Stop opening; the connections still open, with the time each was opened."""
+        self._stopping.set()
+        for thread in self._threads:
+            thread.join(30)
+        return self._left
+
+    def _flood(self, address: str) -> None:
+        alive: list[tuple[socket.socket, float]] = []
+        while not self._stopping.is_set():
+            while len(alive) < self.per_address and not self._stopping.is_set():
+                sock = self._open(address)
+                if sock is not None:
+                    alive.append((sock, time.monotonic()))
+            time.sleep(0.2)
+            alive = [entry for entry in alive if not self._ended(*entry)]
+            with self._lock:
+                self._held[address] = len(alive)
+                self.peak_held = max(self.peak_held, sum(self._held.values()))
+        with self._lock:
+            self._left.extend(alive)
+
+    def _open(self, address: str) -> socket.socket | None:
+        sock = socket.socket()
+        sock.settimeout(2.0)
+        try:
+            sock.bind((address, 0))
+            sock.connect(("127.0.0.1", self.port))
+            sock.sendall(SLOW)
+        except OSError:
+            sock.close()
+            with self._lock:
+                self.refused += 1
+            return None
+        sock.setblocking(False)
+        with self._lock:
+            self.opened += 1
+        return sock
+
+    def _ended(self, sock: socket.socket, opened: float) -> bool:
+        """Whether the server closed ``sock`` (counted as refused or timed out)."""
+        try:
+            data = sock.recv(4096)
+        except BlockingIOError:
+            return False
+        except OSError:
+            data = b""
+        lived = time.monotonic() - opened
+        sock.close()
+        with self._lock:
+            if lived < READ_TIMEOUT * 0.8 and not data.startswith(b"HTTP/1.1 408"):
+                self.refused += 1
+            else:
+                self.timed_out += 1
+                self.lifetimes.append(lived)
+        return True
+
+
+def _held(sock: socket.socket) -> bool:
+    """Whether the server holds ``sock`` open, still waiting for the rest of its request
+    (anything it sent — a reset, the end, a 408 — means it let go)."""
+    sock.setblocking(False)
+    try:
+        sock.recv(1, socket.MSG_PEEK)
+    except BlockingIOError:
+        return True
+    except OSError:
+        pass
+    return False
+
+
+def _closed_by_server(left: list[tuple[socket.socket, float]], within: float) -> list[float]:
+    """Wait until every socket of ``left`` is closed by the server; their lifetimes."""
+    lifetimes: list[float] = []
+    deadline = time.monotonic() + within
+    for sock, opened in left:
+        sock.setblocking(True)
+        sock.settimeout(max(0.1, deadline - time.monotonic()))
+        try:
+            sock.recv(4096)  # the 408, or the end of the connection
+        except TimeoutError:
+            raise AssertionError("a stalled connection was not closed by the server") from None
+        except OSError:
+            pass
+        lifetimes.append(time.monotonic() - opened)
+        sock.close()
+    return lifetimes
+
+
+@pytest.fixture
+def service() -> Iterator[HttpTestServer]:
+    with HttpTestServer({"POST /orders": respond(201, '{"ok": true}')}) as http:
+        yield http
+
+
+@pytest.fixture
+def production(tmp_path: Path, service: HttpTestServer) -> Path:
+    url = f"sqlite:///{tmp_path / 'limits.db'}"
+    path = tmp_path / "production.toml"
+    path.write_text(PRODUCTION.format(url=url, http=service.url, port=free_port(),
+                                      read_timeout=READ_TIMEOUT, per_client=PER_CLIENT))
+    subprocess.run([sys.executable, "-m", "engine.cli", "db", "upgrade"], cwd=tmp_path,
+                   env=cli_env(), check=True, capture_output=True, timeout=120)
+    return path
+
+
+def test_a_slowloris_flood_beyond_the_file_limit_delays_no_delivery(
+        tmp_path: Path, production: Path, service: HttpTestServer) -> None:
+    daemon = _start(tmp_path, "run")
+    watching = threading.Event()
+    threading.Thread(target=daemon.watch_files, args=(watching,), daemon=True).start()
+    config = load_production(production, env={})
+    store = SqlStore(config.database)
+    addresses = [f"127.0.0.{n}" for n in range(2, 2 + FLOOD_ADDRESSES)]
+    port = int(daemon.base.rsplit(":", 1)[1])
+    try:
+        baseline = daemon.open_files()
+        flood = Flood(port, addresses, FLOOD_PER_ADDRESS).start()
+        time.sleep(1.0)  # the flood is at its peak
+        ids = [accept_message(store, config, "Http", {"method": "POST", "path": "/orders",
+                                                      "json": {"n": n}}).id
+               for n in range(MESSAGES)]
+        wait_until(lambda: all(store.get_message(i).status == "Completed" for i in ids),
+                   60, "every message delivered during the flood")
+        delivered = time.monotonic()
+        time.sleep(max(0.0, FLOOD_SECONDS - 1.0 - (time.monotonic() - delivered)))
+        left = flood.stop()
+        lifetimes = _closed_by_server(left, CLOSED_WITHIN)
+        watching.set()
+        statuses = {store.get_message(i).status for i in ids}
+        log = daemon.log
+        assert _answers(daemon.base), "the portal answers again after the flood"
+    finally:
+        watching.set()
+        store.dispose()
+        _stop(daemon)
+    lines = log.splitlines()
+    _report("encore run", flood, daemon, baseline, lifetimes, len(lines))
+    assert statuses == {"Completed"}
+    assert len(service.requests) == MESSAGES  # each delivered once, none given up
+    assert flood.opened + flood.refused > 3 * NOFILE  # far more than the limit were tried
+    assert flood.refused > NOFILE  # most were refused at once ...
+    assert flood.timed_out >= 100  # ... and the held ones closed at the read timeout
+    assert daemon.peak_files < NOFILE - 64  # the reserve was never touched
+    assert "Too many open files" not in log and "Traceback" not in log, log[-3000:]
+    assert len(lines) < MAX_LOG_LINES, log[-3000:]
+    assert max(flood.lifetimes + lifetimes) < CLOSED_WITHIN
+    assert "more like it in the last minute" not in log or "refused a connection" in log
+
+
+def _report(what: str, flood: Flood, child: Child, baseline: int, lifetimes: list[float],
+            lines: int) -> None:
+    held = sorted(flood.lifetimes + lifetimes)
+    print(f"\n{what}: RLIMIT_NOFILE {NOFILE}; flood from {len(flood.addresses)} addresses "
+          f"opened {flood.opened} connections ({flood.refused} refused at once, "
+          f"{flood.timed_out + len(lifetimes)} closed at the read timeout), held at most "
+          f"{flood.peak_held} at once; files open: {baseline} before, {child.peak_files} at "
+          f"most; held connections lived {held[0]:.2f}–{held[-1]:.2f} s "
+          f"(read_timeout {READ_TIMEOUT} s); {lines} log lines; "
+          f"load {os.getloadavg()[0]:.1f}")
+
+
+def test_one_address_holds_at_most_its_share_and_others_are_still_answered(
+        tmp_path: Path, production: Path) -> None:
+    daemon = _start(tmp_path, "run")
+    config = load_production(production, env={})
+    store = SqlStore(config.database)
+    token = add_token(store, "sender")
+    port = int(daemon.base.rsplit(":", 1)[1])
+    try:
+        socks = []
+        for _ in range(4 * PER_CLIENT):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5,
+                                            source_address=("127.0.0.2", 0))
+            sock.sendall(SLOW)
+            socks.append(sock)
+        time.sleep(0.3)
+        held = sum(_held(sock) for sock in socks)
+        answer = requests.post(f"{daemon.base}/api/v1/messages/Http", headers=bearer(token),
+                               json={"method": "POST", "path": "/orders", "json": {}},
+                               timeout=10)  # from 127.0.0.1, while 127.0.0.2 is at its cap
+        other = _get(daemon.base, "/login", "127.0.0.3")
+        time.sleep(READ_TIMEOUT + 2.0)
+        still = sum(_held(sock) for sock in socks)
+        for sock in socks:
+            sock.close()
+    finally:
+        store.dispose()
+        _stop(daemon)
+    print(f"\none address: {len(socks)} connections, {held} held, {still} left after the "
+          f"read timeout; load {os.getloadavg()[0]:.1f}")
+    assert held == PER_CLIENT
+    assert answer.status_code == 202, answer.text
+    assert other == 200
+    assert still == 0
+
+
+def test_a_standalone_portal_closes_stalled_connections_after_the_read_timeout(
+        tmp_path: Path, production: Path) -> None:
+    portal = _start(tmp_path, "portal")
+    port = int(portal.base.rsplit(":", 1)[1])
+    try:
+        flood = Flood(port, ["127.0.0.2", "127.0.0.3", "127.0.0.4"], 8 * PER_CLIENT).start()
+        time.sleep(2 * READ_TIMEOUT + 1.0)
+        during = _get(portal.base, "/login", "127.0.0.9")
+        left = flood.stop()
+        lifetimes = _closed_by_server(left, CLOSED_WITHIN)
+        log = portal.log
+        assert _answers(portal.base)
+    finally:
+        _stop(portal)
+    _report("encore portal", flood, portal, 0, lifetimes, len(log.splitlines()))
+    assert during == 200
+    assert flood.opened + flood.refused > NOFILE
+    assert all(READ_TIMEOUT * 0.8 <= lived < CLOSED_WITHIN
+               for lived in flood.lifetimes + lifetimes)
+    assert "Too many open files" not in log and "Traceback" not in log, log[-3000:]
+    assert json.dumps(log).count("\\n") < MAX_LOG_LINES
