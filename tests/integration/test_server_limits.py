@@ -17,6 +17,7 @@ import json
 import os
 import resource
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -29,12 +30,16 @@ import pytest
 import requests
 
 from engine.client import accept_message
-from engine.production import load_production
+from engine.errors import ConfigurationError
+from engine.portal.limits import ConnectionGate, DescriptorBudget, ServerLimits
+from engine.portal.server import PortalServer
+from engine.production import PortalConfig, load_production, parse_production
 from engine.store.sql import SqlStore
-from tests.acceptance.daemon import ROOT, cli_env, wait_until
+from tests.acceptance.daemon import cli_env, wait_until
 from tests.integration.test_portal_server import free_port
 from tests.portal_support import add_token, bearer
-from tests.servers import HttpTestServer, respond
+from tests.portal_support import production as portal_production
+from tests.servers import HttpTestServer, make_tls, respond
 
 NOFILE = 256  # the daemon's open-file limit here: reserve 128, so 128 connections at most
 READ_TIMEOUT = 1.0  # seconds, [portal] read_timeout of these tests
@@ -380,3 +385,136 @@ def test_a_standalone_portal_closes_stalled_connections_after_the_read_timeout(
                for lived in flood.lifetimes + lifetimes)
     assert "Too many open files" not in log and "Traceback" not in log, log[-3000:]
     assert json.dumps(log).count("\\n") < MAX_LOG_LINES
+
+
+# -- in-process: TLS, proxies, keep-alive, sizing ------------------------------------------
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[SqlStore]:
+    store = SqlStore(f"sqlite:///{tmp_path / 'portal.db'}")
+    store.upgrade()
+    yield store
+    store.dispose()
+
+
+def _served(store: SqlStore, **table: object) -> PortalServer:
+    server = PortalServer(store, portal_production(store.url),
+                          PortalConfig.from_validated({"port": free_port(), **table}), env={})
+    server.start()
+    return server
+
+
+def _lives(sock: socket.socket, within: float) -> float:
+    """Seconds until the server ends ``sock`` (it sent an answer or closed)."""
+    started = time.monotonic()
+    sock.settimeout(within)
+    try:
+        sock.recv(4096)
+    except TimeoutError:
+        raise AssertionError(f"the server still held the connection after {within} s") from None
+    except OSError:
+        pass
+    return time.monotonic() - started
+
+
+def test_a_tls_portal_closes_a_connection_that_never_finishes_its_handshake_or_request(
+        sqlite_store: SqlStore, tmp_path: Path) -> None:
+    tls = make_tls(tmp_path)
+    server = _served(sqlite_store, tls_cert=str(tls.server_cert), tls_key=str(tls.server_cert),
+                     read_timeout=READ_TIMEOUT)
+    port = server.config.port
+    try:
+        silent = socket.create_connection(("127.0.0.1", port))  # never says hello
+        context = ssl.create_default_context(cafile=str(tls.ca))
+        slow = context.wrap_socket(socket.create_connection(("127.0.0.1", port)),
+                                   server_hostname="127.0.0.1")
+        slow.sendall(SLOW)
+        assert _lives(silent, CLOSED_WITHIN) >= READ_TIMEOUT * 0.8
+        assert _lives(slow, CLOSED_WITHIN) < CLOSED_WITHIN
+        answer = requests.get(f"{server.url}/login", verify=str(tls.ca), timeout=10)
+        silent.close()
+        slow.close()
+    finally:
+        server.stop()
+    assert answer.status_code == 200
+
+
+def test_the_proxies_of_forwarded_allow_ips_are_spared_the_per_client_cap(
+        sqlite_store: SqlStore) -> None:
+    server = _served(sqlite_store, max_connections_per_client=4, read_timeout=5.0,
+                     forwarded_allow_ips=("127.0.0.2",))
+    port = server.config.port
+    try:
+        socks = {source: [socket.create_connection(("127.0.0.1", port), timeout=5,
+                                                   source_address=(source, 0))
+                          for _ in range(10)] for source in ("127.0.0.2", "127.0.0.3")}
+        for group in socks.values():
+            for sock in group:
+                sock.sendall(SLOW)
+        time.sleep(0.3)
+        held = {source: sum(_held(s) for s in group) for source, group in socks.items()}
+        for group in socks.values():
+            for sock in group:
+                sock.close()
+    finally:
+        server.stop()
+    assert held == {"127.0.0.2": 10, "127.0.0.3": 4}
+
+
+def test_an_idle_keep_alive_connection_closes_after_keepalive_timeout(
+        sqlite_store: SqlStore) -> None:
+    server = _served(sqlite_store, keepalive_timeout=0.5, read_timeout=30.0)
+    try:
+        sock = socket.create_connection(("127.0.0.1", server.config.port), timeout=10)
+        sock.sendall(b"GET /login HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(12) == b"HTTP/1.1 200"
+        time.sleep(0.1)
+        sock.recv(1 << 16)  # the rest of the page
+        lived = _lives(sock, 10.0)
+        sock.close()
+    finally:
+        server.stop()
+    assert lived < 10.0  # far below the read timeout: the keep-alive timer closed it
+
+
+@pytest.mark.parametrize("limit, total, per_client", [
+    (256, 128, 32),      # reserve 128: the floor
+    (1024, 768, 64),     # reserve a quarter; per client at most 64
+    (20000, 4096, 64),   # sized total at most 4096
+])
+def test_the_caps_are_sized_from_the_open_file_limit(limit: int, total: int,
+                                                     per_client: int) -> None:
+    limits = ServerLimits.sized(budget=DescriptorBudget(limit))
+    assert (limits.max_connections, limits.max_connections_per_client) == (total, per_client)
+
+
+def test_caps_the_open_file_limit_cannot_hold_are_refused_naming_the_key() -> None:
+    with pytest.raises(ConfigurationError, match="at most 768") as info:
+        ServerLimits.sized(max_connections=1000, budget=DescriptorBudget(1024))
+    assert info.value.key == "max_connections" and "ulimit -n" in str(info.value)
+    with pytest.raises(ConfigurationError, match="raise it to at least 144"):
+        ServerLimits.sized(budget=DescriptorBudget(100))
+
+
+def test_every_limited_server_of_a_process_draws_on_one_budget() -> None:
+    budget = DescriptorBudget(256)  # 128 connections for all servers together
+    gates = [ConnectionGate(ServerLimits.sized(max_connections_per_client=128, budget=budget),
+                            budget) for _ in range(2)]
+    admitted = [gate.admit(f"10.0.0.{n}") for n in range(100) for gate in gates]
+    assert admitted.count(None) == 128
+    assert set(admitted) - {None} == {"the process's descriptor budget"}
+    gates[0].release("10.0.0.0")
+    assert gates[1].admit("10.0.0.0") is None
+
+
+@pytest.mark.parametrize("table, says", [
+    ("read_timeout = 0", "read_timeout"),
+    ("keepalive_timeout = -1", "keepalive_timeout"),
+    ("max_connections = -5", "max_connections"),
+    ("max_connections = 10\nmax_connections_per_client = 11", "max_connections_per_client"),
+])
+def test_bad_limits_in_the_portal_table_are_refused_naming_the_key(table: str,
+                                                                   says: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        parse_production(f'[production]\nname = "P"\n[portal]\n{table}\n', env={})
+    assert info.value.key == says and "[portal]" in str(info.value)
