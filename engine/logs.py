@@ -6,7 +6,7 @@ failure happen thousands of times a second. Logged one by one it fills the disk 
 tracebacks and costs the CPU the daemon needs to recover. :class:`RepeatFilter` lets the
 first record of a kind through and counts the rest; when the minute is over it logs one
 line with the count ("… (N more like it in the last minute)") and, while the failure goes
-on, one such line a minute. A kind is the logger and the message *template*
+on, one such line a minute; the counts still open are logged when the process exits. A kind is the logger and the message *template*
 (``record.msg``, before its arguments), so "refused a connection from %s" is one kind for
 every address. Records below WARNING are never held back.
 
@@ -18,6 +18,7 @@ its minutes on a virtual clock.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -83,10 +84,11 @@ class RepeatFilter(logging.Filter):
         self._emit(ended)
         return run is None
 
-    def flush(self) -> int:
-        """Log the count of every window that has ended; return how many lines that was."""
+    def flush(self, *, everything: bool = False) -> int:
+        """Log the count of every window that has ended (``everything``: of every window,
+        as the process exits); return how many lines that was."""
         with self._lock:
-            ended = self._take_ended(self._clock())
+            ended = self._take_ended(self._clock(), everything=everything)
         self._emit(ended)
         return len(ended)
 
@@ -95,15 +97,18 @@ class RepeatFilter(logging.Filter):
         with self._lock:
             return sum(run.held for run in self._runs.values())
 
-    def _take_ended(self, now: float) -> list[tuple[logging.LogRecord, int]]:
+    def _take_ended(self, now: float, *,
+                    everything: bool = False) -> list[tuple[logging.LogRecord, int]]:
         """The ended windows that held records back; a kind that is still failing starts a
-        new window with its count line, one that went quiet is forgotten."""
+        new window with its count line, one that went quiet is forgotten. ``everything``:
+        end every window and forget every kind."""
         ended: list[tuple[logging.LogRecord, int]] = []
         for key, run in list(self._runs.items()):
-            if now - run.started < self.window:
+            if not everything and now - run.started < self.window:
                 continue
             if run.held:
                 ended.append((run.last, run.held))
+            if run.held and not everything:
                 self._runs[key] = _Run(started=now, held=0, last=run.last)
             else:
                 del self._runs[key]
@@ -131,6 +136,7 @@ def repeat_filter() -> RepeatFilter:
             _shared = RepeatFilter()
             threading.Thread(target=_flush_forever, args=(_shared,), daemon=True,
                              name="encore-log-repeats").start()
+            atexit.register(_shared.flush, everything=True)  # before logging shuts down
         return _shared
 
 

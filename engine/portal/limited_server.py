@@ -98,6 +98,12 @@ class LimitedListener:
     async def wait_closed(self) -> None:
         return None
 
+    def release_all(self) -> None:
+        """Give back every place still held (the server has stopped: its connections are
+        closed or about to be)."""
+        for slot in list(self._slots):
+            slot.release()
+
     def _accept_some(self) -> None:
         for _ in range(ACCEPT_BATCH):
             try:
@@ -270,6 +276,13 @@ class LimitedServer(uvicorn.Server):
         for listener in self.servers:
             listener.start()  # type: ignore[attr-defined]
         self.started = True
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().shutdown(sockets)
+        finally:
+            for listener in self.servers:
+                listener.release_all()  # type: ignore[attr-defined]
 
     def _protocol(self, slot: Slot) -> asyncio.Protocol:
         return LimitedHttpProtocol(slot=slot, config=self.config,

@@ -13,7 +13,6 @@ Timings are real and loose: the bounds hold at load 6 on 2 cores.
 """
 from __future__ import annotations
 
-import json
 import os
 import resource
 import socket
@@ -286,23 +285,26 @@ def test_a_slowloris_flood_beyond_the_file_limit_delays_no_delivery(
         baseline = daemon.open_files()
         flood = Flood(port, addresses, FLOOD_PER_ADDRESS).start()
         time.sleep(1.0)  # the flood is at its peak
+        sent = time.monotonic()
         ids = [accept_message(store, config, "Http", {"method": "POST", "path": "/orders",
                                                       "json": {"n": n}}).id
                for n in range(MESSAGES)]
         wait_until(lambda: all(store.get_message(i).status == "Completed" for i in ids),
                    60, "every message delivered during the flood")
         delivered = time.monotonic()
+        print(f"\n{MESSAGES} messages accepted and delivered in {delivered - sent:.2f} s "
+              "during the flood", end="")
         time.sleep(max(0.0, FLOOD_SECONDS - 1.0 - (time.monotonic() - delivered)))
         left = flood.stop()
         lifetimes = _closed_by_server(left, CLOSED_WITHIN)
         watching.set()
         statuses = {store.get_message(i).status for i in ids}
-        log = daemon.log
         assert _answers(daemon.base), "the portal answers again after the flood"
     finally:
         watching.set()
         store.dispose()
         _stop(daemon)
+    log = daemon.log  # with the counts logged at exit
     lines = log.splitlines()
     _report("encore run", flood, daemon, baseline, lifetimes, len(lines))
     assert statuses == {"Completed"}
@@ -314,7 +316,9 @@ def test_a_slowloris_flood_beyond_the_file_limit_delays_no_delivery(
     assert "Too many open files" not in log and "Traceback" not in log, log[-3000:]
     assert len(lines) < MAX_LOG_LINES, log[-3000:]
     assert max(flood.lifetimes + lifetimes) < CLOSED_WITHIN
-    assert "more like it in the last minute" not in log or "refused a connection" in log
+    refusals = [line for line in lines if "refused a connection" in line]
+    counted = int(refusals[-1].rsplit("(", 1)[1].split()[0])  # logged at exit
+    assert len(refusals) == 2 and counted > NOFILE
 
 
 def _report(what: str, flood: Flood, child: Child, baseline: int, lifetimes: list[float],
@@ -367,24 +371,30 @@ def test_one_address_holds_at_most_its_share_and_others_are_still_answered(
 def test_a_standalone_portal_closes_stalled_connections_after_the_read_timeout(
         tmp_path: Path, production: Path) -> None:
     portal = _start(tmp_path, "portal")
+    watching = threading.Event()
+    threading.Thread(target=portal.watch_files, args=(watching,), daemon=True).start()
     port = int(portal.base.rsplit(":", 1)[1])
+    baseline = portal.open_files()
     try:
         flood = Flood(port, ["127.0.0.2", "127.0.0.3", "127.0.0.4"], 8 * PER_CLIENT).start()
         time.sleep(2 * READ_TIMEOUT + 1.0)
         during = _get(portal.base, "/login", "127.0.0.9")
         left = flood.stop()
         lifetimes = _closed_by_server(left, CLOSED_WITHIN)
+        watching.set()
         log = portal.log
         assert _answers(portal.base)
     finally:
+        watching.set()
         _stop(portal)
-    _report("encore portal", flood, portal, 0, lifetimes, len(log.splitlines()))
+    _report("encore portal", flood, portal, baseline, lifetimes, len(log.splitlines()))
     assert during == 200
     assert flood.opened + flood.refused > NOFILE
     assert all(READ_TIMEOUT * 0.8 <= lived < CLOSED_WITHIN
                for lived in flood.lifetimes + lifetimes)
     assert "Too many open files" not in log and "Traceback" not in log, log[-3000:]
-    assert json.dumps(log).count("\\n") < MAX_LOG_LINES
+    assert len(log.splitlines()) < MAX_LOG_LINES
+    assert portal.peak_files < NOFILE - 64
 
 
 # -- in-process: TLS, proxies, keep-alive, sizing ------------------------------------------

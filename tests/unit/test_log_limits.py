@@ -128,3 +128,16 @@ def test_limit_repeats_puts_one_shared_filter_on_each_logger_once() -> None:
     for name in names:
         assert logging.getLogger(name).filters.count(first) == 1
         logging.getLogger(name).removeFilter(first)
+
+
+def test_the_counts_still_open_are_logged_when_everything_is_flushed(
+        clock: Clock, logged: tuple[logging.Logger, RepeatFilter, list[str]]) -> None:
+    logger, repeats, lines = logged
+    for _ in range(7):
+        logger.warning("closed a connection from %s", "127.0.0.2")
+    clock.now += 5.0  # the minute is not over, but the process exits
+    assert repeats.flush(everything=True) == 1
+    assert lines[-1].endswith("(6 more like it in the last minute)")
+    assert repeats.held() == 0 and repeats.flush(everything=True) == 0
+    logger.warning("closed a connection from %s", "127.0.0.2")
+    assert len(lines) == 3  # a new window: the first passes
