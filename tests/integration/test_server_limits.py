@@ -44,7 +44,7 @@ NOFILE = 256  # the daemon's open-file limit here: reserve 128, so 128 connectio
 READ_TIMEOUT = 1.0  # seconds, [portal] read_timeout of these tests
 PER_CLIENT = 16  # [portal] max_connections_per_client of these tests
 FLOOD_ADDRESSES = 8  # loopback addresses the flood comes from: 8 × 16 = 128 fills the total
-FLOOD_PER_ADDRESS = 48  # connections each flooding address keeps trying to hold (3 × its cap)
+FLOOD_PER_ADDRESS = 128  # connections each address keeps open: 8 × 128 = 4 × NOFILE at once
 FLOOD_SECONDS = 8.0  # how long the flood goes on (several read timeouts)
 MESSAGES = 60
 CLOSED_WITHIN = READ_TIMEOUT + 6.0  # seconds a stalled connection may live, on a busy box
@@ -152,9 +152,11 @@ class Flood:
     refused: int = 0  # ... that the server closed or reset before the read timeout
     timed_out: int = 0  # ... that it closed after the read timeout (they stalled to the end)
     peak_held: int = 0  # most connections the server held open at once
+    peak_open: int = 0  # most connections the flood had open at once (held or not yet reset)
     lifetimes: list[float] = field(default_factory=list)  # seconds each held one lived
     _stopping: threading.Event = field(default_factory=threading.Event)
     _held: dict[str, int] = field(default_factory=dict)
+    _open_now: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _threads: list[threading.Thread] = field(default_factory=list)
     _left: list[tuple[socket.socket, float]] = field(default_factory=list)
@@ -180,6 +182,9 @@ class Flood:
                 sock = self._open(address)
                 if sock is not None:
                     alive.append((sock, time.monotonic()))
+            with self._lock:
+                self._open_now[address] = len(alive)
+                self.peak_open = max(self.peak_open, sum(self._open_now.values()))
             time.sleep(0.2)
             alive = [entry for entry in alive if not self._ended(*entry)]
             with self._lock:
@@ -222,6 +227,20 @@ class Flood:
                 self.timed_out += 1
                 self.lifetimes.append(lived)
         return True
+
+
+def _slow_connection(port: int, source: str) -> socket.socket:
+    """A connection from ``source`` that sends :data:`SLOW` (unless it is refused at once,
+    which may already show in the connect or the send)."""
+    sock = socket.socket()
+    sock.settimeout(5)
+    sock.bind((source, 0))
+    try:
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(SLOW)
+    except ConnectionError:
+        pass  # reset: refused
+    return sock
 
 
 def _held(sock: socket.socket) -> bool:
@@ -310,6 +329,7 @@ def test_a_slowloris_flood_beyond_the_file_limit_delays_no_delivery(
     assert statuses == {"Completed"}
     assert len(service.requests) == MESSAGES  # each delivered once, none given up
     assert flood.opened + flood.refused > 3 * NOFILE  # far more than the limit were tried
+    assert flood.peak_open > 2 * NOFILE  # ... and open at once
     assert flood.refused > NOFILE  # most were refused at once ...
     assert flood.timed_out >= 100  # ... and the held ones closed at the read timeout
     assert daemon.peak_files < NOFILE - 64  # the reserve was never touched
@@ -326,8 +346,8 @@ def _report(what: str, flood: Flood, child: Child, baseline: int, lifetimes: lis
     held = sorted(flood.lifetimes + lifetimes)
     print(f"\n{what}: RLIMIT_NOFILE {NOFILE}; flood from {len(flood.addresses)} addresses "
           f"opened {flood.opened} connections ({flood.refused} refused at once, "
-          f"{flood.timed_out + len(lifetimes)} closed at the read timeout), held at most "
-          f"{flood.peak_held} at once; files open: {baseline} before, {child.peak_files} at "
+          f"{flood.timed_out + len(lifetimes)} closed at the read timeout), up to "
+          f"{flood.peak_open} open at once, the server held at most {flood.peak_held}; files open: {baseline} before, {child.peak_files} at "
           f"most; held connections lived {held[0]:.2f}–{held[-1]:.2f} s "
           f"(read_timeout {READ_TIMEOUT} s); {lines} log lines; "
           f"load {os.getloadavg()[0]:.1f}")
@@ -341,12 +361,7 @@ def test_one_address_holds_at_most_its_share_and_others_are_still_answered(
     token = add_token(store, "sender")
     port = int(daemon.base.rsplit(":", 1)[1])
     try:
-        socks = []
-        for _ in range(4 * PER_CLIENT):
-            sock = socket.create_connection(("127.0.0.1", port), timeout=5,
-                                            source_address=("127.0.0.2", 0))
-            sock.sendall(SLOW)
-            socks.append(sock)
+        socks = [_slow_connection(port, "127.0.0.2") for _ in range(4 * PER_CLIENT)]
         time.sleep(0.3)
         held = sum(_held(sock) for sock in socks)
         answer = requests.post(f"{daemon.base}/api/v1/messages/Http", headers=bearer(token),
@@ -455,12 +470,8 @@ def test_the_proxies_of_forwarded_allow_ips_are_spared_the_per_client_cap(
                      forwarded_allow_ips=("127.0.0.2",))
     port = server.config.port
     try:
-        socks = {source: [socket.create_connection(("127.0.0.1", port), timeout=5,
-                                                   source_address=(source, 0))
-                          for _ in range(10)] for source in ("127.0.0.2", "127.0.0.3")}
-        for group in socks.values():
-            for sock in group:
-                sock.sendall(SLOW)
+        socks = {source: [_slow_connection(port, source) for _ in range(10)]
+                 for source in ("127.0.0.2", "127.0.0.3")}
         time.sleep(0.3)
         held = {source: sum(_held(s) for s in group) for source, group in socks.items()}
         for group in socks.values():
