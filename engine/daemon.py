@@ -47,6 +47,7 @@ from engine.cluster import (LEADER, DatabaseClock, LeaseKeeper, forget_silent_da
                             item_lease_name, pid_namespace, reap_dead_local_daemons)
 from engine.errors import EncoreError
 from engine.guards import ItemGuards
+from engine.logs import limit_repeats
 from engine.host import BusinessOperation
 from engine.item import ItemRunner
 from engine.production import ItemConfig, ProductionConfig, load_production
@@ -575,6 +576,7 @@ class Daemon:
     def run(self) -> None:
         """Run until SIGTERM or SIGINT; SIGHUP reloads the production file. The loop of
         :meth:`tick` runs in this thread; the signal handlers only set events."""
+        limit_repeats()  # a failure that repeats per message is logged once a minute
         self._install_signal_handlers()
         self.start(background=False)
         try:
