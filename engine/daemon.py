@@ -47,9 +47,9 @@ from engine.cluster import (LEADER, DatabaseClock, LeaseKeeper, forget_silent_da
                             item_lease_name, pid_namespace, reap_dead_local_daemons)
 from engine.errors import EncoreError
 from engine.guards import ItemGuards
-from engine.logs import limit_repeats
 from engine.host import BusinessOperation
 from engine.item import ItemRunner
+from engine.logs import limit_repeats
 from engine.production import ItemConfig, ProductionConfig, load_production
 from engine.metrics import Metrics, MetricsServer
 from engine.otel import tracing_for
