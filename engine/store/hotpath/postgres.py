@@ -19,6 +19,7 @@ from engine.store.hotpath.base import (
     Completion,
     HotPath,
     Intake,
+    Outcome,
 )
 from engine.store import properties
 from engine.store.notify import Announcement
@@ -210,6 +211,12 @@ class PostgresHotPath(HotPath):
     def message(self, message_id: int) -> MessageRow | None:
         rows = self._run(self._MESSAGE, {"id": message_id})
         return MessageRow(**dict(zip(_COLUMNS, rows[0]))) if rows else None
+
+    _OUTCOME = _pg(HotPath._OUTCOME)
+
+    def outcome(self, message_id: int) -> Outcome | None:
+        rows = self._run(self._OUTCOME, {"id": message_id})
+        return self._outcome(rows[0]) if rows else None
 
     def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
               limit: int, fifo: bool, begin: bool, enabled: bool,
