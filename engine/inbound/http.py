@@ -13,7 +13,10 @@
     auth = "token"                   # none (loopback callers only) | basic | token
 
 A request on a route becomes the message ``{"method", "path", "path_params", "query",
-"headers", "json" | "body" | "body_base64"}``: a JSON body (``application/json`` or
+"headers", "json" | "body" | "body_base64"}`` (``path_params`` and ``query`` only when there
+are some: the message of a route without parameters, called without a query, is an
+:class:`operations.http.HttpRequest`, so such a route may target an HttpOperation
+directly — an HTTP passthrough): a JSON body (``application/json`` or
 ``+json``) as ``json``, a text body (``text/*``, XML, a form, or one that decodes as its
 charset) as ``body``, any other as ``body_base64``; ``query`` holds each parameter's value
 (a list when it is repeated); ``headers`` only those named by the ``headers`` setting.
@@ -193,10 +196,12 @@ class HttpService(InboundService):
                 [query[key], value] if key in query else value)
         message: dict[str, Any] = {
             "method": request.method, "path": request.url.path,
-            "path_params": {k: str(v) for k, v in request.path_params.items()},
-            "query": query,
             "headers": {h: request.headers[h] for h in self.copied_headers if h in request.headers},
         }
+        if request.path_params:  # only when there are: without, it is an HttpRequest
+            message["path_params"] = {k: str(v) for k, v in request.path_params.items()}
+        if query:
+            message["query"] = query
         if content:
             message.update(_body_fields(request.headers.get("content-type", ""), content))
         return message
