@@ -12,7 +12,8 @@ from engine.production import parse_production
 from engine.store.sql import SqlStore
 
 DATA = Path(__file__).resolve().parents[1] / "inbound_data"
-WSDL = DATA / "echo.wsdl"
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "soap-passthrough"
+WSDL = EXAMPLE / "echo.wsdl"  # the documented example's contract
 
 
 def free_port() -> int:
