@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -30,6 +31,8 @@ from bench import harness as h
 from bench.report import Outcome
 
 CLIENTS = 16  # threads of the HTTP figure
+SOAP_CALLS = {True: 100, False: 400}  # calls timed each way, by --quick
+HTTP_POSTS = {True: 1600, False: 8000}  # posts of the HTTP figure, by --quick
 BODY = json.dumps({"order": 1, "amount": 12.5}).encode()
 
 
@@ -199,16 +202,22 @@ def inbound_http(work: Path, count: int) -> Outcome:
     return out
 
 
+def inbound(work: Path, *, quick: bool) -> Outcome:
+    """Both figures (``bench/run.py --only inbound``)."""
+    out = Outcome()
+    for part in (inbound_soap(work, SOAP_CALLS[quick]), inbound_http(work, HTTP_POSTS[quick])):
+        out.values.update(part.values)
+        out.rows += part.rows
+    out.info("load average after", " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    return out
+
+
 def main() -> None:
     """``python -m bench.inbound [--quick]``: both figures, with the load average."""
-    import os
-    quick = "--quick" in sys.argv
     with h.workdir() as work:
-        for outcome in (inbound_soap(work, 100 if quick else 400),
-                        inbound_http(work, 1600 if quick else 8000)):
-            for row in outcome.rows:
-                print(f"{row.key or row.label}: {row.value:.2f} {row.unit} ({row.note})")
-    print("load average: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+        for row in inbound(work, quick="--quick" in sys.argv).rows:
+            value = f"{row.value:.2f}" if isinstance(row.value, float) else row.value
+            print(f"{row.key or row.label}: {value} {row.unit} {row.note}".rstrip())
 
 
 if __name__ == "__main__":

@@ -58,6 +58,10 @@ TARGETS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "pool4_fast_ratio": ("≥ 0.85", lambda v: v >= 0.85),
     # Encore's pool 4 no-op drain (SQLite) ÷ dramatiq with 4 threads on RabbitMQ.
     "dramatiq_noop_pool4_ratio": ("≥ 1.5", lambda v: v >= 1.5),
+    # Issue 25 (bench/inbound.py): what a SoapService → Router → SoapOperation chain adds
+    # to a direct zeep → spyne call (ms), and an async HttpService's intake with 16 clients.
+    "inbound_soap_ms_p50": ("≤ 5", lambda v: v <= 5),
+    "inbound_http_msgs_per_s": ("≥ 3000", lambda v: v >= 3000),
 }
 # Targets that also compare a key with another key of the same run:
 # key → (the other key, predicate on (value, other value)). The verdict needs both, so it is

@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # first, as it does for the `encore run` subprocesses (PYTHONPATH).
 sys.path.insert(0, str(ROOT))
 
-from bench import celery_peer, drain, harness, intake_http, latency, limits, pool, throughput
+from bench import (celery_peer, drain, harness, inbound, intake_http, latency, limits, pool,
+                   throughput)
 from bench.report import KEYS, Outcome, table
 from bench.servers import ServerProcess
 
@@ -43,7 +44,9 @@ SCENARIOS = ("overhead", "noop", "drain", "drain_pg", "intake", "intake_http", "
              "latency", "latency_pg", "intake_http16", "celery", "cli",
              # issue 27 (bench/pool.py): pool 4 ÷ pool 1 no-op drains (SQLite, PostgreSQL),
              # pool 4 against a 2 ms service ÷ bare requests, pool 4 ÷ dramatiq on RabbitMQ
-             "pool4", "pool4_fast", "dramatiq")
+             "pool4", "pool4_fast", "dramatiq",
+             # issue 25 (bench/inbound.py): SoapService's added latency, HttpService intake
+             "inbound")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -94,6 +97,7 @@ def run_scenarios(args: argparse.Namespace, pg_url: str | None) -> Outcome:
             "pool4": lambda: pool.noop_pool4(work, pools, pg_url),
             "pool4_fast": lambda: pool.pool4_fast(work, urls, pools),
             "dramatiq": lambda: pool.dramatiq(work, pools),
+            "inbound": lambda: inbound.inbound(work, quick=args.quick),
         }
         for name in SCENARIOS:
             if name not in wanted:
