@@ -138,6 +138,7 @@ class CallRecorder:
         self._queue: queue.SimpleQueue[InboundCall | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="inbound-recorder", daemon=True)
         self._started = False
+        self._stopping = threading.Event()
 
     def start(self) -> None:
         self._thread.start()
@@ -150,6 +151,7 @@ class CallRecorder:
         """Write what is left, then end the thread."""
         if self._started:
             self._queue.put(None)
+            self._stopping.set()
             self._thread.join(timeout)
 
     def _run(self) -> None:
@@ -170,6 +172,9 @@ class CallRecorder:
             self._write(batch)
             if item is None:
                 return
+            # then wait: the next rows gather meanwhile, a few transactions a second whatever
+            # the traffic, so the records never contend with intake for the write lock
+            self._stopping.wait(RECORD_INTERVAL)
 
     def _write(self, batch: list[InboundCall]) -> None:
         try:
