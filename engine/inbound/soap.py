@@ -146,14 +146,14 @@ class SoapService(InboundService):
     async def _handle(self, context: InboundContext, request: Request) -> Response:
         client = request.client
         caller = Caller(client.host if client else "unknown", client.port if client else 0)
-        if request.method == "GET":
-            return await self._wsdl(request)
         received_at = utcnow()
         envelope = _envelope_of(request.headers.get("content-type", ""))
         call: SoapCall | None = None
         try:
             principal = await self._principal(context, request, caller)
             caller = Caller(caller.host, caller.port, principal)
+            if request.method == "GET":  # the WSDL, to the same callers as the service
+                return await self._wsdl(request)
             if not await run_in_threadpool(self._loaded):
                 return _fault(envelope, "Server", f"the service's WSDL is not loaded: see the "
                                                   "event log", 503)

@@ -181,3 +181,30 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(
     assert reply.status_code == 413 and _fault_code(reply) == "Client"
     assert "max_body_bytes 1000" in _fault_text(reply)
     assert _messages(store) == []
+
+
+def test_basic_authentication_for_the_wsdl_and_the_calls(
+        store: SqlStore, backends: tuple[SoapTestServer, SoapTestServer]) -> None:
+    from engine.clock import utcnow
+    from engine.portal.auth import hash_password
+    from engine.store import accounts
+    fast, slow = backends
+    accounts.add_user(store, "caller", "viewer", hash_password("pw"), now=utcnow())
+    port = free_port()
+    items = soap_service(auth="basic") + router() + soap_operation("Backend", fast.wsdl)
+    with running(store, items, port):
+        url = f"http://127.0.0.1:{port}/soap/echo"
+        anonymous = requests.get(url + "?wsdl", timeout=10)
+        session = requests.Session()
+        session.auth = ("caller", "pw")
+        client = zeep.Client(url + "?wsdl", transport=zeep.Transport(session=session))
+        answer = client.service.echo(text="signed")
+        wrong = requests.post(url, data=(DATA / "echo_request.xml").read_bytes(),
+                              auth=("caller", "nope"), headers={"Content-Type": "text/xml"},
+                              timeout=30)
+    assert anonymous.status_code == 401 and _fault_code(anonymous) == "Client"
+    assert answer == "B:signed"
+    assert wrong.status_code == 401 and "wrong user name or password" in _fault_text(wrong)
+    assert len([m for m in _messages(store) if m["source"] == "EchoSoap"]) == 1
+    calls = calls_of(store, [m["id"] for m in _messages(store)])
+    assert [c.principal for c in calls.values()] == ["user:caller"]
