@@ -29,6 +29,9 @@ import zeep
 
 from bench import harness as h
 from bench.report import Outcome
+from engine.store import queries
+from engine.store.inbound import calls_of
+from engine.store.sql import SqlStore
 
 CLIENTS = 16  # threads of the HTTP figure
 SOAP_CALLS = {True: 100, False: 400}  # calls timed each way, by --quick
@@ -106,6 +109,36 @@ wsdl = "{wsdl_url}"
     return path
 
 
+HOPS = ("caller → message committed", "committed → router's attempt", "router → its call",
+        "call committed → operation's attempt", "operation's attempt (spyne)",
+        "attempt end → call done", "call done → router done", "router done → answer")
+
+
+def _hops(url: str, last: int) -> list[float]:
+    """Median milliseconds of each of :data:`HOPS` over the ``last`` inbound calls, from
+    the database's timestamps: where the time through Encore goes."""
+    store = SqlStore(url)
+    try:
+        messages = queries.messages(store)
+        calls = calls_of(store, [m["id"] for m in messages])
+        children = {m["session_id"]: m for m in messages
+                    if m["source"] == "Router" and m["kind"] == "request"}
+        rows = []
+        for m in [m for m in messages if m["id"] in calls][-last:]:
+            child, call = children.get(m["session_id"]), calls[m["id"]]
+            router, attempt = store.attempts(m["id"]), store.attempts(child["id"]) if child else []
+            if not (child and router and attempt and attempt[0].ended_at and call.answered_at):
+                continue
+            marks = [call.received_at, m["time_created"], router[0].started_at,
+                     child["time_created"], attempt[0].started_at, attempt[0].ended_at,
+                     child["time_completed"], m["time_completed"], call.answered_at]
+            rows.append([(b - a).total_seconds() * 1000 for a, b in zip(marks, marks[1:])])
+    finally:
+        store.engine.dispose()
+    return [statistics.median(r[i] for r in rows) if rows else float("nan")
+            for i in range(len(HOPS))]
+
+
 def inbound_soap(work: Path, calls: int) -> Outcome:
     out = Outcome()
     spyne, wsdl_url = _spyne()
@@ -128,9 +161,12 @@ def inbound_soap(work: Path, calls: int) -> Outcome:
         spyne.stdin.close()  # type: ignore[union-attr]
         spyne.wait(10)
     base = min(before, after)
+    hops = _hops(h.sqlite_url(work, "inbound-soap.db"), calls)
     out.key("inbound_soap_ms_p50", "zeep → SoapService → Router → SoapOperation → spyne, "
             "minus zeep → spyne", through - base, "ms",
             f"n={calls}; through Encore {through:.2f} ms, direct {before:.2f} / {after:.2f} ms")
+    for name, ms in zip(HOPS, hops):
+        out.info(f"  {name}", ms, "ms", "p50, from the database's timestamps")
     return out
 
 
