@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import codecs
+import logging
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -56,6 +57,8 @@ from engine.inbound.calls import Caller, Ended, InboundContext, call_record, sco
 from engine.settings import Setting
 
 __all__ = ["HTTP_SERVICE_SETTINGS", "HttpService"]
+
+log = logging.getLogger(__name__)
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 ROUTE_KEYS = {"method", "path", "target"}
@@ -175,6 +178,10 @@ class HttpService(InboundService):
             return self._refuse(context, caller, 422, str(exc))
         except MessageError as exc:
             return self._refuse(context, caller, 400, str(exc))
+        except Exception:  # noqa: BLE001 - the store is down, say: the caller hears it
+            log.exception("%s: a request could not be taken in", self.name)
+            return JSONResponse({"error": "the request could not be taken in (the daemon's "
+                                          "log says why); try again"}, 503)
         response = self._answer(target, ended)
         if not ended.accepted.created:
             response.headers["idempotent-replayed"] = "true"

@@ -32,6 +32,7 @@ when it loads.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -56,6 +57,8 @@ from engine.inbound.wsdl import (CONTENT_TYPES, SOAP11, SOAP12, ClientFault, Soa
 from engine.settings import Setting
 
 __all__ = ["SOAP_SERVICE_SETTINGS", "SoapService"]
+
+log = logging.getLogger(__name__)
 
 WSDL_RETRY = 10.0  # seconds between two tries to load a WSDL that failed to load
 
@@ -174,8 +177,10 @@ class SoapService(InboundService):
         except MessageError as exc:
             return self._refuse(context, caller, envelope, f"the request does not fit the "
                                                            f"target {self.target!r}: {exc}", 500)
-        except Exception as exc:  # noqa: BLE001 - the store is down, say: the caller hears it
-            return _fault(envelope, "Server", f"the request could not be taken in: {exc}", 503)
+        except Exception:  # noqa: BLE001 - the store is down, say: the caller hears it
+            log.exception("%s: a request could not be taken in", self.name)
+            return _fault(envelope, "Server", "the request could not be taken in (the "
+                                              "daemon's log says why); try again", 503)
         response, answer = self._answer(call, ended)
         if not ended.accepted.created:
             response.headers["idempotent-replayed"] = "true"
