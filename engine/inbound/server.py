@@ -5,8 +5,8 @@ The same ASGI stack as the portal (Starlette under uvicorn), on its own port, lo
 default, TLS from ``tls_cert``/``tls_key``. Any daemon of a PostgreSQL production may serve
 it behind a load balancer: a request's message is committed to the shared database, and a
 sync caller is woken by the commit that ends it on whichever daemon does.
-:func:`uvicorn_settings` is the one place the server's settings are made, so that limits
-(connections, read times) are added there.
+:func:`inbound_http_server` is the one place the server is made: it holds the same
+connection and read-time caps as the portal's (DESIGN.md §8).
 
 Services are built when the daemon starts; a SIGHUP reload does not change them (restart the
 daemon after changing an inbound service or ``[inbound]``).
@@ -18,7 +18,6 @@ import threading
 import time
 from pathlib import Path
 
-import uvicorn
 from starlette.types import ASGIApp
 
 from engine.errors import ConfigurationError
@@ -28,10 +27,12 @@ from engine.inbound.base import InboundService
 from engine.inbound.calls import CallRecorder, InboundContext
 from engine.inbound.refusals import RefusalLog
 from engine.network import is_loopback
+from engine.portal.limited_server import LimitedServer, limited_server
+from engine.portal.limits import ServerLimits
 from engine.production import InboundConfig, ProductionConfig
 from engine.store.sql import SqlStore
 
-__all__ = ["InboundServer", "inbound_services", "uvicorn_settings"]
+__all__ = ["InboundServer", "inbound_http_server", "inbound_services"]
 
 log = logging.getLogger(__name__)
 
@@ -60,16 +61,20 @@ def inbound_services(production: ProductionConfig, store: SqlStore) -> list[Inbo
     return services
 
 
-def uvicorn_settings(app: ASGIApp, config: InboundConfig) -> uvicorn.Config:
-    """The uvicorn settings of the inbound server for ``config``."""
+def inbound_http_server(app: ASGIApp, config: InboundConfig) -> LimitedServer:
+    """The uvicorn server of the inbound services for ``config``, under the same caps as the
+    portal's (DESIGN.md §8, :mod:`engine.portal.limited_server`): connections in total and
+    per client sized from the open-file limit (the process's one budget, shared with the
+    portal), a request read within 10 s, idle keep-alive connections closed after 5 s."""
     for name in ("tls_cert", "tls_key"):
         path = getattr(config, name)
         if path and not Path(path).is_file():
             raise ConfigurationError(f"{path!r} is not a readable file", item="[inbound]",
                                      key=name)
-    return uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
-                          access_log=False, ssl_certfile=config.tls_cert or None,
-                          ssl_keyfile=config.tls_key or None, server_header=False,
+    limits = ServerLimits.sized(where="[inbound]")
+    return limited_server(app, host=config.host, port=config.port, limits=limits,
+                          tls_cert=config.tls_cert, tls_key=config.tls_key,
+                          log_level="warning", access_log=False, server_header=False,
                           lifespan="off", proxy_headers=False,
                           timeout_graceful_shutdown=int(GRACEFUL_SECONDS))
 
@@ -88,7 +93,7 @@ class InboundServer:
                                       auth=CallerAuth(store), refusals=RefusalLog(store.events),
                                       recorder=self.recorder)
         app = create_app(self.services, self.context)
-        self._server = uvicorn.Server(uvicorn_settings(app, config))
+        self._server = inbound_http_server(app, config)
         self._thread = threading.Thread(target=self._server.run, name="inbound", daemon=True)
 
     @property
