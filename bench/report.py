@@ -64,6 +64,10 @@ TARGETS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "viewer_prop_search_ms_pg": ("≤ 100", lambda v: v <= 100),
     "viewer_export_rows_per_s": ("≥ 20000", lambda v: v >= 20000),
     "viewer_export_rows_per_s_pg": ("≥ 20000", lambda v: v >= 20000),
+    # Issue 25 (bench/inbound.py): what a SoapService → Router → SoapOperation chain adds
+    # to a direct zeep → spyne call (ms), and an async HttpService's intake with 16 clients.
+    "inbound_soap_ms_p50": ("≤ 5", lambda v: v <= 5),
+    "inbound_http_msgs_per_s": ("≥ 3000", lambda v: v >= 3000),
 }
 # Targets that also compare a key with another key of the same run:
 # key → (the other key, predicate on (value, other value)). The verdict needs both, so it is

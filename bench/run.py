@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # first, as it does for the `encore run` subprocesses (PYTHONPATH).
 sys.path.insert(0, str(ROOT))
 
-from bench import (celery_peer, drain, harness, intake_http, latency, limits, pool,
+from bench import (celery_peer, drain, harness, inbound, intake_http, latency, limits, pool,
                    throughput, viewer)
 from bench.report import KEYS, Outcome, table
 from bench.servers import ServerProcess
@@ -47,7 +47,9 @@ SCENARIOS = ("overhead", "noop", "drain", "drain_pg", "intake", "intake_http", "
              "pool4", "pool4_fast", "dramatiq",
              # issue 23 (bench/viewer.py): property search and export on 1,000,000 messages
              # (100,000 with --quick)
-             "viewer")
+             "viewer",
+             # issue 25 (bench/inbound.py): SoapService's added latency, HttpService intake
+             "inbound")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -99,6 +101,7 @@ def run_scenarios(args: argparse.Namespace, pg_url: str | None) -> Outcome:
             "pool4_fast": lambda: pool.pool4_fast(work, urls, pools),
             "dramatiq": lambda: pool.dramatiq(work, pools),
             "viewer": lambda: viewer.outcome(work, args.quick, pg_url),
+            "inbound": lambda: inbound.inbound(work, quick=args.quick),
         }
         for name in SCENARIOS:
             if name not in wanted:

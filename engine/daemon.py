@@ -111,6 +111,7 @@ class Daemon:
                                              events=self.events, leader=self.is_leader)
         self.metrics_server: MetricsServer | None = None
         self.portal: Any = None  # engine.portal.server.PortalServer, with [portal]
+        self.inbound: Any = None  # engine.inbound.server.InboundServer, with [inbound]
         self.tracing = tracing_for(production)  # None: tracing off (read at start only)
         self.adapters = dict(adapters or {})
         self.rng = rng
@@ -171,6 +172,11 @@ class Daemon:
             self.portal = PortalServer(self.store, self.production, self.production.portal,
                                        env=self.env)
             self.portal.start()
+        if self.production.inbound is not None:  # [inbound]: the inbound services, likewise
+            from engine.inbound.server import InboundServer
+
+            self.inbound = InboundServer(self.store, self.production, self.production.inbound)
+            self.inbound.start()
         log.info("production %s started: %d item(s), daemon %s%s", self.production.name,
                  len(self.runners), self.id, " (leader)" if self.is_leader() else "")
 
@@ -390,6 +396,8 @@ class Daemon:
         if self._loop_thread is not None and self._loop_thread is not threading.current_thread():
             self._loop_thread.join()  # it ends after its tick; this thread beats from now on
         self._finish_reload()
+        if self.inbound is not None:  # intake first: inbound services take messages in
+            self.inbound.stop()
         if self.portal is not None:  # intake first: the portal's API takes messages in
             self.portal.stop()
         self.scheduler.stop_services()

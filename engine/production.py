@@ -36,8 +36,8 @@ if TYPE_CHECKING:  # imported with the first class an item names, not before
     from engine.host import BusinessHost, OperationSettings
     from engine.retry import RetrySettings
 
-__all__ = ["DEFAULT_PRODUCTION_FILE", "ITEM_KEYS", "PORTAL_SETTINGS", "PRODUCTION_SETTINGS",
-           "ItemConfig", "ItemEntry", "PortalConfig", "ProductionConfig", "ProductionOutline",
+__all__ = ["DEFAULT_PRODUCTION_FILE", "INBOUND_SETTINGS", "ITEM_KEYS", "PORTAL_SETTINGS",
+           "PRODUCTION_SETTINGS", "InboundConfig", "ItemConfig", "ItemEntry", "PortalConfig", "ProductionConfig", "ProductionOutline",
            "ProductionSettings", "absolute_sqlite_url", "find_production_file",
            "load_production", "parse_outline", "parse_production", "read_outline",
            "resolve_class"]
@@ -130,6 +130,17 @@ PORTAL_SETTINGS: tuple[Setting, ...] = (
             help="seconds an idle keep-alive connection stays open"),
 )
 
+# The [inbound] table (DESIGN.md §14): where `encore run` serves the inbound services.
+INBOUND_SETTINGS: tuple[Setting, ...] = (
+    Setting(name="host", kind=str, default="127.0.0.1",
+            help="address the inbound services listen on (loopback by default)"),
+    Setting(name="port", kind=int, default=8081, minimum=1, maximum=MAX_PORT,
+            help="port of the inbound services (SOAP and HTTP)"),
+    Setting(name="tls_cert", kind=str, default="",
+            help="PEM certificate file; with tls_key, the inbound services serve HTTPS"),
+    Setting(name="tls_key", kind=str, default="", help="PEM private key file of tls_cert"),
+)
+
 
 ITEM_KEYS: tuple[Setting, ...] = (
     Setting(name="name", kind=str, check=lambda name: _fits_column(name, MAX_ITEM_NAME)),
@@ -211,6 +222,23 @@ class PortalConfig(TypedSettings):
         return bool(self.tls_cert)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InboundConfig(TypedSettings):
+    """The ``[inbound]`` table: where ``encore run`` serves the production's inbound
+    services (:mod:`engine.inbound`). ``tls_cert`` and ``tls_key`` are both set or both ''."""
+
+    DECLARED: ClassVar[tuple[Setting, ...]] = INBOUND_SETTINGS
+
+    host: str
+    port: int
+    tls_cert: str
+    tls_key: str
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ProductionSettings(TypedSettings):
     """The ``[production]`` table, validated; ``database`` after ``ENCORE_DATABASE_URL``,
@@ -235,6 +263,7 @@ class ProductionFile(ProductionSettings):
     """The ``[production]`` settings with what else the file gives besides its items."""
 
     portal: PortalConfig | None = None  # None: no [portal] table, `encore run` serves none
+    inbound: InboundConfig | None = None  # None: no [inbound] table, no inbound service
     path: Path | None = None
 
 
@@ -274,6 +303,7 @@ class ProductionOutline(ProductionFile):
         common = {f.name: getattr(self, f.name) for f in dataclasses.fields(ProductionFile)}
         items = tuple(e.resolve() for e in self.entries)
         _check_targets(items)
+        _check_inbound(items, self.inbound)
         return ProductionConfig(**common, items=items)
 
 
@@ -336,10 +366,10 @@ def parse_outline(text: str, *, env: Mapping[str, str],
     except RecursionError as exc:  # tomllib recurses once per level of nested arrays
         raise ConfigurationError(f"production file {str(path or '<text>')!r} nests arrays or "
                                  "tables too deep to read") from exc
-    unknown = sorted(set(doc) - {"production", "items", "portal"})
+    unknown = sorted(set(doc) - {"production", "items", "portal", "inbound"})
     if unknown:
         raise ConfigurationError(f"unknown top-level table(s) {', '.join(unknown)}; "
-                                 "expected [production], [[items]] and [portal]")
+                                 "expected [production], [[items]], [portal] and [inbound]")
     prod = validate_settings("[production]", doc.get("production", {}), PRODUCTION_SETTINGS)
     entries = _read_items(doc.get("items", []))
     if prod["alert_item"] and prod["alert_item"] not in {e.name for e in entries}:
@@ -352,7 +382,9 @@ def parse_outline(text: str, *, env: Mapping[str, str],
         prod["database"] = absolute_sqlite_url(prod["database"], path.parent)
     prod["otel"] = tracing_wanted(prod["otel"], env)
     portal = _load_portal(doc["portal"]) if "portal" in doc else None
-    return ProductionOutline.from_validated(prod, portal=portal, entries=entries, path=path)
+    inbound = _load_inbound(doc["inbound"]) if "inbound" in doc else None
+    return ProductionOutline.from_validated(prod, portal=portal, inbound=inbound,
+                                            entries=entries, path=path)
 
 
 def absolute_sqlite_url(url: str, base: Path) -> str:
@@ -410,6 +442,29 @@ def _load_portal(raw: Any) -> PortalConfig:
                                  f"max_connections ({keys['max_connections']})",
                                  item="[portal]", key="max_connections_per_client")
     return PortalConfig.from_validated(keys)
+
+
+def _load_inbound(raw: Any) -> InboundConfig:
+    if not isinstance(raw, dict):
+        raise ConfigurationError("inbound must be a table: [inbound]")
+    keys = validate_settings("[inbound]", raw, INBOUND_SETTINGS)
+    if bool(keys["tls_cert"]) != bool(keys["tls_key"]):
+        missing = "tls_key" if keys["tls_cert"] else "tls_cert"
+        raise ConfigurationError("tls_cert and tls_key go together: set both for HTTPS, or "
+                                 "neither", item="[inbound]", key=missing)
+    return InboundConfig.from_validated(keys)
+
+
+def _check_inbound(items: tuple[ItemConfig, ...], inbound: InboundConfig | None) -> None:
+    """An inbound service (a class with ``serves_inbound``) needs an ``[inbound]`` table:
+    it says where the service listens."""
+    if inbound is not None:
+        return
+    for item in items:
+        if getattr(item.cls, "serves_inbound", False):
+            raise ConfigurationError("an inbound service needs an [inbound] table saying "
+                                     "where to listen, e.g. [inbound] port = 8081",
+                                     item=item.name)
 
 
 def _proxy_addresses(value: list[Any] | tuple[Any, ...]) -> list[str]:

@@ -14,6 +14,10 @@ host and port, wrapped; the whole address in a tooltip). A legend under the time
 each style as it is drawn (:data:`STYLES`). The session's events stand in a column on the
 right, each at its time, with a dot on its item's line.
 
+A session that an inbound service started (DESIGN.md §14) has its caller — the client's
+address — as the first participant: the request arrives from it, and the answer the service
+gave goes back to it as the last arrow (``class="inbound-answer"``).
+
 Every text goes through ElementTree, which escapes it: a body or an error holding markup is
 shown as text.
 """
@@ -26,6 +30,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engine.portal.trace_scale import BREAK_HEIGHT, TimeAxis, duration_text, time_axis
+from engine.store.inbound import InboundCall
 from engine.store.operator import resent_from
 from engine.store.rows import AttemptRow
 
@@ -61,10 +66,13 @@ LEGEND = (("message", "message between hosts"), ("reply_ok", "attempt answered")
 
 def render_trace(messages: Sequence[Mapping[str, Any]],
                  attempts: Mapping[int, Sequence[AttemptRow]],
-                 events: Sequence[Mapping[str, Any]]) -> str:
+                 events: Sequence[Mapping[str, Any]],
+                 calls: Mapping[int, InboundCall] | None = None) -> str:
     """The SVG text of a session: its ``messages`` (oldest first), their ``attempts`` by
-    message id, and its ``events``."""
-    columns = _participants(messages, attempts)
+    message id, and its ``events``; ``calls``: the inbound calls that put messages in, by
+    message id."""
+    calls = calls or {}
+    columns = _participants(messages, attempts, calls)
     header = HEADER_TOP + 16 + LINE_HEIGHT * max(
         (len(participant_lines(name)) for name in columns), default=1)
     scale = _scale(messages, attempts, events, top=header + HEADER_GAP)
@@ -81,6 +89,8 @@ def render_trace(messages: Sequence[Mapping[str, Any]],
     for m in messages:
         _message(svg, m, columns, scale)
         _attempts(svg, m, attempts.get(m["id"], ()), columns, scale)
+        if m["id"] in calls:
+            _inbound(svg, calls[m["id"]], columns, scale, bottom=bottom - BOTTOM)
     _events(svg, events, columns, scale, x=LEFT + COLUMN * len(columns) + EVENTS_GAP)
     _legend(svg, bottom)
     return ET.tostring(svg, encoding="unicode")
@@ -95,10 +105,17 @@ def sender_label(source: str | None) -> str:
     return source or "(unknown sender)"
 
 
+def caller_label(call: InboundCall) -> str:
+    """How the caller of an inbound service is named as a participant."""
+    return f"caller {call.caller}"
+
+
 def _participants(messages: Sequence[Mapping[str, Any]],
-                  attempts: Mapping[int, Sequence[AttemptRow]]) -> dict[str, float]:
-    """Column x of each participant: hosts in order of appearance, then servers."""
-    hosts: list[str] = []
+                  attempts: Mapping[int, Sequence[AttemptRow]],
+                  calls: Mapping[int, InboundCall]) -> dict[str, float]:
+    """Column x of each participant: inbound callers first, then hosts in order of
+    appearance, then servers."""
+    hosts: list[str] = list(dict.fromkeys(caller_label(c) for c in calls.values()))
     servers: list[str] = []
     for m in messages:
         pair = ((sender_label(m["source"]), m["target"]) if m["kind"] == "request"
@@ -244,6 +261,28 @@ def _message(svg: ET.Element, m: Mapping[str, Any], columns: Mapping[str, float]
                        _short(f"message {m['id']} {m['status']}{reason}", 48), colour=colour,
                        weight="bold")
         ET.SubElement(ending, "title").text = f"{m['status']}{reason}"
+
+
+def _inbound(svg: ET.Element, call: InboundCall, columns: Mapping[str, float], scale: TimeAxis,
+             *, bottom: float) -> None:
+    """The caller's request to the service, and the service's answer back to it."""
+    caller, service = columns[caller_label(call)], columns.get(call.service)
+    if service is None:
+        return
+    arrows = [("inbound-request", call.received_at, caller, service, call.request)]
+    if call.answered_at is not None:
+        arrows.append(("inbound-answer", call.answered_at, service, caller,
+                       f"answer: {call.answer or ''}"))
+    for kind, when, start, end, label in arrows:
+        y = min(max(scale.y(when), TOP), bottom)
+        group = ET.SubElement(svg, "g", {"class": kind, "data-message": str(call.message_id)})
+        ET.SubElement(group, "title").text = f"{label} ({call.caller}" + (
+            f", {call.principal})" if call.principal else ")")
+        ET.SubElement(group, "line", {"x1": str(start), "y1": str(y),
+                                      "x2": str(end + (3 if end < start else -3)),
+                                      "y2": str(y), "stroke": NEUTRAL, "stroke-width": "2",
+                                      "marker-end": "url(#arrow-msg)"})
+        _text(group, (start + end) / 2, y - 6, _short(label, 30), anchor="middle")
 
 
 def _attempts(svg: ET.Element, m: Mapping[str, Any], attempts: Sequence[AttemptRow],

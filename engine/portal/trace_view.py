@@ -8,6 +8,7 @@ from typing import Any
 from engine.errors import OperatorError
 from engine.portal.trace_svg import render_trace
 from engine.store import viewer
+from engine.store.inbound import calls_of
 from engine.store.sql import SqlStore
 
 TRACE_PAGE = 100  # messages drawn on one page of the Visual Trace
@@ -29,7 +30,8 @@ def session_trace(store: SqlStore, session_id: int, page: int = 1) -> dict[str, 
     ids = [m["id"] for m in messages]
     attempts = viewer.attempts_of(store, ids)
     events = viewer.events_of(store, ids)
+    calls = calls_of(store, ids)
     return {"session_id": session_id, "messages": messages, "attempts": attempts,
-            "events": events, "svg": render_trace(messages, attempts, events),
+            "events": events, "svg": render_trace(messages, attempts, events, calls),
             "page": page, "pages": pages, "total": total,
             "first": (page - 1) * TRACE_PAGE + 1, "last": (page - 1) * TRACE_PAGE + len(ids)}

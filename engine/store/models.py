@@ -229,3 +229,20 @@ item_rate = Table(
     Column("tokens", Float, nullable=False),
     Column("refilled_at", _Time, nullable=False),
 )
+
+# What an inbound service (DESIGN.md §14) was asked and answered, one row per call that
+# put a message in: the caller's address (and the user or token it authenticated as), when
+# the request came and when the answer went, for the Visual Trace's first participant.
+inbound_call = Table(
+    "inbound_call", metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("message_id", _Id, nullable=False),
+    Column("service", String(200), nullable=False),
+    Column("caller", String(200), nullable=False),
+    Column("principal", String(200)),
+    Column("request", String(200), nullable=False),
+    Column("received_at", _Time, nullable=False),
+    Column("answered_at", _Time),
+    Column("answer", String(200)),
+    Index("ix_inbound_call_message", "message_id"),
+)

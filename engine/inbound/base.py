@@ -1,0 +1,88 @@
+"""The base of inbound services: items that other systems call (DESIGN.md §14).
+
+An inbound service is an item of the production that takes no messages itself: it listens
+on the daemon's inbound server (:mod:`engine.inbound.server`), turns each request it
+accepts into a message for its target, and answers the caller — at once (async) or with
+the target's response (sync, waited on by the commit that ends the message, never by
+polling). A request it refuses creates nothing and answers why; the event log records a
+refusal at most once per client and minute (:mod:`engine.inbound.refusals`).
+
+Subclasses declare their settings and build their Starlette routes
+(:meth:`InboundService.routes`); the shared path from a request to a message and back is
+:mod:`engine.inbound.calls`.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from engine.host import BusinessHost, EventSink
+from engine.settings import Setting
+
+if TYPE_CHECKING:
+    from starlette.routing import BaseRoute
+
+    from engine.inbound.calls import InboundContext
+
+__all__ = ["AUTH_MODES", "COMMON_SETTINGS", "DEFAULT_MAX_BODY_BYTES",
+           "DEFAULT_RESPONSE_TIMEOUT", "InboundService", "Refused"]
+
+AUTH_MODES = ("none", "basic", "token")
+DEFAULT_RESPONSE_TIMEOUT = 30.0  # seconds a sync caller waits for the target's response
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024  # bytes of one request body
+MAX_MAX_BODY_BYTES = 64 * 1024 * 1024  # bytes: past it a limit is a typo
+
+
+COMMON_SETTINGS: tuple[Setting, ...] = (
+    Setting(name="response_timeout", kind=float, default=DEFAULT_RESPONSE_TIMEOUT,
+            minimum=0.001, maximum=3600,
+            help="seconds a caller waits for the target's response; then it is answered "
+                 "with an error and the message goes on"),
+    Setting(name="auth", kind=str, default="none", choices=AUTH_MODES,
+            help="none: callers on loopback only; basic: HTTP Basic with a portal user "
+                 "(encore user add); token: Authorization: Bearer TOKEN of role sender or "
+                 "higher (encore token create)"),
+    Setting(name="max_body_bytes", kind=int, default=DEFAULT_MAX_BODY_BYTES, minimum=1,
+            maximum=MAX_MAX_BODY_BYTES, help="bytes of one request body; larger ones are "
+                                             "refused before they are read"),
+)
+
+
+class Refused(Exception):
+    """A request refused before anything was created: ``status`` is the HTTP status,
+    the text says what is wrong (it is shown to the caller); ``headers`` go with the
+    answer (``WWW-Authenticate``, ``Retry-After``)."""
+
+    def __init__(self, status: int, text: str, *,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+        self.headers = dict(headers or {})
+
+
+class InboundService(BusinessHost):
+    """An item that other systems call. ``serves_inbound`` tells the production loader that
+    it needs an ``[inbound]`` table; ``request_class`` None: it takes no messages."""
+
+    SETTINGS: ClassVar[tuple[Setting, ...]] = COMMON_SETTINGS
+    serves_inbound: ClassVar[bool] = True
+    request_class: ClassVar[None] = None
+
+    def __init__(self, name: str, settings: Mapping[str, Any], *,
+                 events: EventSink | None = None) -> None:
+        super().__init__(name, settings, events=events)
+        self.response_timeout: float = float(self.settings["response_timeout"])
+        self.auth: str = self.settings["auth"]
+        self.max_body_bytes: int = self.settings["max_body_bytes"]
+
+    def routes(self, context: InboundContext) -> list[BaseRoute]:
+        """The Starlette routes this service answers, served by the inbound server."""
+        raise NotImplementedError
+
+    def paths(self) -> tuple[str, ...]:
+        """The URL paths (templates) this service claims; two services may not share one."""
+        return ()
+
+    def start(self) -> None:
+        """Called once when the inbound server starts (before it listens)."""

@@ -1,0 +1,22 @@
+"""Reading a request body within its limit: refused (413) past it, before it is all read."""
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from engine.inbound.base import Refused
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body of ``request``; :class:`Refused` (413) when it is over ``limit`` bytes,
+    by its Content-Length or as it arrives."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise Refused(413, f"the body is {int(declared)} bytes, over this service's "
+                           f"max_body_bytes {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise Refused(413, f"the body is over this service's max_body_bytes {limit}")
+        chunks.append(chunk)
+    return b"".join(chunks)

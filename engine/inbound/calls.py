@@ -1,0 +1,191 @@
+"""From an accepted request to a message and back: what every inbound service shares.
+
+:func:`submit` commits the message (``source`` = the service's name, a new session) exactly
+as the intake API does (:func:`engine.client.accept_message`: the body checked against the
+target's message class, an ``Idempotency-Key`` honoured once per target, caller and key),
+and, for a caller that waits, watches for its end through the store's
+:class:`~engine.store.completions.CompletionHub` — woken by the commit that ends it, in this
+process or any other, with a look every :data:`~engine.store.completions.SAFETY_POLL`
+seconds only as the safety net. A stop of the daemon wakes every waiter, which answers that
+the message goes on.
+
+An Idempotency-Key belongs to its caller (DESIGN.md §8): the key stored is the caller's key
+scoped by the service and the principal that sent it (:func:`scoped_key`), so another
+caller's same key is another message.
+
+What each call was asked and answered goes to ``inbound_call`` (:class:`CallRecorder`,
+batched off the request's path) for the Visual Trace.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from engine.clock import utcnow
+from engine.client import accept_message
+from engine.inbound.auth import CallerAuth
+from engine.inbound.refusals import RefusalLog
+from engine.portal.intake import MAX_KEY_LENGTH, _idempotency_key, _outcome_if_ended
+from engine.production import ProductionConfig
+from engine.store.completions import SAFETY_POLL
+from engine.store.inbound import InboundCall, record_calls
+from engine.store.sql import Accepted, SqlStore
+
+log = logging.getLogger(__name__)
+
+KEY_PREFIX = "inbound:"  # stored idempotency keys of inbound callers
+RECORD_INTERVAL = 0.2  # seconds between two writes of recorded calls
+RECORD_BATCH = 500  # calls written in one transaction at most
+
+
+@dataclass
+class InboundContext:
+    """What the services of one inbound server share: the store, the production, the
+    callers' authentication, the refusal log, the call recorder and the stop flag."""
+
+    store: SqlStore
+    production: ProductionConfig
+    auth: CallerAuth
+    refusals: RefusalLog
+    recorder: CallRecorder
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The client: ``host`` and ``port`` of its connection, ``principal`` (``user:NAME``,
+    ``token:NAME``; None without authentication)."""
+
+    host: str
+    port: int
+    principal: str | None = None
+
+    @property
+    def address(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A waited-for message's end: ``outcome`` as the intake API shows it (``status``,
+    ``response``, ``error``), or None when it had not ended in time (``stopping``: the
+    daemon is stopping)."""
+
+    accepted: Accepted
+    outcome: dict[str, Any] | None
+    stopping: bool = False
+
+
+def scoped_key(service: str, caller: Caller, header: str | None) -> str | None:
+    """The stored idempotency key of ``header`` (checked as the intake API checks it; a
+    bad key raises a 400): scoped by the service and the caller's principal (its host when
+    it did not authenticate), digested when that would not fit the column."""
+    key = _idempotency_key(header)
+    if key is None:
+        return None
+    owner = caller.principal or f"host:{caller.host}"
+    scoped = f"{KEY_PREFIX}{service}:{owner}:{key}"
+    if len(scoped) <= MAX_KEY_LENGTH:
+        return scoped
+    digest = hashlib.sha256(f"{service}\0{owner}\0{key}".encode()).hexdigest()
+    return f"{KEY_PREFIX}{service[:80]}:sha256:{digest}"
+
+
+async def submit(context: InboundContext, service: str, target: str, body: Any, *,
+                 key: str | None, wait: float | None) -> Ended:
+    """Commit ``body`` for ``target`` (MessageError if it does not fit; IdempotencyConflict
+    for a key used with another body) and, with ``wait`` seconds, wait for its end."""
+    store = context.store
+    if wait is None:
+        accepted = await run_in_threadpool(
+            accept_message, store, context.production, target, body, source=service,
+            idempotency_key=key, same_body=True)
+        return Ended(accepted, None)
+    loop = asyncio.get_running_loop()
+    woken = asyncio.Event()
+    accepted = await run_in_threadpool(
+        accept_message, store, context.production, target, body, source=service,
+        idempotency_key=key, waited=True, same_body=True)
+    with store.completions.watching(accepted.id, lambda: loop.call_soon_threadsafe(woken.set)):
+        outcome = await run_in_threadpool(_outcome_if_ended, store, accepted.id)
+        deadline = time.monotonic() + wait
+        while outcome is None and (left := deadline - time.monotonic()) > 0:
+            if context.stopping.is_set():
+                return Ended(accepted, None, stopping=True)
+            try:
+                await asyncio.wait_for(woken.wait(), min(left, SAFETY_POLL))
+            except asyncio.TimeoutError:
+                pass
+            woken.clear()  # before the look: an end announced during it wakes the next wait
+            outcome = await run_in_threadpool(_outcome_if_ended, store, accepted.id)
+    return Ended(accepted, outcome)
+
+
+class CallRecorder:
+    """Writes :class:`InboundCall` rows in batches on a thread of its own, so that an
+    answer never waits for them (see :mod:`engine.store.inbound`)."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self.store = store
+        self._queue: queue.SimpleQueue[InboundCall | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="inbound-recorder", daemon=True)
+        self._started = False
+        self._stopping = threading.Event()
+
+    def start(self) -> None:
+        self._thread.start()
+        self._started = True
+
+    def add(self, call: InboundCall) -> None:
+        self._queue.put(call)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Write what is left, then end the thread."""
+        if self._started:
+            self._queue.put(None)
+            self._stopping.set()
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                item = self._queue.get(timeout=RECORD_INTERVAL)
+            except queue.Empty:
+                continue
+            batch: list[InboundCall] = []
+            while item is not None:
+                batch.append(item)
+                if len(batch) >= RECORD_BATCH:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            self._write(batch)
+            if item is None:
+                return
+            # then wait: the next rows gather meanwhile, a few transactions a second whatever
+            # the traffic, so the records never contend with intake for the write lock
+            self._stopping.wait(RECORD_INTERVAL)
+
+    def _write(self, batch: list[InboundCall]) -> None:
+        try:
+            record_calls(self.store, batch)
+        except Exception as exc:  # noqa: BLE001 - a trace note, never a crash
+            log.warning("inbound: %d call record(s) not written: %s", len(batch), exc)
+
+
+def call_record(message_id: int, service: str, caller: Caller, request: str,
+                received_at: Any, answer: str) -> InboundCall:
+    """The row of a call answered now."""
+    return InboundCall(message_id=message_id, service=service, caller=caller.address,
+                       principal=caller.principal, request=request, received_at=received_at,
+                       answered_at=utcnow(), answer=answer)

@@ -1,0 +1,241 @@
+"""A SOAP service's contract: its WSDL, loaded with zeep, that parses requests and writes
+responses (DESIGN.md §14).
+
+Why zeep: it is the engine's SOAP library already (outbound calls), and its WSDL model —
+bindings, operations, each message's XSD element — works both ways: ``body.parse`` reads a
+request element into values, checked against the schema (an unexpected element, a value of
+the wrong type, an element twice are refused), ``render`` checks them again (a missing
+required element), and an operation's ``output.serialize`` writes the response envelope
+as zeep would for a server. No envelope is written by hand. Faults, which zeep only reads,
+are built with lxml's ``ElementMaker`` in the SOAP 1.1 or 1.2 envelope namespace.
+
+The WSDL is a local file read under DESIGN.md §8's rules for local WSDLs
+(:class:`adapters.soap_transport.DocumentPolicy`): it and regular files under its
+directory only, never a URL, a device or a special file; each document size-limited.
+Requests are parsed with zeep's parser with DTDs and entities forbidden (no XXE, no
+billion laughs), after the inbound server limited their size.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import lxml.etree
+import zeep
+import zeep.exceptions
+import zeep.loader
+from lxml.builder import ElementMaker
+from zeep.wsdl.bindings.soap import Soap11Binding, Soap12Binding, SoapOperation
+from zeep.xsd.context import XmlParserContext
+
+from adapters.soap_transport import DocumentPolicy, origin_of, read_local
+from engine.errors import DocumentRefused
+from operations.soap import to_json_value
+
+__all__ = ["ClientFault", "SoapContract", "SoapCall", "fault_envelope", "SOAP11", "SOAP12"]
+
+SOAP11 = "http://schemas.xmlsoap.org/soap/envelope/"
+SOAP12 = "http://www.w3.org/2003/05/soap-envelope"
+WSDL_SOAP11 = "http://schemas.xmlsoap.org/wsdl/soap/"
+WSDL_SOAP12 = "http://schemas.xmlsoap.org/wsdl/soap12/"
+MAX_WSDL_BYTES = 16 * 1024 * 1024  # bytes of one WSDL or schema document
+CONTENT_TYPES = {SOAP11: "text/xml; charset=utf-8", SOAP12: "application/soap+xml; charset=utf-8"}
+_VERSIONS = {SOAP11: "1.1", SOAP12: "1.2"}
+
+
+class ClientFault(Exception):
+    """A request the WSDL does not allow: the text names what is wrong. ``envelope``: the
+    SOAP namespace to answer in."""
+
+    def __init__(self, text: str, envelope: str = SOAP11) -> None:
+        super().__init__(text)
+        self.envelope = envelope
+
+
+@dataclass(frozen=True)
+class SoapCall:
+    """A parsed request: the operation, its arguments as JSON values, the envelope's
+    namespace (SOAP 1.1 or 1.2)."""
+
+    operation: SoapOperation
+    args: dict[str, Any]
+    envelope: str
+
+    @property
+    def name(self) -> str:
+        return str(self.operation.name)
+
+
+class _LocalTransport(zeep.Transport):
+    """Reads the WSDL's documents as the policy allows local ones; no URL at all."""
+
+    def __init__(self, policy: DocumentPolicy) -> None:
+        super().__init__()
+        self._policy = policy
+
+    def load(self, url: str) -> bytes:
+        if origin_of(url) is not None:
+            raise DocumentRefused(url, "a local WSDL may import only files under its "
+                                       f"directory {self._policy.directory}, no URL")
+        return read_local(url, self._policy.check_local(url), self._policy.limit)
+
+
+class SoapContract:
+    """The WSDL file at ``path``, loaded once (:meth:`load` raises what zeep or the
+    document policy raised)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        policy = DocumentPolicy.for_wsdl(path, MAX_WSDL_BYTES)
+        self.settings = zeep.Settings(strict=True, xml_huge_tree=False, forbid_dtd=True,
+                                      forbid_entities=True, forbid_external=False)
+        self._transport = _LocalTransport(policy)
+        self._document: lxml.etree._Element | None = None
+        self._operations: dict[tuple[str, str], SoapOperation] = {}
+        self._types: Any = None
+
+    def load(self) -> None:
+        client = zeep.Client(self.path, transport=self._transport, settings=self.settings)
+        self._types = client.wsdl.types
+        operations: dict[tuple[str, str], SoapOperation] = {}
+        for binding in client.wsdl.bindings.values():
+            envelope = (SOAP12 if isinstance(binding, Soap12Binding)
+                        else SOAP11 if isinstance(binding, Soap11Binding) else None)
+            if envelope is None:
+                continue
+            for operation in binding.all().values():
+                body = operation.input.body if operation.input is not None else None
+                if body is not None:
+                    operations.setdefault((envelope, body.qname.text), operation)
+        if not operations:
+            raise ValueError("the WSDL binds no SOAP 1.1 or 1.2 operation")
+        self._operations = operations
+        self._document = zeep.loader.parse_xml(self._transport.load(self.path),
+                                               self._transport, settings=self.settings)
+
+    @property
+    def loaded(self) -> bool:
+        return self._document is not None
+
+    @property
+    def operation_names(self) -> list[str]:
+        return sorted({str(op.name) for op in self._operations.values()})
+
+    def versions(self) -> list[str]:
+        return sorted({_VERSIONS[envelope] for envelope, _ in self._operations})
+
+    # -- the WSDL as served ------------------------------------------------------------
+    def served(self, address: str) -> bytes:
+        """The WSDL with every SOAP 1.1 and 1.2 port's address set to ``address``."""
+        assert self._document is not None
+        document = copy.deepcopy(self._document)
+        for namespace in (WSDL_SOAP11, WSDL_SOAP12):
+            for node in document.iter(f"{{{namespace}}}address"):
+                node.set("location", address)
+        return bytes(lxml.etree.tostring(document, xml_declaration=True, encoding="UTF-8"))
+
+    # -- requests ----------------------------------------------------------------------
+    def parse(self, content: bytes) -> SoapCall:
+        """The call in a request envelope, checked against the WSDL; :class:`ClientFault`
+        naming what does not fit."""
+        root = self._envelope(content)
+        envelope = lxml.etree.QName(root).namespace or ""
+        body = root.find(f"{{{envelope}}}Body")
+        if body is None:
+            raise ClientFault(f"the SOAP {_VERSIONS[envelope]} envelope has no Body", envelope)
+        children = [child for child in body if isinstance(child.tag, str)]
+        if not children:
+            raise ClientFault("the Body is empty: it must hold the request element of an "
+                              "operation", envelope)
+        operation = self._operation(envelope, children[0].tag)
+        args = self._arguments(operation, children[0], envelope)
+        return SoapCall(operation, args, envelope)
+
+    def _envelope(self, content: bytes) -> lxml.etree._Element:
+        try:
+            root = zeep.loader.parse_xml(content, self._transport, settings=self.settings)
+        except (zeep.exceptions.DTDForbidden, zeep.exceptions.EntitiesForbidden) as exc:
+            raise ClientFault("XML with a DTD or entity declarations is refused") from exc
+        except zeep.exceptions.Error as exc:
+            raise ClientFault(f"the request is not well-formed XML: {exc}") from exc
+        namespace = lxml.etree.QName(root).namespace
+        if root.tag not in (f"{{{SOAP11}}}Envelope", f"{{{SOAP12}}}Envelope"):
+            raise ClientFault(f"not a SOAP envelope: the root element is {root.tag}; expected "
+                              f"{{{SOAP11}}}Envelope (SOAP 1.1) or {{{SOAP12}}}Envelope "
+                              "(SOAP 1.2)", SOAP12 if namespace == SOAP12 else SOAP11)
+        return root
+
+    def _operation(self, envelope: str, tag: str) -> SoapOperation:
+        operation = self._operations.get((envelope, tag))
+        if operation is not None:
+            return operation
+        version = _VERSIONS[envelope]
+        if not any(e == envelope for e, _ in self._operations):
+            raise ClientFault(f"the WSDL binds no operation for SOAP {version}; send SOAP "
+                              f"{' or '.join(self.versions())}", envelope)
+        raise ClientFault(f"{tag} is not the request element of an operation the WSDL binds "
+                          f"for SOAP {version} (operations: {', '.join(self.operation_names)})",
+                          envelope)
+
+    def _arguments(self, operation: SoapOperation, element: Any, envelope: str
+                   ) -> dict[str, Any]:
+        body = operation.input.body
+        try:
+            value = body.parse(element, self._types, context=XmlParserContext(self.settings))
+            body.render(lxml.etree.Element("check"), value)  # refuses what parse let by
+        except (zeep.exceptions.Error, ValueError, TypeError) as exc:
+            raise ClientFault(f"the request of operation {operation.name} does not fit the "
+                              f"WSDL: {exc}", envelope) from exc
+        args = to_json_value(value)
+        return dict(args) if isinstance(args, Mapping) else {"value": args}
+
+    # -- responses ---------------------------------------------------------------------
+    def response(self, call: SoapCall, result: Any) -> bytes:
+        """The output envelope of ``call`` holding ``result`` (the target's ``result``):
+        a table of the output's elements, or the value of its only element. ValueError
+        (a Server fault) if it does not fit the output message."""
+        output = call.operation.output
+        if output is None or output.body is None:
+            return _serialized(output.serialize() if output is not None else None, call)
+        try:
+            if isinstance(result, Mapping) and _fields(output.body) >= set(result):
+                message = output.serialize(**result)
+            elif result is None:
+                message = output.serialize()
+            else:
+                message = output.serialize(result)
+            return _serialized(message, call)
+        except (zeep.exceptions.Error, TypeError, ValueError) as exc:
+            raise ValueError(f"the target's result does not fit the output of operation "
+                             f"{call.name}: {exc}") from exc
+
+
+def _fields(body: Any) -> set[str]:
+    elements = getattr(getattr(body, "type", None), "elements", None) or []
+    return {name for name, _ in elements}
+
+
+def _serialized(message: Any, call: SoapCall) -> bytes:
+    if message is None:
+        maker = ElementMaker(namespace=call.envelope, nsmap={"soap-env": call.envelope})
+        return bytes(lxml.etree.tostring(maker.Envelope(maker.Body()), xml_declaration=True,
+                                         encoding="UTF-8"))
+    return bytes(lxml.etree.tostring(message.content, xml_declaration=True, encoding="UTF-8"))
+
+
+def fault_envelope(envelope: str, code: str, text: str) -> bytes:
+    """A fault in ``envelope``'s SOAP version: ``code`` ``Client`` or ``Server`` (SOAP 1.2:
+    ``Sender`` or ``Receiver``), ``text`` its faultstring / Reason."""
+    soap = ElementMaker(namespace=envelope, nsmap={"soap-env": envelope})
+    if envelope == SOAP12:
+        value = {"Client": "Sender", "Server": "Receiver"}.get(code, code)
+        reason = soap.Text(text)
+        reason.set("{http://www.w3.org/XML/1998/namespace}lang", "en")
+        fault = soap.Fault(soap.Code(soap.Value(f"soap-env:{value}")), soap.Reason(reason))
+    else:
+        plain = ElementMaker()
+        fault = soap.Fault(plain.faultcode(f"soap-env:{code}"), plain.faultstring(text))
+    return bytes(lxml.etree.tostring(soap.Envelope(soap.Body(fault)), xml_declaration=True,
+                                     encoding="UTF-8"))
