@@ -274,7 +274,7 @@ def _inbound(svg: ET.Element, call: InboundCall, columns: Mapping[str, float], s
         arrows.append(("inbound-answer", call.answered_at, service, caller,
                        f"answer: {call.answer or ''}"))
     for kind, when, start, end, label in arrows:
-        y = min(max(scale.y(when), TOP), bottom)
+        y = min(max(scale.y(when), scale.top), bottom)
         group = ET.SubElement(svg, "g", {"class": kind, "data-message": str(call.message_id)})
         ET.SubElement(group, "title").text = f"{label} ({call.caller}" + (
             f", {call.principal})" if call.principal else ")")
