@@ -1,8 +1,9 @@
 """Operator actions from the portal and the API, each with an ``Info`` event naming who.
 
-The actions themselves are :mod:`engine.store.operator`'s — the same checks and the same
-events as ``encore resend|suspend|discard|enable|disable`` — this module only adds the
-audit event (DESIGN.md §8: every operator action names the user) and the bulk resend.
+The actions themselves are :mod:`engine.store.operator`'s — the same checks as ``encore
+resend|suspend|discard|enable|disable`` — with ``by`` naming the user, so that each writes
+exactly one ``Info`` event and that event says who (DESIGN.md §8, §13); this module adds the
+bulk resend and the console's restart, test and reload.
 """
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from collections.abc import Sequence
 from engine.clock import utcnow
 from engine.errors import OperatorError
 from engine.portal.auth import Principal
-from engine.store import operator, viewer
+from engine.production import ProductionConfig
+from engine.store import operator, running, viewer
+from engine.store.notify import Announcement, Kind
 from engine.store.sql import SqlStore
 
 MESSAGE_ACTIONS = ("resend", "suspend", "discard")
@@ -24,36 +27,28 @@ def act_on_message(store: SqlStore, items: Sequence[str], who: Principal, action
     the message to show next: the resent copy, or the message itself. OperatorError (and
     nothing changed) when its status does not allow it."""
     who.require("operator")
-    now = utcnow()
-    if action == "resend":
-        shown = operator.resend(store, message_id, now=now, known_items=items)
-        text = f"message {message_id} resent as message {shown}"
-    elif action == "suspend":
-        operator.suspend(store, message_id, now=now)
-        shown, text = message_id, f"message {message_id} suspended"
+    now, by = utcnow(), named(who)
+    if action == "resend":  # each writes its one Info event, naming ``who``
+        return operator.resend(store, message_id, now=now, known_items=items, by=by)
+    if action == "suspend":
+        operator.suspend(store, message_id, now=now, by=by)
     elif action == "discard":
-        operator.discard(store, message_id, now=now)
-        shown, text = message_id, f"message {message_id} discarded"
+        operator.discard(store, message_id, now=now, by=by)
     else:
         raise OperatorError(f"unknown action {action!r}; expected one of "
                             f"{', '.join(MESSAGE_ACTIONS)}")
-    row = store.get_message(message_id)
-    _audit(store, who, action, text, item=row.target if row else None, message_id=message_id,
-           session_id=row.session_id if row else None)
-    return shown
+    return message_id
 
 
 def set_item_enabled(store: SqlStore, items: Sequence[str], who: Principal, name: str,
                      enabled: bool) -> None:
     """Enable or disable item ``name`` as ``who`` (an operator)."""
     who.require("operator")
-    verb = "enabled" if enabled else "disabled"
-    if enabled:
-        operator.enable_item(store, name, known_items=items, now=utcnow())
+    if enabled:  # its one Info event names ``who``
+        operator.enable_item(store, name, known_items=items, now=utcnow(), by=named(who))
     else:
         operator.disable_item(store, name, known_items=items, now=utcnow(),
-                              reason=f"by {who.name} in the portal")
-    _audit(store, who, "enable" if enabled else "disable", f"item {name} {verb}", item=name)
+                              reason=f"by {who.name} in the portal", by=named(who))
 
 
 def bulk_resend(store: SqlStore, items: Sequence[str], who: Principal,
@@ -82,14 +77,52 @@ def bulk_resend(store: SqlStore, items: Sequence[str], who: Principal,
     return new_ids
 
 
-def _audit(store: SqlStore, who: Principal, action: str, text: str, *, item: str | None = None,
-           message_id: int | None = None, session_id: int | None = None) -> None:
+def named(who: Principal) -> str:
+    """``who`` as an event names them: ``user 'olga' (operator) through the portal``."""
     via = "the portal" if who.kind == "user" else "the API"
-    store.events.write("Info", f"{text} by {who.kind} {who.name!r} ({who.role}) through {via}",
+    return f"{who.kind} {who.name!r} ({who.role}) through {via}"
+
+
+def audit(store: SqlStore, who: Principal, action: str, text: str, *, item: str | None = None,
+          message_id: int | None = None, session_id: int | None = None) -> None:
+    """The one ``Info`` event of an action that writes none of its own, naming ``who``."""
+    store.events.write("Info", f"{text} by {named(who)}",
                        config_name=item, message_id=message_id, session_id=session_id,
                        source_class="Portal", source_method=action)
+
+
+_audit = audit
 
 
 def _ids(ids: list[int], shown: int = 20) -> str:
     text = ", ".join(str(i) for i in ids[:shown])
     return text + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+
+
+# -- the console (DESIGN.md §13) ---------------------------------------------------------
+def restart_item(store: SqlStore, production: ProductionConfig, who: Principal,
+                 name: str) -> list[str]:
+    """Ask every daemon running item ``name`` to restart it (``on_tear_down``, a new
+    adapter, ``on_init``); return those daemons. OperatorError when no daemon runs it."""
+    who.require("operator")
+    from engine.portal.status import production_view_of_item
+
+    view = production_view_of_item(store, production, name)
+    daemons = [d["daemon"] for d in view["running"]["daemons"]]
+    if view["kind"] == "service":
+        raise OperatorError(f"item {name!r} is a business service: it runs on the leader's "
+                            "schedule, there is nothing to restart")
+    if not daemons:
+        raise OperatorError(f"item {name!r} runs on no daemon: there is nothing to restart")
+    running.announce(store, [Announcement.control(Kind.RESTART, name)])
+    audit(store, who, "restart", f"item {name} restart asked of "
+          f"{len(daemons)} daemon(s): {', '.join(daemons)}", item=name)
+    return daemons
+
+
+def reload_production(store: SqlStore, who: Principal) -> None:
+    """Ask every daemon to reload the production file, as SIGHUP does (each reload all or
+    nothing; a refused one says why in an Error event and on the production page)."""
+    who.require("admin")
+    running.announce(store, [Announcement.control(Kind.RELOAD)])
+    audit(store, who, "reload", "reload of the production file asked of every daemon")

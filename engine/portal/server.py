@@ -40,15 +40,17 @@ def warn_if_exposed(store: SqlStore, config: PortalConfig) -> None:
 
 
 def uvicorn_config(store: SqlStore, production: ProductionConfig, config: PortalConfig, *,
-                   env: Mapping[str, str] | None = None) -> uvicorn.Config:
-    """The uvicorn settings of a portal for ``production`` on ``store``."""
+                   env: Mapping[str, str] | None = None,
+                   follow_file: bool = False) -> uvicorn.Config:
+    """The uvicorn settings of a portal for ``production`` on ``store`` (``follow_file``:
+    reload the production file when it changes — a standalone portal)."""
     for name in ("tls_cert", "tls_key"):
         path = getattr(config, name)
         if path and not Path(path).is_file():
             raise ConfigurationError(f"{path!r} is not a readable file", item="[portal]",
                                      key=name)
     app = create_app(store, production, tls=config.tls, env=env,
-                     max_waiters=config.max_waiters)
+                     max_waiters=config.max_waiters, follow_file=follow_file)
     # X-Forwarded-For names the client only when one of the proxies [portal] names sent it
     # (uvicorn would trust it from 127.0.0.1, or $FORWARDED_ALLOW_IPS, by default)
     proxies = list(config.forwarded_allow_ips)
@@ -61,8 +63,8 @@ def uvicorn_config(store: SqlStore, production: ProductionConfig, config: Portal
 
 def serve(store: SqlStore, production: ProductionConfig, config: PortalConfig, *,
           env: Mapping[str, str] | None = None) -> None:
-    """Serve in the foreground until SIGINT/SIGTERM."""
-    settings = uvicorn_config(store, production, config, env=env)
+    """Serve in the foreground until SIGINT/SIGTERM, following the production file."""
+    settings = uvicorn_config(store, production, config, env=env, follow_file=True)
     warn_if_exposed(store, config)
     log.info("portal on %s://%s:%d", "https" if config.tls else "http", config.host,
              config.port)

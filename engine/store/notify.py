@@ -15,9 +15,10 @@ wire. Item names may hold any character, so nothing is told apart by a prefix.
   after a failure and then calls ``on_reconnect`` (what was sent meanwhile is lost, so
   everyone should look again).
 
-Work, switches and breaker changes go on :data:`QUEUE_CHANNEL`; the end of a message that
-someone waits for on :data:`DONE_CHANNEL`, so a waiting command line hears only those. Polling
-stays the safety net: a lost announcement delays a wake-up by at most the poll interval.
+Work, switches, breaker changes and the console's restarts and reloads go on
+:data:`QUEUE_CHANNEL`; the end of a message that someone waits for on :data:`DONE_CHANNEL`, so
+a waiting command line hears only those. Polling stays the safety net: a lost announcement
+delays a wake-up by at most the poll interval.
 """
 from __future__ import annotations
 
@@ -50,6 +51,9 @@ class Kind(enum.Enum):
     SWITCH = "switch"  # an operator switched item ``item`` on or off (``enabled``)
     BREAKER = "breaker"  # the circuit breaker of item ``item`` opened or closed
     DONE = "done"  # the messages ``ids``, which someone waits for, ended
+    RESTART = "restart"  # an operator asked every daemon running item ``item`` to restart it
+    RELOAD = "reload"  # an admin asked every daemon to reload the production file (as SIGHUP)
+    RELOADED = "reloaded"  # daemon ``item`` reloaded the production file (portals follow)
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,11 @@ class Announcement:
     @classmethod
     def breaker(cls, item: str) -> Announcement:
         return cls(Kind.BREAKER, item=item)
+
+    @classmethod
+    def control(cls, kind: Kind, item: str = "") -> Announcement:
+        """A console announcement (restart, reload, reloaded; DESIGN.md §13)."""
+        return cls(kind, item=item)
 
     @classmethod
     def done(cls, ids: Iterable[int]) -> Announcement:

@@ -33,6 +33,7 @@ ENDING_STATUSES = ENDED_STATUSES  # what a waiter waits for
 RESEND_SOURCE_PREFIX = "resend:"  # message_header.source of a resent copy: "resend:<original id>"
 PURGE_BATCH = 500  # requests deleted per transaction, so a daemon is never blocked for long
 _SOURCE_CLASS = "Operator"
+_PORTAL = "Portal"  # the source_class of an action's one event when it names its user (by=)
 
 
 def resent_from(source: str | None) -> int | None:
@@ -45,11 +46,12 @@ def resent_from(source: str | None) -> int | None:
 
 # -- messages ----------------------------------------------------------------------------
 def resend(store: SqlStore, message_id: int, *, now: datetime, target: str | None = None,
-           known_items: Collection[str] | None = None) -> int:
+           known_items: Collection[str] | None = None, by: str | None = None) -> int:
     """Queue a copy of request ``message_id`` (same body, body class and session) for its
     target, or for ``target``; return the new message's id. The original is left as it is
     and gets an ``Info`` event naming the copy. ``known_items`` (None: not checked) are the
-    items of the production; a target outside them is refused."""
+    items of the production; a target outside them is refused. ``by``: who did it, through
+    what (the portal's user); the one event then names them (see :func:`_who`)."""
     h = message_header.c
     with store._tx() as conn:
         row = _message(conn, message_id, lock=True)
@@ -65,25 +67,28 @@ def resend(store: SqlStore, message_id: int, *, now: datetime, target: str | Non
             status="Queued", is_error=False, time_created=now, retry_needed=False, attempts=0,
         ).returning(h.id)).scalar_one())
         where = "" if new_target == row.target else f" to {new_target}"
-        _event(conn, "Info", f"resent by an operator as message {new_id}{where}", row,
-               method="resend", now=now)
+        _event(conn, "Info", _who(f"resent by an operator as message {new_id}{where}", by,
+                                  f"message {message_id} resent as message {new_id}{where}"),
+               row, method="resend", now=now, by=by)
     return new_id
 
 
-def suspend(store: SqlStore, message_id: int, *, now: datetime) -> None:
+def suspend(store: SqlStore, message_id: int, *, now: datetime, by: str | None = None) -> None:
     """Suspend a ``Queued`` request (also one parked until its next retry): no worker takes
     it until an operator resends or discards it. Refused in any other status."""
     _transition(store, message_id, SUSPENDABLE_STATUSES, "suspended", now=now,
                 values={"status": "Suspended"},
-                event=("Warning", "suspended by an operator", "suspend"))
+                event=("Info", f"message {message_id} suspended by {by}", "suspend") if by else
+                ("Warning", "suspended by an operator", "suspend"), by=by)
     log.info("message %d suspended", message_id)
 
 
-def discard(store: SqlStore, message_id: int, *, now: datetime) -> None:
+def discard(store: SqlStore, message_id: int, *, now: datetime, by: str | None = None) -> None:
     """End a ``Queued`` or ``Suspended`` request in ``Discarded``; it is never delivered."""
     _transition(store, message_id, DISCARDABLE_STATUSES, "discarded", now=now,
                 values={"status": "Discarded"},
-                event=("Info", "discarded by an operator", "discard"))
+                event=("Info", _who("discarded by an operator", by,
+                                    f"message {message_id} discarded"), "discard"), by=by)
     log.info("message %d discarded", message_id)
 
 
@@ -103,26 +108,27 @@ def suspended_messages(store: SqlStore, *, item: str | None = None) -> list[dict
 
 # -- items -------------------------------------------------------------------------------
 def enable_item(store: SqlStore, item: str, *, known_items: Collection[str],
-                now: datetime) -> None:
+                now: datetime, by: str | None = None) -> None:
     """Let ``item`` take messages again (overrides the production file's ``enabled``)."""
-    _set_enabled(store, item, True, reason=None, known_items=known_items, now=now)
+    _set_enabled(store, item, True, reason=None, known_items=known_items, now=now, by=by)
 
 
 def disable_item(store: SqlStore, item: str, *, known_items: Collection[str],
-                 reason: str | None, now: datetime) -> None:
+                 reason: str | None, now: datetime, by: str | None = None) -> None:
     """Stop ``item`` taking messages; its queue keeps filling. Attempts in flight finish."""
-    _set_enabled(store, item, False, reason=reason, known_items=known_items, now=now)
+    _set_enabled(store, item, False, reason=reason, known_items=known_items, now=now, by=by)
 
 
 def _set_enabled(store: SqlStore, item: str, enabled: bool, *, reason: str | None,
-                 known_items: Collection[str], now: datetime) -> None:
+                 known_items: Collection[str], now: datetime, by: str | None = None) -> None:
     if item not in known_items:
         raise OperatorError(f"no item named {item!r} in the production (items: "
                             f"{', '.join(sorted(known_items)) or 'none'})")
     store.set_item_enabled(item, enabled, reason=reason, now=now)
-    text = f"item {'enabled' if enabled else 'disabled'} by an operator"
-    store.events.write("Info", f"{text}: {reason}" if reason else text, config_name=item,
-                       source_class=_SOURCE_CLASS,
+    verb = "enabled" if enabled else "disabled"
+    text = f"item {item} {verb} by {by}" if by else f"item {verb} by an operator"
+    store.events.write("Info", f"{text}: {reason}" if reason and not by else text,
+                       config_name=item, source_class=_PORTAL if by else _SOURCE_CLASS,
                        source_method="enable" if enabled else "disable", now=now)
 
 
@@ -216,7 +222,8 @@ def _delete_or_count(conn: Connection, table: Any, where: Any, dry_run: bool) ->
 
 # -- helpers -----------------------------------------------------------------------------
 def _transition(store: SqlStore, message_id: int, allowed: Sequence[str], verb: str, *,
-                now: datetime, values: dict[str, Any], event: tuple[str, str, str]) -> None:
+                now: datetime, values: dict[str, Any], event: tuple[str, str, str],
+                by: str | None = None) -> None:
     """Move a request out of one of the ``allowed`` statuses with one conditional UPDATE and
     record ``event`` (type, text, method) on it. If a daemon claimed the message first, the
     UPDATE matches nothing and OperatorError says why; nothing is changed."""
@@ -231,7 +238,7 @@ def _transition(store: SqlStore, message_id: int, allowed: Sequence[str], verb: 
             raise OperatorError(f"message {message_id} changed status while it was being "
                                 f"{verb}; try again")
         type_, text, method = event
-        _event(conn, type_, text, MessageRow.from_mapping(row), method=method, now=now)
+        _event(conn, type_, text, MessageRow.from_mapping(row), method=method, now=now, by=by)
         ended = row["waited"] and values.get("status") in ENDING_STATUSES
         if ended:  # someone waits for it: announce its end (NOTIFY goes with the commit)
             store._announcer.notify(conn, done_announcements([message_id]))
@@ -272,8 +279,13 @@ def _either(statuses: Sequence[str]) -> str:
 
 
 def _event(conn: Connection, type_: str, text: str, row: MessageRow, *, method: str,
-           now: datetime) -> None:
+           now: datetime, by: str | None = None) -> None:
     conn.execute(event_log.insert().values(
         time_logged=now, type=type_, config_name=row.target, message_id=row.id,
-        session_id=row.session_id, source_class=_SOURCE_CLASS, source_method=method,
-        text=text))
+        session_id=row.session_id, source_class=_PORTAL if by else _SOURCE_CLASS,
+        source_method=method, text=text))
+
+
+def _who(plain: str, by: str | None, named: str) -> str:
+    """An action's event text: ``plain`` (the command line), or ``named`` by ``by``."""
+    return f"{named} by {by}" if by else plain
