@@ -26,6 +26,7 @@ of an item as soon as any daemon announces work for it.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import os
@@ -131,6 +132,7 @@ class Daemon:
         self._failed: dict[str, str] = {}  # item -> why a restart could not start it again
         self._restarts: set[str] = set()  # items an operator asked to restart
         self._restarts_lock = threading.Lock()
+        self._heard_controls: collections.deque[tuple[int, ...]] = collections.deque(maxlen=64)
         self.file_hash = running.file_hash(production.path)  # of the file last loaded
 
     @property
@@ -233,6 +235,10 @@ class Daemon:
     def _wake(self, note: Announcement) -> None:
         if note.kind is Kind.DONE or note.kind is Kind.RELOADED:
             return  # for the waiters (the store's completion hub), for the portals
+        if note.kind in (Kind.RELOAD, Kind.RESTART):
+            if note.ids in self._heard_controls:
+                return  # heard twice (PostgreSQL: our own callback, then our NOTIFY)
+            self._heard_controls.append(note.ids)
         if note.kind is Kind.RELOAD:  # an admin's Reload in the portal: as SIGHUP
             self.reload_requested.set()
             self.wake.set()

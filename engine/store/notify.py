@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import random
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -80,8 +81,10 @@ class Announcement:
 
     @classmethod
     def control(cls, kind: Kind, item: str = "") -> Announcement:
-        """A console announcement (restart, reload, reloaded; DESIGN.md §13)."""
-        return cls(kind, item=item)
+        """A console announcement (restart, reload, reloaded; DESIGN.md §13), with a random
+        number in ``ids`` that tells it apart: the process that sends it hears it twice on
+        PostgreSQL (its own callback, then its NOTIFY), and must act once."""
+        return cls(kind, item=item, ids=(random.getrandbits(52),))
 
     @classmethod
     def done(cls, ids: Iterable[int]) -> Announcement:
@@ -97,6 +100,8 @@ class Announcement:
             data["ids"] = list(self.ids)
         else:
             data["item"] = self.item
+            if self.ids:
+                data["ids"] = list(self.ids)
         if self.kind is Kind.SWITCH:
             data["enabled"] = self.enabled
         if self.urgent:

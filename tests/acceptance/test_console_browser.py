@@ -42,7 +42,7 @@ database = "sqlite:///{db}"
 
 [[items]]
 name = "Orders"
-class = "engine.service:BusinessService"
+class = "console_ops:QuietService"
 [items.settings]
 targets = ["Route"]
 
@@ -75,7 +75,7 @@ CONSOLE_OPS = '''
 """An operation that counts its on_init calls, one line each, in on_init.count."""
 from pathlib import Path
 
-from engine import BusinessOperation
+from engine import BusinessOperation, BusinessService
 
 COUNT = Path(__file__).with_name("on_init.count")
 
@@ -87,6 +87,11 @@ class CountingOperation(BusinessOperation):
 
     def on_message(self, request):
         return {"echo": request.to_dict()}
+
+
+class QuietService(BusinessService):
+    def on_process_input(self):
+        return None
 '''
 
 
@@ -276,6 +281,9 @@ def test_a_test_send_shows_the_response_and_links_its_trace(page: Any,
     assert page.inner_text("tr[data-setting=response_timeout] td:last-child") == "alias"
     assert page.inner_text("tr[data-setting=retry_interval] td:last-child") == "file"
     assert page.inner_text("tr[data-setting=idempotent] td:last-child") == "class default"
+    _wait_until(lambda: requests.get(f"{console.base}/api/v1/items/Counter", timeout=10,
+                                     headers={"Authorization": f"Bearer {console.viewer}"})
+                .json()["counters"]["1h"]["completed"] >= 1, 30, "the rollup counted it")
     page.goto(f"{console.base}/items/Counter")
     page.fill("form.test textarea[name=body]", json.dumps({"order": 43}))
     page.once("dialog", lambda dialog: dialog.accept())
