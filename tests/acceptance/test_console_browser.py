@@ -9,6 +9,7 @@ item that a SIGHUP added within 2 s."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -33,6 +34,7 @@ sync_api = pytest.importorskip("playwright.sync_api")
 if not Path(CHROMIUM).exists():
     pytest.skip(f"browser tests need {CHROMIUM}", allow_module_level=True)
 
+# ENCORE_SCREENSHOTS=1: write the screenshots docs/ shows (else into the test's directory)
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 LIGHT_TIMEOUT = 30_000  # ms for a light to change (a retry, a flush, a refresh, at load 6)
 PRODUCTION = """
@@ -212,8 +214,11 @@ def _wait_until(check: Any, seconds: float, what: str) -> None:
     raise AssertionError(f"not within {seconds} s: {what}")
 
 
-def _light(page: Any, item: str) -> str:
-    return str(page.get_attribute(f"svg.diagram g[data-item='{item}']", "data-light"))
+def _shots(console: Console) -> Path:
+    """Where the screenshots go: docs/img with ENCORE_SCREENSHOTS=1, else the test's own."""
+    folder = DOCS_IMG if os.environ.get("ENCORE_SCREENSHOTS") == "1" else console.root
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def test_the_diagram_shows_every_item_and_arrow_and_its_light_follows_the_server(
@@ -236,8 +241,7 @@ def test_the_diagram_shows_every_item_and_arrow_and_its_light_follows_the_server
     page.wait_for_function("() => document.querySelector(\"svg.diagram g[data-item='Web']\")"
                            ".dataset.light === 'red'", timeout=LIGHT_TIMEOUT)
     assert page.url == console.base + "/"  # no reload: the page refreshed itself
-    DOCS_IMG.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(DOCS_IMG / "console-diagram.png"), full_page=True)
+    page.screenshot(path=str(_shots(console) / "console-diagram.png"), full_page=True)
 
     console.web.start()  # it answers again: the retry succeeds, the light turns green
     page.wait_for_function("() => document.querySelector(\"svg.diagram g[data-item='Web']\")"
@@ -289,7 +293,7 @@ def test_a_test_send_shows_the_response_and_links_its_trace(page: Any,
     page.once("dialog", lambda dialog: dialog.accept())
     page.click("button[data-action=test]")
     page.wait_for_selector("#test-response")
-    page.screenshot(path=str(DOCS_IMG / "console-item.png"), full_page=True)
+    page.screenshot(path=str(_shots(console) / "console-item.png"), full_page=True)
 
 
 def test_the_queue_page_lists_in_delivery_order_and_discards_with_one_event(

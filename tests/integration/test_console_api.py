@@ -43,7 +43,16 @@ failure_timeout = 40
 [[items]]
 name = "Counted"
 class = "tests.integration.test_console_api:CountedOperation"
+
+[[items]]
+name = "Web"
+class = "operations.http:HttpOperation"
+[items.settings]
+servers = ["http://clerk:sekret-in-url@127.0.0.1:9", "http://127.0.0.1:10"]
+credentials = "payments"
 """
+ENV = {"ENCORE_CREDENTIALS_PAYMENTS_USERNAME": "shop",
+       "ENCORE_CREDENTIALS_PAYMENTS_PASSWORD": "sekret-in-env"}
 EXTRA = """
 [[items]]
 name = "Added"
@@ -86,15 +95,15 @@ class Setup:
 def setup(tmp_path: Path, store: SqlStore) -> Iterator[Setup]:
     path = tmp_path / "production.toml"
     path.write_text(PRODUCTION.format(url=store.url))
-    production = load_production(path, {})
+    production = load_production(path, ENV)
     for name, role in (("olga", "operator"), ("vera", "viewer"), ("adam", "admin")):
         add_user(store, name, role)
     tokens = {role: bearer(add_token(store, role)) for role in
               ("sender", "viewer", "operator", "admin")}
     CountedOperation.inits = CountedOperation.tear_downs = 0
-    daemon = Daemon(production, store=store, env={})  # one store, as [portal] in encore run
+    daemon = Daemon(production, store=store, env=ENV)  # one store, as [portal] in encore run
     daemon.start()
-    app = create_app(store, production, secret="test-secret", env={})
+    app = create_app(store, production, secret="test-secret", env=ENV)
     try:
         with TestClient(app) as client:
             yield Setup(path, store, daemon, client, tokens)
@@ -258,20 +267,31 @@ def test_a_reload_rewrites_daemon_items_and_the_portal_follows_the_announcement(
                 .where(daemon_table.c.id == setup.daemon.id)).one()
         return items, running.read_states(states)[0]
 
-    assert reported()[0] == "Echo,Counted"
+    assert reported()[0] == "Echo,Counted,Web"
     assert setup.client.post("/api/v1/messages/Added", json={"text": "x"},
                              headers=setup.tokens["sender"]).status_code == 404
     original = setup.path.read_text()
     setup.path.write_text(original + EXTRA)
     status = setup.client.get("/api/v1/status", headers=setup.tokens["viewer"]).json()
     assert status["file_changed"] is True
+    login(setup.client, "adam")
+    front = setup.client.get("/").text
+    assert "changed since the daemons loaded it" in front and 'action="/production/reload"' in front
+    setup.client.cookies.clear()
+    login(setup.client, "olga")
+    front = setup.client.get("/").text
+    assert "changed since the daemons loaded it" in front and "/production/reload" not in front
+    token = csrf_of(setup.client)
+    refused = setup.client.post("/production/reload", data={"csrf_token": token,
+                                                            "confirmed": "yes"})
+    assert refused.status_code == 403  # an operator is not an admin
     # an admin's Reload, as SIGHUP: the daemon hears it, reloads, announces it; the portal
     # (not following the file by itself here) loads the file when it hears that
     assert setup.client.post("/api/v1/production/reload",
                              headers=setup.tokens["operator"]).status_code == 403
     assert setup.client.post("/api/v1/production/reload",
                              headers=setup.tokens["admin"]).status_code == 202
-    wait_for(lambda: reported()[0] == "Echo,Counted,Added", "daemon.items rewritten")
+    wait_for(lambda: reported()[0] == "Echo,Counted,Web,Added", "daemon.items rewritten")
     wait_for(lambda: setup.client.post("/api/v1/messages/Added", json={"text": "x"},
                                        headers=setup.tokens["sender"]).status_code == 202,
              "the portal takes intake for the added item")
@@ -291,3 +311,18 @@ def test_a_reload_rewrites_daemon_items_and_the_portal_follows_the_announcement(
     broken = setup.client.get("/api/v1/items/Broken", headers=setup.tokens["viewer"]).json()
     assert broken["state"] == "red" and "refused" in broken["why"]
     assert broken["refused"] and "on_init" in broken["refused"]
+
+
+def test_secrets_are_shown_only_by_their_credential_name(setup: Setup) -> None:
+    answer = setup.client.get("/api/v1/items/Web", headers=setup.tokens["viewer"])
+    text = answer.text
+    assert "sekret" not in text and "clerk" not in text
+    item = answer.json()
+    assert item["settings"]["credentials"] == {"value": "payments", "source": "file"}
+    assert item["target"]["credentials"] == "payments"
+    assert [s["url"] for s in item["target"]["servers"]] == \
+        ["http://127.0.0.1:9", "http://127.0.0.1:10"]
+    assert [s["bad"] for s in item["target"]["servers"]] == [False, False]
+    login(setup.client, "vera")
+    page = setup.client.get("/items/Web").text
+    assert "sekret" not in page and "payments" in page
