@@ -23,6 +23,12 @@ messages under a lease its heartbeat renews; the ``leader`` lease decides which 
 business services and leader-only housekeeping; an ``item:<name>`` lease decides which one
 works a FIFO item (:mod:`engine.cluster`). On PostgreSQL a listener thread wakes the workers
 of an item as soon as any daemon announces work for it.
+
+For the operator's console (DESIGN.md §13) the loop also writes what runs — ``daemon.items``
+and ``daemon.item_states``, when they change and at every reload — and flushes the items'
+per-minute counters (:mod:`engine.store.rollup`) every couple of seconds; an operator's
+restart of an item and an admin's Reload arrive as announcements and run on the reload
+thread, one at a time.
 """
 from __future__ import annotations
 
