@@ -129,7 +129,7 @@ class Daemon:
         self._reloader: ThreadPoolExecutor | None = None
         self._reloading: Future[None] | None = None
         # the console (DESIGN.md §13): per-minute counters, what runs as reported, restarts
-        self.rollup = rollup.RollupCounter(lambda: self.clock.now())
+        self.rollup = rollup.RollupCounter(self.clock)
         self.metrics.rollup = self.rollup
         self._next_flush = 0.0  # monotonic seconds of the next rollup flush
         self._next_prune = 0.0

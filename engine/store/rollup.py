@@ -2,7 +2,7 @@
 and day without scanning ``message_header``.
 
 The workers never write them. Each daemon counts in memory (:class:`RollupCounter`, fed by
-the delivery observers: a dictionary update under a lock per attempt) and its loop flushes
+the delivery observers: an addition under a lock per attempt) and its loop flushes
 the minutes that changed every :data:`FLUSH_INTERVAL` seconds (and at its stop) with one
 upsert per item and minute into ``item_minute``. A row belongs to one daemon — the key is
 (item, minute, daemon) — so a flush *replaces* the row with the daemon's totals for that
@@ -15,6 +15,7 @@ read from 1,440 small rows per daemon and are exact to a bucket.
 """
 from __future__ import annotations
 
+import bisect
 import json
 import threading
 from collections.abc import Iterable, Mapping
@@ -66,73 +67,92 @@ class Minute:
 
 class RollupCounter:
     """A daemon's counts by (item, minute) since its last flush — and the totals of the
-    minutes not yet over, which a flush writes again as they grow."""
+    minutes not yet over, which a flush writes again as they grow.
 
-    def __init__(self, now: Any) -> None:
-        """``now()``: the current time (the daemon's clock)."""
-        self._now = now
+    Cheap on the hot path: the current minute is worked out once a minute (its end is
+    kept on the monotonic clock), and a count is a dictionary lookup and an addition under
+    an uncontended lock."""
+
+    def __init__(self, clock: Any) -> None:
+        """``clock``: the daemon's (``now()`` and ``monotonic()``)."""
+        self._clock = clock
         self._lock = threading.Lock()
         self._minutes: dict[tuple[str, datetime], Minute] = {}
-        self._dirty: set[tuple[str, datetime]] = set()
+        self._dirty: set[tuple[str, datetime]] = set()  # of minutes before the current one
+        self._minute: datetime | None = None  # the current minute
+        self._until = float("-inf")  # monotonic seconds when it ends
+        self._current: dict[str, Minute] = {}  # item -> its counts in the current minute
+        self._dirty_now: set[str] = set()  # items counted in it since the last flush
         self.last_outcome: dict[str, str] = {}  # item -> outcome of its latest attempt
 
-    def _minute(self, item: str) -> Minute:
-        key = (item, minute_of(self._now()))
-        found = self._minutes.get(key)
-        if found is None:
-            found = self._minutes[key] = Minute()
-        self._dirty.add(key)
-        return found
+    def _roll(self) -> None:
+        """Start the minute of now (under the lock)."""
+        now, mono = as_utc(self._clock.now()), self._clock.monotonic()
+        if self._minute is not None:
+            self._dirty.update((item, self._minute) for item in self._dirty_now)
+        self._minute = minute_of(now)
+        self._until = mono + 60.0 - (now.second + now.microsecond / 1e6)
+        self._current, self._dirty_now = {}, set()
+
+    def _one(self, item: str) -> Minute:
+        """``item``'s counts of the current minute (under the lock)."""
+        if self._clock.monotonic() >= self._until:
+            self._roll()
+        one = self._current.get(item)
+        if one is None:
+            assert self._minute is not None
+            one = self._current[item] = self._minutes.setdefault((item, self._minute),
+                                                                  Minute())
+        self._dirty_now.add(item)
+        return one
 
     def attempt(self, item: str, outcome: str, seconds: float, number: int) -> None:
         """One attempt of ``item`` ended with ``outcome`` after ``seconds``; ``number``: its
         attempt number (above 1: a retry)."""
-        ms = max(float(seconds), 0.0) * 1000.0
-        bucket = _bucket(ms)
+        ms = seconds * 1000.0 if seconds > 0 else 0.0
+        key = outcome if outcome in OUTCOMES else "error"
+        bucket = bisect.bisect_left(BUCKETS_MS, ms)
         with self._lock:
-            one = self._minute(item)
-            key = outcome if outcome in OUTCOMES else "error"
-            one.counts[key] += 1
+            one = self._one(item)
+            counts = one.counts
+            counts[key] += 1
             if number > 1:
-                one.counts["retries"] += 1
+                counts["retries"] += 1
             one.histogram[bucket] += 1
             one.attempt_ms_total += ms
             self.last_outcome[item] = key
 
     def completed(self, item: str) -> None:
         with self._lock:
-            self._minute(item).counts["completed"] += 1
+            self._one(item).counts["completed"] += 1
 
     def gave_up(self, item: str) -> None:
         with self._lock:
-            self._minute(item).counts["give_ups"] += 1
+            self._one(item).counts["give_ups"] += 1
 
     def take_dirty(self) -> dict[tuple[str, datetime], Minute]:
         """The minutes that changed since the last call (copies), and forget the minutes
         that are over and written."""
-        current = minute_of(self._now())
         with self._lock:
-            dirty = {k: _copy(self._minutes[k]) for k in self._dirty}
-            self._dirty.clear()
-            for key in [k for k in self._minutes if k[1] < current - timedelta(minutes=1)]:
+            if self._clock.monotonic() >= self._until:
+                self._roll()
+            keys = set(self._dirty)
+            if self._minute is not None:
+                keys.update((item, self._minute) for item in self._dirty_now)
+            dirty = {k: _copy(self._minutes[k]) for k in keys}
+            self._dirty, self._dirty_now = set(), set()
+            for key in [k for k in self._minutes if k[1] != self._minute]:
                 del self._minutes[key]
         return dirty
 
     def put_back(self, minutes: Iterable[tuple[str, datetime]]) -> None:
-        """A flush failed: write these again next time."""
+        """A flush failed: write these again next time (those still kept)."""
         with self._lock:
             self._dirty.update(k for k in minutes if k in self._minutes)
 
 
 def _copy(one: Minute) -> Minute:
     return Minute(dict(one.counts), list(one.histogram), one.attempt_ms_total)
-
-
-def _bucket(ms: float) -> int:
-    for index, bound in enumerate(BUCKETS_MS):
-        if ms <= bound:
-            return index
-    return len(BUCKETS_MS)
 
 
 def flush(store: SqlStore, counter: RollupCounter, daemon_id: str, *,

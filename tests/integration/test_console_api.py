@@ -10,6 +10,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -163,25 +164,44 @@ def test_the_item_api_gives_settings_with_sources_and_counters_from_the_rollup(
     assert "Restart" not in page and 'class="test"' not in page  # a viewer: no action
 
 
+class StillClock:
+    """A clock that moves only when told to (``now`` and ``monotonic`` together)."""
+
+    def __init__(self, start: Any) -> None:
+        self.start, self.elapsed = start, 0.0
+
+    def now(self) -> Any:
+        return self.start + timedelta(seconds=self.elapsed)
+
+    def monotonic(self) -> float:
+        return self.elapsed
+
+
 def test_a_flush_replaces_the_daemons_row_of_the_minute_and_rows_add_up_across_daemons(
         store: SqlStore) -> None:
-    now = store.db_now()
-    counter = rollup.RollupCounter(lambda: now)
+    clock = StillClock(rollup.minute_of(store.db_now()) - timedelta(minutes=5))
+    counter = rollup.RollupCounter(clock)
     counter.attempt("X", "ok", 0.004, 1)
     counter.completed("X")
     assert rollup.flush(store, counter, "d1") == 1
     counter.attempt("X", "timeout", 2.5, 2)
     counter.gave_up("X")
     assert rollup.flush(store, counter, "d1") == 1  # the same row, replaced by the totals
-    other = rollup.RollupCounter(lambda: now)
+    other = rollup.RollupCounter(clock)
     other.attempt("X", "ok", 0.1, 1)
     rollup.flush(store, other, "d2")
     assert rollup.flush(store, counter, "d1") == 0  # nothing changed: nothing written
-    counts = rollup.item_rollup(store, "X", now=now)
+    clock.elapsed = 61.0  # the next minute: a row of its own
+    counter.attempt("X", "ok", 0.001, 1)
+    counter.attempt("Y", "fault", 0.001, 1)
+    assert rollup.flush(store, counter, "d1") == 2
+    counts = rollup.item_rollup(store, "X", now=clock.now())
     hour = counts.counters(counts.hour)
-    assert hour["attempts_by_outcome"]["ok"] == 2 and hour["attempts_by_outcome"]["timeout"] == 1
+    assert hour["attempts_by_outcome"]["ok"] == 3 and hour["attempts_by_outcome"]["timeout"] == 1
     assert (hour["completed"], hour["give_ups"], hour["retries"], hour["errors"]) == (1, 1, 1, 1)
-    assert hour["latency_ms"] == {"p50": 100.0, "p95": 5000.0}
+    assert hour["latency_ms"] == {"p50": 5.0, "p95": 5000.0}
+    assert [m.attempts for _, m in counts.per_minute if m.attempts] == [3, 1]
+    assert counter.last_outcome == {"X": "ok", "Y": "fault"}
 
 
 def test_a_restart_tears_down_and_runs_on_init_again_with_one_info_event(
