@@ -318,6 +318,7 @@ def test_the_queue_page_lists_in_delivery_order_and_discards_with_one_event(
 
 def test_a_viewer_sees_no_action_and_forged_posts_are_refused(page: Any,
                                                               console: Console) -> None:
+    restarts = len(console.info_events("restart"))
     log_in(page, console.base, "vera", "/items/Counter")
     assert page.locator("form.action, form.test, button[data-action]").count() == 0
     page.goto(f"{console.base}/queues/Counter")
@@ -341,7 +342,7 @@ def test_a_viewer_sees_no_action_and_forged_posts_are_refused(page: Any,
                 await post("/queues/Counter/1/discard", {csrf_token: "", confirmed: "yes"})];
     }""")
     assert forged == [403, 403, 403]
-    assert len(console.info_events("restart")) == 1  # still only the one before
+    assert len(console.info_events("restart")) == restarts  # nothing was done
 
 
 def test_a_standalone_portal_takes_intake_for_an_item_a_sighup_added_within_two_seconds(
