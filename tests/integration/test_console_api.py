@@ -346,3 +346,24 @@ def test_secrets_are_shown_only_by_their_credential_name(setup: Setup) -> None:
     login(setup.client, "vera")
     page = setup.client.get("/items/Web").text
     assert "sekret" not in page and "payments" in page
+
+
+def test_a_failing_item_turns_red_counts_as_retrying_and_marks_its_server_bad(
+        setup: Setup) -> None:
+    accepted = setup.client.post("/api/v1/messages/Web", json={"method": "GET", "path": "/"},
+                                 headers=setup.tokens["sender"])
+    assert accepted.status_code == 202
+
+    def web() -> dict[str, Any] | None:
+        status = setup.client.get("/api/v1/status", headers=setup.tokens["viewer"]).json()
+        item = next(i for i in status["items"] if i["name"] == "Web")
+        return item if item["light"] == "red" and item["retrying"] == 1 else None
+
+    item = wait_for(web, "Web red and retrying")
+    assert item["why"] == "last attempt failed"
+    page = setup.client.get("/api/v1/items/Web", headers=setup.tokens["viewer"]).json()
+    assert page["queue"]["retrying"] == 1
+    marks = wait_for(lambda: [s["bad"] for s in setup.client.get(
+        "/api/v1/items/Web", headers=setup.tokens["viewer"]).json()["target"]["servers"]
+        if s["bad"]], "a server marked bad")
+    assert marks == [True] or marks == [True, True]
