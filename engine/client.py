@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +21,13 @@ from engine.store.completions import SAFETY_POLL
 from engine.store.statuses import ENDED_STATUSES
 
 if TYPE_CHECKING:
-    from engine.store.hotpath import Accepted
+    from typing import TypeVar
+
+    from engine.store.hotpath import Accepted, Outcome
     from engine.store.rows import MessageRow
     from engine.store.sql import SqlStore
+
+    _Found = TypeVar("_Found", "MessageRow", "Outcome")
 
 TERMINAL = ENDED_STATUSES
 # seconds between two looks at a waited-for message on a virtual clock, whose sleep runs the
@@ -195,29 +199,52 @@ def _surrogate_error(where: str = "") -> MessageError:
 
 def wait_for(store: SqlStore, message_id: int, timeout: float, *,
              clock: Clock | None = None, poll: float = WAIT_POLL,
-             stop: threading.Event | None = None, marked: bool = False) -> MessageRow | None:
+             stop: threading.Event | None = None, marked: bool = False,
+             fresh: bool = False) -> MessageRow | None:
     """Wait up to ``timeout`` seconds (``math.inf``: no limit) for ``message_id`` to finish;
     None if it did not, or if ``stop`` was set first.
 
     The wait is woken by the commit that ends the message, in this process or any other
     (:mod:`engine.store.completions`); ``poll`` is only the safety net's period. ``marked``:
-    the message was accepted ``waited`` (else this flags it, one write). On a virtual clock
+    the message was accepted ``waited`` (else this flags it, one write); ``fresh``: it was
+    accepted ``waited`` just now, after ``store.completions`` was already hearing, so the
+    hub knows whether it ended and the first look is skipped unless it did. On a virtual clock
     it looks every :data:`VIRTUAL_POLL` virtual seconds instead, each sleep running the
     harness's deliveries."""
+    return _wait(store, message_id, timeout, clock=clock, poll=poll, stop=stop,
+                 marked=marked, fresh=fresh, look=store.get_message)
+
+
+def _wait(store: SqlStore, message_id: int, timeout: float, *, clock: Clock | None,
+          poll: float, stop: threading.Event | None, marked: bool, fresh: bool,
+          look: Callable[[int], _Found | None]) -> _Found | None:
+    """:func:`wait_for`, each look being ``look(message_id)`` (a row, or a row with its
+    response's body)."""
     clock = clock or SystemClock()
     deadline = clock.monotonic() + timeout
     if isinstance(clock, VirtualClock):
-        return _wait_virtual(store, message_id, deadline, clock, stop)
+        return _wait_virtual(look, message_id, deadline, clock, stop)
     woken = threading.Event()
-    with store.completions.watching(message_id, woken.set):
-        row = store.get_message(message_id) if marked else store.mark_waited(message_id)
-        while row is None or row.status not in TERMINAL:
+    hub = store.completions
+    with hub.watching(message_id, woken.set):
+        if fresh and not hub.ended_lately(message_id):
+            found = None
+        elif marked or fresh:
+            found = look(message_id)
+        else:
+            store.mark_waited(message_id)
+            found = look(message_id)
+        while found is None or _status(found) not in TERMINAL:
             left = deadline - clock.monotonic()
             if left <= 0 or _pause(woken, min(left, poll), stop):
                 return None
             woken.clear()  # before the look: an end announced during it wakes the next wait
-            row = store.get_message(message_id)
-        return row
+            found = look(message_id)
+        return found
+
+
+def _status(found: MessageRow | Outcome) -> str:
+    return getattr(found, "row", found).status  # an Outcome holds its row
 
 
 def _pause(woken: threading.Event, seconds: float, stop: threading.Event | None) -> bool:
@@ -234,12 +261,12 @@ def _pause(woken: threading.Event, seconds: float, stop: threading.Event | None)
     return stop.is_set()
 
 
-def _wait_virtual(store: SqlStore, message_id: int, deadline: float, clock: Clock,
-                  stop: threading.Event | None) -> MessageRow | None:
+def _wait_virtual(look: Callable[[int], _Found | None], message_id: int, deadline: float,
+                  clock: Clock, stop: threading.Event | None) -> _Found | None:
     while True:
-        row = store.get_message(message_id)
-        if row is not None and row.status in TERMINAL:
-            return row
+        found = look(message_id)
+        if found is not None and _status(found) in TERMINAL:
+            return found
         if clock.monotonic() >= deadline:
             return None
         if clock.sleep(min(VIRTUAL_POLL, deadline - clock.monotonic()), stop):
@@ -248,7 +275,8 @@ def _wait_virtual(store: SqlStore, message_id: int, deadline: float, clock: Cloc
 
 def wait_for_response(store: SqlStore, message_id: int, target: str, timeout: float, *,
                       clock: Clock | None = None, poll: float = WAIT_POLL,
-                      stop: threading.Event | None = None, marked: bool = False) -> Any:
+                      stop: threading.Event | None = None, marked: bool = False,
+                      fresh: bool = False) -> Any:
     """Wait up to ``timeout`` seconds (``math.inf``: no limit) for ``message_id``, sent to
     ``target``, and return its response decoded (None: it completed without one).
 
@@ -259,8 +287,9 @@ def wait_for_response(store: SqlStore, message_id: int, target: str, timeout: fl
     inside the wait may see it only then)."""
     clock = clock or SystemClock()
     deadline_at = clock.now() + timedelta(seconds=min(timeout, MAX_WAIT))
-    row = wait_for(store, message_id, timeout, clock=clock, poll=poll, stop=stop,
-                   marked=marked)
+    found = _wait(store, message_id, timeout, clock=clock, poll=poll, stop=stop,
+                  marked=marked, fresh=fresh, look=store.get_outcome)
+    row = found.row if found is not None else None
     if row is None or (row.time_completed is not None and row.time_completed > deadline_at):
         current = row or store.get_message(message_id)
         raise CallTimedOut(f"message {message_id} to {target!r} not finished after "
@@ -270,9 +299,7 @@ def wait_for_response(store: SqlStore, message_id: int, target: str, timeout: fl
         raise CallFailed(f"message {message_id} to {target!r} ended {row.status}: "
                          f"{row.error_text or 'no error text'}", message_id=message_id,
                          status=row.status, target=target, error_text=row.error_text)
-    if row.corresponding_id is None:
+    assert found is not None
+    if not found.response:  # none, or purged meanwhile
         return None
-    response = store.get_message(row.corresponding_id)
-    if response is None:  # purged meanwhile
-        return None
-    return decode_message(response.body_class, response.body)
+    return decode_message(found.response_class, found.response_body)

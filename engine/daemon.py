@@ -56,6 +56,7 @@ from engine.errors import EncoreError
 from engine.guards import ItemGuards
 from engine.host import BusinessOperation
 from engine.item import ItemRunner
+from engine.logs import limit_repeats
 from engine.production import ItemConfig, ProductionConfig, load_production
 from engine.metrics import Metrics, MetricsServer
 from engine.otel import tracing_for
@@ -716,6 +717,7 @@ class Daemon:
     def run(self) -> None:
         """Run until SIGTERM or SIGINT; SIGHUP reloads the production file. The loop of
         :meth:`tick` runs in this thread; the signal handlers only set events."""
+        limit_repeats()  # a failure that repeats per message is logged once a minute
         self._install_signal_handlers()
         self.start(background=False)
         try:

@@ -7,7 +7,9 @@ One thread per item talks to the queue, so idle workers never poll the database 
   ``pool_size = 1`` item, sized so that a batch is about :data:`BATCH_WINDOW` of work, and
   claimed once half of the previous one is done, so that the claim's time in the database
   overlaps the worker's and the worker never waits — and hands them to the item's workers
-  through an in-memory queue;
+  through an in-memory queue, in chunks of about :data:`CHUNK_WORK` of one worker's work (a
+  fast item's workers then take many messages per hand-off instead of waking, and contending
+  for the interpreter, once per message; a slow item's chunks are one message each);
 - for idempotent items the claim also begins each fresh message's attempt 1 (a crash turns
   the batch into outcome-unknown attempts, which they re-send); non-idempotent items begin
   every attempt durably, one by one, just before its request is sent (the worker does);
@@ -51,6 +53,15 @@ FLUSH_WINDOW = 0.02  # seconds a success may wait for the group commit
 # messages arriving one by one are then claimed a few at a time instead of one transaction
 # each (the first message after a quiet spell is claimed at once)
 CLAIM_LINGER = 0.005
+# seconds of one worker's work handed over at once: a chunk of a fast item's claim goes to
+# one worker, which gives back what is left of it to the others after a message that took
+# longer than CHUNK_GIVE_BACK (one much slower than the item's usual holds the rest no longer)
+CHUNK_WORK = 0.005
+CHUNK_GIVE_BACK = 2 * CHUNK_WORK
+# how fast one worker alone does a message is the fastest recent delivery (waits for the
+# interpreter while other workers run only ever add to a delivery's time); the figure rises
+# by this factor per delivery, so a service that slows down is followed within ~100
+FASTEST_DRIFT = 1.05
 MAX_PENDING = 500  # successes that force a group commit
 EXPIRY_SCAN = 1.0  # seconds between looks for claims whose lease expired
 STORE_RETRY_DELAY = 1.0  # seconds the dispatcher waits after a database error
@@ -83,8 +94,9 @@ class Dispatcher:
         self.ready = ready
         self.stop = stop
         self.wakeup = threading.Event()
-        # (claim number, message) for the workers; None tells one worker to stop
-        self.work: queue.SimpleQueue[tuple[int, Claimed] | None] = queue.SimpleQueue()
+        # (claim number, messages in delivery order) for the workers; None tells one to stop
+        self.work: queue.SimpleQueue[tuple[int, tuple[Claimed, ...]] | None] = \
+            queue.SimpleQueue()
         self.claims = 0  # claim statements that returned messages, so far
         self.held_back = threading.Event()  # an operator switched the item off
         self._lock = threading.Lock()
@@ -97,6 +109,7 @@ class Dispatcher:
         self._pending_ids: set[int] = set()
         self._oldest_pending = 0.0  # monotonic seconds
         self._seconds_per_message = BATCH_WINDOW / FIRST_BATCH
+        self._fastest = BATCH_WINDOW / FIRST_BATCH  # seconds: see FASTEST_DRIFT
         self._refill_at = 1  # pool_size = 1: claim again when this many are left to work
         self._next_expiry_scan = 0.0
         # seconds to wait after a claim that emptied the queue (0: a ticked dispatcher, whose
@@ -136,6 +149,7 @@ class Dispatcher:
                 self._held.pop(message_id, None)
             self._claimed_at.pop(message_id, None)
             self._seconds_per_message += (seconds - self._seconds_per_message) * 0.2
+            self._fastest = min(self._fastest * FASTEST_DRIFT, seconds)
             again_at = (self._pool_batch()[1] if self.settings.pool_size > 1
                         else self._refill_at)
             idle = self._outstanding <= again_at
@@ -318,9 +332,27 @@ class Dispatcher:
                 self._refill_at = max(1, len(claimed) // 2)
             if 0 < len(claimed) < limit:  # the queue ran dry: let a few arrive
                 self._linger_until = self.clock.monotonic() + self.linger
-        for c in claimed:
-            self.work.put((self.claims, c))
+        for chunk in self._chunks(claimed):
+            self.work.put((self.claims, chunk))
         return len(claimed)
+
+    def _chunks(self, claimed: list[Claimed]) -> Iterator[tuple[Claimed, ...]]:
+        """``claimed`` cut into chunks of about :data:`CHUNK_WORK` of one worker's work (one
+        chunk for a ``pool_size = 1`` item, one message per chunk for a slow item)."""
+        if self.settings.pool_size == 1:
+            size = len(claimed)
+        else:
+            with self._lock:
+                alone = self._fastest
+            size = max(1, int(CHUNK_WORK / max(alone, 1e-6)))
+        for start in range(0, len(claimed), max(size, 1)):
+            yield tuple(claimed[start:start + size])
+
+    def give_back(self, batch: int, rest: tuple[Claimed, ...]) -> None:
+        """A worker hands the undelivered ``rest`` of its chunk to the item's workers after
+        a slow answer: one message per hand-off, as a slow item's are."""
+        for claimed in rest:
+            self.work.put((batch, (claimed,)))
 
     def _idle_wait(self) -> float:
         """Nothing to claim: until the next parked message is due, at most poll_interval

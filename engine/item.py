@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from engine.attempt import AttemptObserver
 from engine.clock import Clock
-from engine.dispatch import Dispatcher, DispatchSettings
+from engine.dispatch import CHUNK_GIVE_BACK, Dispatcher, DispatchSettings
 from engine.errors import (AdapterNotReady, ClaimLost, ConfigurationError, EncoreError,
                            Interrupted)
 from engine.host import BusinessOperation, EventSink
@@ -266,7 +266,15 @@ class ItemRunner:
     def _work(self, host: BusinessOperation) -> None:
         worker = self._worker(host, defer=self.dispatcher.defer)
         while (work := self.dispatcher.work.get()) is not None:
-            self._take(worker, *work)
+            batch, chunk = work
+            for i, claimed in enumerate(chunk):
+                started = self.clock.monotonic()
+                self._take(worker, batch, claimed)
+                if (self.item.pool_size > 1 and i + 1 < len(chunk)  # never behind later work
+                        and self.clock.monotonic() - started > CHUNK_GIVE_BACK):
+                    # far slower than the item's usual: the rest goes to the idle workers
+                    self.dispatcher.give_back(batch, chunk[i + 1:])
+                    break
 
     def _take(self, worker: MessageWorker, batch: int, claimed: Claimed) -> None:
         started = self.clock.monotonic()
@@ -293,7 +301,9 @@ class ItemRunner:
                 except queue.Empty:
                     break
                 if work is not None:
-                    self._take(self.inline_workers[0], *work)
+                    batch, chunk = work
+                    for claimed in chunk:
+                        self._take(self.inline_workers[0], batch, claimed)
                     delivered = True
             return 0.0 if delivered else wait
         finally:

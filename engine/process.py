@@ -128,10 +128,10 @@ class BusinessProcess(BusinessOperation):
         with this process as its source; return the new message's id. ``message`` is
         validated against the target's request class (a :class:`JsonMessage` as its data).
         Raises MessageError for an unknown target or a body that does not fit."""
-        return self._send(target, message, waited=False)
+        return self._send(target, message, waited=False).id
 
     def _send(self, target: str, message: Message | Mapping[str, Any] | str, *,
-              waited: bool) -> int:
+              waited: bool) -> Accepted:
         context = self._context()
         key = f"{KEY_PREFIX}{self.message_id}:{self._run}:{self._calls + 1}"
         self._calls += 1
@@ -148,7 +148,7 @@ class BusinessProcess(BusinessOperation):
                           "this attempt was interrupted")
         elif self.operation_settings.trace:
             self.log_trace(f"sent message {accepted.id} to {target}")
-        return accepted.id
+        return accepted
 
     def send_request_sync(self, target: str, message: Message | Mapping[str, Any] | str,
                           timeout: float | timedelta | None = None) -> Any:
@@ -165,11 +165,14 @@ class BusinessProcess(BusinessOperation):
                                "worker would wait for its own queue")
         context = self._context()
         started = context.clock.monotonic()
-        message_id = self._send(target, message, waited=True)
+        heard = context.store.completions.hearing  # before the accept: see wait_for's fresh
+        accepted = self._send(target, message, waited=True)
+        message_id = accepted.id
         try:
             response = client.wait_for_response(context.store, message_id, target, seconds,
                                                 clock=context.clock, poll=context.poll,
-                                                stop=context.stop, marked=True)
+                                                stop=context.stop, marked=True,
+                                                fresh=heard and accepted.created)
         except CallTimedOut:
             if context.stop.is_set():
                 raise Interrupted(f"{self.name}: the daemon is stopping while it waits for "

@@ -52,6 +52,7 @@ MAX_POLL_INTERVAL = 300.0  # seconds an idle item may wait between looks at its 
 MAX_SHUTDOWN_TIMEOUT = 86400.0  # seconds (a day) a stop may wait for attempts in flight
 MAX_RETENTION_DAYS = 36500.0  # days (a century) finished messages may be kept
 MAX_POOL_SIZE = 1000  # workers (threads, and connections of the item's pool) of one item
+MAX_CONNECTIONS = 1_000_000  # connections one HTTP server may be allowed to hold
 # Characters of a name the database stores: the name columns (message_header.target,
 # event_log.config_name, daemon.production, ...) are String(200), and a FIFO item's lease
 # is named "item:<name>" in lease.name, String(200) too.
@@ -108,6 +109,20 @@ PORTAL_SETTINGS: tuple[Setting, ...] = (
                  "client (login limits count per client address); none by default"),
     Setting(name="max_waiters", kind=int, default=100, minimum=0, maximum=100_000,
             help="intake calls with ?wait that may wait at once; the next gets 503"),
+    Setting(name="max_connections", kind=int, default=0, minimum=0, maximum=MAX_CONNECTIONS,
+            help="connections the portal holds open at once, the next is reset; 0 = sized "
+                 "from the open-file limit (RLIMIT_NOFILE) less a reserve for the daemon's "
+                 "own files"),
+    Setting(name="max_connections_per_client", kind=int, default=0, minimum=0,
+            maximum=MAX_CONNECTIONS,
+            help="connections one client address holds open at once (the proxies of "
+                 "forwarded_allow_ips are spared); 0 = a quarter of max_connections, at "
+                 "most 64"),
+    Setting(name="read_timeout", kind=float, default=10.0, minimum=0.1, maximum=300,
+            help="seconds a client has to send a whole request, headers and body, or to "
+                 "take an answer it stopped reading; then the connection is closed"),
+    Setting(name="keepalive_timeout", kind=float, default=5.0, minimum=0.1, maximum=300,
+            help="seconds an idle keep-alive connection stays open"),
 )
 
 
@@ -180,6 +195,10 @@ class PortalConfig(TypedSettings):
     tls_key: str
     forwarded_allow_ips: tuple[str, ...]
     max_waiters: int
+    max_connections: int
+    max_connections_per_client: int
+    read_timeout: float
+    keepalive_timeout: float
 
     @property
     def tls(self) -> bool:
@@ -380,6 +399,10 @@ def _load_portal(raw: Any) -> PortalConfig:
         missing = "tls_key" if keys["tls_cert"] else "tls_cert"
         raise ConfigurationError("tls_cert and tls_key go together: set both for HTTPS, or "
                                  "neither", item="[portal]", key=missing)
+    if keys["max_connections"] and keys["max_connections_per_client"] > keys["max_connections"]:
+        raise ConfigurationError(f"{keys['max_connections_per_client']} is more than "
+                                 f"max_connections ({keys['max_connections']})",
+                                 item="[portal]", key="max_connections_per_client")
     return PortalConfig.from_validated(keys)
 
 

@@ -38,7 +38,7 @@ from engine.portal.api import api_user, cached_api_user, reply
 from engine.portal.app import portal_of
 from engine.process import KEY_PREFIX as PROCESS_KEY_PREFIX
 from engine.store.completions import SAFETY_POLL
-from engine.store.sql import Accepted, MessageRow
+from engine.store.sql import Accepted, Outcome
 
 MAX_BODY_BYTES = 1024 * 1024  # bytes of one intake body
 MAX_WAIT = 300.0  # seconds ?wait= may ask for
@@ -76,13 +76,18 @@ async def intake(request: Request) -> Response:
 
         def take_in() -> tuple[Accepted, dict[str, Any] | None]:
             """Accept, then watch for its end, then look once (an end committed before the
-            watch began is seen by that look)."""
+            watch began is seen by that look) — unless the message is new and this process
+            heard every end since before its accept: then the hub knows whether it ended."""
+            hub = portal.store.completions
+            heard = hub.hearing
             accepted = accept_message(portal.store, portal.production, target,
                                       decode_body(text, where="request"),
                                       source=f"api:{who.name}", idempotency_key=key,
                                       waited=True, same_body=True)
-            watch.enter_context(portal.store.completions.watching(
+            watch.enter_context(hub.watching(
                 accepted.id, lambda: loop.call_soon_threadsafe(woken.set)))
+            if accepted.created and heard and not hub.ended_lately(accepted.id):
+                return accepted, None
             return accepted, _outcome_if_ended(portal.store, accepted.id)
 
         accepted, outcome = await run_in_threadpool(take_in)
@@ -159,17 +164,16 @@ async def _ended(store: Any, message_id: int, wait: float, woken: asyncio.Event
 
 
 def _outcome_if_ended(store: Any, message_id: int) -> dict[str, Any] | None:
-    row = store.get_message(message_id)
-    return None if row is None or row.status not in TERMINAL else _outcome(store, row)
+    found = store.get_outcome(message_id)  # the message and its response: one read
+    return None if found is None or found.row.status not in TERMINAL else _outcome(found)
 
 
-def _outcome(store: Any, row: MessageRow) -> dict[str, Any]:
-    response = store.get_message(row.corresponding_id) if row.corresponding_id else None
-    body = None
-    if response is not None and response.body:
+def _outcome(found: Outcome) -> dict[str, Any]:
+    row, body = found.row, None
+    if found.response and found.response_body:
         try:
-            body = json.loads(response.body)
+            body = json.loads(found.response_body)
         except ValueError:
-            body = response.body
+            body = found.response_body
     return {"id": row.id, "session_id": row.session_id, "status": row.status,
             "response": body, "error": row.error_text}

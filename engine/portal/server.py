@@ -4,6 +4,11 @@
 Loopback by default. A portal that listens beyond loopback without TLS sends passwords,
 session cookies and tokens in clear: it still starts (a proxy in front may add TLS) but
 writes a ``Warning`` event saying so.
+
+Either way the server holds the ``[portal]`` caps (``engine.portal.limited_server``): open
+connections in total and per client address, the time to send a request, idle keep-alive
+time, concurrent ``?wait`` callers — so a flood of connections can never take the
+descriptors the daemon's deliveries need.
 """
 from __future__ import annotations
 
@@ -13,15 +18,16 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-import uvicorn
-
 from engine.errors import ConfigurationError
 from engine.network import is_loopback
 from engine.portal.app import create_app
+from engine.portal.limited_server import LimitedServer, limited_server
+from engine.portal.limits import ServerLimits
 from engine.production import PortalConfig, ProductionConfig
 from engine.store.sql import SqlStore
 
-__all__ = ["PortalServer", "is_loopback", "serve", "uvicorn_config", "warn_if_exposed"]
+__all__ = ["PortalServer", "is_loopback", "portal_limits", "portal_server", "serve",
+           "warn_if_exposed"]
 
 log = logging.getLogger(__name__)
 
@@ -39,24 +45,34 @@ def warn_if_exposed(store: SqlStore, config: PortalConfig) -> None:
                        "behind a TLS proxy", source_class="Portal", source_method="serve")
 
 
-def uvicorn_config(store: SqlStore, production: ProductionConfig, config: PortalConfig, *,
-                   env: Mapping[str, str] | None = None,
-                   follow_file: bool = False) -> uvicorn.Config:
-    """The uvicorn settings of a portal for ``production`` on ``store`` (``follow_file``:
-    reload the production file when it changes — a standalone portal)."""
+def portal_limits(config: PortalConfig) -> ServerLimits:
+    """The caps of ``[portal]``, sized from this process's open-file limit."""
+    return ServerLimits.sized(max_connections=config.max_connections,
+                              max_connections_per_client=config.max_connections_per_client,
+                              read_timeout=config.read_timeout,
+                              keepalive_timeout=config.keepalive_timeout,
+                              spared=config.forwarded_allow_ips)
+
+
+def portal_server(store: SqlStore, production: ProductionConfig, config: PortalConfig, *,
+                  env: Mapping[str, str] | None = None,
+                  follow_file: bool = False) -> LimitedServer:
+    """The limited uvicorn server of a portal for ``production`` on ``store``
+    (``follow_file``: reload the production file when it changes — a standalone portal)."""
     for name in ("tls_cert", "tls_key"):
         path = getattr(config, name)
         if path and not Path(path).is_file():
             raise ConfigurationError(f"{path!r} is not a readable file", item="[portal]",
                                      key=name)
+    limits = portal_limits(config)
     app = create_app(store, production, tls=config.tls, env=env,
                      max_waiters=config.max_waiters, follow_file=follow_file)
     # X-Forwarded-For names the client only when one of the proxies [portal] names sent it
     # (uvicorn would trust it from 127.0.0.1, or $FORWARDED_ALLOW_IPS, by default)
     proxies = list(config.forwarded_allow_ips)
-    return uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
-                          access_log=False, ssl_certfile=config.tls_cert or None,
-                          ssl_keyfile=config.tls_key or None, server_header=False,
+    return limited_server(app, host=config.host, port=config.port, limits=limits,
+                          tls_cert=config.tls_cert, tls_key=config.tls_key,
+                          log_level="warning", access_log=False, server_header=False,
                           lifespan="off", proxy_headers=bool(proxies),
                           forwarded_allow_ips=proxies or None)
 
@@ -64,11 +80,13 @@ def uvicorn_config(store: SqlStore, production: ProductionConfig, config: Portal
 def serve(store: SqlStore, production: ProductionConfig, config: PortalConfig, *,
           env: Mapping[str, str] | None = None) -> None:
     """Serve in the foreground until SIGINT/SIGTERM, following the production file."""
-    settings = uvicorn_config(store, production, config, env=env, follow_file=True)
+    server = portal_server(store, production, config, env=env, follow_file=True)
     warn_if_exposed(store, config)
-    log.info("portal on %s://%s:%d", "https" if config.tls else "http", config.host,
-             config.port)
-    uvicorn.Server(settings).run()
+    limits = server.limits
+    log.info("portal on %s://%s:%d (at most %d connections, %d per client; read timeout "
+             "%g s)", "https" if config.tls else "http", config.host, config.port,
+             limits.max_connections, limits.max_connections_per_client, limits.read_timeout)
+    server.run()
 
 
 class PortalServer:
@@ -78,7 +96,7 @@ class PortalServer:
                  env: Mapping[str, str] | None = None) -> None:
         self.config = config
         self._store = store
-        self._server = uvicorn.Server(uvicorn_config(store, production, config, env=env))
+        self._server = portal_server(store, production, config, env=env)
         self._thread = threading.Thread(target=self._server.run, name="portal", daemon=True)
 
     @property
@@ -97,7 +115,10 @@ class PortalServer:
                 raise ConfigurationError(f"the portal could not listen on {self.url}",
                                          item="[portal]")
             time.sleep(0.02)
-        log.info("portal on %s", self.url)
+        limits = self._server.limits
+        log.info("portal on %s (at most %d connections, %d per client; read timeout %g s)",
+                 self.url, limits.max_connections, limits.max_connections_per_client,
+                 limits.read_timeout)
 
     def stop(self) -> None:
         self._server.should_exit = True

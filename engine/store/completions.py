@@ -17,12 +17,14 @@ when a listener reconnects.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from engine.store.notify import Announcement, Kind
 
 SAFETY_POLL = 2.0  # seconds between a waiter's looks when no announcement reaches it
+RECENT = 4096  # ended ids a hub remembers, so that a waiter who just registered need not look
 
 Waker = Callable[[], object]
 
@@ -36,6 +38,16 @@ class CompletionHub:
         self._lock = threading.Lock()
         self._waiters: dict[int, list[Waker]] = {}
         self._on_first_watch = on_first_watch
+        # waited-for messages whose end was announced here lately, oldest first
+        self._recent: deque[int] = deque(maxlen=RECENT)
+        self._recent_set: set[int] = set()
+
+    @property
+    def hearing(self) -> bool:
+        """True once this process hears the ends announced by others (after the first
+        watch, which starts the hearing, and for good): a message accepted from then on has
+        its end announced here, whoever commits it."""
+        return self._on_first_watch is None
 
     @contextmanager
     def watching(self, message_id: int, wake: Waker) -> Iterator[None]:
@@ -57,11 +69,27 @@ class CompletionHub:
                     if not wakers:
                         del self._waiters[message_id]
 
+    def ended_lately(self, message_id: int) -> bool:
+        """True if the end of ``message_id`` was announced to this hub lately (the last
+        :data:`RECENT` ends). A waiter that registered for a message it has just accepted
+        asks this instead of reading the message: an end committed before the registration
+        was announced before it (announcements follow their commit on the committing thread,
+        or come from another process, and then a lost one is the safety net's), so it is
+        remembered here; one committed after wakes the waiter."""
+        with self._lock:
+            return message_id in self._recent_set
+
     def ended(self, ids: Iterable[int]) -> None:
         """``ids`` ended (their commit is done): wake their waiters."""
-        if not self._waiters:  # the common case, bulk traffic: no lock, nothing to do
-            return
+        ids = list(ids)
         with self._lock:
+            for i in ids:
+                if len(self._recent) == RECENT:
+                    self._recent_set.discard(self._recent[0])
+                self._recent.append(i)
+                self._recent_set.add(i)
+            if not self._waiters:  # bulk traffic has no waiters: nothing more to do
+                return
             wakers = [w for i in ids for w in self._waiters.get(i, ())]
         for wake in wakers:
             wake()

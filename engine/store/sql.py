@@ -33,7 +33,7 @@ from engine.store.database import READ_ONLY, create_db_engine, reason_of, sqlite
 from engine.store.doorbell import Doorbell
 from engine.store.eventlog import SqlEventLog
 from engine.store.group import GroupCommit
-from engine.store.hotpath import (Accepted, Claimed, Completion, HotPath, Intake,
+from engine.store.hotpath import (Accepted, Claimed, Completion, HotPath, Intake, Outcome,
                                   PostgresHotPath, SqliteHotPath)
 from engine.store.leases import SqlLeases
 from engine.store.models import daemon, item_state, message_attempt, message_header
@@ -454,6 +454,10 @@ class SqlStore:
 
     def get_message(self, message_id: int) -> MessageRow | None:
         return self._hot.message(message_id)
+
+    def get_outcome(self, message_id: int) -> Outcome | None:
+        """``message_id`` as it is now and its response's body, in one read."""
+        return self._hot.outcome(message_id)
 
     # -- items and daemons ---------------------------------------------------------------
     def set_item_enabled(self, name: str, enabled: bool, *, reason: str | None,

@@ -4,12 +4,14 @@ and a disable that holds at once."""
 from __future__ import annotations
 
 import itertools
+import threading
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from engine import dispatch
 from engine.clock import utcnow
 from engine.daemon import Daemon
 from engine.production import parse_production
@@ -185,4 +187,40 @@ def test_messages_claimed_and_not_sent_at_a_stop_go_back_without_an_open_attempt
     for mid in unsent:  # no attempt left open to be taken for an outcome unknown
         row = store.get_message(mid)
         assert store.attempts(mid) == [] and row.attempts == 0 and row.first_attempt_at is None
+    store.dispose()
+
+
+def test_a_slow_answer_gives_the_rest_of_its_chunk_to_the_other_workers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27: a fast item's workers take its claim in chunks of about CHUNK_WORK of work
+    (one hand-off, not one per message); after an answer slower than CHUNK_GIVE_BACK the
+    chunk's worker gives the rest back, so the pool's other workers share them instead of
+    one worker sending them one after the other. CHUNK_WORK is raised so that the first
+    claim (all four messages) is certainly one chunk."""
+    monkeypatch.setattr(dispatch, "CHUNK_WORK", 60.0)
+    in_flight = {"now": 0, "most": 0}
+    lock = threading.Lock()
+    slow_reply = respond(200, "slow", delay=1.0)
+
+    def counted(handler: Any, record: Any) -> None:
+        with lock:
+            in_flight["now"] += 1
+            in_flight["most"] = max(in_flight["most"], in_flight["now"])
+        try:
+            slow_reply(handler, record)
+        finally:
+            with lock:
+                in_flight["now"] -= 1
+
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    store = SqlStore(url)
+    store.upgrade()
+    with HttpTestServer({"/pay": counted}) as server:
+        daemon, ids = started_with_queue(store, url, server.url, 4, pool_size=2)
+        try:
+            wait_until(lambda: done(store, ids), 60, "the messages to complete")
+        finally:
+            daemon.stop()
+    assert statuses(store, ids) == ["Completed"] * 4
+    assert in_flight["most"] == 2  # both workers had a slow request in flight at once
     store.dispose()

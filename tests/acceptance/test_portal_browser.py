@@ -89,9 +89,9 @@ def _wait_for(base: str, proc: subprocess.Popen[Any]) -> None:
         if proc.poll() is not None:
             raise AssertionError("encore portal exited at start")
         try:
-            if requests.get(f"{base}/login", timeout=2).status_code == 200:
+            if requests.get(f"{base}/login", timeout=5).status_code == 200:
                 return
-        except requests.ConnectionError:
+        except requests.RequestException:  # not listening yet, or slow on a loaded machine
             pass
         time.sleep(0.1)
     raise AssertionError(f"encore portal did not answer within {START_TIMEOUT} s")

@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from engine.clock import VirtualClock
-from engine.dispatch import CLAIM_LINGER, DispatchSettings, Dispatcher
+from engine.dispatch import CHUNK_WORK, CLAIM_LINGER, DispatchSettings, Dispatcher
 from engine.store.sql import SqlStore
 
 
@@ -32,7 +32,7 @@ def handed_out(d: Dispatcher) -> list[int]:
     while not d.work.empty():
         work = d.work.get()
         assert work is not None
-        out.append(work[1].row.id)
+        out.extend(c.row.id for c in work[1])
     return out
 
 
@@ -115,7 +115,7 @@ def test_a_success_someone_waits_for_is_committed_at_the_next_step(store: SqlSto
     d = dispatcher(store, clock, pool_size=2)
     (mid,) = produce(store, d, 1)
     d.tick()
-    (claimed,) = [d.work.get()[1]]  # type: ignore[index]
+    (claimed,) = d.work.get()[1]  # type: ignore[index]
     d.wakeup.clear()
     now = clock.now()
     d.defer(Completion(mid, claimed.row.claim_token, claimed.begun or 0, now, now, None, None,
@@ -165,3 +165,53 @@ def test_a_slow_pool_claims_one_message_per_free_worker(store: SqlStore) -> None
             d.finished(mid, 1.0)
     d.tick()
     assert len(handed_out(d)) == 4  # its pool, no more
+
+
+def chunks(d: Dispatcher) -> list[int]:
+    """The sizes of the chunks handed to the workers since the last look."""
+    out = []
+    while not d.work.empty():
+        work = d.work.get()
+        assert work is not None
+        out.append(len(work[1]))
+    return out
+
+
+def test_a_fast_pool_hands_its_claim_over_in_chunks_of_a_few_milliseconds(
+        store: SqlStore) -> None:
+    """pool_size > 1 (issue 27): a worker takes CHUNK_WORK of work per hand-off, not one
+    message, so workers of a fast item neither wake nor contend once per message."""
+    clock = VirtualClock()
+    d = dispatcher(store, clock, pool_size=4)
+    produce(store, d, 300)
+    d.tick()
+    assert set(chunks(d)) == {1}  # it does not know yet how fast the item is
+    ids = [i for i in range(1, 301)]
+    for mid in ids[:20]:  # a message takes a millisecond: about CHUNK_WORK / 1 ms each
+        d.finished(mid, 0.001)
+    d.wakeup.clear()
+    d.tick()
+    sizes = chunks(d)
+    expected = round(CHUNK_WORK / 0.001)
+    assert sizes and max(sizes) == expected and sum(sizes) > 40
+    assert all(s == expected for s in sizes[:-1])
+
+
+def test_a_slow_pool_hands_over_one_message_at_a_time(store: SqlStore) -> None:
+    clock = VirtualClock()
+    d = dispatcher(store, clock, pool_size=4)
+    produce(store, d, 50)
+    d.tick()
+    for mid in range(1, 1 + sum(chunks(d))):
+        d.finished(mid, 0.05)
+    d.tick()
+    assert set(chunks(d)) == {1}
+
+
+def test_a_pool_size_1_item_takes_its_whole_claim_in_one_hand_off(store: SqlStore) -> None:
+    clock = VirtualClock()
+    d = dispatcher(store, clock, pool_size=1)
+    produce(store, d, 50)
+    d.tick()
+    sizes = chunks(d)
+    assert len(sizes) == 1 and sizes[0] > 1

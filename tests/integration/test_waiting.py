@@ -100,6 +100,50 @@ def test_a_completion_between_the_waiters_look_and_its_wait_is_not_missed(
         other.dispose()
 
 
+def test_a_fresh_waiter_skips_its_first_look_yet_misses_no_end_before_it_registered(
+        database_url: str) -> None:
+    """``fresh``: a message accepted ``waited`` after this process was already hearing every
+    end is not read before the wait — the hub remembers the ends announced lately. Ended
+    here or by another process before the waiter registered, it is returned at once (no
+    look, then, would find it only by the safety net)."""
+    store, other = SqlStore(database_url), SqlStore(database_url)  # other: another process
+    store.upgrade()
+    try:
+        with store.completions.watching(0, lambda: None):
+            pass  # the first watch starts the hearing, for good
+        assert store.completions.hearing
+        looks: list[int] = []
+        look = store.get_message
+
+        def counted(message_id: int):  # type: ignore[no-untyped-def]
+            looks.append(message_id)
+            return look(message_id)
+
+        store.get_message = counted  # type: ignore[method-assign]
+        for completer in (store, other):
+            mid = _accept(store)
+            _complete(completer, mid)  # ends before the waiter registers
+            deadline = time.monotonic() + WOKEN_WITHIN
+            while completer is other and not store.completions.ended_lately(mid):
+                assert time.monotonic() < deadline, "the other process's end never arrived"
+                time.sleep(0.01)
+            started = time.monotonic()
+            row = wait_for(store, mid, 30, poll=NO_POLL, marked=True, fresh=True)
+            assert row is not None and row.status == "Completed"
+            assert time.monotonic() - started < WOKEN_WITHIN
+        looks.clear()
+        mid = _accept(store)  # not ended: woken by its end, with no look before the wait
+        timer = threading.Timer(0.3, lambda: _complete(other, mid))
+        timer.start()
+        row = wait_for(store, mid, 30, poll=NO_POLL, marked=True, fresh=True)
+        timer.join()
+        assert row is not None and row.status == "Completed"
+        assert looks == [mid]  # the one look after the wake-up
+    finally:
+        store.dispose()
+        other.dispose()
+
+
 def test_a_waiter_whose_announcement_is_lost_still_returns_by_its_safety_net(
         database_url: str) -> None:
     store = SqlStore(database_url)

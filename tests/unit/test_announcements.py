@@ -82,3 +82,18 @@ def test_a_database_path_too_long_for_a_socket_address_rings_in_the_temp_dir(
     directory = socket_directory(str(deep))
     assert not directory.startswith(str(tmp_path)) and len(directory) < 80
     assert socket_directory(str(deep)) == directory  # every process finds the same one
+
+
+def test_a_hub_remembers_the_last_ends_announced_to_it() -> None:
+    from engine.store.completions import RECENT, CompletionHub
+
+    started: list[bool] = []
+    hub = CompletionHub(on_first_watch=lambda: started.append(True))
+    assert not hub.hearing
+    hub.ended([1, 2])
+    assert hub.ended_lately(1) and hub.ended_lately(2) and not hub.ended_lately(3)
+    with hub.watching(3, lambda: None):
+        assert hub.hearing and started == [True]
+    hub.ended(range(10, 10 + RECENT))  # the oldest are forgotten, the newest kept
+    assert not hub.ended_lately(1) and hub.ended_lately(10 + RECENT - 1)
+    assert len(hub._recent_set) == RECENT  # noqa: SLF001 - bounded memory

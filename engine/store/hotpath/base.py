@@ -123,6 +123,17 @@ class Intake:
 
 
 @dataclass(frozen=True)
+class Outcome:
+    """A message as it is now, with its response's body read in the same statement (a
+    waiter's one look): ``response``: False when it has none (or it was purged)."""
+
+    row: MessageRow
+    response: bool
+    response_class: str | None
+    response_body: str | None
+
+
+@dataclass(frozen=True)
 class Claimed:
     """One claimed message and, when the claim began it, the id of its attempt 1.
     ``interrupted``: its deliveries that began before this claim and never ended (the
@@ -256,6 +267,23 @@ class HotPath:
     def message(self, message_id: int) -> MessageRow | None:
         """One message as it is now (a waiter's look: one indexed read, no transaction)."""
         raise NotImplementedError
+
+    _OUTCOME = (f"SELECT {_SELECT_COLUMNS}, r.id, r.body_class, r.body FROM message_header h "
+                "LEFT JOIN message_header r ON r.id = h.corresponding_id WHERE h.id = :id")
+
+    def outcome(self, message_id: int) -> Outcome | None:
+        """One message and its response's body, in one indexed read (a waiter's look once
+        the message has ended)."""
+        raise NotImplementedError
+
+    def _outcome(self, values: Sequence[Any]) -> Outcome:
+        n = len(_COLUMNS)
+        return Outcome(self._row(values[:n]), values[n] is not None, values[n + 1],
+                       values[n + 2])
+
+    @staticmethod
+    def _row(values: Sequence[Any]) -> MessageRow:
+        return MessageRow(**dict(zip(_COLUMNS, values)))
 
     def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:
         raise NotImplementedError

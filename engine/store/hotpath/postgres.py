@@ -19,6 +19,7 @@ from engine.store.hotpath.base import (
     Completion,
     HotPath,
     Intake,
+    Outcome,
 )
 from engine.store.notify import Announcement
 from engine.store.rows import MessageRow
@@ -181,6 +182,12 @@ class PostgresHotPath(HotPath):
     def message(self, message_id: int) -> MessageRow | None:
         rows = self._run(self._MESSAGE, {"id": message_id})
         return MessageRow(**dict(zip(_COLUMNS, rows[0]))) if rows else None
+
+    _OUTCOME = _pg(HotPath._OUTCOME)
+
+    def outcome(self, message_id: int) -> Outcome | None:
+        rows = self._run(self._OUTCOME, {"id": message_id})
+        return self._outcome(rows[0]) if rows else None
 
     def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
               limit: int, fifo: bool, begin: bool, enabled: bool,

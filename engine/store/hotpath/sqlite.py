@@ -21,6 +21,7 @@ from engine.store.hotpath.base import (
     Completion,
     HotPath,
     Intake,
+    Outcome,
 )
 from engine.store.rows import MessageRow
 
@@ -186,6 +187,12 @@ class SqliteHotPath(HotPath):
             found = self._guard(lambda: conn.execute(self._MESSAGE, {"id": message_id})
                                 .fetchone())
         return None if found is None else self._row(found)
+
+    def outcome(self, message_id: int) -> Outcome | None:
+        with self._connection() as conn:
+            found = self._guard(lambda: conn.execute(self._OUTCOME, {"id": message_id})
+                                .fetchone())
+        return None if found is None else self._outcome(found)
 
     _PICK_ANY = _PICK_ANY
     # The parked-message probe must range over (target, status, next_attempt_at), not scan

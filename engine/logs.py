@@ -1,0 +1,159 @@
+"""Rate-limited logging of repeated failures (DESIGN.md §8: "repeated failures are logged
+once per kind and minute with a count").
+
+A flood (10,000 half-open connections, a database that refuses every write) makes the same
+failure happen thousands of times a second. Logged one by one it fills the disk with
+tracebacks and costs the CPU the daemon needs to recover. :class:`RepeatFilter` lets the
+first record of a kind through and counts the rest; when the minute is over it logs one
+line with the count ("… (N more like it in the last minute)") and, while the failure goes
+on, one such line a minute; the counts still open are logged when the process exits. A kind is the logger and the message *template*
+(``record.msg``, before its arguments), so "refused a connection from %s" is one kind for
+every address. Records below WARNING are never held back.
+
+:func:`limit_repeats` puts one shared filter on the loggers whose failures can repeat per
+connection or per message (uvicorn's, asyncio's, the engine's workers, dispatchers, daemon
+loop and stores) and starts a small thread that writes the counts when a minute ends, even
+if nothing else is logged. The filter takes its clock as an argument, so the unit tests run
+its minutes on a virtual clock.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+__all__ = ["REPEATING_LOGGERS", "SERVER_LOGGERS", "RepeatFilter", "limit_repeats", "repeat_filter"]
+
+WINDOW = 60.0  # seconds: one line per kind and window
+FLUSH_INTERVAL = 5.0  # seconds between the background thread's looks at ended windows
+
+# loggers whose failures can repeat per connection: an HTTP server's
+SERVER_LOGGERS: tuple[str, ...] = (
+    "uvicorn", "uvicorn.error", "uvicorn.access", "asyncio",
+    "engine.portal.limits", "engine.portal.app", "engine.portal.server",
+)
+# ... and per message or per tick: those of the daemon (``encore run``) too
+REPEATING_LOGGERS: tuple[str, ...] = SERVER_LOGGERS + (
+    "engine.daemon", "engine.dispatch", "engine.item", "engine.worker",
+    "engine.attempt_runner", "engine.scheduler", "engine.cluster", "engine.alerts",
+    "engine.metrics", "engine.store.sql", "engine.store.eventlog", "engine.store.notify",
+    "engine.store.doorbell",
+)
+
+_SUMMARY = "%s (%d more like it in the last minute)"
+
+
+@dataclass(slots=True)
+class _Run:
+    """One kind's current window: when it began, what was held back, the last record."""
+
+    started: float
+    held: int
+    last: logging.LogRecord
+
+
+class RepeatFilter(logging.Filter):
+    """Let the first record of a kind through per ``window`` seconds; count the others and
+    log the count when the window ends (:meth:`flush`)."""
+
+    def __init__(self, *, window: float = WINDOW, clock: Callable[[], float] = time.monotonic,
+                 level: int = logging.WARNING) -> None:
+        super().__init__()
+        self.window = window
+        self.level = level
+        self._clock = clock
+        self._runs: dict[tuple[str, int, str], _Run] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < self.level or getattr(record, "repeat_summary", False):
+            return True
+        now = self._clock()
+        key = (record.name, record.levelno, str(record.msg))
+        with self._lock:
+            ended = self._take_ended(now)
+            run = self._runs.get(key)
+            if run is None:
+                self._runs[key] = _Run(started=now, held=0, last=record)
+            else:
+                run.held += 1
+                run.last = record
+        self._emit(ended)
+        return run is None
+
+    def flush(self, *, everything: bool = False) -> int:
+        """Log the count of every window that has ended (``everything``: of every window,
+        as the process exits); return how many lines that was."""
+        with self._lock:
+            ended = self._take_ended(self._clock(), everything=everything)
+        self._emit(ended)
+        return len(ended)
+
+    def held(self) -> int:
+        """Records held back in the current windows (for tests and metrics)."""
+        with self._lock:
+            return sum(run.held for run in self._runs.values())
+
+    def _take_ended(self, now: float, *,
+                    everything: bool = False) -> list[tuple[logging.LogRecord, int]]:
+        """The ended windows that held records back; a kind that is still failing starts a
+        new window with its count line, one that went quiet is forgotten. ``everything``:
+        end every window and forget every kind."""
+        ended: list[tuple[logging.LogRecord, int]] = []
+        for key, run in list(self._runs.items()):
+            if not everything and now - run.started < self.window:
+                continue
+            if run.held:
+                ended.append((run.last, run.held))
+            if run.held and not everything:
+                self._runs[key] = _Run(started=now, held=0, last=run.last)
+            else:
+                del self._runs[key]
+        return ended
+
+    @staticmethod
+    def _emit(ended: Iterable[tuple[logging.LogRecord, int]]) -> None:
+        for last, held in ended:
+            summary = logging.LogRecord(last.name, last.levelno, last.pathname, last.lineno,
+                                        _SUMMARY, (last.getMessage(), held), None,
+                                        func=last.funcName)
+            summary.repeat_summary = True
+            logging.getLogger(last.name).handle(summary)
+
+
+_shared: RepeatFilter | None = None
+_shared_lock = threading.Lock()
+
+
+def repeat_filter() -> RepeatFilter:
+    """The process's shared filter (created on first use)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = RepeatFilter()
+            threading.Thread(target=_flush_forever, args=(_shared,), daemon=True,
+                             name="encore-log-repeats").start()
+            atexit.register(_shared.flush, everything=True)  # before logging shuts down
+        return _shared
+
+
+def limit_repeats(names: Iterable[str] = REPEATING_LOGGERS) -> RepeatFilter:
+    """Put the shared :class:`RepeatFilter` on the loggers ``names`` (idempotent)."""
+    shared = repeat_filter()
+    for name in names:
+        logger = logging.getLogger(name)
+        if shared not in logger.filters:
+            logger.addFilter(shared)
+    return shared
+
+
+def _flush_forever(shared: RepeatFilter) -> None:
+    while True:
+        time.sleep(FLUSH_INTERVAL)
+        try:
+            shared.flush()
+        except Exception:  # noqa: BLE001 - the flusher must outlive a broken handler
+            pass

@@ -1,0 +1,325 @@
+"""A uvicorn server that holds its :class:`~engine.portal.limits.ServerLimits` (DESIGN.md §8:
+"HTTP servers never starve delivery"), for any ASGI app, host, port and TLS context.
+
+- **We accept connections ourselves** (:class:`LimitedListener`): a connection over a cap is
+  closed with a reset the moment it is accepted, before any other descriptor is opened, so
+  the process never holds more than the caps plus the one being refused. (asyncio's own
+  accept loop takes up to a backlog of connections before any code of ours can count them.)
+- **Deadlines** (:class:`LimitedHttpProtocol`): a request, headers and body, must be complete
+  within ``read_timeout`` seconds of its first byte (or of the connection's start); an answer
+  the client stopped reading must drain within the same time; the TLS handshake too. Else
+  the connection is closed (with a 408 when no answer began). Idle keep-alive connections
+  close after ``keepalive_timeout`` (uvicorn's own timer).
+
+What a flood from one address can do: hold ``max_connections_per_client`` connections for
+at most ``read_timeout`` seconds each; the rest are reset at once. Only a flood from many
+addresses can fill ``max_connections``; then new connections are reset until the read
+timeout frees the held ones. The daemon's own descriptors are never at stake, and the
+refusals are logged once a minute with a count (``engine.logs``).
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+import ssl
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from engine.logs import SERVER_LOGGERS, limit_repeats
+from engine.portal.limits import ConnectionGate, DescriptorBudget, ServerLimits
+
+__all__ = ["LimitedServer", "limited_server"]
+
+log = logging.getLogger("engine.portal.limits")
+
+ACCEPT_BATCH = 64  # connections accepted per wake-up of the loop (it stays responsive)
+LISTEN_BACKLOG = 128  # connections the kernel queues for us (they cost us no descriptor)
+ACCEPT_PAUSE = 1.0  # seconds accepting pauses when the system has no descriptor left
+SWEEP_INTERVAL = 1.0  # seconds between looks for connections closed behind our back
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends a reset, no TIME_WAIT
+STARTUP_FAILURE = 3  # uvicorn's exit status when it cannot start
+
+
+class Slot:
+    """One admitted connection: its socket and its place in the gate, given back once."""
+
+    __slots__ = ("gate", "host", "sock", "_released", "_on_release")
+
+    def __init__(self, gate: ConnectionGate, host: str, sock: socket.socket,
+                 on_release: Callable[[Slot], None]) -> None:
+        self.gate, self.host, self.sock = gate, host, sock
+        self._released = False
+        self._on_release = on_release
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.gate.release(self.host)
+            self._on_release(self)
+
+
+class LimitedListener:
+    """A listening socket whose connections pass a :class:`ConnectionGate` before they get a
+    transport; shaped like the ``asyncio.Server`` uvicorn keeps (``close``, ``wait_closed``)."""
+
+    def __init__(self, sock: socket.socket, gate: ConnectionGate,
+                 protocol: Callable[[Slot], asyncio.Protocol], *,
+                 tls: ssl.SSLContext | None, loop: asyncio.AbstractEventLoop) -> None:
+        self.sock = sock
+        self.gate = gate
+        self._protocol = protocol
+        self._tls = tls
+        self._loop = loop
+        self._slots: set[Slot] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    def start(self) -> None:
+        self.sock.setblocking(False)
+        self._loop.add_reader(self.sock.fileno(), self._accept_some)
+        self._sweeper = self._loop.call_later(SWEEP_INTERVAL, self._sweep)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._loop.remove_reader(self.sock.fileno())
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        self.sock.close()
+
+    async def wait_closed(self) -> None:
+        return None
+
+    def release_all(self) -> None:
+        """Give back every place still held (the server has stopped: its connections are
+        closed or about to be)."""
+        for slot in list(self._slots):
+            slot.release()
+
+    def _accept_some(self) -> None:
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, address = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._accept_failed(exc)
+                return
+            self._admit(conn, address)
+
+    def _admit(self, conn: socket.socket, address: Any) -> None:
+        host = address[0] if isinstance(address, tuple) else str(address)
+        refused = self.gate.admit(host)
+        if refused is not None:
+            self.gate.refused += 1
+            _reset(conn)
+            log.warning("refused a connection from %s: %s reached", host, refused)
+            return
+        slot = Slot(self.gate, host, conn, self._slots.discard)
+        self._slots.add(slot)
+        conn.setblocking(False)
+        task = self._loop.create_task(self._connect(slot))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _connect(self, slot: Slot) -> None:
+        timeout = self.gate.limits.read_timeout if self._tls is not None else None
+        try:
+            await self._loop.connect_accepted_socket(
+                lambda: self._protocol(slot), slot.sock, ssl=self._tls,
+                ssl_handshake_timeout=timeout)
+        except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError) as exc:
+            log.warning("closed a connection from %s before its first request: %s",
+                        slot.host, exc or type(exc).__name__)
+            slot.sock.close()
+            slot.release()
+
+    def _accept_failed(self, exc: OSError) -> None:
+        if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+            log.warning("could not accept a connection (%s); accepting again in %.0f s",
+                        exc, ACCEPT_PAUSE)
+            self._loop.remove_reader(self.sock.fileno())
+            self._loop.call_later(ACCEPT_PAUSE, self._resume)
+        # else (ECONNABORTED and kin): that one client is gone; the next wake-up goes on
+
+    def _resume(self) -> None:
+        if not self._closed:
+            self._loop.add_reader(self.sock.fileno(), self._accept_some)
+
+    def _sweep(self) -> None:
+        """Give back the places of sockets closed without a ``connection_lost`` (a
+        protocol switched, a transport that failed in an odd way)."""
+        for slot in [s for s in self._slots if s.sock.fileno() == -1]:
+            slot.release()
+        if not self._closed:
+            self._sweeper = self._loop.call_later(SWEEP_INTERVAL, self._sweep)
+
+
+def _reset(conn: socket.socket) -> None:
+    try:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+    except OSError:
+        pass
+    conn.close()
+
+
+class LimitedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol with a deadline: a request (headers and body) completes
+    within ``read_timeout`` seconds of its first byte, or of the connection's start; a
+    response the client stopped reading drains within the same time."""
+
+    def __init__(self, *, slot: Slot, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._slot = slot
+        self._read_timeout = slot.gate.limits.read_timeout
+        self._reading: asyncio.TimerHandle | None = None
+        self._stalled: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self._stalled is not None:
+            self._stalled.cancel()
+        try:
+            super().connection_lost(exc)
+        finally:
+            self._slot.release()
+
+    def data_received(self, data: bytes) -> None:
+        self._arm()  # any byte starts the clock of a request; trickling does not restart it
+        super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        self._arm()
+        super().on_message_begin()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._disarm()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._stalled is None:
+            self._stalled = self.loop.call_later(self._read_timeout, self._write_timed_out)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
+
+    def _arm(self) -> None:
+        if self._reading is None:
+            self._reading = self.loop.call_later(self._read_timeout, self._read_timed_out)
+
+    def _disarm(self) -> None:
+        if self._reading is not None:
+            self._reading.cancel()
+            self._reading = None
+
+    def _read_timed_out(self) -> None:
+        self._reading = None
+        if self.transport.is_closing():
+            return
+        log.warning("closed a connection from %s: no complete request within %g s "
+                    "(read_timeout)", self._slot.host, self._read_timeout)
+        answering = self.cycle is not None and self.cycle.response_started
+        if answering or self.transport.get_write_buffer_size():
+            self.transport.abort()
+            return
+        self.transport.write(STATUS_LINE[408] + b"content-length: 0\r\nconnection: close\r\n\r\n")
+        self.transport.close()
+
+    def _write_timed_out(self) -> None:
+        self._stalled = None
+        if not self.transport.is_closing():
+            log.warning("closed a connection from %s: it read none of its answer for %g s "
+                        "(read_timeout)", self._slot.host, self._read_timeout)
+            self.transport.abort()
+
+
+class LimitedServer(uvicorn.Server):
+    """uvicorn's server (its shutdown, its keep-alive timer, its app cycle) with our own
+    listeners and protocol; everything else as uvicorn does it."""
+
+    def __init__(self, config: uvicorn.Config, limits: ServerLimits, *,
+                 budget: DescriptorBudget | None = None) -> None:
+        super().__init__(config)
+        self.limits = limits
+        self.gate = ConnectionGate(limits, budget)
+        limit_repeats(SERVER_LOGGERS)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await self.lifespan.startup()
+        if self.lifespan.should_exit:
+            raise SystemExit(STARTUP_FAILURE)
+        config, loop = self.config, asyncio.get_running_loop()
+        try:
+            bound = sockets or bind(config.host, config.port)
+        except OSError as exc:
+            log.error("could not listen on %s:%s: %s", config.host, config.port, exc)
+            await self.lifespan.shutdown()
+            raise SystemExit(STARTUP_FAILURE) from exc
+        self.servers = [LimitedListener(sock, self.gate, self._protocol, tls=config.ssl,
+                                        loop=loop) for sock in bound]  # type: ignore[list-item]
+        for listener in self.servers:
+            listener.start()  # type: ignore[attr-defined]
+        self.started = True
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().shutdown(sockets)
+        finally:
+            for listener in self.servers:
+                listener.release_all()  # type: ignore[attr-defined]
+
+    def _protocol(self, slot: Slot) -> asyncio.Protocol:
+        return LimitedHttpProtocol(slot=slot, config=self.config,
+                                   server_state=self.server_state,
+                                   app_state=self.lifespan.state)
+
+
+def bind(host: str, port: int, backlog: int = LISTEN_BACKLOG) -> list[socket.socket]:
+    """Listening sockets on every address ``host`` resolves to (as asyncio binds them)."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                               flags=socket.AI_PASSIVE)
+    bound: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            bound.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(backlog)
+    except OSError:
+        for sock in bound:
+            sock.close()
+        raise
+    return bound
+
+
+def limited_server(app: Any, *, host: str, port: int, limits: ServerLimits,
+                   tls_cert: str | None = None, tls_key: str | None = None,
+                   budget: DescriptorBudget | None = None,
+                   **options: Any) -> LimitedServer:
+    """A :class:`LimitedServer` of the ASGI ``app`` on ``host``:``port`` (HTTPS with
+    ``tls_cert`` and ``tls_key``); ``options`` go to ``uvicorn.Config``."""
+    config = uvicorn.Config(app, host=host, port=port, ssl_certfile=tls_cert or None,
+                            ssl_keyfile=tls_key or None, loop="asyncio", http="httptools",
+                            ws="none", backlog=LISTEN_BACKLOG,
+                            timeout_keep_alive=limits.keepalive_timeout,  # type: ignore[arg-type]
+                            **options)
+    return LimitedServer(config, limits, budget=budget)

@@ -1,0 +1,143 @@
+"""Repeated failures are logged once per kind and minute with a count (DESIGN.md §8), on a
+virtual clock: :class:`engine.logs.RepeatFilter` takes its clock as an argument."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from engine.logs import RepeatFilter, limit_repeats
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname} {record.name}: {record.getMessage()}")
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def logged(clock: Clock) -> Iterator[tuple[logging.Logger, RepeatFilter, list[str]]]:
+    logger = logging.getLogger("tests.repeats")
+    handler = Lines()
+    repeats = RepeatFilter(window=60.0, clock=clock)
+    logger.addHandler(handler)
+    logger.addFilter(repeats)
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    yield logger, repeats, handler.lines
+    logger.removeHandler(handler)
+    logger.removeFilter(repeats)
+    logger.propagate = True
+
+
+def test_the_first_of_a_kind_passes_and_the_rest_of_its_minute_is_one_line_with_a_count(
+        clock: Clock, logged: tuple[logging.Logger, RepeatFilter, list[str]]) -> None:
+    logger, repeats, lines = logged
+    for n in range(1000):
+        logger.warning("refused a connection from %s: %s reached", f"10.0.0.{n % 250}",
+                       "max_connections")
+        clock.now += 0.05  # 1000 in 50 s
+    assert lines == ["WARNING tests.repeats: refused a connection from 10.0.0.0: "
+                     "max_connections reached"]
+    assert repeats.held() == 999
+    clock.now = 1000.0 + 59.9
+    assert repeats.flush() == 0  # the minute is not over
+    clock.now = 1000.0 + 60.0
+    assert repeats.flush() == 1
+    assert lines[1] == ("WARNING tests.repeats: refused a connection from 10.0.0.249: "
+                        "max_connections reached (999 more like it in the last minute)")
+
+
+def test_a_failure_that_goes_on_gets_one_line_a_minute_and_one_that_stops_is_forgotten(
+        clock: Clock, logged: tuple[logging.Logger, RepeatFilter, list[str]]) -> None:
+    logger, repeats, lines = logged
+    for second in range(180):  # three minutes, ten a second
+        for _ in range(10):
+            logger.error("item %s: %s; trying again in %.0f s", "Http", "disk I/O error", 1)
+        clock.now += 1.0
+        repeats.flush()
+    assert len(lines) == 1 + 3  # the first, then one count a minute
+    assert [line.rsplit("(", 1)[1] for line in lines[1:]] == [
+        "599 more like it in the last minute)", "600 more like it in the last minute)",
+        "600 more like it in the last minute)"]
+    clock.now += 61.0
+    assert repeats.flush() == 0  # quiet for a whole minute: nothing to count ...
+    logger.error("item %s: %s; trying again in %.0f s", "Http", "disk I/O error", 1)
+    assert len(lines) == 5 and "more like it" not in lines[-1]  # ... and it passes again
+
+
+def test_kinds_are_counted_apart_and_info_is_never_held(
+        clock: Clock, logged: tuple[logging.Logger, RepeatFilter, list[str]]) -> None:
+    logger, repeats, lines = logged
+    for n in range(5):
+        logger.info("message %d delivered", n)
+        logger.warning("could not accept a connection (%s)", "EMFILE")
+        logger.error("could not accept a connection (%s)", "EMFILE")  # another level
+        logger.warning("closed a connection from %s", "127.0.0.2")
+    assert sum("delivered" in line for line in lines) == 5
+    assert len(lines) == 5 + 3
+    clock.now += 60.0
+    logger.warning("closed a connection from %s", "127.0.0.3")  # any record flushes ended ones
+    counts = sorted(line.rsplit("(", 1)[1] for line in lines if "more like it" in line)
+    assert counts == ["4 more like it in the last minute)"] * 3
+
+
+def test_a_traceback_is_logged_with_the_first_record_only(
+        clock: Clock, logged: tuple[logging.Logger, RepeatFilter, list[str]]) -> None:
+    logger, repeats, lines = logged
+    records: list[logging.LogRecord] = []
+    keeper = logging.Handler()
+    keeper.emit = records.append  # type: ignore[method-assign]
+    logger.addHandler(keeper)
+    try:
+        for _ in range(3):
+            try:
+                raise OSError(24, "Too many open files")
+            except OSError:
+                logger.exception("unexpected error in worker")
+        clock.now += 60.0
+        repeats.flush()
+    finally:
+        logger.removeHandler(keeper)
+    assert [r.exc_info is not None for r in records] == [True, False]
+    assert records[1].getMessage() == ("unexpected error in worker (2 more like it in the "
+                                       "last minute)")
+
+
+def test_limit_repeats_puts_one_shared_filter_on_each_logger_once() -> None:
+    names = ("tests.repeats.a", "tests.repeats.b")
+    first = limit_repeats(names)
+    assert limit_repeats(names) is first
+    for name in names:
+        assert logging.getLogger(name).filters.count(first) == 1
+        logging.getLogger(name).removeFilter(first)
+
+
+def test_the_counts_still_open_are_logged_when_everything_is_flushed(
+        clock: Clock, logged: tuple[logging.Logger, RepeatFilter, list[str]]) -> None:
+    logger, repeats, lines = logged
+    for _ in range(7):
+        logger.warning("closed a connection from %s", "127.0.0.2")
+    clock.now += 5.0  # the minute is not over, but the process exits
+    assert repeats.flush(everything=True) == 1
+    assert lines[-1].endswith("(6 more like it in the last minute)")
+    assert repeats.held() == 0 and repeats.flush(everything=True) == 0
+    logger.warning("closed a connection from %s", "127.0.0.2")
+    assert len(lines) == 3  # a new window: the first passes
