@@ -633,28 +633,60 @@ def trace(ctx: Context, ident: int) -> None:
 @main.command()
 @pass_ctx
 def status(ctx: Context) -> None:
-    """Items, queue depths, retries, last errors, and every daemon: alive or not, the items
-    it serves, and the leases it holds (leader; FIFO items it alone works)."""
+    """Items, queue depths, retries, last errors, what runs (the daemons running each item,
+    ready or not, refused by the last reload) beside what the file says, and every daemon:
+    alive or not, the items it serves, and the leases it holds."""
     production, store = ctx.outline, ctx.store
     stats, overrides = queries.queue_stats(store), store.item_overrides()
     now = store.db_now()
     breakers = _breakers(store)
+    reports = _running_reports(store, now, production.lease_seconds)
     rows = []
     for item in production.entries:
         s = stats.get(item.name, {})
         oldest = s.get("oldest")
         last_error = s.get("last_error")
         rows.append((item.name, "yes" if overrides.get(item.name, item.enabled) else "no",
-                     item.pool_size, s.get("queued", 0),
+                     _running_text(item.name, reports), item.pool_size, s.get("queued", 0),
                      f"{(now - oldest).total_seconds():.0f}s" if oldest else "-",
                      s.get("retrying", 0), _breaker_text(item, breakers, now),
                      item.raw_settings.get("rate_limit") or "-",
                      last_error[1] if last_error else "-"))
     click.echo(f"production {production.name} on {_safe_url(store.url)}")
-    click.echo(report.table(("item", "enabled", "pool", "queued", "oldest", "retrying",
-                             "breaker", "rate limit", "last error"), rows))
+    click.echo(report.table(("item", "enabled", "running", "pool", "queued", "oldest",
+                             "retrying", "breaker", "rate limit", "last error"), rows))
     click.echo("")
     click.echo(_daemon_table(store, now, production.lease_seconds))
+
+
+def _running_reports(store: SqlStore, now: datetime, lease_seconds: float
+                     ) -> dict[str, dict[str, dict[str, Any]]]:
+    """What each live daemon reports of its items (``daemon.item_states``)."""
+    from engine.store.running import read_states
+
+    alive_after = now - timedelta(seconds=lease_seconds)
+    return {d["id"]: read_states(d.get("item_states"))[0] for d in queries.daemons(store)
+            if d["heartbeat_at"] >= alive_after}
+
+
+def _running_text(name: str, reports: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """``2 daemons, ready``, ``1 daemon, not ready``, ``refused …``, ``no daemon``; ``no
+    daemon reports it`` for an item none of the live daemons runs (a business service runs
+    on the leader's schedule, not on workers)."""
+    states = [r[name] for r in reports.values() if name in r]
+    refused = next((str(s["refused"]) for s in states if s.get("refused")), None)
+    on = [s for s in states if s.get("state") in ("ready", "not_ready")]
+    failed = next((s for s in states if s.get("state") == "failed"), None)
+    if on:
+        count = f"{len(on)} daemon{'s' if len(on) > 1 else ''}"
+        ready = "ready" if all(s["state"] == "ready" for s in on) else "not ready"
+        text = f"{count}, {ready}"
+        return f"{text}; change refused: {refused}" if refused else text
+    if failed is not None:
+        return f"failed: {failed.get('detail', '?')}"
+    if refused:
+        return f"refused by the last reload: {refused}"
+    return "no daemon" if not reports else "no daemon reports it"
 
 
 def _breakers(store: SqlStore) -> dict[str, BreakerRow] | None:

@@ -23,9 +23,16 @@ messages under a lease its heartbeat renews; the ``leader`` lease decides which 
 business services and leader-only housekeeping; an ``item:<name>`` lease decides which one
 works a FIFO item (:mod:`engine.cluster`). On PostgreSQL a listener thread wakes the workers
 of an item as soon as any daemon announces work for it.
+
+For the operator's console (DESIGN.md §13) the loop also writes what runs — ``daemon.items``
+and ``daemon.item_states``, when they change and at every reload — and flushes the items'
+per-minute counters (:mod:`engine.store.rollup`) every couple of seconds; an operator's
+restart of an item and an admin's Reload arrive as announcements and run on the reload
+thread, one at a time.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import os
@@ -54,7 +61,7 @@ from engine.production import ItemConfig, ProductionConfig, load_production
 from engine.metrics import Metrics, MetricsServer
 from engine.otel import tracing_for
 from engine.scheduler import ProductionScheduler
-from engine.store import queries
+from engine.store import queries, rollup, running
 from engine.store.notify import Announcement, Kind
 from engine.store.operator import purge
 from engine.store.sql import SqlStore
@@ -70,6 +77,7 @@ SIGNAL_POLL = 1.0  # seconds the loop waits at most between ticks (signals wake 
 TICK_RETRY_DELAY = 1.0  # seconds before a tick step that failed (the database) is tried again
 GIL_SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while others wait
 FORGET_AFTER_LEASES = 10  # a daemon silent for this many lease_seconds is taken off the list
+ROLLUP_PRUNE_INTERVAL = 3600.0  # seconds between the leader's deletions of old rollup rows
 
 
 def _operation_items(production: ProductionConfig) -> list[ItemConfig]:
@@ -122,6 +130,18 @@ class Daemon:
         # a reload runs on a thread of its own: building items may load a WSDL for seconds
         self._reloader: ThreadPoolExecutor | None = None
         self._reloading: Future[None] | None = None
+        # the console (DESIGN.md §13): per-minute counters, what runs as reported, restarts
+        self.rollup = rollup.RollupCounter(self.clock)
+        self.metrics.rollup = self.rollup
+        self._next_flush = 0.0  # monotonic seconds of the next rollup flush
+        self._next_prune = 0.0
+        self._reported: str | None = None  # the item states last written
+        self._refused: dict[str, str] = {}  # item -> why the last reload could not start it
+        self._failed: dict[str, str] = {}  # item -> why a restart could not start it again
+        self._restarts: set[str] = set()  # items an operator asked to restart
+        self._restarts_lock = threading.Lock()
+        self._heard_controls: collections.deque[tuple[int, ...]] = collections.deque(maxlen=64)
+        self.file_hash = running.file_hash(production.path)  # of the file last loaded
 
     @property
     def heartbeat_interval(self) -> float:
@@ -160,6 +180,7 @@ class Daemon:
         self._start_listening()
         for runner in runners.values():
             self._launch(runner)
+        self.report_states()
         self._start_scheduler()
         self._next_beat = self.clock.monotonic() + self.heartbeat_interval
         if background and not inline:
@@ -225,8 +246,22 @@ class Daemon:
             self.store.hear_other_processes()
 
     def _wake(self, note: Announcement) -> None:
-        if note.kind is Kind.DONE:
-            return  # for the waiters (the store's completion hub)
+        if note.kind is Kind.DONE or note.kind is Kind.RELOADED:
+            return  # for the waiters (the store's completion hub), for the portals
+        if note.kind in (Kind.RELOAD, Kind.RESTART):
+            if note.ids in self._heard_controls:
+                return  # heard twice (PostgreSQL: our own callback, then our NOTIFY)
+            self._heard_controls.append(note.ids)
+        if note.kind is Kind.RELOAD:  # an admin's Reload in the portal: as SIGHUP
+            self.reload_requested.set()
+            self.wake.set()
+            return
+        if note.kind is Kind.RESTART:
+            if note.item in self.runners:
+                with self._restarts_lock:
+                    self._restarts.add(note.item)
+                self.wake.set()
+            return
         runner = self.runners.get(note.item)
         if runner is None:
             return
@@ -415,6 +450,7 @@ class Daemon:
             self.metrics_server.stop()
         if self.tracing is not None:
             self.tracing.flush()
+        self._guarded(self.flush_rollup, "the console's counters")
         try:
             if not clean:
                 self.store.release_claims(self.id)
@@ -452,11 +488,13 @@ class Daemon:
             log.warning("reload requested, but the production did not come from a file")
             return
         try:
+            loaded_hash = running.file_hash(self.production.path)
             new = load_production(self.production.path, self.env)
             built = self._build_changed(new)
         except Exception as exc:  # noqa: BLE001 - a refused reload never stops the daemon
             self._refuse_reload(exc)
             return
+        self.file_hash = loaded_hash
         self._switch_to(new, built)
 
     def _build_changed(self, new: ProductionConfig) -> dict[str, ItemRunner]:
@@ -477,6 +515,8 @@ class Daemon:
                               source_class="Daemon", source_method="reload")
         except EncoreError as write_error:
             log.error("%s (not in the event log: %s)", text, write_error)
+        self._refused = {getattr(exc, "item", None) or "(production file)": reason}
+        self._guarded(self.report_states, "the item states")
 
     def _switch_to(self, new: ProductionConfig, built: dict[str, ItemRunner]) -> None:
         """Stop the runners of changed and removed items, then start ``built``."""
@@ -495,6 +535,11 @@ class Daemon:
         self._watch_queues()
         for runner in built.values():
             self._launch(runner)
+        self._refused = {}
+        self._failed = {n: r for n, r in self._failed.items() if n not in built}
+        self._guarded(self.report_states, "the item states")
+        self._guarded(lambda: running.announce(
+            self.store, [Announcement.control(Kind.RELOADED, self.id)]), "the announcement")
         log.info("production reloaded from %s: %d item(s) running", new.path, len(self.runners))
 
     def _stop_listening(self) -> None:
@@ -512,7 +557,8 @@ class Daemon:
         wake-up — a signal, a stop — may come sooner. A step that fails is logged and tried
         again later; it never ends the loop."""
         now = self.clock.monotonic() if now is None else now
-        waits = [self._beat_if_due(now), self._reload_if_asked(), self._tick_scheduler()]
+        waits = [self._beat_if_due(now), self._reload_if_asked(), self._tick_scheduler(),
+                 self._guarded(lambda: self._console(now), "the console's counters")]
         for runner in list(self.runners.values()) if self.inline else ():
             waits.append(self._guarded(runner.tick, f"item {runner.item.name}"))
         return max(min(w for w in waits if w is not None), 0.0)
@@ -563,6 +609,101 @@ class Daemon:
             self._reloader = ThreadPoolExecutor(1, thread_name_prefix="encore-reload")
         self._reloading = self._reloader.submit(self.reload)
         self._reloading.add_done_callback(lambda _f: self.wake.set())
+
+    # -- the console (DESIGN.md §13) ------------------------------------------------------
+    def _console(self, now: float) -> float | None:
+        """Restarts asked for, the item states when they changed, and the rollup flush when
+        due; the seconds until the next flush (None inline: no wake-up of its own)."""
+        self._restart_if_asked()
+        self.report_states()
+        if now >= self._next_flush:
+            self.flush_rollup(now)
+        return None if self.inline else max(self._next_flush - now, 0.0)
+
+    def flush_rollup(self, now: float | None = None) -> None:
+        """Write the per-minute counters that changed; the leader also deletes old rows."""
+        now = self.clock.monotonic() if now is None else now
+        self._next_flush = now + rollup.FLUSH_INTERVAL
+        prune = None
+        if now >= self._next_prune and self.is_leader():
+            self._next_prune = now + ROLLUP_PRUNE_INTERVAL
+            prune = self.clock.now() - timedelta(days=rollup.KEEP_DAYS)
+        rollup.flush(self.store, self.rollup, self.id, prune_before=prune)
+
+    def item_states(self) -> dict[str, dict[str, Any]]:
+        """What this daemon runs of each item, as ``daemon.item_states`` records it."""
+        states: dict[str, dict[str, Any]] = {}
+        for name, runner in list(self.runners.items()):
+            one: dict[str, Any] = {"state": running.READY if runner.ready else
+                                   running.NOT_READY}
+            if (last := self.rollup.last_outcome.get(name)) is not None:
+                one["last_outcome"] = last
+            pool = getattr(runner.adapter, "_servers", None)
+            if pool is not None:
+                one["servers"] = [{"url": url, "bad": pool.is_bad(url)}
+                                  for url in pool.servers]
+            states[name] = one
+        for name, reason in self._failed.items():
+            states.setdefault(name, {"state": running.FAILED})["detail"] = reason
+        for name, reason in self._refused.items():
+            states.setdefault(name, {"state": running.REFUSED})["refused"] = reason
+        return states
+
+    def report_states(self) -> None:
+        """Rewrite ``daemon.items`` and ``daemon.item_states`` if they changed."""
+        states = self.item_states()
+        names = [i.name for i in self._operations() if i.name in self.runners]
+        text = repr((names, sorted(states.items(), key=lambda kv: kv[0]), self.file_hash))
+        if text == self._reported:
+            return
+        running.write_states(self.store, self.id, names, states, file_hash=self.file_hash)
+        self._reported = text
+
+    def request_restart(self, name: str) -> None:
+        """Restart item ``name`` (as an operator's restart does), on the reload thread."""
+        with self._restarts_lock:
+            self._restarts.add(name)
+        self.wake.set()
+
+    def _restart_if_asked(self) -> None:
+        with self._restarts_lock:
+            names, self._restarts = sorted(self._restarts), set()
+        for name in names:
+            if self.inline:
+                self.restart(name)
+            else:
+                if self._reloader is None:
+                    self._reloader = ThreadPoolExecutor(1, thread_name_prefix="encore-reload")
+                self._reloader.submit(self.restart, name).add_done_callback(
+                    lambda _f: self.wake.set())
+
+    def restart(self, name: str) -> None:
+        """Tear item ``name`` down and start it again: its workers finish the attempt in
+        hand, ``on_tear_down`` of every host and the adapter stopped; then a new adapter,
+        new hosts and their ``on_init``. An item that cannot start again is left stopped,
+        with one ``Error`` event saying why (its messages stay queued)."""
+        old = self.runners.pop(name, None)
+        if old is None or self.stop_requested.is_set():
+            if old is not None:
+                self.runners[name] = old
+            return
+        old.request_stop()
+        old.join(self.production.shutdown_timeout)
+        if old.lease is not None:
+            self.leases.release(item_lease_name(name))
+        try:
+            item = self.production.item(name)
+            runner = self._build_runner(item)
+        except Exception as exc:  # noqa: BLE001 - a failed restart never stops the daemon
+            reason = str(exc) if isinstance(exc, EncoreError) else f"{type(exc).__name__}: {exc}"
+            self._failed[name] = reason
+            self.events.write("Error", f"restart failed, the item is stopped: {reason}",
+                              config_name=name, source_class="Daemon", source_method="restart")
+        else:
+            self._failed.pop(name, None)
+            self._launch(runner)
+            log.info("item %s restarted", name)
+        self.report_states()
 
     def _finish_reload(self) -> None:
         """At a stop: let a reload in progress end first (it may be launching runners)."""

@@ -102,7 +102,8 @@ class TraceObserver(DeliveryObserver):
 
 
 class MetricsObserver(DeliveryObserver):
-    """Attempts by outcome and duration, and give-ups, for Prometheus."""
+    """Attempts by outcome and duration, and give-ups, for Prometheus (and completions too
+    for the console's per-minute counters, when the daemon keeps them)."""
 
     def __init__(self, metrics: Metrics, item: str) -> None:
         self.metrics = metrics
@@ -110,9 +111,18 @@ class MetricsObserver(DeliveryObserver):
 
     def on_attempt_end(self, row: MessageRow, outcome: AttemptOutcome) -> None:
         self.metrics.observe_attempt(self.item, outcome.outcome, outcome.seconds)
+        if self.metrics.rollup is not None:  # the console's counters (engine.store.rollup)
+            self.metrics.rollup.attempt(self.item, outcome.outcome, outcome.seconds,
+                                        outcome.number)
+
+    def on_complete(self, row: MessageRow, number: int) -> None:
+        if self.metrics.rollup is not None:
+            self.metrics.rollup.completed(self.item)
 
     def on_give_up(self, row: MessageRow, text: str) -> None:
         self.metrics.give_up(self.item)
+        if self.metrics.rollup is not None:
+            self.metrics.rollup.gave_up(self.item)
 
 
 class AlertObserver(DeliveryObserver):

@@ -122,6 +122,11 @@ class ItemRunner:
             store=store, clock=clock, ready=self._can_claim, stop=self.stop_event)
 
     @property
+    def ready(self) -> bool:
+        """True once the adapter started (always, for an item without one)."""
+        return self._ready or self.adapter is None
+
+    @property
     def wakeup(self) -> threading.Event:
         """Set it to make the dispatcher look at the queue now (new work is announced to
         ``dispatcher.announce()``, which sets it only if the dispatcher waits for work)."""

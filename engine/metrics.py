@@ -77,6 +77,9 @@ class Metrics:
         self._attempt_children: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._breaker_open: Gauge | None = None  # made at first use: absent otherwise
         self._rate_waits: Counter | None = None
+        # the console's per-minute counters (engine.store.rollup.RollupCounter), fed beside
+        # these by the same observer; the daemon sets it
+        self.rollup: Any = None
 
     def observe_attempt(self, item: str, outcome: str, seconds: float) -> None:
         """Count one attempt of ``item`` that ended with ``outcome`` after ``seconds``

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from engine.clock import utcnow
 from engine.errors import OperatorError
 from engine.portal.auth import Principal
-from engine.store import operator, viewer
+from engine.production import ProductionConfig
+from engine.store import operator, running, viewer
+from engine.store.notify import Announcement, Kind
 from engine.store.sql import SqlStore
 
 MESSAGE_ACTIONS = ("resend", "suspend", "discard")
@@ -93,9 +95,41 @@ def audit(store: SqlStore, who: Principal, action: str, text: str, *, item: str 
                        source_class="Portal", source_method=action)
 
 
+_audit = audit
+
+
 def _ids(ids: list[int], shown: int = 20) -> str:
     text = ", ".join(str(i) for i in ids[:shown])
     return text + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
 
 
 _audit = audit  # the name this had before it was public (callers elsewhere may still use it)
+
+
+# -- the console (DESIGN.md §13) ---------------------------------------------------------
+def restart_item(store: SqlStore, production: ProductionConfig, who: Principal,
+                 name: str) -> list[str]:
+    """Ask every daemon running item ``name`` to restart it (``on_tear_down``, a new
+    adapter, ``on_init``); return those daemons. OperatorError when no daemon runs it."""
+    who.require("operator")
+    from engine.portal.status import production_view_of_item
+
+    view = production_view_of_item(store, production, name)
+    daemons = [d["daemon"] for d in view["running"]["daemons"]]
+    if view["kind"] == "service":
+        raise OperatorError(f"item {name!r} is a business service: it runs on the leader's "
+                            "schedule, there is nothing to restart")
+    if not daemons:
+        raise OperatorError(f"item {name!r} runs on no daemon: there is nothing to restart")
+    running.announce(store, [Announcement.control(Kind.RESTART, name)])
+    audit(store, who, "restart", f"item {name} restart asked of "
+          f"{len(daemons)} daemon(s): {', '.join(daemons)}", item=name)
+    return daemons
+
+
+def reload_production(store: SqlStore, who: Principal) -> None:
+    """Ask every daemon to reload the production file, as SIGHUP does (each reload all or
+    nothing; a refused one says why in an Error event and on the production page)."""
+    who.require("admin")
+    running.announce(store, [Announcement.control(Kind.RELOAD)])
+    audit(store, who, "reload", "reload of the production file asked of every daemon")

@@ -108,19 +108,22 @@ class Portal:
 
 def create_app(store: SqlStore, production: ProductionConfig, *, secret: str | None = None,
                tls: bool = False, env: Mapping[str, str] | None = None,
-               max_waiters: int | None = None) -> Starlette:
+               max_waiters: int | None = None, follow_file: bool = False) -> Starlette:
     """The portal and API for ``production`` on ``store``. ``secret`` signs the session
     cookies (default: ``$ENCORE_PORTAL_SECRET``, else random for this process); ``tls``
     marks the session cookie Secure; ``max_waiters``: intake calls that may wait at once
-    (default: ``[portal] max_waiters``'s)."""
-    from engine.portal import admin, api, export, intake, pages, searches
+    (default: ``[portal] max_waiters``'s). The portal follows the production file when a
+    daemon announces a reload, and — ``follow_file``, a standalone portal — when the file
+    changes (:mod:`engine.portal.watch`)."""
+    from engine.portal import admin, api, export, intake, items, pages, queues, searches
 
     env = os.environ if env is None else env
     auth = Authenticator(store, secret or portal_secret(env))
     portal = Portal(store, production, auth, _templates(), tls=tls)
     if max_waiters is not None:
         portal.waiters = Waiters(max_waiters)
-    routes = [*pages.routes(), *api.routes(), *intake.routes(),
+    routes = [*items.routes(), *queues.routes(),  # before pages': /items/{name}/restart
+              *pages.routes(), *api.routes(), *intake.routes(),
               *export.routes(), *searches.routes(), *admin.routes(),
               Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]
     app = Starlette(routes=routes, middleware=[Middleware(SecurityHeaders)],
@@ -130,6 +133,11 @@ def create_app(store: SqlStore, production: ProductionConfig, *, secret: str | N
                                         IdempotencyConflict: _key_reused,
                                         StoreError: _unavailable})
     app.state.portal = portal
+    if production.path is not None:
+        from engine.portal.watch import ProductionFollower
+
+        app.state.follower = ProductionFollower(portal, env, poll_file=follow_file)
+        app.state.follower.start()
     return app
 
 

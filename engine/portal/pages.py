@@ -21,6 +21,7 @@ from engine.portal import actions, filters
 from engine.portal.app import Portal, portal_of
 from engine.portal.auth import (LOGIN_COOKIE, SESSION_COOKIE, SESSION_MAX_AGE, AuthError,
                                 LoginThrottled, NotAuthenticated, Principal, check_csrf)
+from engine.portal.diagram import layout
 from engine.portal.status import production_view
 from engine.portal.trace_view import session_trace
 from engine.store import operator, viewer
@@ -130,7 +131,9 @@ def production(request: Request) -> Response:
     user = current_user(request)
     portal = portal_of(request)
     template = "_production.html" if request.query_params.get("fragment") else "production.html"
-    return portal.render(request, template, production_view(portal), user=user)
+    view = production_view(portal)
+    return portal.render(request, template, {**view, "diagram": layout(view["items"])},
+                         user=user)
 
 
 def messages(request: Request) -> Response:
@@ -256,13 +259,14 @@ async def bulk_resend(request: Request) -> Response:
             params, filters.MESSAGE_PARAMS))}, user=user)
 
 
-async def _acting_user(request: Request) -> tuple[Principal, FormData]:
-    """The operator posting a form with the right CSRF token (checked before the role, so
-    that a forged post learns nothing)."""
+async def _acting_user(request: Request, role: str = "operator"
+                       ) -> tuple[Principal, FormData]:
+    """The operator (or ``role``) posting a form with the right CSRF token (checked before
+    the role, so that a forged post learns nothing)."""
     form = await request.form()
     user = await run_in_threadpool(current_user, request, "viewer")
     check_csrf(user, _field(form, "csrf_token"))
-    user.require("operator")
+    user.require(role)
     return user, form
 
 

@@ -55,8 +55,10 @@ def portal_limits(config: PortalConfig) -> ServerLimits:
 
 
 def portal_server(store: SqlStore, production: ProductionConfig, config: PortalConfig, *,
-                  env: Mapping[str, str] | None = None) -> LimitedServer:
-    """The limited uvicorn server of a portal for ``production`` on ``store``."""
+                  env: Mapping[str, str] | None = None,
+                  follow_file: bool = False) -> LimitedServer:
+    """The limited uvicorn server of a portal for ``production`` on ``store``
+    (``follow_file``: reload the production file when it changes — a standalone portal)."""
     for name in ("tls_cert", "tls_key"):
         path = getattr(config, name)
         if path and not Path(path).is_file():
@@ -64,7 +66,7 @@ def portal_server(store: SqlStore, production: ProductionConfig, config: PortalC
                                      key=name)
     limits = portal_limits(config)
     app = create_app(store, production, tls=config.tls, env=env,
-                     max_waiters=config.max_waiters)
+                     max_waiters=config.max_waiters, follow_file=follow_file)
     # X-Forwarded-For names the client only when one of the proxies [portal] names sent it
     # (uvicorn would trust it from 127.0.0.1, or $FORWARDED_ALLOW_IPS, by default)
     proxies = list(config.forwarded_allow_ips)
@@ -77,8 +79,8 @@ def portal_server(store: SqlStore, production: ProductionConfig, config: PortalC
 
 def serve(store: SqlStore, production: ProductionConfig, config: PortalConfig, *,
           env: Mapping[str, str] | None = None) -> None:
-    """Serve in the foreground until SIGINT/SIGTERM."""
-    server = portal_server(store, production, config, env=env)
+    """Serve in the foreground until SIGINT/SIGTERM, following the production file."""
+    server = portal_server(store, production, config, env=env, follow_file=True)
     warn_if_exposed(store, config)
     limits = server.limits
     log.info("portal on %s://%s:%d (at most %d connections, %d per client; read timeout "

@@ -131,6 +131,9 @@ daemon = Table(
     # /proc/self/ns/pid of the daemon's process: its PID means something only to a daemon
     # in the same namespace (containers share host names, not PID namespaces).
     Column("pid_namespace", String(200)),
+    # What the daemon runs of each item, as JSON (DESIGN.md §13, "what runs is what is
+    # shown"; engine.store.running): rewritten when a state changes and at every reload.
+    Column("item_states", Text),
 )
 
 # Leases daemons sharing one database hold on work only one of them may do at a time:
@@ -245,4 +248,21 @@ inbound_call = Table(
     Column("answered_at", _Time),
     Column("answer", String(200)),
     Index("ix_inbound_call_message", "message_id"),
+)
+
+# Per item, minute and daemon: what the daemon counted in that minute (DESIGN.md §13; written
+# from memory by engine.store.rollup, migration 0011). ``histogram``: attempt times in ms, as
+# JSON ``{bucket upper bound: count}``.
+ROLLUP_COUNTS = ("ok", "timeout", "connect_error", "reset", "http_status", "fault", "error",
+                 "completed", "give_ups", "retries")
+item_minute = Table(
+    "item_minute", metadata,
+    Column("config_name", String(200), primary_key=True),
+    Column("minute", _Time, primary_key=True),
+    Column("daemon_id", String(100), primary_key=True),
+    *(Column(name, Integer, nullable=False, default=0, server_default="0")
+      for name in ROLLUP_COUNTS),
+    Column("attempt_ms_total", Float, nullable=False, default=0, server_default="0"),
+    Column("histogram", Text),
+    Index("ix_item_minute_minute", "minute"),
 )

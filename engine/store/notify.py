@@ -15,15 +15,17 @@ wire. Item names may hold any character, so nothing is told apart by a prefix.
   after a failure and then calls ``on_reconnect`` (what was sent meanwhile is lost, so
   everyone should look again).
 
-Work, switches and breaker changes go on :data:`QUEUE_CHANNEL`; the end of a message that
-someone waits for on :data:`DONE_CHANNEL`, so a waiting command line hears only those. Polling
-stays the safety net: a lost announcement delays a wake-up by at most the poll interval.
+Work, switches, breaker changes and the console's restarts and reloads go on
+:data:`QUEUE_CHANNEL`; the end of a message that someone waits for on :data:`DONE_CHANNEL`, so
+a waiting command line hears only those. Polling stays the safety net: a lost announcement
+delays a wake-up by at most the poll interval.
 """
 from __future__ import annotations
 
 import enum
 import json
 import logging
+import random
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -50,6 +52,9 @@ class Kind(enum.Enum):
     SWITCH = "switch"  # an operator switched item ``item`` on or off (``enabled``)
     BREAKER = "breaker"  # the circuit breaker of item ``item`` opened or closed
     DONE = "done"  # the messages ``ids``, which someone waits for, ended
+    RESTART = "restart"  # an operator asked every daemon running item ``item`` to restart it
+    RELOAD = "reload"  # an admin asked every daemon to reload the production file (as SIGHUP)
+    RELOADED = "reloaded"  # daemon ``item`` reloaded the production file (portals follow)
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,13 @@ class Announcement:
         return cls(Kind.BREAKER, item=item)
 
     @classmethod
+    def control(cls, kind: Kind, item: str = "") -> Announcement:
+        """A console announcement (restart, reload, reloaded; DESIGN.md §13), with a random
+        number in ``ids`` that tells it apart: the process that sends it hears it twice on
+        PostgreSQL (its own callback, then its NOTIFY), and must act once."""
+        return cls(kind, item=item, ids=(random.getrandbits(52),))
+
+    @classmethod
     def done(cls, ids: Iterable[int]) -> Announcement:
         return cls(Kind.DONE, ids=tuple(int(i) for i in ids))
 
@@ -88,6 +100,8 @@ class Announcement:
             data["ids"] = list(self.ids)
         else:
             data["item"] = self.item
+            if self.ids:
+                data["ids"] = list(self.ids)
         if self.kind is Kind.SWITCH:
             data["enabled"] = self.enabled
         if self.urgent:

@@ -390,21 +390,29 @@ def production_status(store: SqlStore, items: Sequence[str], *,
 
 
 def _item_status(conn: Any, name: str) -> ItemStatus:
+    """One item's queue from indexes only, whatever the size of ``message_header``: the
+    counts from the queue index (target, status, id), the oldest queued message as the
+    lowest queued id, the retrying ones from the partial index of due times (a parked retry
+    has ``next_attempt_at``) and among the few in flight."""
     h, e = message_header.c, event_log.c
     one = ItemStatus()
-    for state, retry, count, oldest in conn.execute(
-            select(h.status, h.retry_needed, func.count(), func.min(h.time_created))
-            .where(h.target == name, h.status.in_(("Queued", "Delivered")))
-            .group_by(h.status, h.retry_needed)):
+    for state, count in conn.execute(
+            select(h.status, func.count()).where(h.target == name,
+                                                 h.status.in_(("Queued", "Delivered")))
+            .group_by(h.status)):
         if state == "Queued":
-            one.queued += count
-            oldest = as_utc(oldest)
-            if oldest is not None and (one.oldest_queued is None or oldest < one.oldest_queued):
-                one.oldest_queued = oldest
+            one.queued = count
         else:
-            one.in_flight += count
-        if retry:
-            one.retrying += count
+            one.in_flight = count
+    if one.queued:
+        one.oldest_queued = as_utc(conn.execute(
+            select(h.time_created).where(h.target == name, h.status == "Queued")
+            .order_by(h.id).limit(1)).scalar())
+    if one.queued or one.in_flight:  # parked until their next attempt, and those in flight
+        one.retrying = int(conn.execute(select(func.count()).where(
+            h.target == name, h.retry_needed.is_(True), or_(
+                (h.status == "Queued") & h.next_attempt_at.is_not(None),
+                h.status == "Delivered"))).scalar_one())
     error = conn.execute(select(e.time_logged, e.text, e.message_id).where(
         e.config_name == name, e.type == "Error").order_by(e.time_logged.desc()).limit(1)
     ).mappings().first()

@@ -1,0 +1,99 @@
+"""The queues in the operator's console (DESIGN.md §13): ``/queues`` — every item's queue
+depth, messages in flight and oldest wait — and ``/queues/{name}`` — the queued messages of
+one item in delivery order, paged, each with suspend and discard.
+
+Delivery order is the order the dispatcher claims in: by id among the messages due now; a
+message parked until its next retry (``next_attempt_at`` in the future) comes when due, so
+it is listed with its due time. Pages are keyset-paged by id (``?after=ID``) on the queue
+index ``(target, status, id)``: page 100 costs what page 1 does.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from engine.clock import as_utc
+from engine.errors import OperatorError
+from engine.portal import actions
+from engine.portal.app import portal_of
+from engine.portal.pages import _acting_user, _confirm, _confirmed, current_user
+from engine.portal.status import production_view
+from engine.store.models import message_header
+from engine.store.sql import SqlStore
+
+PAGE_SIZE = 50
+QUEUE_ACTIONS = ("suspend", "discard")
+
+
+def routes() -> list[BaseRoute]:
+    return [
+        Route("/queues", queues_page, methods=["GET"]),
+        Route("/queues/{name}", queue_page, methods=["GET"]),
+        Route("/queues/{name}/{message_id:int}/{action}", queue_action, methods=["POST"]),
+    ]
+
+
+def queued_page(store: SqlStore, item: str, *, after: int | None = None,
+                limit: int = PAGE_SIZE) -> tuple[list[dict[str, Any]], int | None]:
+    """The queued requests of ``item`` in delivery order after id ``after``: (rows, the
+    ``after`` of the next page or None)."""
+    h = message_header.c
+    query = select(h.id, h.session_id, h.source, h.time_created, h.attempts, h.retry_needed,
+                   h.next_attempt_at, h.body).where(
+        h.target == item, h.status == "Queued", h.kind == "request")
+    if after is not None:
+        query = query.where(h.id > after)
+    with store.read() as conn:
+        rows = [{k: as_utc(v) if isinstance(v, datetime) else v for k, v in r.items()}
+                for r in conn.execute(query.order_by(h.id).limit(limit + 1)).mappings()]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, rows[-1]["id"] if more and rows else None
+
+
+def queues_page(request: Request) -> Response:
+    user = current_user(request)
+    portal = portal_of(request)
+    view = production_view(portal)
+    return portal.render(request, "queues.html", {
+        "items": [i for i in view["items"] if i["kind"] != "service"], "now": view["now"]},
+        user=user)
+
+
+def queue_page(request: Request) -> Response:
+    user = current_user(request)
+    portal = portal_of(request)
+    name = request.path_params["name"]
+    if name not in portal.items:
+        raise OperatorError(f"no item named {name!r} in the production")
+    after_text = request.query_params.get("after", "")
+    if after_text and not after_text.isdigit():
+        raise HTTPException(400, f"after: {after_text!r} is not a message id")
+    after = int(after_text) if after_text else None
+    rows, next_after = queued_page(portal.store, name, after=after)
+    now = portal.store.db_now()
+    return portal.render(request, "queue.html", {
+        "name": name, "rows": rows, "after": after, "next_after": next_after,
+        "position": 0 if after is None else None, "now": now}, user=user)
+
+
+async def queue_action(request: Request) -> Response:
+    user, form = await _acting_user(request)
+    portal = portal_of(request)
+    name = request.path_params["name"]
+    message_id, action = request.path_params["message_id"], request.path_params["action"]
+    if action not in QUEUE_ACTIONS:
+        raise HTTPException(404, f"no action {action!r}; expected suspend or discard")
+    if not _confirmed(form):
+        return _confirm(request, portal, user, f"{action.capitalize()} message {message_id} "
+                        f"of {name}'s queue?", request.url.path)
+    await run_in_threadpool(actions.act_on_message, portal.store, portal.items, user, action,
+                            message_id)
+    return RedirectResponse(f"/queues/{name}", status_code=303)

@@ -1,0 +1,104 @@
+"""A portal follows the production it serves (DESIGN.md §13, "what runs is what is shown").
+
+Intake, the item pages and the diagram read ``Portal.production``. A standalone ``encore
+portal`` loads the production file once at its start; without this module it would refuse
+intake for an item that a SIGHUP added to the daemons (404) and accept it for one removed.
+:class:`ProductionFollower` loads the file again
+
+- when a daemon announces that it reloaded (``Kind.RELOADED``: NOTIFY on PostgreSQL, the
+  doorbell on SQLite — within milliseconds), on every portal, and
+- for a standalone portal (``poll_file``), when the file itself changes: its modification
+  time and size are looked at every :data:`WATCH_INTERVAL` seconds (a ``stat``, nothing
+  more), its SHA-256 only when they moved.
+
+A file that no longer loads (a typo being edited) is not taken: the portal keeps what it has
+and logs why, once per version of the file.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from engine.production import load_production
+from engine.store import running
+from engine.store.notify import Announcement, Kind
+
+if TYPE_CHECKING:
+    from engine.portal.app import Portal
+
+log = logging.getLogger(__name__)
+
+WATCH_INTERVAL = 0.5  # seconds between looks at the production file's mtime and size
+
+
+class ProductionFollower:
+    """Keeps ``portal.production`` what the production file says (see the module doc)."""
+
+    def __init__(self, portal: Portal, env: Mapping[str, str], *, poll_file: bool) -> None:
+        self.portal = portal
+        self.env = dict(env)
+        self.poll_file = poll_file
+        self.path = portal.production.path
+        self._lock = threading.Lock()
+        self._stat = self._stat_now()
+        self._hash = running.file_hash(self.path)
+        self._refused: str | None = None  # hash of a version that would not load
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.path is None:
+            return
+        store = self.portal.store
+        store.add_queue_callback(self._heard)
+        if self.poll_file:  # standalone: hear the daemons (inside one, the daemon hears)
+            store.hear_other_processes()
+            self._thread = threading.Thread(target=self._watch, daemon=True,
+                                            name="portal-production-watch")
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.path is not None:
+            self.portal.store.remove_queue_callback(self._heard)
+
+    def _heard(self, note: Announcement) -> None:
+        if note.kind is Kind.RELOADED:
+            self.reload(force=True)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(WATCH_INTERVAL):
+            if self._stat_now() != self._stat:
+                self.reload()
+
+    def _stat_now(self) -> tuple[int, int] | None:
+        try:
+            info = os.stat(self.path) if self.path is not None else None
+        except OSError:
+            return None
+        return None if info is None else (info.st_mtime_ns, info.st_size)
+
+    def reload(self, *, force: bool = False) -> bool:
+        """Load the file again if it changed (``force``: if it differs from what is served,
+        by hash); True when the portal now serves a new version."""
+        with self._lock:
+            self._stat = self._stat_now()
+            digest = running.file_hash(self.path)
+            if digest is None or digest == self._hash or (digest == self._refused and
+                                                          not force):
+                return False
+            try:
+                new = load_production(self.path, self.env)  # type: ignore[arg-type]
+            except Exception as exc:  # noqa: BLE001 - a bad file never takes the portal down
+                if digest != self._refused:
+                    log.warning("portal: the production file changed but does not load; "
+                                "serving the previous version: %s", exc)
+                self._refused = digest
+                return False
+            self.portal.production = new
+            self._hash, self._refused = digest, None
+            log.info("portal: production file reloaded: %d item(s)", len(new.items))
+            return True

@@ -1,0 +1,259 @@
+"""Per-item, per-minute counters (DESIGN.md §13): what an item's page shows of the last hour
+and day without scanning ``message_header``.
+
+The workers never write them. Each daemon counts in memory (:class:`RollupCounter`, fed by
+the delivery observers: an addition under a lock per attempt) and its loop flushes
+the minutes that changed every :data:`FLUSH_INTERVAL` seconds (and at its stop) with one
+upsert per item and minute into ``item_minute``. A row belongs to one daemon — the key is
+(item, minute, daemon) — so a flush *replaces* the row with the daemon's totals for that
+minute: no read-modify-write, no contention between daemons, and a flush that failed is
+simply done again by the next. A daemon killed with ``-9`` loses at most the counts of its
+last few seconds; the messages themselves are never at stake.
+
+Attempt times go into a fixed histogram (:data:`BUCKETS_MS`), so p50/p95 over a day are
+read from 1,440 small rows per daemon and are exact to a bucket.
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from sqlalchemy import delete, select
+
+from engine.clock import as_utc
+from engine.store.models import ROLLUP_COUNTS, item_minute
+from engine.store.sql import SqlStore
+
+FLUSH_INTERVAL = 2.0  # seconds between a daemon's flushes of the minutes that changed
+KEEP_DAYS = 2  # rows older than this are deleted by the leader's flush
+OUTCOMES = ("ok", "timeout", "connect_error", "reset", "http_status", "fault", "error")
+# Upper bounds (ms) of the attempt-time histogram; a last bucket takes the rest.
+BUCKETS_MS: tuple[float, ...] = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000,
+                                 10_000, 30_000, 60_000, 120_000)
+
+
+def minute_of(moment: datetime) -> datetime:
+    """The start of ``moment``'s minute, in UTC."""
+    return as_utc(moment).replace(second=0, microsecond=0)
+
+
+@dataclass
+class Minute:
+    """One item's counts in one minute."""
+
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROLLUP_COUNTS, 0))
+    histogram: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS_MS) + 1))
+    attempt_ms_total: float = 0.0
+
+    def add(self, other: Minute) -> None:
+        for key, value in other.counts.items():
+            self.counts[key] = self.counts.get(key, 0) + value
+        self.histogram = [a + b for a, b in zip(self.histogram, other.histogram)]
+        self.attempt_ms_total += other.attempt_ms_total
+
+    @property
+    def attempts(self) -> int:
+        return sum(self.counts[o] for o in OUTCOMES)
+
+    @property
+    def failed(self) -> int:
+        return self.attempts - self.counts["ok"]
+
+
+class RollupCounter:
+    """A daemon's counts by (item, minute) since its last flush — and the totals of the
+    minutes not yet over, which a flush writes again as they grow.
+
+    Cheap on the hot path: the current minute is worked out once a minute (its end is
+    kept on the monotonic clock), and a count is a dictionary lookup and an addition under
+    an uncontended lock."""
+
+    def __init__(self, clock: Any) -> None:
+        """``clock``: the daemon's (``now()`` and ``monotonic()``)."""
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._minutes: dict[tuple[str, datetime], Minute] = {}
+        self._dirty: set[tuple[str, datetime]] = set()  # of minutes before the current one
+        self._minute: datetime | None = None  # the current minute
+        self._until = float("-inf")  # monotonic seconds when it ends
+        self._current: dict[str, Minute] = {}  # item -> its counts in the current minute
+        self._dirty_now: set[str] = set()  # items counted in it since the last flush
+        self.last_outcome: dict[str, str] = {}  # item -> outcome of its latest attempt
+
+    def _roll(self) -> None:
+        """Start the minute of now (under the lock)."""
+        now, mono = as_utc(self._clock.now()), self._clock.monotonic()
+        if self._minute is not None:
+            self._dirty.update((item, self._minute) for item in self._dirty_now)
+        self._minute = minute_of(now)
+        self._until = mono + 60.0 - (now.second + now.microsecond / 1e6)
+        self._current, self._dirty_now = {}, set()
+
+    def _one(self, item: str) -> Minute:
+        """``item``'s counts of the current minute (under the lock)."""
+        if self._clock.monotonic() >= self._until:
+            self._roll()
+        one = self._current.get(item)
+        if one is None:
+            assert self._minute is not None
+            one = self._current[item] = self._minutes.setdefault((item, self._minute),
+                                                                  Minute())
+        self._dirty_now.add(item)
+        return one
+
+    def attempt(self, item: str, outcome: str, seconds: float, number: int) -> None:
+        """One attempt of ``item`` ended with ``outcome`` after ``seconds``; ``number``: its
+        attempt number (above 1: a retry)."""
+        ms = seconds * 1000.0 if seconds > 0 else 0.0
+        key = outcome if outcome in OUTCOMES else "error"
+        bucket = bisect.bisect_left(BUCKETS_MS, ms)
+        with self._lock:
+            one = self._one(item)
+            counts = one.counts
+            counts[key] += 1
+            if number > 1:
+                counts["retries"] += 1
+            one.histogram[bucket] += 1
+            one.attempt_ms_total += ms
+            self.last_outcome[item] = key
+
+    def completed(self, item: str) -> None:
+        with self._lock:
+            self._one(item).counts["completed"] += 1
+
+    def gave_up(self, item: str) -> None:
+        with self._lock:
+            self._one(item).counts["give_ups"] += 1
+
+    def take_dirty(self) -> dict[tuple[str, datetime], Minute]:
+        """The minutes that changed since the last call (copies), and forget the minutes
+        that are over and written."""
+        with self._lock:
+            if self._clock.monotonic() >= self._until:
+                self._roll()
+            keys = set(self._dirty)
+            if self._minute is not None:
+                keys.update((item, self._minute) for item in self._dirty_now)
+            dirty = {k: _copy(self._minutes[k]) for k in keys}
+            self._dirty, self._dirty_now = set(), set()
+            for key in [k for k in self._minutes if k[1] != self._minute]:
+                del self._minutes[key]
+        return dirty
+
+    def put_back(self, minutes: Iterable[tuple[str, datetime]]) -> None:
+        """A flush failed: write these again next time (those still kept)."""
+        with self._lock:
+            self._dirty.update(k for k in minutes if k in self._minutes)
+
+
+def _copy(one: Minute) -> Minute:
+    return Minute(dict(one.counts), list(one.histogram), one.attempt_ms_total)
+
+
+def flush(store: SqlStore, counter: RollupCounter, daemon_id: str, *,
+          prune_before: datetime | None = None) -> int:
+    """Write the minutes ``counter`` changed since the last flush (one transaction, one
+    upsert per item and minute); return how many. ``prune_before``: also delete rows older
+    than that (the leader does, now and then). On a failure the minutes stay to write."""
+    dirty = counter.take_dirty()
+    if not dirty and prune_before is None:
+        return 0
+    try:
+        with store._tx(durable=False) as conn:  # lost on a crash: a few seconds of counts
+            for (item, minute), one in sorted(dirty.items(), key=lambda kv: kv[0]):
+                values = {"config_name": item, "minute": minute, "daemon_id": daemon_id,
+                          **one.counts, "attempt_ms_total": one.attempt_ms_total,
+                          "histogram": json.dumps(one.histogram)}
+                conn.execute(_upsert(store, values))
+            if prune_before is not None:
+                conn.execute(delete(item_minute).where(item_minute.c.minute < prune_before))
+    except Exception:
+        counter.put_back(dirty)
+        raise
+    return len(dirty)
+
+
+def _upsert(store: SqlStore, values: Mapping[str, Any]) -> Any:
+    if store.is_postgres:
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
+    statement = insert(item_minute).values(**values)
+    keys = ("config_name", "minute", "daemon_id")
+    return statement.on_conflict_do_update(
+        index_elements=list(keys),
+        set_={k: statement.excluded[k] for k in values if k not in keys})
+
+
+# -- reading -----------------------------------------------------------------------------
+@dataclass
+class ItemRollup:
+    """What an item's page shows: totals of the last hour and day, percentiles, and the
+    last hour per minute (oldest first)."""
+
+    hour: Minute
+    day: Minute
+    per_minute: list[tuple[datetime, Minute]]
+
+    def counters(self, span: Minute) -> dict[str, Any]:
+        counts = span.counts
+        return {"attempts": span.attempts,
+                "attempts_by_outcome": {o: counts[o] for o in OUTCOMES},
+                "completed": counts["completed"], "errors": span.failed,
+                "retries": counts["retries"], "give_ups": counts["give_ups"],
+                "latency_ms": latency(span)}
+
+
+def latency(span: Minute) -> dict[str, float | None]:
+    """p50 and p95 of the attempt times counted in ``span``: the upper bound of the bucket
+    that holds them (None: no attempt)."""
+    total = sum(span.histogram)
+    found: dict[str, float | None] = {"p50": None, "p95": None}
+    if not total:
+        return found
+    for name, share in (("p50", 0.50), ("p95", 0.95)):
+        rank, seen = share * total, 0
+        for index, count in enumerate(span.histogram):
+            seen += count
+            if seen >= rank:
+                found[name] = float(BUCKETS_MS[index]) if index < len(BUCKETS_MS) else \
+                    float(BUCKETS_MS[-1]) * 2
+                break
+    return found
+
+
+def item_rollup(store: SqlStore, item: str, *, now: datetime) -> ItemRollup:
+    """The rollup of ``item`` up to ``now``: every daemon's rows of the last 24 hours (the
+    primary key's range), summed."""
+    m = item_minute.c
+    now = as_utc(now)
+    hour_start, day_start = minute_of(now - timedelta(minutes=59)), now - timedelta(hours=24)
+    hour, day = Minute(), Minute()
+    by_minute: dict[datetime, Minute] = {}
+    with store.read() as conn:
+        for row in conn.execute(select(item_minute).where(
+                m.config_name == item, m.minute >= day_start)).mappings():
+            one = Minute({k: int(row[k]) for k in ROLLUP_COUNTS},
+                         _histogram(row["histogram"]), float(row["attempt_ms_total"]))
+            day.add(one)
+            minute = as_utc(row["minute"]).astimezone(timezone.utc)
+            if minute >= hour_start:
+                hour.add(one)
+                by_minute.setdefault(minute, Minute()).add(one)
+    series = [(hour_start + timedelta(minutes=i),
+               by_minute.get(hour_start + timedelta(minutes=i), Minute())) for i in range(60)]
+    return ItemRollup(hour, day, series)
+
+
+def _histogram(text: str | None) -> list[int]:
+    size = len(BUCKETS_MS) + 1
+    try:
+        values = [int(v) for v in json.loads(text or "[]")][:size]
+    except (ValueError, TypeError):
+        values = []
+    return values + [0] * (size - len(values))
