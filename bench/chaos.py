@@ -15,7 +15,8 @@ a synchronous standby of the campaign's own when the server's binaries are insta
 ``--pg-url`` (or ``$ENCORE_TEST_POSTGRES_URL``), which it wipes (restarts seen through the
 proxies; no failover).
 
-Each round injects one fault drawn by the seed (:data:`FAULTS`), then lets the daemons
+Each round injects one fault drawn by the seed (:data:`FAULTS`; every kind once per pass
+through a shuffled deck), then lets the daemons
 settle. After the last round the producers stop, every fault is healed and the queues
 drain; then bench/chaos_checker.py judges each database and the table is printed. The
 exit status is 1 on any violation. The same seed draws the same faults, targets and
@@ -81,6 +82,7 @@ class Campaign:
     disk: SqliteDisk | None = None
     faults: Counter[str] = field(default_factory=Counter)
     log: list[str] = field(default_factory=list)
+    deck: list[str] = field(default_factory=list)  # the faults still to draw in this pass
 
     # -- who can take which fault --------------------------------------------------------
     def daemons(self, database: str | None = None) -> list[Daemon]:
@@ -102,8 +104,16 @@ class Campaign:
         return next(db for db in self.databases if db.name == name)
 
     # -- the rounds ----------------------------------------------------------------------
+    def draw(self) -> str:
+        """The next fault: every available kind once per pass, in an order the seed
+        shuffles (so that a few rounds see every kind, and a long run each as often)."""
+        if not self.deck:
+            self.deck = self.available()
+            self.rng.shuffle(self.deck)
+        return self.deck.pop()
+
     def round(self, number: int) -> None:
-        kind = self.rng.choice(self.available())
+        kind = self.draw()
         started = time.monotonic()
         detail = FAULT_ACTIONS[kind](self)
         self.faults[kind] += 1
@@ -326,6 +336,8 @@ def table(report: dict[str, Any]) -> str:
     total = report["violations"]
     lines += ["", f"{total} violation(s)" + (":" if total else "")]
     lines += [f"  {v}" for v in report["examples"]]
+    if report.get("work"):
+        lines.append(f"kept: {report['work']}")
     return "\n".join(lines)
 
 
@@ -355,7 +367,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for db in c.databases:
                 assert db.producer is not None
                 db.producer.start()
-            time.sleep(1.0)
+            time.sleep(args.warmup)
             for number in range(1, args.rounds + 1):
                 c.round(number)
             for db in c.databases:
@@ -420,6 +432,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--daemons", type=int, default=3, help="daemons on PostgreSQL (3)")
     parser.add_argument("--rate", type=float, default=12.0,
                         help="messages per second each producer sends (12)")
+    parser.add_argument("--warmup", type=float, default=1.0,
+                        help="seconds of traffic before the first fault (1)")
     parser.add_argument("--flood", type=int, default=500,
                         help="half-open connections of a portal flood (500)")
     parser.add_argument("--faults", default=None, metavar="KIND,...",

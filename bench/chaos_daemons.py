@@ -3,7 +3,7 @@ own with its own production file (the same items and database, its own ``[portal
 and database URL — through its own proxies), and its log.
 
 Settings are scaled down so that a fault outlives the lease in seconds, not minutes: a
-lease of 2 s, retries 0.2 s apart, a failure timeout of 2 s, a response timeout of 2 s.
+lease of 2 s, retries 0.2 s apart, a response timeout of 2 s, a failure timeout of 5 s.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _item(name: str, url: str, *, idempotent: bool, pool_size: int) -> str:
     return (f'\n[[items]]\nname = "{name}"\nclass = "operations.http:HttpOperation"\n'
             f"pool_size = {pool_size}\n[items.settings]\nurl = {json.dumps(url)}\n"
             f"idempotent = {json.dumps(idempotent)}\nretry_interval = 0.2\n"
-            "failure_timeout = 2\nresponse_timeout = 2\nconnect_timeout = 1\n")
+            "failure_timeout = 5\nresponse_timeout = 2\nconnect_timeout = 1\n")
 
 
 def production_toml(database: str, server_url: str, portal_port: int) -> str:

@@ -3,8 +3,9 @@ Encore's client API (:func:`engine.client.send_message`), through faults and all
 
 Messages go to ``Idem``, ``Once`` and ``Fifo`` in turn, one at a time, so the FIFO item's
 accept order is its id order. Each body carries a unique *tag* (``PREFIX:ITEM:N``, with
-``!fail`` in one in twenty of the Idem and Once tags: the server always refuses those,
-see bench/chaos_server.py). A send that raises is *refused*: not accepted, although its
+``!fail`` in one in twenty of the Idem and Once tags — the server always refuses those —
+and ``!slow`` in one in twenty-five — answered too late the first time; see
+bench/chaos_server.py). A send that raises is *refused*: not accepted, although its
 message may exist all the same (the commit may have happened before the connection
 broke); the checker holds every message in the database to the invariants, accepted or
 not, and every accepted one to being there.
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 
 from bench.chaos_daemons import ITEMS
-from bench.chaos_server import FAIL_MARK
+from bench.chaos_server import FAIL_MARK, SLOW_MARK
 from engine.client import send_message
 from engine.production import load_production
 from engine.store.sql import SqlStore
@@ -28,8 +29,10 @@ log = logging.getLogger(__name__)
 
 
 def tag_of(prefix: str, item: str, n: int) -> str:
-    fail = FAIL_MARK if item != "Fifo" and n % 20 == 7 else ""
-    return f"{prefix}:{item}:{n}{fail}"
+    mark = ""
+    if item != "Fifo":
+        mark = FAIL_MARK if n % 20 == 7 else SLOW_MARK if n % 25 == 11 else ""
+    return f"{prefix}:{item}:{n}{mark}"
 
 
 class Producer:

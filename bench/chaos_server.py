@@ -7,6 +7,9 @@ order it reads them (:class:`~bench.chaos_checker.Arrival`) and decides, from th
 alone, so that a run is the same whatever the timing:
 
 - a tag containing ``!fail`` is always answered 503 (the message gives up: an ``Error``);
+- a tag containing ``!slow`` is answered after 2.5 s the first time, past the items'
+  response timeout of 2 s: processed, but the daemon cannot know it (*outcome unknown*: an
+  idempotent item sends it again, a non-idempotent one must not);
 - about one tag in five (by its CRC) is answered 503 the first time, 200 after (one retry
   and a first-failure event);
 - every answer waits 5–60 ms (by the CRC), so that faults catch attempts in flight.
@@ -23,6 +26,8 @@ from bench.chaos_checker import Arrival
 __all__ = ["CountingServer"]
 
 FAIL_MARK = "!fail"
+SLOW_MARK = "!slow"
+SLOW_SECONDS = 2.5  # past the response timeout of bench/chaos_daemons.py
 
 
 def plan(tag: str, seen_before: int) -> tuple[int, float]:
@@ -32,6 +37,8 @@ def plan(tag: str, seen_before: int) -> tuple[int, float]:
     wait = 0.005 + (crc % 56) / 1000
     if FAIL_MARK in tag:
         return 503, wait
+    if SLOW_MARK in tag and seen_before == 0:
+        return 200, SLOW_SECONDS
     if crc % 5 == 0 and seen_before == 0:
         return 503, wait
     return 200, wait
