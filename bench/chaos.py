@@ -17,8 +17,8 @@ proxies; no failover).
 
 Each round injects one fault drawn by the seed (:data:`FAULTS`; every kind once per pass
 through a shuffled deck), then lets the daemons
-settle. After the last round the producers stop, every fault is healed and the queues
-drain; then bench/chaos_checker.py judges each database and the table is printed. The
+settle. After the last round the producers go on for ``--cooldown`` seconds (every live
+daemon must deliver in them), then stop, and the queues drain; then bench/chaos_checker.py judges each database and the table is printed. The
 exit status is 1 on any violation. The same seed draws the same faults, targets and
 durations in the same order (their timing against the traffic is real time, not replayed).
 RELIABILITY.md has a long run and what each guarantee costs.
@@ -275,8 +275,8 @@ def _drain(c: Campaign) -> float:
     return time.monotonic() - started
 
 
-def _judge(c: Campaign, db: Database, roles: dict[str, str]) -> tuple[list[Violation],
-                                                                       dict[str, Any]]:
+def _judge(c: Campaign, db: Database, roles: dict[str, str],
+           calm: int) -> tuple[list[Violation], dict[str, Any]]:
     assert db.producer is not None
     prefix = f"{db.producer.prefix}:"
     arrivals = [a for a in c.server.snapshot() if a.tag.startswith(prefix)]
@@ -288,7 +288,8 @@ def _judge(c: Campaign, db: Database, roles: dict[str, str]) -> tuple[list[Viola
         violations += check(store.engine, Evidence(
             roles=roles, accepted=db.producer.accepted, arrivals=arrivals,
             live_pids=[d.pid for d in db.daemons if d.alive()],
-            lease_seconds=3 * LEASE_SECONDS))
+            lease_seconds=3 * LEASE_SECONDS, senders=[d.name for d in db.daemons if d.alive()],
+            since_seq=calm))
         with store.engine.connect() as conn:
             from sqlalchemy import text
             statuses = dict(conn.execute(text(
@@ -296,8 +297,10 @@ def _judge(c: Campaign, db: Database, roles: dict[str, str]) -> tuple[list[Viola
                 "GROUP BY status")).all())
     finally:
         store.dispose()
+    after = Counter(a.sender for a in arrivals if a.seq >= calm)
     figures = {"messages": sum(statuses.values()), "accepted": len(db.producer.accepted),
                "refused": db.producer.refused, "requests": len(arrivals),
+               "requests_after_faults": {d.name: after.get(d.name, 0) for d in db.daemons},
                "statuses": {k: int(v) for k, v in sorted(statuses.items())}}
     return violations, figures
 
@@ -333,6 +336,9 @@ def table(report: dict[str, Any]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines += ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
                         for i, (cell, w) in enumerate(zip(row, widths))) for row in rows]
+    after = [f"{d} {n}" for name in names
+             for d, n in report["databases"][name]["requests_after_faults"].items()]
+    lines += ["", "requests after the last fault, by daemon: " + ", ".join(after)]
     total = report["violations"]
     lines += ["", f"{total} violation(s)" + (":" if total else "")]
     lines += [f"  {v}" for v in report["examples"]]
@@ -370,11 +376,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(args.warmup)
             for number in range(1, args.rounds + 1):
                 c.round(number)
+            calm = len(server.snapshot())  # the faults have stopped: every daemon must work
+            time.sleep(args.cooldown)
             for db in c.databases:
                 assert db.producer is not None
                 db.producer.stop()
             drained = _drain(c)
-            results = {db.name: _judge(c, db, roles) for db in c.databases}
+            results = {db.name: _judge(c, db, roles, calm) for db in c.databases}
         finally:
             _teardown(c, keep=args.keep)
     violations = [v for found, _ in results.values() for v in found]
@@ -434,6 +442,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="messages per second each producer sends (12)")
     parser.add_argument("--warmup", type=float, default=1.0,
                         help="seconds of traffic before the first fault (1)")
+    parser.add_argument("--cooldown", type=float, default=5.0,
+                        help="seconds of traffic after the last fault, in which every live "
+                             "daemon must deliver (5)")
     parser.add_argument("--flood", type=int, default=500,
                         help="half-open connections of a portal flood (500)")
     parser.add_argument("--faults", default=None, metavar="KIND,...",

@@ -19,7 +19,9 @@ alive, and it lists every :class:`Violation` of these invariants:
   without a failed attempt has any.
 - ``give_up``: more than one give-up ``Error`` event (``on_give_up``), or a message in
   status Error without one, or one not in Error with one.
-- ``stuck``: a daemon that should be alive has no heartbeat fresher than its lease.
+- ``stuck``: a daemon that should be alive has no heartbeat fresher than its lease, or
+  sent the server nothing once the faults had stopped (its requests name it: each daemon
+  calls the server under a path of its own).
 
 The checker is written first and kept honest: tests/unit/test_chaos_checker.py builds small
 SQLite databases that break each invariant on purpose and asserts this reports exactly that.
@@ -52,11 +54,13 @@ UNSENT_TEXT = "not sent:"
 @dataclass(frozen=True)
 class Arrival:
     """One request as the loopback server saw it: the message's tag (carried in the body),
-    the server's arrival sequence number and the status it answered."""
+    the server's arrival sequence number, the status it answered and the daemon that sent
+    it (the first segment of the request's path)."""
 
     tag: str
     seq: int
     status: int
+    sender: str = ""
 
     @property
     def processed(self) -> bool:
@@ -83,6 +87,10 @@ class Evidence:
     arrivals: Iterable[Arrival] = ()
     live_pids: Iterable[int] = ()  # daemons that should be alive (their process ids)
     lease_seconds: float = 30.0
+    # daemons (by the sender name of their requests) that must each have sent something
+    # from arrival number ``since_seq`` on: after the last fault
+    senders: Iterable[str] = ()
+    since_seq: int = 0
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,7 @@ def check(engine: Engine, evidence: Evidence) -> list[Violation]:
     violations += _fifo_order(messages, evidence.roles, arrivals)
     violations += _events(engine, messages)
     violations += _stuck(engine, list(evidence.live_pids), evidence.lease_seconds)
+    violations += _silent(arrivals, list(evidence.senders), evidence.since_seq)
     return violations
 
 
@@ -272,6 +281,13 @@ def _stuck(engine: Engine, pids: list[int], lease_seconds: float) -> list[Violat
             out.append(Violation("stuck", None, f"daemon pid {pid}: last heartbeat {age:.1f} s "
                                  f"ago (lease {lease_seconds:g} s)"))
     return out
+
+
+def _silent(arrivals: list[Arrival], senders: list[str], since: int) -> list[Violation]:
+    active = {a.sender for a in arrivals if a.seq >= since}
+    return [Violation("stuck", None, f"daemon {name}: sent nothing once the faults had "
+                      f"stopped (from request {since} on)")
+            for name in senders if name not in active]
 
 
 def _db_now(engine: Engine) -> datetime:

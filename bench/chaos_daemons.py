@@ -58,7 +58,9 @@ class Daemon:
         self.portal_port = free_port()
         directory.mkdir(parents=True, exist_ok=True)
         self.production = directory / "production.toml"
-        self.production.write_text(production_toml(database, server_url, self.portal_port))
+        # the server tells the daemons apart by the first segment of the path
+        self.production.write_text(production_toml(database, server_url + name,
+                                                   self.portal_port))
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.stopped = False  # SIGSTOPped

@@ -1,6 +1,7 @@
 """The fault campaign's loopback service: it answers the daemons' HTTP requests and keeps
 its own record of every one, which the checker holds the database to.
 
+Each daemon calls it under a path of its own (``/pg-1/m``): the sender of a request.
 Each request's body is the message's *tag* (the producer writes it into the message:
 ``{"method": "POST", "path": "/m", "body": TAG}``). The server numbers requests in the
 order it reads them (:class:`~bench.chaos_checker.Arrival`) and decides, from the tag
@@ -65,12 +66,12 @@ class CountingServer:
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
                                         name="chaos-server")
 
-    def arrive(self, tag: str) -> tuple[int, float]:
+    def arrive(self, tag: str, sender: str = "") -> tuple[int, float]:
         with self._lock:
             seen = self._seen.get(tag, 0)
             self._seen[tag] = seen + 1
             status, wait = plan(tag, seen)
-            self.arrivals.append(Arrival(tag, len(self.arrivals), status))
+            self.arrivals.append(Arrival(tag, len(self.arrivals), status, sender))
         return status, wait
 
     def snapshot(self) -> list[Arrival]:
@@ -86,7 +87,8 @@ class CountingServer:
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 length = int(self.headers.get("Content-Length") or 0)
                 tag = self.rfile.read(length).decode("utf-8", "replace")
-                status, wait = server.arrive(tag)
+                sender = self.path.lstrip("/").split("/", 1)[0]
+                status, wait = server.arrive(tag, sender)
                 time.sleep(wait)
                 body = b"ok" if status == 200 else b"busy"
                 self.send_response(status)

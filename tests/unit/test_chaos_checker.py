@@ -30,10 +30,13 @@ class History:
     accepted: dict[str, int] = field(default_factory=dict)
     arrivals: list[Arrival] = field(default_factory=list)
     pids: list[int] = field(default_factory=list)
+    senders: list[str] = field(default_factory=list)
+    since: int = 0
 
     def evidence(self) -> Evidence:
         return Evidence(roles=ROLES, accepted=dict(self.accepted), arrivals=list(self.arrivals),
-                        live_pids=list(self.pids), lease_seconds=LEASE)
+                        live_pids=list(self.pids), lease_seconds=LEASE,
+                        senders=list(self.senders), since_seq=self.since)
 
     def violations(self) -> list[Violation]:
         return check(self.store.engine, self.evidence())
@@ -45,8 +48,8 @@ class History:
         self.accepted[tag] = mid
         return mid
 
-    def arrive(self, tag: str, status: int = 200) -> None:
-        self.arrivals.append(Arrival(tag, len(self.arrivals), status))
+    def arrive(self, tag: str, status: int = 200, sender: str = "d1") -> None:
+        self.arrivals.append(Arrival(tag, len(self.arrivals), status, sender))
 
     def claim(self, target: str) -> int:
         claimed = self.store.claim(target, owner=OWNER, now=utcnow(), lease_seconds=LEASE,
@@ -129,6 +132,9 @@ def history(tmp_path: Path) -> Iterator[History]:
     store.register_daemon(OWNER, host="h", pid=os.getpid(), production="P", items="[]",
                           now=utcnow())
     h.pids.append(os.getpid())
+    h.since = len(h.arrivals) - 2  # the "faults" stopped before the last two requests
+    deliver_ok(h, "Idem", "idem-4")  # d1 delivers after the faults
+    h.senders.append("d1")
     yield h
     store.dispose()
 
@@ -279,6 +285,15 @@ def test_a_live_daemon_never_registered_is_stuck(history: History) -> None:
     history.pids.append(999_999_999)
     v = only(history.violations(), "stuck")
     assert "999999999" in v.detail and "no heartbeat" in v.detail
+
+
+def test_a_live_daemon_that_sends_nothing_after_the_faults_is_stuck(
+        history: History) -> None:
+    history.senders.append("d2")
+    # an idempotent re-send from d2, but before the faults ended
+    history.arrivals.insert(0, Arrival("idem-1", -1, 200, "d2"))
+    v = only(history.violations(), "stuck")
+    assert "d2" in v.detail and "sent nothing" in v.detail
 
 
 def test_a_dead_daemon_left_behind_is_not_stuck(history: History) -> None:
