@@ -15,12 +15,13 @@ a synchronous standby of the campaign's own when the server's binaries are insta
 ``--pg-url`` (or ``$ENCORE_TEST_POSTGRES_URL``), which it wipes (restarts seen through the
 proxies; no failover).
 
-Each round injects one fault drawn by the seed (:data:`FAULTS`; every kind once per pass
-through a shuffled deck), then lets the daemons
-settle. After the last round the producers go on for ``--cooldown`` seconds (every live
-daemon must deliver in them), then stop, and the queues drain; then bench/chaos_checker.py judges each database and the table is printed. The
-exit status is 1 on any violation. The same seed draws the same faults, targets and
-durations in the same order (their timing against the traffic is real time, not replayed).
+Each round injects one fault drawn by the seed (bench/chaos_faults.py; every kind once per
+pass through a shuffled deck), then lets the daemons settle. After the last round the
+producers go on for ``--cooldown`` seconds (every live daemon must deliver in them), then
+stop, and the queues drain; then bench/chaos_checker.py judges each database and the table
+is printed. The exit status is 1 on any violation. The same seed draws the same faults,
+targets and durations in the same order (their timing against the traffic is real time,
+not replayed).
 RELIABILITY.md has a long run and what each guarantee costs.
 """
 from __future__ import annotations
@@ -34,7 +35,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,18 +44,17 @@ sys.path.insert(0, str(ROOT))  # `python bench/chaos.py`: the checkout's engine 
 
 from bench.chaos_checker import ROLES, Evidence, Violation, check, counts  # noqa: E402
 from bench.chaos_daemons import ITEMS, LEASE_SECONDS, Daemon  # noqa: E402
-from bench.chaos_disk import SqliteDisk, flood  # noqa: E402
+from bench.chaos_disk import SqliteDisk  # noqa: E402
+from bench.chaos_faults import FAULT_ACTIONS, FAULTS  # noqa: E402
 from bench.chaos_pg import ClusterPg, ExternalPg, PgBackend  # noqa: E402
 from bench.chaos_producer import Producer  # noqa: E402
 from bench.chaos_proxy import FaultProxy  # noqa: E402
+from bench.chaos_report import table  # noqa: E402
 from bench.chaos_server import CountingServer  # noqa: E402
 from engine.store.sql import SqlStore  # noqa: E402
 from engine.store.statuses import ENDED_STATUSES  # noqa: E402
 
 PG_ENV = "ENCORE_TEST_POSTGRES_URL"
-PAST_LEASE = LEASE_SECONDS + 1.0  # seconds a freeze or partition lasts, at least
-FAULTS = ("kill9", "sigstop", "db_restart", "failover", "cut", "blackhole", "delay",
-          "disk_full", "portal_flood")
 DRAIN_TIMEOUT = 120.0  # seconds the queues may take to drain once the faults stop
 
 
@@ -68,7 +67,6 @@ class Database:
     daemons: list[Daemon]
     proxies: dict[str, list[FaultProxy]] = field(default_factory=dict)  # client → per node
     producer: Producer | None = None
-    store: SqlStore | None = None
 
 
 @dataclass
@@ -122,86 +120,6 @@ class Campaign:
         if not self.args.json:
             print(line, flush=True)
         time.sleep(self.rng.uniform(0.5, 1.5))  # settle
-
-
-# -- the faults ----------------------------------------------------------------------------
-def _kill9(c: Campaign) -> str:
-    d = c.rng.choice(c.daemons())
-    pause = c.rng.uniform(0, 0.5)
-    d.kill()
-    time.sleep(pause)
-    d.start()
-    d.wait_started()
-    return f"{d.name} killed, restarted {pause:.2f} s later"
-
-
-def _sigstop(c: Campaign) -> str:
-    d = c.rng.choice(c.daemons())
-    frozen = PAST_LEASE + c.rng.uniform(0, 1.0)
-    d.stop()
-    time.sleep(frozen)
-    d.cont()
-    return f"{d.name} frozen {frozen:.1f} s (lease {LEASE_SECONDS:g} s)"
-
-
-def _db_restart(c: Campaign) -> str:
-    db = c.database("postgresql")
-    assert c.pg is not None
-    return c.pg.restart([p for proxies in db.proxies.values() for p in proxies])
-
-
-def _failover(c: Campaign) -> str:
-    assert c.pg is not None
-    return c.pg.failover()
-
-
-def _partition(c: Campaign, how: Callable[[FaultProxy], Any], what: str,
-               seconds: float) -> str:
-    db = c.database("postgresql")
-    d = c.rng.choice(db.daemons)
-    proxies = db.proxies[d.name]
-    for proxy in proxies:
-        how(proxy)
-    time.sleep(seconds)
-    for proxy in proxies:
-        proxy.heal()
-    return f"{d.name}'s database connections {what} {seconds:.1f} s"
-
-
-def _cut(c: Campaign) -> str:
-    seconds = PAST_LEASE + c.rng.uniform(0, 1.0)
-    return _partition(c, lambda p: p.cut(refuse_for=seconds), "cut, refused", seconds)
-
-
-def _blackhole(c: Campaign) -> str:
-    seconds = PAST_LEASE + c.rng.uniform(0, 1.0)
-    return _partition(c, FaultProxy.blackhole, "blackholed", seconds)
-
-
-def _delay(c: Campaign) -> str:
-    lag = c.rng.choice((0.05, 0.2, 0.5))
-    return _partition(c, lambda p: p.delay(lag), f"delayed {lag:g} s per chunk", 3.0)
-
-
-def _disk_full(c: Campaign) -> str:
-    assert c.disk is not None
-    d = c.database("sqlite").daemons[0]
-    seconds = 1.0 + c.rng.uniform(0, 2.0)
-    what = c.disk.fill(d.pid)
-    time.sleep(seconds)
-    c.disk.free()
-    return f"{what}, {seconds:.1f} s"
-
-
-def _portal_flood(c: Campaign) -> str:
-    d = c.rng.choice(c.daemons())
-    return f"{d.name}'s portal: " + flood(d.portal_port, c.args.flood, 3.0)
-
-
-FAULT_ACTIONS: dict[str, Callable[[Campaign], str]] = {
-    "kill9": _kill9, "sigstop": _sigstop, "db_restart": _db_restart, "failover": _failover,
-    "cut": _cut, "blackhole": _blackhole, "delay": _delay, "disk_full": _disk_full,
-    "portal_flood": _portal_flood}
 
 
 # -- setting up ----------------------------------------------------------------------------
@@ -316,37 +234,6 @@ def _roles(args: argparse.Namespace) -> dict[str, str]:
     return roles
 
 
-def table(report: dict[str, Any]) -> str:
-    names = list(report["databases"])
-    lines = [f"Encore fault campaign: seed {report['seed']}, {report['rounds']} rounds, "
-             f"{report['seconds']:.0f} s (drain {report['drain_seconds']:.1f} s), "
-             f"PostgreSQL {report['postgresql']}, disk full by {report['disk_full']}",
-             f"load average at start {report['load_start']}, at end {report['load_end']}",
-             "", "faults: " + ", ".join(f"{k} {v}" for k, v in report["faults"].items()), ""]
-    rows = [("", *names)]
-    for key in ("messages", "accepted", "refused", "requests"):
-        rows.append((key, *(str(report["databases"][n][key]) for n in names)))
-    for status in sorted({s for n in names for s in report["databases"][n]["statuses"]}):
-        rows.append((f"  {status}", *(str(report["databases"][n]["statuses"].get(status, 0))
-                                       for n in names)))
-    rows.append(("violations", *("" for _ in names)))
-    for invariant in report["databases"][names[0]]["violations"] if names else ():
-        rows.append((f"  {invariant}", *(str(report["databases"][n]["violations"][invariant])
-                                          for n in names)))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines += ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
-                        for i, (cell, w) in enumerate(zip(row, widths))) for row in rows]
-    after = [f"{d} {n}" for name in names
-             for d, n in report["databases"][name]["requests_after_faults"].items()]
-    lines += ["", "requests after the last fault, by daemon: " + ", ".join(after)]
-    total = report["violations"]
-    lines += ["", f"{total} violation(s)" + (":" if total else "")]
-    lines += [f"  {v}" for v in report["examples"]]
-    if report.get("work"):
-        lines.append(f"kept: {report['work']}")
-    return "\n".join(lines)
-
-
 def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -417,6 +304,9 @@ def _teardown(c: Campaign, *, keep: bool) -> None:
     if c.pg is not None:
         c.pg.close()
     if c.disk is not None:
+        if keep:  # the tmpfs goes with the mount: keep a copy of the SQLite database
+            shutil.copytree(c.disk.directory, c.work / "lite-db",
+                            ignore=shutil.ignore_patterns(".chaos-filler"))
         c.disk.close()
     if not keep:
         shutil.rmtree(c.work, ignore_errors=True)

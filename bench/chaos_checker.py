@@ -37,9 +37,9 @@ from datetime import datetime, timedelta
 from sqlalchemy import select, text
 from sqlalchemy.engine import Engine
 
-from engine.store.statuses import FINAL_STATUSES
 from engine.clock import as_utc, utcnow
 from engine.store.models import daemon
+from engine.store.statuses import FINAL_STATUSES
 
 __all__ = ["INVARIANTS", "ROLES", "Arrival", "Evidence", "Violation", "check", "message_tag"]
 
