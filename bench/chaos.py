@@ -9,11 +9,11 @@ item (``Idem``), a non-idempotent one (``Once``) and a FIFO one (``Fifo``, pool_
 calling a loopback HTTP server that records every request it receives
 (bench/chaos_server.py); every daemon reaches PostgreSQL through TCP proxies of its own
 that can cut, blackhole and delay its connections (bench/chaos_proxy.py); a producer per
-database sends messages through Encore's client API all along. PostgreSQL is a primary and
-a synchronous standby of the campaign's own when the server's binaries are installed
-(``--pg-cluster``, the default then: real restarts and failovers), else the database of
-``--pg-url`` (or ``$ENCORE_TEST_POSTGRES_URL``), which it wipes (restarts seen through the
-proxies; no failover).
+database sends messages through Encore's client API all along. PostgreSQL is the database
+of ``--pg-url`` when one is given, which it wipes (restarts seen through the proxies; no
+failover); else a primary and a synchronous standby of the campaign's own when the
+server's binaries are installed (``--pg-cluster``: real restarts and failovers); else the
+database of ``$ENCORE_TEST_POSTGRES_URL``.
 
 Each round injects one fault drawn by the seed (bench/chaos_faults.py; every kind once per
 pass through a shuffled deck), then lets the daemons settle. After the last round the
@@ -124,14 +124,17 @@ class Campaign:
 
 # -- setting up ----------------------------------------------------------------------------
 def _pg_backend(args: argparse.Namespace) -> PgBackend | None:
+    """--pg-url; else --pg-cluster; else a cluster of our own when the server's binaries
+    are installed; else $ENCORE_TEST_POSTGRES_URL; else none."""
     if args.no_pg:
         return None
-    url = args.pg_url or (None if args.pg_cluster else os.environ.get(PG_ENV))
-    if url:
-        return ExternalPg(url)
+    if args.pg_url:
+        return ExternalPg(args.pg_url)
     from tests.integration.pg_cluster import find_bindir
     if args.pg_cluster or find_bindir() is not None:
         return ClusterPg()
+    if os.environ.get(PG_ENV):
+        return ExternalPg(os.environ[PG_ENV])
     print(f"no PostgreSQL: give --pg-url or ${PG_ENV}, or install the server's binaries; "
           "running on SQLite only", file=sys.stderr)
     return None
@@ -216,8 +219,13 @@ def _judge(c: Campaign, db: Database, roles: dict[str, str],
     finally:
         store.dispose()
     after = Counter(a.sender for a in arrivals if a.seq >= calm)
+    # what outcome-unknown handling costs an idempotent item: messages processed again
+    processed = Counter(a.tag for a in arrivals if a.processed)
+    resent = sum(1 for tag, n in processed.items()
+                 if n > 1 and roles.get(tag.split(":")[1]) != "once")
     figures = {"messages": sum(statuses.values()), "accepted": len(db.producer.accepted),
                "refused": db.producer.refused, "requests": len(arrivals),
+               "processed_again": resent,
                "requests_after_faults": {d.name: after.get(d.name, 0) for d in db.daemons},
                "statuses": {k: int(v) for k, v in sorted(statuses.items())}}
     return violations, figures
@@ -319,8 +327,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="draws the faults (default: a random one, printed)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--pg-url", default=None,
-                       help=f"a PostgreSQL database the campaign may wipe (default ${PG_ENV}, "
-                            "when --pg-cluster is not given)")
+                       help="a PostgreSQL database the campaign may wipe (without it: a "
+                            f"cluster of its own if it can, else ${PG_ENV})")
     where.add_argument("--pg-cluster", action="store_true",
                        help="a primary and synchronous standby of the campaign's own "
                             "(the default without a URL, when the server's binaries are "

@@ -1,5 +1,7 @@
 """The fault campaign's table (bench/chaos.py): rounds, faults by kind, messages by
-status and violations by invariant, per database, from the report's JSON object."""
+status and violations by invariant, per database, from the report's JSON object.
+``processed_again``: messages of the idempotent items the server processed more than once
+(re-sent after an outcome-unknown attempt, as they allow)."""
 from __future__ import annotations
 
 from typing import Any
@@ -15,7 +17,7 @@ def table(report: dict[str, Any]) -> str:
              f"load average at start {report['load_start']}, at end {report['load_end']}",
              "", "faults: " + ", ".join(f"{k} {v}" for k, v in report["faults"].items()), ""]
     rows = [("", *names)]
-    for key in ("messages", "accepted", "refused", "requests"):
+    for key in ("messages", "accepted", "refused", "requests", "processed_again"):
         rows.append((key, *(str(report["databases"][n][key]) for n in names)))
     for status in sorted({s for n in names for s in report["databases"][n]["statuses"]}):
         rows.append((f"  {status}", *(str(report["databases"][n]["statuses"].get(status, 0))
