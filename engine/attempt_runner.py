@@ -130,13 +130,15 @@ class AttemptRunner:
             number=number, attempt_id=attempt_id, started=started, ended=self.clock.monotonic(),
             started_at=started_at, ended_at=self.clock.now(), response=response, error=error,
             server=server, retry_asked=host.retry, suspend_asked=host.suspend_message)
-        if outcome.failed:  # a success is recorded with the completion, in one transaction
+        # a success is recorded with the completion, a failure with what follows it (a
+        # retry's schedule, a give-up): each in one transaction
+        if outcome.failed:
             self.store.end_attempt(attempt_id, ended_at=outcome.ended_at, server=server,
                                    outcome=outcome.outcome,
                                    status_code=getattr(error, "status_code", None),
                                    error_text=error_text(error),
                                    started_at=started_at if begun is not None else None,
-                                   token=row.claim_token)
+                                   token=row.claim_token, defer=True)
         self._after(row, outcome)
         return outcome
 

@@ -17,7 +17,8 @@ import enum
 import logging
 import random
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -28,7 +29,7 @@ from engine.clock import Clock
 from engine.delivery_events import (AlertObserver, DeliveryObserver, EventLogObserver,
                                     MetricsObserver, TraceObserver)
 from engine.delivery_policy import DeliveryPolicy, Judgement, Verdict
-from engine.errors import AttemptHeld, OutcomeUnknown
+from engine.errors import AttemptHeld, OutcomeUnknown, StoreError
 from engine.host import DEFAULT_MAX_DELIVERIES, BusinessOperation, OperationSettings
 from engine.message import decode_message, encode_response
 from engine.metrics import Metrics
@@ -143,7 +144,7 @@ class MessageWorker:
         events are written as it writes them."""
         self.host.message_id, self.host.session_id = row.id, row.session_id
         if interrupted >= self.max_deliveries:
-            with self.store.events.until_next_change():
+            with self._change():
                 return self._suspend_poison(row, interrupted, begun)
         request = decode_message(row.body_class, row.body)
         # An attempt 1 begun with the claim starts for real now: s_1 is taken then.
@@ -153,7 +154,7 @@ class MessageWorker:
         # attempts > 0 only once an attempt row exists: a fresh message needs no look
         open_attempt = self.store.open_attempt(row.id) if number else None
         if open_attempt is not None:  # in flight when its daemon died: outcome unknown
-            with self.store.events.until_next_change():
+            with self._change():
                 recovered = self._recover_in_flight(row, open_attempt, first_started)
             if isinstance(recovered, Result):
                 return recovered
@@ -169,10 +170,25 @@ class MessageWorker:
             if first_started is None:
                 first_started = outcome.started
             judgement = self.judge.judge(self.host, request, outcome, first_started)
-            with self.store.events.until_next_change():
+            with self._change():
                 result = self._follow(row, outcome, judgement)
             if result is not None:
                 return result
+
+    @contextmanager
+    def _change(self) -> Iterator[None]:
+        """A change of the message's state with its events and the end of the attempt that
+        led to it, written together (:meth:`SqlStore.end_attempt` ``defer``). If the
+        database refuses it, none of them is written: the attempt stays open, and the next
+        delivery recovers it as outcome unknown and writes its events then."""
+        with self.store.events.until_next_change():
+            try:
+                yield
+            except StoreError:
+                self.store.events.discard_held()
+                raise
+            finally:
+                self.store.drop_deferred()
 
     def _first_started(self, row: MessageRow) -> float | None:
         """s_1 on this process's monotonic clock, from the stored first-attempt time."""
@@ -233,7 +249,7 @@ class MessageWorker:
         if open_attempt.attempt == 1:  # written with the attempt's end
             self._tell("on_first_failure", row, f"attempt 1 failed: {CRASH_TEXT}")
         self.store.end_attempt(open_attempt.id, ended_at=self.clock.now(), outcome="error",
-                               error_text=CRASH_TEXT, token=row.claim_token)
+                               error_text=CRASH_TEXT, token=row.claim_token, defer=True)
         first = now if first_started is None else first_started
         if not self.policy.idempotent:
             return self._end(row, Result.SUSPENDED, f"{CRASH_TEXT}; the request may have been "
@@ -255,11 +271,11 @@ class MessageWorker:
             if open_attempt.attempt == 1:
                 self._tell("on_first_failure", row, f"attempt 1 failed: {CRASH_TEXT}")
             self.store.end_attempt(open_attempt.id, ended_at=self.clock.now(), outcome="error",
-                                   error_text=CRASH_TEXT, token=row.claim_token)
+                                   error_text=CRASH_TEXT, token=row.claim_token, defer=True)
         elif begun is not None:
             self.store.end_attempt(begun, ended_at=self.clock.now(), outcome="error",
                                    error_text="not sent: the message was suspended first",
-                                   token=row.claim_token)
+                                   token=row.claim_token, defer=True)
         return self._end(row, Result.SUSPENDED, poison_text(interrupted, self.max_deliveries))
 
     # -- endings -------------------------------------------------------------------------

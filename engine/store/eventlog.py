@@ -60,6 +60,16 @@ class SqlEventLog:
         stack = self._held_stack()
         return len(stack[-1]) if stack else 0
 
+    def discard_held(self) -> int:
+        """Forget the events this thread holds for its next change (the database refused
+        that change: its events go with it). Returns how many."""
+        stack = self._held_stack()
+        if not stack:
+            return 0
+        dropped = len(stack[-1])
+        stack[-1].clear()
+        return dropped
+
     def insert_held(self, conn: Connection) -> None:
         """Insert this thread's held events in ``conn``'s transaction (the store calls this
         in every write transaction, before it commits)."""

@@ -71,6 +71,7 @@ class SqlStore:
         self._listener: QueueListener | None = None  # PostgreSQL: hears other processes
         self._reconnect_hooks: list[Callable[[], object]] = [self.completions.wake_all]
         self._hearing_lock = threading.Lock()
+        self._local = threading.local()  # .ends: attempt ends deferred to the next change
         self._hearers = 0  # hear_other_processes() calls not undone
         driver_error = self.engine.dialect.loaded_dbapi.Error
         hot = PostgresHotPath if self.is_postgres else SqliteHotPath
@@ -289,14 +290,22 @@ class SqlStore:
     def end_attempt(self, attempt_id: int, *, ended_at: datetime, outcome: str,
                     server: str | None = None, status_code: int | None = None,
                     error_text: str | None = None, started_at: datetime | None = None,
-                    token: int | None = None) -> None:
+                    token: int | None = None, defer: bool = False) -> None:
         """Record the end of an attempt (and its true start, when ``started_at`` is given:
         an attempt begun with a batch claim starts when its request does — for attempt 1
         the header's ``first_attempt_at`` is set to it in the same transaction, so that it
         stays ``min(message_attempt.started_at)``). Not durable on its own: lost in a server
         crash, the attempt looks unfinished and is treated as outcome unknown, and both
         times keep the claim's (equal) value. ``token``: raises ClaimLost when the claim is
-        no longer that one."""
+        no longer that one.
+
+        ``defer`` (a failed attempt, in the worker): written by this thread's next change of
+        a message (a retry's schedule, a give-up, a release, a completion), in its
+        transaction, never alone — so that a failed attempt is never on record as ended
+        without what it led to. If that change fails (a full disk, a lost connection), the
+        attempt stays open and the next delivery treats it as outcome unknown, instead of
+        taking the message for a decided retry (and re-sending a non-idempotent request).
+        :meth:`drop_deferred` forgets what no change took."""
         a, h = message_attempt.c, message_header.c
         values: dict[str, Any] = {"ended_at": ended_at, "outcome": outcome,
                                   "server": storable(server), "status_code": status_code,
@@ -307,13 +316,32 @@ class SqlStore:
         if token is not None:
             stmt = stmt.where(select(h.id).where(h.id == a.message_id, h.claim_token == token)
                               .exists())
-        with self._tx(durable=False) as conn:
+        def write(conn: Connection) -> None:
             changed = conn.execute(stmt.values(**values)).rowcount
             _check_claim(changed, attempt_id, token, what="attempt")
             if started_at is not None:
                 first = select(a.message_id).where(a.id == attempt_id, a.attempt == 1)
                 conn.execute(update(message_header).where(h.id == first.scalar_subquery())
                              .values(first_attempt_at=started_at))
+        if defer:
+            self._deferred().append(write)
+            return
+        with self._tx(durable=False) as conn:
+            write(conn)
+
+    def drop_deferred(self) -> int:
+        """Forget this thread's deferred attempt ends (:meth:`end_attempt`) that no change
+        took: those attempts stay open (outcome unknown). Returns how many."""
+        deferred = self._deferred()
+        dropped = len(deferred)
+        deferred.clear()
+        return dropped
+
+    def _deferred(self) -> list[Callable[[Connection], None]]:
+        ends = getattr(self._local, "ends", None)
+        if ends is None:
+            ends = self._local.ends = []
+        return ends
 
     def open_attempt(self, message_id: int) -> AttemptRow | None:
         """The attempt of ``message_id`` that never ended (in flight at a crash), if any."""
@@ -401,7 +429,7 @@ class SqlStore:
         if the claim is still ``request.claim_token`` (else ClaimLost, nothing written)."""
         h = message_header.c
         token = request.claim_token if fenced else None
-        with self._tx(durable=False) as conn:
+        with self._tx(durable=False, changes=True) as conn:
             if attempt is not None:
                 conn.execute(update(message_attempt)
                              .where(message_attempt.c.id == attempt.attempt_id)
@@ -624,7 +652,7 @@ class SqlStore:
         """One UPDATE of ``message_id``; ``announce``: it puts work in the queue; ``ends``:
         it ends the message (whose end is announced if someone waits for it)."""
         h = message_header.c
-        with self._tx() as conn:
+        with self._tx(changes=True) as conn:
             found = conn.execute(self._fenced(message_id, token)
                                  .values(**values).returning(h.target, h.waited)).first()
             _check_claim(0 if found is None else 1, message_id, token)
@@ -639,13 +667,18 @@ class SqlStore:
             self._announcer.call_back(news)
 
     @contextmanager
-    def _tx(self, *, durable: bool = True) -> Iterator[Connection]:
+    def _tx(self, *, durable: bool = True, changes: bool = False) -> Iterator[Connection]:
         """A write transaction. ``durable=False``: on PostgreSQL the commit does not wait for
         the WAL flush (``synchronous_commit = off``) — for writes whose loss in a database
         server crash the engine recovers from (see :meth:`begin_attempt`). The events this
         thread holds for its next change (:meth:`SqlEventLog.until_next_change`) are
-        inserted in it, before it commits."""
+        inserted in it, before it commits; ``changes`` (a change of a message's state): so
+        are the attempt ends deferred to it (:meth:`end_attempt`)."""
         with _Transaction(self.engine, durable=durable or not self.is_postgres) as conn:
+            if changes:
+                deferred = self._deferred()
+                while deferred:
+                    deferred.pop(0)(conn)
             yield conn
             self.events.insert_held(conn)
 

@@ -1,0 +1,315 @@
+"""The fault campaign's checker (bench/chaos_checker.py) kept honest: a small SQLite database
+written through the engine's own store holds a clean history that passes; each test then
+breaks one invariant on purpose and asserts the checker reports exactly that violation."""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from bench.chaos_checker import INVARIANTS, Arrival, Evidence, Violation, check, counts
+from engine.clock import utcnow
+from engine.store.sql import SqlStore
+
+ROLES = {"Idem": "idempotent", "Once": "once", "Fifo": "fifo"}
+OWNER = "daemon-1"
+LEASE = 5.0
+
+
+@dataclass
+class History:
+    """The store, and the evidence the campaign would hand the checker."""
+
+    store: SqlStore
+    accepted: dict[str, int] = field(default_factory=dict)
+    arrivals: list[Arrival] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)
+    senders: list[str] = field(default_factory=list)
+    since: int = 0
+
+    def evidence(self) -> Evidence:
+        return Evidence(roles=ROLES, accepted=dict(self.accepted), arrivals=list(self.arrivals),
+                        live_pids=list(self.pids), lease_seconds=LEASE,
+                        senders=list(self.senders), since_seq=self.since)
+
+    def violations(self) -> list[Violation]:
+        return check(self.store.engine, self.evidence())
+
+    # -- writing history through the store -----------------------------------------------
+    def send(self, target: str, tag: str) -> int:
+        body = json.dumps({"method": "POST", "path": "/x", "body": tag})
+        mid = self.store.enqueue(target=target, body_class=None, body=body)
+        self.accepted[tag] = mid
+        return mid
+
+    def arrive(self, tag: str, status: int = 200, sender: str = "d1") -> None:
+        self.arrivals.append(Arrival(tag, len(self.arrivals), status, sender))
+
+    def claim(self, target: str) -> int:
+        claimed = self.store.claim(target, owner=OWNER, now=utcnow(), lease_seconds=LEASE,
+                                   fifo=ROLES[target] == "fifo")
+        assert claimed, f"nothing to claim for {target}"
+        return claimed[0].row.claim_token
+
+    def attempt(self, mid: int, number: int, token: int, *, outcome: str = "ok",
+                error: str | None = None) -> int:
+        aid = self.store.begin_attempt(mid, number, started_at=utcnow(), token=token)
+        if outcome != "ok":
+            self.store.end_attempt(aid, ended_at=utcnow(), outcome=outcome, error_text=error,
+                                   token=token)
+        return aid
+
+    def complete(self, mid: int, aid: int) -> None:
+        from engine.store.rows import AttemptEnd
+        row = self.store.get_message(mid)
+        assert row is not None
+        self.store.complete(row, response_class=None, response_body=None, now=utcnow(),
+                            attempt=AttemptEnd(aid, utcnow(), "http://127.0.0.1/"),
+                            fenced=True)
+
+    def event(self, mid: int, method: str, type_: str = "Error") -> None:
+        self.store.events.write(type_, f"{method} of {mid}", message_id=mid,
+                                source_method=method, config_name="x")
+
+    def finish(self, mid: int, status: str, reason: str, token: int) -> None:
+        self.store.finish(mid, status=status, error_text=reason, now=utcnow(), token=token)
+
+    def sql(self, statement: str, **params: object) -> None:
+        with self.store.engine.begin() as conn:
+            conn.execute(text(statement), params)
+
+
+def deliver_ok(h: History, target: str, tag: str) -> int:
+    mid = h.send(target, tag)
+    token = h.claim(target)
+    aid = h.attempt(mid, 1, token)
+    h.arrive(tag)
+    h.complete(mid, aid)
+    return mid
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> Iterator[History]:
+    """A clean history: every kind of ending the campaign sees, and one live daemon."""
+    store = SqlStore(f"sqlite:///{tmp_path / 'chaos.db'}")
+    store.upgrade()
+    h = History(store)
+    deliver_ok(h, "Idem", "idem-1")
+    # a retry after a 503: one first failure, then success
+    mid = h.send("Idem", "idem-2")
+    token = h.claim("Idem")
+    h.attempt(mid, 1, token, outcome="http_status", error="HTTP 503")
+    h.arrive("idem-2", 503)
+    h.event(mid, "on_first_failure")
+    aid = h.attempt(mid, 2, token)
+    h.arrive("idem-2")
+    h.complete(mid, aid)
+    # a give-up
+    mid = h.send("Idem", "idem-3")
+    token = h.claim("Idem")
+    h.attempt(mid, 1, token, outcome="http_status", error="HTTP 503")
+    h.arrive("idem-3", 503)
+    h.event(mid, "on_first_failure")
+    h.event(mid, "on_give_up")
+    h.finish(mid, "Error", "FailureTimeout of 1 seconds exceeded", token)
+    deliver_ok(h, "Once", "once-1")
+    # a non-idempotent message whose outcome was lost: processed once, then Suspended
+    mid = h.send("Once", "once-2")
+    token = h.claim("Once")
+    h.attempt(mid, 1, token, outcome="error", error="outcome unknown: cut short")
+    h.arrive("once-2")
+    h.event(mid, "on_first_failure")
+    h.event(mid, "on_suspend", "Warning")
+    h.finish(mid, "Suspended", "outcome unknown: the request may have been processed", token)
+    for n in range(1, 4):
+        deliver_ok(h, "Fifo", f"fifo-{n}")
+    store.register_daemon(OWNER, host="h", pid=os.getpid(), production="P", items="[]",
+                          now=utcnow())
+    h.pids.append(os.getpid())
+    h.since = len(h.arrivals) - 2  # the "faults" stopped before the last two requests
+    deliver_ok(h, "Idem", "idem-4")  # d1 delivers after the faults
+    h.senders.append("d1")
+    yield h
+    store.dispose()
+
+
+def only(violations: list[Violation], invariant: str) -> Violation:
+    assert [v.invariant for v in violations] == [invariant], violations
+    return violations[0]
+
+
+def test_a_clean_history_has_no_violation(history: History) -> None:
+    assert history.violations() == []
+    assert counts([]) == dict.fromkeys(INVARIANTS, 0)
+
+
+def test_an_accepted_message_missing_from_the_database_is_lost(history: History) -> None:
+    history.accepted["idem-ghost"] = 9999
+    v = only(history.violations(), "lost")
+    assert v.message_id == 9999
+
+
+@pytest.mark.parametrize("status", ["Queued", "Delivered", "Deferred", "Created"])
+def test_a_message_not_final_is_not_ended(history: History, status: str) -> None:
+    mid = history.send("Idem", "idem-late")
+    history.sql("UPDATE message_header SET status = :s WHERE id = :id", s=status, id=mid)
+    v = only(history.violations(), "not_ended")
+    assert v.message_id == mid and status in v.detail
+
+
+def test_a_suspended_message_without_a_reason_is_not_ended(history: History) -> None:
+    mid = history.accepted["once-2"]
+    history.sql("UPDATE message_header SET error_text = '' WHERE id = :id", id=mid)
+    v = only(history.violations(), "not_ended")
+    assert v.message_id == mid and "without a reason" in v.detail
+
+
+def test_a_non_idempotent_message_processed_twice_is_sent_twice(history: History) -> None:
+    history.arrive("once-1")
+    v = only(history.violations(), "sent_twice")
+    assert v.message_id == history.accepted["once-1"]
+
+
+def test_an_idempotent_message_may_arrive_twice(history: History) -> None:
+    history.arrive("idem-1")
+    history.arrive("fifo-3")
+    assert history.violations() == []
+
+
+def test_a_refused_request_is_not_processed(history: History) -> None:
+    # the server answered 503 to a second request: not processed, so not sent twice
+    history.arrive("once-1", 503)
+    assert history.violations() == []
+
+
+def test_a_completion_the_server_never_answered(history: History) -> None:
+    history.arrivals = [a for a in history.arrivals if a.tag != "idem-1"]
+    v = only(history.violations(), "completed_unanswered")
+    assert v.message_id == history.accepted["idem-1"]
+
+
+def test_a_fifo_message_overtaking_an_earlier_one(history: History) -> None:
+    first = {a.tag: a for a in history.arrivals}
+    two, three = first["fifo-2"], first["fifo-3"]
+    history.arrivals = [a for a in history.arrivals if a.tag not in ("fifo-2", "fifo-3")]
+    history.arrivals += [Arrival("fifo-3", two.seq, 200), Arrival("fifo-2", three.seq, 200)]
+    v = only(history.violations(), "fifo_order")
+    assert v.message_id == history.accepted["fifo-3"]
+
+
+def test_a_fifo_message_resent_after_later_ones_keeps_its_first_place(
+        history: History) -> None:
+    history.arrive("fifo-1")  # an idempotent re-send: only first arrivals are ordered
+    assert history.violations() == []
+
+
+def test_fifo_order_is_checked_only_on_fifo_items(history: History) -> None:
+    history.arrivals.insert(0, Arrival("idem-3", -1, 200))  # idem-3 arrived before idem-1
+    assert history.violations() == []
+
+
+def test_a_failed_attempt_without_its_first_failure_event(history: History) -> None:
+    mid = history.accepted["idem-2"]
+    history.sql("DELETE FROM event_log WHERE message_id = :id AND "
+                "source_method = 'on_first_failure'", id=mid)
+    v = only(history.violations(), "first_failure")
+    assert v.message_id == mid and "0 first-failure" in v.detail
+
+
+def test_two_first_failure_events(history: History) -> None:
+    mid = history.accepted["idem-2"]
+    history.event(mid, "on_first_failure")
+    v = only(history.violations(), "first_failure")
+    assert v.message_id == mid and "2 first-failure" in v.detail
+
+
+def test_a_first_failure_event_without_a_failed_attempt(history: History) -> None:
+    mid = history.accepted["idem-1"]
+    history.event(mid, "on_first_failure")
+    v = only(history.violations(), "first_failure")
+    assert v.message_id == mid
+
+
+def test_an_attempt_ended_unsent_owes_no_first_failure(history: History) -> None:
+    mid = history.send("Idem", "idem-poison")
+    token = history.claim("Idem")
+    history.attempt(mid, 1, token, outcome="error",
+                    error="not sent: the message was suspended first")
+    history.finish(mid, "Suspended", "delivery interrupted 5 times", token)
+    assert history.violations() == []
+
+
+def test_two_give_up_events(history: History) -> None:
+    mid = history.accepted["idem-3"]
+    history.event(mid, "on_give_up")
+    v = only(history.violations(), "give_up")
+    assert v.message_id == mid and "2 give-up" in v.detail
+
+
+def test_an_error_without_its_give_up_event(history: History) -> None:
+    mid = history.accepted["idem-3"]
+    history.sql("DELETE FROM event_log WHERE message_id = :id AND "
+                "source_method = 'on_give_up'", id=mid)
+    v = only(history.violations(), "give_up")
+    assert v.message_id == mid and "0 give-up" in v.detail
+
+
+def test_a_give_up_event_on_a_completed_message(history: History) -> None:
+    mid = history.accepted["idem-1"]
+    history.event(mid, "on_give_up")
+    v = only(history.violations(), "give_up")
+    assert v.message_id == mid and "Completed" in v.detail
+
+
+def test_other_events_do_not_count(history: History) -> None:
+    mid = history.accepted["idem-1"]
+    history.event(mid, "on_first_failure", "Warning")
+    history.event(mid, "on_complete", "Error")
+    assert history.violations() == []
+
+
+def test_a_live_daemon_with_a_stale_heartbeat_is_stuck(history: History) -> None:
+    old = utcnow() - timedelta(seconds=LEASE + 1)
+    history.store.heartbeat(OWNER, now=old, lease_seconds=LEASE)
+    v = only(history.violations(), "stuck")
+    assert str(os.getpid()) in v.detail and "last heartbeat" in v.detail
+
+
+def test_a_live_daemon_never_registered_is_stuck(history: History) -> None:
+    history.pids.append(999_999_999)
+    v = only(history.violations(), "stuck")
+    assert "999999999" in v.detail and "no heartbeat" in v.detail
+
+
+def test_a_live_daemon_that_sends_nothing_after_the_faults_is_stuck(
+        history: History) -> None:
+    history.senders.append("d2")
+    # an idempotent re-send from d2, but before the faults ended
+    history.arrivals.insert(0, Arrival("idem-1", -1, 200, "d2"))
+    v = only(history.violations(), "stuck")
+    assert "d2" in v.detail and "sent nothing" in v.detail
+
+
+def test_a_dead_daemon_left_behind_is_not_stuck(history: History) -> None:
+    # a daemon killed -9 keeps its row; only the daemons that should be alive are judged
+    history.store.register_daemon("daemon-dead", host="h", pid=1, production="P",
+                                  items="[]", now=utcnow() - timedelta(hours=1))
+    assert history.violations() == []
+
+
+def test_items_outside_the_campaign_are_ignored(history: History) -> None:
+    history.store.enqueue(target="Other", body_class=None, body="{}")
+    assert history.violations() == []
+
+
+def test_counts_name_every_invariant(history: History) -> None:
+    history.arrive("once-1")
+    history.accepted["idem-ghost"] = 9999
+    found = counts(history.violations())
+    assert found == {**dict.fromkeys(INVARIANTS, 0), "sent_twice": 1, "lost": 1}
