@@ -16,10 +16,10 @@ import pytest
 import requests
 from sqlalchemy import select
 
+from tests.acceptance.browser import browser  # noqa: F401 - the fixture
+from tests.acceptance.browser import UI_TIMEOUT, free_port, wait_for_portal
 from tests.acceptance.daemon import cli_env, encore
-from tests.acceptance.test_portal_browser import (CHROMIUM, CHROMIUM_ARGS, PASSWORD, PRODUCTION,
-                                                  UI_TIMEOUT, Site, _free_port, _wait_for,
-                                                  sync_api)
+from tests.acceptance.test_portal_browser import PASSWORD, PRODUCTION, Site
 
 NEW_PASSWORD = "nina's long passphrase"
 
@@ -34,27 +34,19 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
                        ("rita", "viewer")):
         encore("user", "add", name, "--role", role, "--password-stdin", cwd=root,
                stdin=PASSWORD + "\n")
-    base = Site(f"http://127.0.0.1:{_free_port()}")
+    base = Site(f"http://127.0.0.1:{free_port()}")
     base.database = f"sqlite:///{db}"
     log = (root / "portal.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "portal", "--port",
                              base.rsplit(":", 1)[1]], cwd=root, env=cli_env(), stdout=log,
                             stderr=subprocess.STDOUT)
     try:
-        _wait_for(base, proc)
+        wait_for_portal(base, proc)
         yield base
     finally:
         proc.terminate()
         proc.wait(10)
         log.close()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture

@@ -26,13 +26,11 @@ from sqlalchemy import select
 
 from engine.store.models import event_log
 from engine.store.sql import SqlStore
+from tests.acceptance.browser import browser  # noqa: F401 - the fixture
+from tests.acceptance.browser import UI_TIMEOUT, free_port, wait_for_portal
 from tests.acceptance.daemon import RunningDaemon, cli_env, encore
-from tests.acceptance.test_portal_browser import (CHROMIUM, CHROMIUM_ARGS, PASSWORD,
-                                                  UI_TIMEOUT, _free_port, _wait_for, log_in)
+from tests.acceptance.test_portal_browser import PASSWORD, log_in
 
-sync_api = pytest.importorskip("playwright.sync_api")
-if not Path(CHROMIUM).exists():
-    pytest.skip(f"browser tests need {CHROMIUM}", allow_module_level=True)
 
 # ENCORE_SCREENSHOTS=1: write the screenshots docs/ shows (else into the test's directory)
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
@@ -101,7 +99,7 @@ class Answering:
     """A loopback HTTP server that answers 200, stopped and started again on one port."""
 
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.server: ThreadingHTTPServer | None = None
 
     def start(self) -> None:
@@ -171,13 +169,13 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         encore("user", "add", name, "--role", role, "--password-stdin", cwd=root,
                stdin=PASSWORD + "\n")
     daemon = RunningDaemon(root)
-    port = _free_port()
+    port = free_port()
     log = (root / "portal.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "portal", "--port", str(port)],
                             cwd=root, env=cli_env(), stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_for(base, proc)
+        wait_for_portal(base, proc)
         found = Console(root, base, daemon, web)
         _wait_until(lambda: found.on_init_count() >= 1, 30, "the daemon started Counter")
         yield found
@@ -187,14 +185,6 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         log.close()
         daemon.terminate()
         web.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture

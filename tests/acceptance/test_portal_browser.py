@@ -4,28 +4,19 @@ running the seed scenario (``encore demo``: one message completes, one is sent f
 times out each time and gives up)."""
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
+from tests.acceptance.browser import browser  # noqa: F401 - the fixture
+from tests.acceptance.browser import UI_TIMEOUT, free_port, sync_api, wait_for_portal
 from tests.acceptance.daemon import cli_env, encore
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
 PASSWORD = "a long enough password"
 RED = "rgb(198, 40, 40)"  # the portal's colour of Error
-START_TIMEOUT = 30  # seconds for `encore portal` to answer
-UI_TIMEOUT = 15_000  # milliseconds Playwright waits for a page or an element
 PRODUCTION = """
 [production]
 name = "Seed"
@@ -37,20 +28,6 @@ class = "operations.soap:SoapOperation"
 [items.settings]
 wsdl = "http://127.0.0.1:9/?wsdl"
 """
-
-sync_api = pytest.importorskip("playwright.sync_api")
-if not Path(CHROMIUM).exists():
-    if os.environ.get("CI"):
-        raise RuntimeError(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium")
-    pytest.skip(f"browser tests need {CHROMIUM} (apt-get install chromium)",
-                allow_module_level=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 class Site(str):
     """The portal's base URL, which also knows its database's URL (``.database``)."""
@@ -68,41 +45,19 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     for name, role in (("olga", "operator"), ("vera", "viewer")):
         encore("user", "add", name, "--role", role, "--password-stdin", cwd=root,
                stdin=PASSWORD + "\n")
-    port = _free_port()
+    port = free_port()
     log = (root / "portal.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "portal", "--port", str(port)],
                             cwd=root, env=cli_env(), stdout=log, stderr=subprocess.STDOUT)
     base = Site(f"http://127.0.0.1:{port}")
     base.database = f"sqlite:///{db}"
     try:
-        _wait_for(base, proc)
+        wait_for_portal(base, proc)
         yield base
     finally:
         proc.terminate()
         proc.wait(10)
         log.close()
-
-
-def _wait_for(base: str, proc: subprocess.Popen[Any]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError("encore portal exited at start")
-        try:
-            if requests.get(f"{base}/login", timeout=5).status_code == 200:
-                return
-        except requests.RequestException:  # not listening yet, or slow on a loaded machine
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"encore portal did not answer within {START_TIMEOUT} s")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture

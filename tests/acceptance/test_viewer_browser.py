@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 
+from tests.acceptance.browser import browser  # noqa: F401 - the fixture
+from tests.acceptance.browser import UI_TIMEOUT, free_port, sync_api, wait_for_portal
 from tests.acceptance.daemon import cli_env, encore
-from tests.acceptance.test_portal_browser import (CHROMIUM, CHROMIUM_ARGS, PASSWORD, UI_TIMEOUT,
-                                                  Site, _free_port, _wait_for, sync_api)
+from tests.acceptance.test_portal_browser import PASSWORD, Site
 
 PRODUCTION = """
 [production]
@@ -59,7 +60,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
                     for n in range(1, ORDERS + 1))
     encore("send", "Orders", "--many", "-", cwd=root, stdin=lines)
     encore("send", "Payments", "--body", '{"order": 9, "customer": {"id": "C-2"}}', cwd=root)
-    base = Site(f"http://127.0.0.1:{_free_port()}")
+    base = Site(f"http://127.0.0.1:{free_port()}")
     base.database = f"sqlite:///{db}"
     base.session = _long_session(base.database)  # type: ignore[attr-defined]
     log = (root / "portal.log").open("w")
@@ -67,7 +68,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
                              base.rsplit(":", 1)[1]], cwd=root, env=cli_env(), stdout=log,
                             stderr=subprocess.STDOUT)
     try:
-        _wait_for(base, proc)
+        wait_for_portal(base, proc)
         yield base
     finally:
         proc.terminate()
@@ -103,14 +104,6 @@ def _long_session(url: str) -> int:
         return first
     finally:
         store.dispose()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture

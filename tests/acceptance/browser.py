@@ -1,0 +1,62 @@
+"""What every browser test of the portal shares: Debian's chromium driven by Playwright, a
+free loopback port, waiting for ``encore portal`` to answer, and a ``browser`` fixture
+(import it into a test module: ``from tests.acceptance.browser import browser``).
+
+Importing this module skips the importing test module when Playwright is missing, and when
+chromium is missing outside CI (in CI, whose script installs chromium, that is an error)."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+START_TIMEOUT = 30  # seconds for `encore portal` to answer
+UI_TIMEOUT = 15_000  # milliseconds Playwright waits for a page or an element
+
+sync_api = pytest.importorskip("playwright.sync_api")
+if not Path(CHROMIUM).exists():
+    if os.environ.get("CI"):
+        raise RuntimeError(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium")
+    pytest.skip(f"browser tests need {CHROMIUM} (apt-get install chromium)",
+                allow_module_level=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_portal(base: str, proc: subprocess.Popen[Any]) -> None:
+    """Until the portal at ``base`` (run by ``proc``) answers its login page."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError("encore portal exited at start")
+        try:
+            if requests.get(f"{base}/login", timeout=5).status_code == 200:
+                return
+        except requests.RequestException:  # not listening yet, or slow on a loaded machine
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"encore portal did not answer within {START_TIMEOUT} s")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless chromium per test module."""
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
