@@ -18,12 +18,10 @@ batched off the request's path) for the Visual Trace.
 """
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import queue
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +31,8 @@ from engine.clock import utcnow
 from engine.client import accept_message
 from engine.inbound.auth import CallerAuth
 from engine.inbound.refusals import RefusalLog
-from engine.portal.intake import MAX_KEY_LENGTH, _idempotency_key, _outcome_if_ended
+from engine.portal.intake import MAX_KEY_LENGTH, accept_and_wait, check_idempotency_key
 from engine.production import ProductionConfig
-from engine.store.completions import SAFETY_POLL
 from engine.store.inbound import InboundCall, record_calls
 from engine.store.sql import Accepted, SqlStore
 
@@ -88,7 +85,7 @@ def scoped_key(service: str, caller: Caller, header: str | None) -> str | None:
     """The stored idempotency key of ``header`` (checked as the intake API checks it; a
     bad key raises a 400): scoped by the service and the caller's principal (its host when
     it did not authenticate), digested when that would not fit the column."""
-    key = _idempotency_key(header)
+    key = check_idempotency_key(header)
     if key is None:
         return None
     owner = caller.principal or f"host:{caller.host}"
@@ -109,24 +106,11 @@ async def submit(context: InboundContext, service: str, target: str, body: Any, 
             accept_message, store, context.production, target, body, source=service,
             idempotency_key=key, same_body=True)
         return Ended(accepted, None)
-    loop = asyncio.get_running_loop()
-    woken = asyncio.Event()
-    accepted = await run_in_threadpool(
-        accept_message, store, context.production, target, body, source=service,
-        idempotency_key=key, waited=True, same_body=True)
-    with store.completions.watching(accepted.id, lambda: loop.call_soon_threadsafe(woken.set)):
-        outcome = await run_in_threadpool(_outcome_if_ended, store, accepted.id)
-        deadline = time.monotonic() + wait
-        while outcome is None and (left := deadline - time.monotonic()) > 0:
-            if context.stopping.is_set():
-                return Ended(accepted, None, stopping=True)
-            try:
-                await asyncio.wait_for(woken.wait(), min(left, SAFETY_POLL))
-            except asyncio.TimeoutError:
-                pass
-            woken.clear()  # before the look: an end announced during it wakes the next wait
-            outcome = await run_in_threadpool(_outcome_if_ended, store, accepted.id)
-    return Ended(accepted, outcome)
+    accepted, outcome = await accept_and_wait(
+        store, lambda: accept_message(store, context.production, target, body, source=service,
+                                      idempotency_key=key, waited=True, same_body=True),
+        wait, stopping=context.stopping)
+    return Ended(accepted, outcome, stopping=outcome is None and context.stopping.is_set())
 
 
 class CallRecorder:

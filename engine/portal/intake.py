@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
@@ -38,7 +40,7 @@ from engine.portal.api import api_user, cached_api_user, reply
 from engine.portal.app import portal_of
 from engine.process import KEY_PREFIX as PROCESS_KEY_PREFIX
 from engine.store.completions import SAFETY_POLL
-from engine.store.sql import Accepted, Outcome
+from engine.store.sql import Accepted, Outcome, SqlStore
 
 MAX_BODY_BYTES = 1024 * 1024  # bytes of one intake body
 MAX_WAIT = 300.0  # seconds ?wait= may ask for
@@ -57,7 +59,7 @@ async def intake(request: Request) -> Response:
     if target not in portal.items:
         raise HTTPException(404, f"unknown target {target!r}: no such item in the production")
     wait = _wait(request.query_params.get("wait"))
-    key = _idempotency_key(request.headers.get("idempotency-key"))
+    key = check_idempotency_key(request.headers.get("idempotency-key"))
     text = await _body_text(request)
     if wait is None:  # decoded, checked and committed in one hop to the thread pool
         accepted: Accepted = await run_in_threadpool(
@@ -69,30 +71,12 @@ async def intake(request: Request) -> Response:
         if not accepted.created:
             response.headers["idempotent-replayed"] = "true"
         return response
-    with ExitStack() as watch:
-        watch.enter_context(portal.waiters.slot())  # 503 past the cap: nothing created
-        woken = asyncio.Event()
-        loop = asyncio.get_running_loop()
-
-        def take_in() -> tuple[Accepted, dict[str, Any] | None]:
-            """Accept, then watch for its end, then look once (an end committed before the
-            watch began is seen by that look) — unless the message is new and this process
-            heard every end since before its accept: then the hub knows whether it ended."""
-            hub = portal.store.completions
-            heard = hub.hearing
-            accepted = accept_message(portal.store, portal.production, target,
-                                      decode_body(text, where="request"),
-                                      source=f"api:{who.name}", idempotency_key=key,
-                                      waited=True, same_body=True)
-            watch.enter_context(hub.watching(
-                accepted.id, lambda: loop.call_soon_threadsafe(woken.set)))
-            if accepted.created and heard and not hub.ended_lately(accepted.id):
-                return accepted, None
-            return accepted, _outcome_if_ended(portal.store, accepted.id)
-
-        accepted, outcome = await run_in_threadpool(take_in)
-        if outcome is None:
-            outcome = await _ended(portal.store, accepted.id, wait, woken)
+    with portal.waiters.slot():  # 503 past the cap: nothing created
+        accepted, outcome = await accept_and_wait(
+            portal.store, lambda: accept_message(
+                portal.store, portal.production, target, decode_body(text, where="request"),
+                source=f"api:{who.name}", idempotency_key=key, waited=True, same_body=True),
+            wait)
     if outcome is None:
         response = reply({"error": f"message {accepted.id} not finished after {wait:g} s; "
                                    "it goes on", "id": accepted.id,
@@ -134,7 +118,8 @@ def _wait(text: str | None) -> float | None:
     return seconds
 
 
-def _idempotency_key(text: str | None) -> str | None:
+def check_idempotency_key(text: str | None) -> str | None:
+    """The ``Idempotency-Key`` header's value, checked (HTTPException 400 if it is bad)."""
     if text is None:
         return None
     if not text.strip() or len(text) > MAX_KEY_LENGTH or not text.isprintable():
@@ -146,24 +131,57 @@ def _idempotency_key(text: str | None) -> str | None:
     return text
 
 
-async def _ended(store: Any, message_id: int, wait: float, woken: asyncio.Event
-                 ) -> dict[str, Any] | None:
+async def accept_and_wait(store: SqlStore, accept: Callable[[], Accepted], wait: float, *,
+                          stopping: threading.Event | None = None
+                          ) -> tuple[Accepted, dict[str, Any] | None]:
+    """Run ``accept`` (an :func:`~engine.client.accept_message` with ``waited=True``) on the
+    thread pool, then wait up to ``wait`` seconds for the message's end, woken by the commit
+    that ends it: (the accepted message, its outcome — None if it had not ended in time, or
+    ``stopping`` was set first). The intake API's ``?wait``, the Testing Service and the
+    inbound services all wait so.
+
+    The watch begins before the first look, so no end is missed; that look is skipped for a
+    message the call created after this process was already hearing every end (the hub
+    then knows whether it ended: :meth:`CompletionHub.ended_lately`)."""
+    hub = store.completions
+    woken = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    with ExitStack() as watch:
+        def take_in() -> tuple[Accepted, dict[str, Any] | None]:
+            heard = hub.hearing
+            accepted = accept()
+            watch.enter_context(hub.watching(
+                accepted.id, lambda: loop.call_soon_threadsafe(woken.set)))
+            if accepted.created and heard and not hub.ended_lately(accepted.id):
+                return accepted, None
+            return accepted, outcome_if_ended(store, accepted.id)
+
+        accepted, outcome = await run_in_threadpool(take_in)
+        if outcome is None:
+            outcome = await _ended(store, accepted.id, wait, woken, stopping)
+    return accepted, outcome
+
+
+async def _ended(store: SqlStore, message_id: int, wait: float, woken: asyncio.Event,
+                 stopping: threading.Event | None) -> dict[str, Any] | None:
     """The outcome of the message once it has finished (or is suspended), woken by
-    ``woken``; None after ``wait`` seconds."""
+    ``woken``; None after ``wait`` seconds, or once ``stopping`` is set."""
     deadline = time.monotonic() + wait
     while (left := deadline - time.monotonic()) > 0:
+        if stopping is not None and stopping.is_set():
+            return None
         try:
             await asyncio.wait_for(woken.wait(), min(left, SAFETY_POLL))
         except asyncio.TimeoutError:
             pass
         woken.clear()  # before the look: an end announced during it wakes the next wait
-        outcome = await run_in_threadpool(_outcome_if_ended, store, message_id)
+        outcome = await run_in_threadpool(outcome_if_ended, store, message_id)
         if outcome is not None:
             return outcome
     return None
 
 
-def _outcome_if_ended(store: Any, message_id: int) -> dict[str, Any] | None:
+def outcome_if_ended(store: SqlStore, message_id: int) -> dict[str, Any] | None:
     found = store.get_outcome(message_id)  # the message and its response: one read
     return None if found is None or found.row.status not in TERMINAL else _outcome(found)
 

@@ -15,9 +15,7 @@ The Testing Service sends a body as ``encore send`` would â€” the same checks â€
 """
 from __future__ import annotations
 
-import asyncio
 import tomllib
-from contextlib import ExitStack
 from datetime import datetime
 from typing import Any
 
@@ -34,12 +32,13 @@ from engine.portal import actions
 from engine.portal.api import api_user, reply
 from engine.portal.app import Portal, portal_of
 from engine.portal.auth import Principal
-from engine.portal.intake import _ended, _outcome_if_ended
+from engine.portal.intake import accept_and_wait
 from engine.portal.pages import _acting_user, _confirm, _confirmed, _field, current_user
 from engine.portal.status import production_view_of_item
 from engine.production import ItemConfig
 from engine.settings import camel_case
 from engine.store import rollup
+from engine.store.sql import Accepted
 
 TEST_WAIT = 30.0  # seconds the Testing Service waits for its message to end
 MAX_TEST_BODY = 1024 * 1024  # characters of a test body
@@ -246,23 +245,16 @@ async def send_test(portal: Portal, who: Principal, name: str, text: str) -> dic
         raise HTTPException(404, f"no item named {name!r} in the production")
     if len(text) > MAX_TEST_BODY:
         raise HTTPException(413, f"the body is over {MAX_TEST_BODY} characters")
-    woken = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    with ExitStack() as watch:
-        def take_in() -> tuple[Any, dict[str, Any] | None]:
-            accepted = accept_message(portal.store, portal.production, name,
-                                      decode_body(text, where="request"),
-                                      source=f"test:{who.name}", waited=True)
-            actions.audit(portal.store, who, "test", f"test message {accepted.id} sent to "
-                          f"item {name}", item=name, message_id=accepted.id,
-                          session_id=accepted.session_id)
-            watch.enter_context(portal.store.completions.watching(
-                accepted.id, lambda: loop.call_soon_threadsafe(woken.set)))
-            return accepted, _outcome_if_ended(portal.store, accepted.id)
+    def take_in() -> Accepted:
+        accepted = accept_message(portal.store, portal.production, name,
+                                  decode_body(text, where="request"), source=f"test:{who.name}",
+                                  waited=True)
+        actions.audit(portal.store, who, "test", f"test message {accepted.id} sent to item "
+                      f"{name}", item=name, message_id=accepted.id,
+                      session_id=accepted.session_id)
+        return accepted
 
-        accepted, outcome = await run_in_threadpool(take_in)
-        if outcome is None:
-            outcome = await _ended(portal.store, accepted.id, TEST_WAIT, woken)
+    accepted, outcome = await accept_and_wait(portal.store, take_in, TEST_WAIT)
     if outcome is None:
         row = await run_in_threadpool(portal.store.get_message, accepted.id)
         outcome = {"id": accepted.id, "session_id": accepted.session_id,
