@@ -158,7 +158,7 @@ class SoapService(InboundService):
             if request.method == "GET":  # the WSDL, to the same callers as the service
                 return await self._wsdl(request)
             if not await run_in_threadpool(self._loaded):
-                return _fault(envelope, "Server", f"the service's WSDL is not loaded: see the "
+                return _fault(envelope, "Server", "the service's WSDL is not loaded: see the "
                                                   "event log", 503)
             call = self.contract.parse(await read_body(request, self.max_body_bytes))
             envelope = call.envelope

@@ -21,6 +21,7 @@ from engine.clock import utcnow
 from engine.errors import OperatorError
 from engine.portal.actions import audit
 from engine.portal.app import Portal, portal_of
+from engine.portal.forms import confirm, confirmed, current_user, field
 from engine.portal.auth import (Principal, check_csrf, check_password, hash_password, new_token,
                                 token_digest)
 from engine.production import PortalConfig
@@ -62,11 +63,11 @@ def users_page(request: Request, *, notice: str = "") -> Response:
 
 async def add_user(request: Request) -> Response:
     user, form, portal = await _posting_admin(request)
-    name, role = _field(form, "name").strip(), _field(form, "role")
+    name, role = field(form, "name").strip(), field(form, "role")
     if not name:
         raise OperatorError("give the new user a name")
-    check_password(_field(form, "password"), min_password_length(portal))
-    await run_in_threadpool(_add_user, portal, user, name, role, _field(form, "password"))
+    check_password(field(form, "password"), min_password_length(portal))
+    await run_in_threadpool(_add_user, portal, user, name, role, field(form, "password"))
     return RedirectResponse("/admin/users", status_code=303)
 
 
@@ -80,8 +81,8 @@ async def remove_user(request: Request) -> Response:
     name = request.path_params["name"]
     if name == user.name:
         raise OperatorError("you cannot remove yourself; another admin can")
-    if not _confirmed(form):
-        return _confirm(request, portal, user, f"Remove user {name}? Their sessions end.",
+    if not confirmed(form):
+        return confirm(request, portal, user, f"Remove user {name}? Their sessions end.",
                         request.url.path)
     await run_in_threadpool(accounts.remove_user, portal.store, name)
     await run_in_threadpool(audit, portal.store, user, "user_remove",
@@ -91,7 +92,7 @@ async def remove_user(request: Request) -> Response:
 
 async def reset_password(request: Request) -> Response:
     user, form, portal = await _posting_admin(request)
-    name, password = request.path_params["name"], _field(form, "password")
+    name, password = request.path_params["name"], field(form, "password")
     check_password(password, min_password_length(portal))
     await run_in_threadpool(accounts.reset_password, portal.store, name,
                             hash_password(password))
@@ -109,7 +110,7 @@ def tokens_page(request: Request) -> Response:
 
 async def create_token(request: Request) -> Response:
     user, form, portal = await _posting_admin(request)
-    name, role = _field(form, "name").strip(), _field(form, "role")
+    name, role = field(form, "name").strip(), field(form, "role")
     if not name:
         raise OperatorError("name the token's holder")
     secret = new_token()
@@ -128,8 +129,8 @@ def _create_token(portal: Portal, who: Principal, name: str, role: str, secret: 
 async def revoke_token(request: Request) -> Response:
     user, form, portal = await _posting_admin(request)
     token_id = request.path_params["token_id"]
-    if not _confirmed(form):
-        return _confirm(request, portal, user, f"Revoke token {token_id}?", request.url.path)
+    if not confirmed(form):
+        return confirm(request, portal, user, f"Revoke token {token_id}?", request.url.path)
     row = await run_in_threadpool(accounts.revoke_token, portal.store, token_id)
     await run_in_threadpool(audit, portal.store, user, "token_revoke",
                             f"API token {token_id} of {row.name!r} ({row.role}) revoked")
@@ -149,10 +150,10 @@ def purge_page(request: Request) -> Response:
 
 async def purge(request: Request) -> Response:
     user, form, portal = await _posting_admin(request)
-    days = _days(_field(form, "days"))
+    days = _days(field(form, "days"))
     if days is None:
         raise OperatorError("give the age in days of the messages to purge")
-    typed = _field(form, "count").strip()
+    typed = field(form, "count").strip()
     counts = await run_in_threadpool(operator.purge, portal.store, timedelta(days=days),
                                      utcnow(), dry_run=True)
     if typed != str(counts.messages):
@@ -184,53 +185,32 @@ def _days(text: str) -> float | None:
 
 # -- one's own account -------------------------------------------------------------------
 def account_page(request: Request) -> Response:
-    from engine.portal.pages import current_user
-
     user, portal = current_user(request), portal_of(request)
     return portal.render(request, "account.html", {"zones": accounts.TIME_ZONES}, user=user)
 
 
 async def set_time_zone(request: Request) -> Response:
     """Any user sets their own time zone (not an operator action: no event)."""
-    from engine.portal.pages import current_user
-
     form = await request.form()
     user = await run_in_threadpool(current_user, request)
-    check_csrf(user, _field(form, "csrf_token"))
+    check_csrf(user, field(form, "csrf_token"))
     await run_in_threadpool(accounts.set_time_zone, portal_of(request).store, user.name,
-                            _field(form, "time_zone"))
+                            field(form, "time_zone"))
     return RedirectResponse("/account", status_code=303)
 
 
 # -- helpers -----------------------------------------------------------------------------
 def _admin(request: Request) -> Principal:
-    from engine.portal.pages import current_user
-
     return current_user(request, "admin")
 
 
 async def _posting_admin(request: Request) -> tuple[Principal, FormData, Portal]:
     """The admin posting a form with the session's CSRF token (checked before the role)."""
-    from engine.portal.pages import current_user
-
     form = await request.form()
     user = await run_in_threadpool(current_user, request, "viewer")
-    check_csrf(user, _field(form, "csrf_token"))
+    check_csrf(user, field(form, "csrf_token"))
     user.require("admin")
     return user, form, portal_of(request)
 
 
-def _confirmed(form: FormData) -> bool:
-    return _field(form, "confirmed") == "yes"
-
-
-def _confirm(request: Request, portal: Portal, user: Principal, question: str,
-             action: str) -> Response:
-    return portal.render(request, "confirm.html", {"question": question, "action": action},
-                         user=user)
-
-
-def _field(form: FormData, name: str) -> str:
-    value = form.get(name)
-    return value if isinstance(value, str) else ""
 

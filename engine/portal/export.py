@@ -24,6 +24,7 @@ from starlette.routing import BaseRoute, Route
 from engine.clock import utcnow
 from engine.portal import filters
 from engine.portal.app import portal_of
+from engine.portal.forms import current_user
 from engine.store import viewer
 from engine.store.sql import SqlStore
 
@@ -43,15 +44,11 @@ def routes() -> list[BaseRoute]:
 
 # -- pages -------------------------------------------------------------------------------
 def messages_file(request: Request) -> Response:
-    from engine.portal.pages import current_user
-
     current_user(request)
     return messages_export(request, request.path_params["fmt"])
 
 
 def events_file(request: Request) -> Response:
-    from engine.portal.pages import current_user
-
     current_user(request)
     return events_export(request, request.path_params["fmt"])
 

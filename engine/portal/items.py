@@ -33,7 +33,7 @@ from engine.portal.api import api_user, reply
 from engine.portal.app import Portal, portal_of
 from engine.portal.auth import Principal
 from engine.portal.intake import accept_and_wait
-from engine.portal.pages import _acting_user, _confirm, _confirmed, _field, current_user
+from engine.portal.forms import acting_user, confirm, confirmed, current_user, field
 from engine.portal.status import production_view_of_item
 from engine.production import ItemConfig
 from engine.settings import camel_case
@@ -186,11 +186,11 @@ def _takes_messages(portal: Portal, name: str) -> bool:
 
 # -- restart -----------------------------------------------------------------------------
 async def restart_form(request: Request) -> Response:
-    user, form = await _acting_user(request)
+    user, form = await acting_user(request)
     portal = portal_of(request)
     name = request.path_params["name"]
-    if not _confirmed(form):
-        return _confirm(request, portal, user, f"Restart item {name} on every daemon running "
+    if not confirmed(form):
+        return confirm(request, portal, user, f"Restart item {name} on every daemon running "
                         "it? Attempts in hand finish first.", request.url.path)
     await run_in_threadpool(actions.restart_item, portal.store, portal.production, user, name)
     return RedirectResponse(f"/items/{name}?restarted=1", status_code=303)
@@ -207,11 +207,11 @@ async def restart_api(request: Request) -> Response:
 
 # -- the Testing Service -----------------------------------------------------------------
 async def test_form(request: Request) -> Response:
-    user, form = await _acting_user(request)
+    user, form = await acting_user(request)
     portal = portal_of(request)
     name = request.path_params["name"]
-    body = _field(form, "body")
-    if not _confirmed(form):
+    body = field(form, "body")
+    if not confirmed(form):
         return _confirm_test(request, portal, user, name, body)
     try:
         result = await send_test(portal, user, name, body)
@@ -265,10 +265,10 @@ async def send_test(portal: Portal, who: Principal, name: str, text: str) -> dic
 
 # -- reload ------------------------------------------------------------------------------
 async def reload_form(request: Request) -> Response:
-    user, form = await _acting_user(request, "admin")
+    user, form = await acting_user(request, "admin")
     portal = portal_of(request)
-    if not _confirmed(form):
-        return _confirm(request, portal, user, "Ask every daemon to reload the production "
+    if not confirmed(form):
+        return confirm(request, portal, user, "Ask every daemon to reload the production "
                         "file?", request.url.path)
     await run_in_threadpool(actions.reload_production, portal.store, user)
     return RedirectResponse("/?reloading=1", status_code=303)

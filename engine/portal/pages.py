@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -18,10 +17,11 @@ from starlette.routing import BaseRoute, Route
 
 from engine.errors import OperatorError
 from engine.portal import actions, filters
-from engine.portal.app import Portal, portal_of
+from engine.portal.app import portal_of
 from engine.portal.auth import (LOGIN_COOKIE, SESSION_COOKIE, SESSION_MAX_AGE, AuthError,
-                                LoginThrottled, NotAuthenticated, Principal, check_csrf)
+                                LoginThrottled, NotAuthenticated, check_csrf)
 from engine.portal.diagram import layout
+from engine.portal.forms import acting_user, confirm, confirmed, current_user, field
 from engine.portal.status import production_view
 from engine.portal.trace_view import session_trace
 from engine.store import operator, viewer
@@ -47,16 +47,6 @@ def routes() -> list[BaseRoute]:
     ]
 
 
-def current_user(request: Request, role: str = "viewer") -> Principal:
-    """The session's user, with at least ``role``; NotAuthenticated or Forbidden."""
-    user = portal_of(request).auth.session_user(request.cookies.get(SESSION_COOKIE))
-    if user is None:
-        raise NotAuthenticated("log in first")
-    request.state.user = user
-    user.require(role)
-    return user
-
-
 # -- login -------------------------------------------------------------------------------
 def login_form(request: Request, *, error: str = "", status: int = 200) -> Response:
     portal = portal_of(request)
@@ -77,15 +67,15 @@ async def login(request: Request) -> Response:
     form = await request.form()
     client = request.client.host if request.client else "?"
     try:
-        portal.auth.check_login_form(request.cookies.get(LOGIN_COOKIE), _field(form, "csrf_token"))
-        user = await run_in_threadpool(portal.auth.login, _field(form, "username"),
-                                       _field(form, "password"), client)
+        portal.auth.check_login_form(request.cookies.get(LOGIN_COOKIE), field(form, "csrf_token"))
+        user = await run_in_threadpool(portal.auth.login, field(form, "username"),
+                                       field(form, "password"), client)
     except LoginThrottled as exc:
         return login_form(request, error=str(exc), status=429)
     except AuthError as exc:
         status = 401 if isinstance(exc, NotAuthenticated) else 403
         return login_form(request, error=str(exc), status=status)
-    response = RedirectResponse(_next(_field(form, "next")), status_code=303)
+    response = RedirectResponse(_next(field(form, "next")), status_code=303)
     response.set_cookie(SESSION_COOKIE, portal.auth.session_cookie(user),
                         max_age=SESSION_MAX_AGE, httponly=True, samesite="strict",
                         secure=portal.tls, path="/")
@@ -111,7 +101,7 @@ async def logout(request: Request) -> Response:
                                    request.cookies.get(SESSION_COOKIE))
     if user is not None:
         request.state.user = user
-        check_csrf(user, _field(form, "csrf_token"))
+        check_csrf(user, field(form, "csrf_token"))
         await run_in_threadpool(portal.auth.logout, user)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
@@ -206,13 +196,13 @@ def suspended(request: Request) -> Response:
 
 # -- actions -----------------------------------------------------------------------------
 async def message_action(request: Request) -> Response:
-    user, form = await _acting_user(request)
+    user, form = await acting_user(request)
     portal = portal_of(request)
     message_id, action = request.path_params["message_id"], request.path_params["action"]
     if action not in actions.MESSAGE_ACTIONS:
         raise HTTPException(404, f"no action {action!r}")
-    if not _confirmed(form):
-        return _confirm(request, portal, user, f"{action.capitalize()} message {message_id}?",
+    if not confirmed(form):
+        return confirm(request, portal, user, f"{action.capitalize()} message {message_id}?",
                         request.url.path)
     shown = await run_in_threadpool(actions.act_on_message, portal.store, portal.items, user,
                                     action, message_id)
@@ -220,13 +210,13 @@ async def message_action(request: Request) -> Response:
 
 
 async def item_action(request: Request) -> Response:
-    user, form = await _acting_user(request)
+    user, form = await acting_user(request)
     portal = portal_of(request)
     name, action = request.path_params["name"], request.path_params["action"]
     if action not in ("enable", "disable"):
         raise HTTPException(404, f"no action {action!r}; expected enable or disable")
-    if not _confirmed(form):
-        return _confirm(request, portal, user, f"{action.capitalize()} item {name}?",
+    if not confirmed(form):
+        return confirm(request, portal, user, f"{action.capitalize()} item {name}?",
                         request.url.path)
     await run_in_threadpool(actions.set_item_enabled, portal.store, portal.items, user, name,
                             action == "enable")
@@ -245,11 +235,11 @@ def bulk_resend_form(request: Request) -> Response:
 
 
 async def bulk_resend(request: Request) -> Response:
-    user, form = await _acting_user(request)
+    user, form = await acting_user(request)
     portal = portal_of(request)
-    params = {name: _field(form, name) for name in filters.MESSAGE_PARAMS}
+    params = {name: field(form, name) for name in filters.MESSAGE_PARAMS}
     flt = filters.message_filter(params)
-    typed = _field(form, "count").strip()
+    typed = field(form, "count").strip()
     if not typed.isdigit():
         raise OperatorError("type the number of messages to resend, to confirm")
     new_ids = await run_in_threadpool(actions.bulk_resend, portal.store, portal.items, user,
@@ -259,27 +249,3 @@ async def bulk_resend(request: Request) -> Response:
             params, filters.MESSAGE_PARAMS))}, user=user)
 
 
-async def _acting_user(request: Request, role: str = "operator"
-                       ) -> tuple[Principal, FormData]:
-    """The operator (or ``role``) posting a form with the right CSRF token (checked before
-    the role, so that a forged post learns nothing)."""
-    form = await request.form()
-    user = await run_in_threadpool(current_user, request, "viewer")
-    check_csrf(user, _field(form, "csrf_token"))
-    user.require(role)
-    return user, form
-
-
-def _confirmed(form: FormData) -> bool:
-    return _field(form, "confirmed") == "yes"
-
-
-def _confirm(request: Request, portal: Portal, user: Principal, question: str,
-             action: str) -> Response:
-    return portal.render(request, "confirm.html", {"question": question, "action": action},
-                         user=user)
-
-
-def _field(form: FormData, name: str) -> str:
-    value = form.get(name)
-    return value if isinstance(value, str) else ""

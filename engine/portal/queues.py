@@ -23,7 +23,7 @@ from engine.clock import as_utc
 from engine.errors import OperatorError
 from engine.portal import actions
 from engine.portal.app import portal_of
-from engine.portal.pages import _acting_user, _confirm, _confirmed, current_user
+from engine.portal.forms import acting_user, confirm, confirmed, current_user
 from engine.portal.status import production_view
 from engine.store.models import message_header
 from engine.store.sql import SqlStore
@@ -85,14 +85,14 @@ def queue_page(request: Request) -> Response:
 
 
 async def queue_action(request: Request) -> Response:
-    user, form = await _acting_user(request)
+    user, form = await acting_user(request)
     portal = portal_of(request)
     name = request.path_params["name"]
     message_id, action = request.path_params["message_id"], request.path_params["action"]
     if action not in QUEUE_ACTIONS:
         raise HTTPException(404, f"no action {action!r}; expected suspend or discard")
-    if not _confirmed(form):
-        return _confirm(request, portal, user, f"{action.capitalize()} message {message_id} "
+    if not confirmed(form):
+        return confirm(request, portal, user, f"{action.capitalize()} message {message_id} "
                         f"of {name}'s queue?", request.url.path)
     await run_in_threadpool(actions.act_on_message, portal.store, portal.items, user, action,
                             message_id)

@@ -18,6 +18,7 @@ from engine.clock import utcnow
 from engine.portal import filters
 from engine.portal.app import portal_of
 from engine.portal.auth import check_csrf
+from engine.portal.forms import current_user, field
 from engine.store import searches
 
 
@@ -28,31 +29,22 @@ def routes() -> list[BaseRoute]:
 
 async def save(request: Request) -> Response:
     """Save the viewer's current query (the form's ``query``) as ``name``."""
-    from engine.portal.pages import current_user
-
     form = await request.form()
     user = await run_in_threadpool(current_user, request)
-    check_csrf(user, _field(form, "csrf_token"))
-    params = dict(parse_qsl(_field(form, "query"), keep_blank_values=False))
+    check_csrf(user, field(form, "csrf_token"))
+    params = dict(parse_qsl(field(form, "query"), keep_blank_values=False))
     portal = portal_of(request)
     filters.message_filter(params)  # a query that does not parse is refused, as it would be
     kept = urlencode(filters.message_params(params))
-    await run_in_threadpool(searches.save_search, portal.store, user.name, _field(form, "name"),
+    await run_in_threadpool(searches.save_search, portal.store, user.name, field(form, "name"),
                             kept, now=utcnow())
     return RedirectResponse(f"/messages?{kept}" if kept else "/messages", status_code=303)
 
 
 async def delete(request: Request) -> Response:
-    from engine.portal.pages import current_user
-
     form = await request.form()
     user = await run_in_threadpool(current_user, request)
-    check_csrf(user, _field(form, "csrf_token"))
+    check_csrf(user, field(form, "csrf_token"))
     await run_in_threadpool(searches.delete_search, portal_of(request).store, user.name,
                             request.path_params["search_id"])
     return RedirectResponse("/messages", status_code=303)
-
-
-def _field(form: object, name: str) -> str:
-    value = form.get(name)  # type: ignore[attr-defined]
-    return value if isinstance(value, str) else ""
