@@ -9,8 +9,8 @@ send and the whole response — before that deadline or raise
 Attempt state is thread-local because workers share the adapter.
 
 Those transport methods all go through :meth:`OutboundAdapter.call`, the template method: it
-picks a server (failover, §3.4), opens the deadline scope, turns third-party exceptions into
-Encore's errors (here and nowhere else), and calls the subclass's one transport method,
+picks a server (failover, docs/retries.md), opens the deadline scope, turns third-party exceptions
+into Encore's errors (here and nowhere else), and calls the subclass's one transport method,
 :meth:`OutboundAdapter._transmit`, once per server tried.
 """
 from __future__ import annotations
@@ -25,13 +25,22 @@ from typing import Any, ClassVar
 from adapters.credentials import Credentials, resolve_credentials
 from adapters.deadline import TryScope, try_scope
 from adapters.failover import ServerPool
-from adapters.settings import (COMMON_SETTINGS, DEFAULT_CONNECT_TIMEOUT,
-                               DEFAULT_RESPONSE_TIMEOUT, AdapterSettings)
+from adapters.settings import (
+    COMMON_SETTINGS,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_RESPONSE_TIMEOUT,
+    AdapterSettings,
+)
 from adapters.urls import redact_userinfo, take_url_credentials, url_credentials_warning
 from engine.attempt import AttemptContext, HttpExchange
 from engine.clock import Clock, SystemClock
-from engine.errors import (AdapterError, AdapterNotReady, ConfigurationError, NotSent,
-                           ResponseTimeout)
+from engine.errors import (
+    AdapterError,
+    AdapterNotReady,
+    ConfigurationError,
+    NotSent,
+    ResponseTimeout,
+)
 from engine.settings import Setting, validate_settings
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_RESPONSE_TIMEOUT", "AttemptContext",
@@ -64,7 +73,7 @@ class OutboundAdapter(ABC):
     def __init__(self, settings: Mapping[str, Any], *, item_name: str = "", pool_size: int = 1,
                  env: Mapping[str, str] | None = None, clock: Clock | None = None) -> None:
         own = self._own_settings(settings, item_name)
-        # user:password@ in a URL: out of every URL the adapter shows or stores (§8)
+        # user:password@ in a URL: out of every URL the adapter shows or stores (docs/security.md)
         self.settings, self.url_credentials, self._url_credential_keys = \
             take_url_credentials(own)
         self.adapter_settings = self.settings_class.from_validated(self.settings)
@@ -90,7 +99,7 @@ class OutboundAdapter(ABC):
 
     @property
     def idempotent(self) -> bool:
-        """False: an outcome-unknown failure must not be re-sent (§3.4)."""
+        """False: an outcome-unknown failure must not be re-sent (docs/retries.md)."""
         return self.adapter_settings.idempotent
 
     @property

@@ -1,4 +1,4 @@
-"""Credentials by name, never stored in the production file (design §4, §8).
+"""Credentials by name, never stored in the production file (docs/settings.md, docs/security.md).
 
 ``credentials = "payments"`` is resolved from the injected environment
 (``ENCORE_CREDENTIALS_PAYMENTS_USERNAME`` / ``ENCORE_CREDENTIALS_PAYMENTS_PASSWORD``), else

@@ -1,4 +1,4 @@
-"""A true deadline for one HTTP exchange (design §3.1 rule 1).
+"""A true deadline for one HTTP exchange (docs/retries.md rule 1).
 
 ``requests`` and ``urllib3`` only know per-socket-operation timeouts: a server that sends one
 byte every 0.2 s never trips a 1-second read timeout. Here every socket read and write of a

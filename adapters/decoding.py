@@ -1,5 +1,5 @@
-"""Undoing a response's ``Content-Encoding`` within the attempt's deadline (design §3.1 rule 1,
-§8: "decompression counts against the attempt's deadline").
+"""Undoing a response's ``Content-Encoding`` within the attempt's deadline (docs/retries.md rule 1,
+docs/security.md: "decompression counts against the attempt's deadline").
 
 The deadline bounds every socket read, but a small compressed body can take seconds of CPU
 to inflate: ``Content-Encoding: gzip, gzip`` turns 17 KB into 10 GiB. :class:`BodyDecoder`

@@ -1,4 +1,4 @@
-"""Failover across an item's servers, with "bad" marking (design §3.4, seed 003).
+"""Failover across an item's servers, with "bad" marking (docs/retries.md, seed 003).
 
 Attempts go to the first healthy server in the configured order. A server that fails is
 marked bad for ``cooldown`` seconds and skipped while another is healthy; when all are bad,

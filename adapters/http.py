@@ -11,8 +11,14 @@ import requests
 from adapters.base import OutboundAdapter
 from adapters.deadline import TryScope
 from adapters.failover import join_path, rebase
-from adapters.session import (ItemSession, classify_transport_error, exact_text, lossy_text,
-                              retry_after_note, status_error)
+from adapters.session import (
+    ItemSession,
+    classify_transport_error,
+    exact_text,
+    lossy_text,
+    retry_after_note,
+    status_error,
+)
 from adapters.settings import COMMON_SETTINGS, REDIRECT_SETTINGS, AdapterSettings, http_url
 from adapters.urls import origin
 from engine.clock import Clock

@@ -15,12 +15,18 @@ import requests.auth
 import urllib3.exceptions
 from requests.structures import CaseInsensitiveDict
 
-from adapters.decoding import BodyDecoder
 from adapters.deadline import DeadlineExceeded, DeadlineHTTPAdapter, TryScope
+from adapters.decoding import BodyDecoder
 from adapters.urls import UrlCredentials, origin
 from engine.attempt import HttpExchange
-from engine.errors import (AdapterError, ConnectFailed, ConnectionReset, HttpStatusError,
-                           ResponseRejected, ResponseTimeout)
+from engine.errors import (
+    AdapterError,
+    ConnectFailed,
+    ConnectionReset,
+    HttpStatusError,
+    ResponseRejected,
+    ResponseTimeout,
+)
 
 if TYPE_CHECKING:
     from adapters.settings import AdapterSettings

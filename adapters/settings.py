@@ -1,4 +1,4 @@
-"""The settings every outbound adapter accepts (design §4), their validators, and the typed
+"""The settings every outbound adapter accepts (docs/settings.md), their validators, and the typed
 object :class:`AdapterSettings` that adapters read them from.
 
 Each validator returns the cleaned value or raises ``ValueError`` with what is allowed;

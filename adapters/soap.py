@@ -34,11 +34,25 @@ from adapters.deadline import TryScope, try_scope
 from adapters.failover import rebase
 from adapters.session import ItemSession, classify_transport_error, describe, retry_after_note
 from adapters.settings import COMMON_SETTINGS, AdapterSettings, not_empty
-from adapters.soap_transport import (AttemptHooks, DeadlineTransport, DocumentPolicy,
-                                     HostBoundBasicAuth, Origin, local_path, origin_of)
+from adapters.soap_transport import (
+    AttemptHooks,
+    DeadlineTransport,
+    DocumentPolicy,
+    HostBoundBasicAuth,
+    Origin,
+    local_path,
+    origin_of,
+)
 from adapters.urls import redact_userinfo
-from engine.errors import (AdapterError, AdapterNotReady, ConfigurationError, DocumentRefused,
-                           HttpStatusError, RemoteFault, ResponseRejected)
+from engine.errors import (
+    AdapterError,
+    AdapterNotReady,
+    ConfigurationError,
+    DocumentRefused,
+    HttpStatusError,
+    RemoteFault,
+    ResponseRejected,
+)
 from engine.retry.reply_codes import local_name
 from engine.settings import Setting
 

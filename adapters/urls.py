@@ -1,5 +1,5 @@
-"""Credentials written in an item's URL (``https://user:pw@host/...``; design §8): taken out of
-the URL when the adapter is made, so that the URL the adapter shows and stores everywhere —
+"""Credentials written in an item's URL (``https://user:pw@host/...``; docs/security.md): taken out
+of the URL when the adapter is made, so that the URL the adapter shows and stores everywhere —
 ``message_attempt.server``, error texts, events, logs — has none, and sent as HTTP Basic
 authentication to that URL's origin only (as ``requests`` would have sent them), unless the
 item's ``credentials`` setting gives credentials of its own. A ``Warning`` at start says to

@@ -15,7 +15,7 @@ alive, and it lists every :class:`Violation` of these invariants:
 - ``fifo_order``: a FIFO item's message first reached the server before one accepted ahead
   of it.
 - ``first_failure``: a message with a failed attempt has not exactly one first-failure
-  ``Error`` event (``source_method = 'on_first_failure'``, DESIGN.md §3.1 rule 6), or one
+  ``Error`` event (``source_method = 'on_first_failure'``, docs/retries.md rule 6), or one
   without a failed attempt has any.
 - ``give_up``: more than one give-up ``Error`` event (``on_give_up``), or a message in
   status Error without one, or one not in Error with one.

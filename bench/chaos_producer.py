@@ -20,7 +20,7 @@ from pathlib import Path
 from bench.chaos_daemons import ITEMS
 from bench.chaos_server import FAIL_MARK, SLOW_MARK
 from engine.client import send_message
-from engine.production import load_production
+from engine.config.production import load_production
 from engine.store.sql import SqlStore
 
 __all__ = ["Producer"]

@@ -129,7 +129,7 @@ class FaultProxy:
                     continue
                 try:
                     data = source.recv(CHUNK)
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 if not data:
                     break
@@ -148,7 +148,7 @@ class FaultProxy:
         while view and self._alive(pair):
             try:
                 view = view[sink.send(view):]
-            except socket.timeout:
+            except TimeoutError:
                 continue
 
     def _alive(self, pair: tuple[socket.socket, socket.socket]) -> bool:

@@ -25,9 +25,9 @@ from starlette.testclient import TestClient  # noqa: E402
 
 from bench.viewer import ITEMS, _filled, _wipe, fill, measure  # noqa: E402
 from engine.clock import utcnow  # noqa: E402
+from engine.config.production import parse_production  # noqa: E402
 from engine.portal import create_app  # noqa: E402
 from engine.portal.auth import hash_password  # noqa: E402
-from engine.production import parse_production  # noqa: E402
 from engine.store import accounts, rollup  # noqa: E402
 from engine.store.models import item_minute, portal_user  # noqa: E402
 from engine.store.sql import SqlStore  # noqa: E402
@@ -94,7 +94,7 @@ def main() -> None:
               f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
         for name, path in pages:
             assert client.get(path).status_code == 200, path
-            print(f"  {measure(lambda: client.get(path), args.repeat):9.2f} ms  {name}")
+            print(f"  {measure(lambda path=path: client.get(path), args.repeat):9.2f} ms  {name}")
     store.dispose()
 
 

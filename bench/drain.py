@@ -15,7 +15,7 @@ from bench import pgq
 from bench.report import Outcome
 from engine.client import send_message
 from engine.clock import utcnow
-from engine.production import ProductionConfig
+from engine.config.production import ProductionConfig
 
 ITEM = "Noop"
 NOOP_CLASS = "bench.ops:NoopOperation"

@@ -73,8 +73,9 @@ def _delete_queues(queue: str) -> None:
 def drain(work: Path, count: int, threads: int = THREADS) -> DramatiqDrain:
     """Enqueue ``count`` no-op messages, then drain them with one worker of ``threads``
     threads; messages/s from the first start to the last end."""
-    from bench import dramatiq_app as app  # noqa: PLC0415 - optional peer
     import dramatiq  # noqa: PLC0415
+
+    from bench import dramatiq_app as app  # noqa: PLC0415 - optional peer
 
     queue = f"encore-bench-{os.getpid()}-{time.monotonic_ns()}"
     times = work / f"dramatiq-{queue}.times"

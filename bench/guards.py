@@ -1,4 +1,4 @@
-"""What the circuit breaker and the rate limit cost (issue 16, DESIGN.md §11).
+"""What the circuit breaker and the rate limit cost (issue 16, docs/guards.md).
 
 Two measurements, each printed with the machine's load average:
 
@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +105,7 @@ def pyrate_taker(url: str) -> tuple[Callable[[], object], Callable[[], None]]:
     def take() -> object:
         # Its PostgreSQL bucket refuses at once when another caller holds the table lock
         # (LOCK … NOWAIT): ask again, as its Limiter does, until a slot is given.
-        while not bucket.put(RateItem(ITEM, int(datetime.now(timezone.utc).timestamp() * 1000))):
+        while not bucket.put(RateItem(ITEM, int(datetime.now(UTC).timestamp() * 1000))):
             REFUSALS[0] += 1
         return None
     return take, close

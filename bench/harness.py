@@ -23,8 +23,8 @@ from sqlalchemy import create_engine, func, select, text
 
 from engine.client import send_message, send_messages
 from engine.clock import as_utc, utcnow
-from engine.daemon import Daemon
-from engine.production import ProductionConfig, parse_production
+from engine.config.production import ProductionConfig, parse_production
+from engine.runtime.daemon import Daemon
 from engine.store.database import normalise_url
 from engine.store.models import FINAL_STATUSES, message_header
 from engine.store.sql import SqlStore

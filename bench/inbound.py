@@ -1,4 +1,4 @@
-"""Inbound services (issue 25, DESIGN.md §14), ``encore run`` in a subprocess on SQLite.
+"""Inbound services (issue 25, docs/inbound.md), ``encore run`` in a subprocess on SQLite.
 
 inbound_soap_ms_p50: a zeep client generated from the WSDL a SoapService serves calls
 ``echo`` through an ``engine.router:Router`` and a SoapOperation to a loopback spyne echo

@@ -51,8 +51,8 @@ from bench.intake_http import _free_port
 from bench.report import Outcome
 from engine.client import send_message
 from engine.clock import as_utc, utcnow
+from engine.config.production import ProductionConfig
 from engine.portal.auth import new_token, token_digest
-from engine.production import ProductionConfig
 from engine.store import accounts
 from engine.store.sql import SqlStore
 

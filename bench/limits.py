@@ -20,7 +20,7 @@ from engine.errors import ResponseTimeout
 from engine.store.models import event_log, message_attempt, message_header
 from engine.store.sql import SqlStore
 
-# The seed timeline ÷10 (DESIGN.md §3.2): attempts at 0, 1, 2, 3 s, give-up at 3.7 s.
+# The seed timeline ÷10 (docs/retries.md): attempts at 0, 1, 2, 3 s, give-up at 3.7 s.
 SEED = {"response_timeout": 0.7, "retry_interval": 1.0, "failure_timeout": 3.0}
 SEED_SERVER_DELAY = 0.8  # seconds
 SEED_STARTS = (0.0, 1.0, 2.0, 3.0)  # seconds after the first attempt

@@ -141,6 +141,6 @@ async def _bounded(run: Coroutine[Any, Any, None], count: int) -> None:
     timeout = h.STALL_S + count / MIN_RATE
     try:
         await asyncio.wait_for(run, timeout)
-    except asyncio.TimeoutError as exc:
+    except TimeoutError as exc:
         raise TimeoutError(f"pgqueuer did not drain {count} jobs within {timeout:.0f} s") \
             from exc

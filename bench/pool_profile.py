@@ -157,7 +157,7 @@ class Calls:
         return self.counting and role(threading.current_thread().name, self.item) != "other"
 
     def wrap_store(self, store: Any) -> None:
-        for name, attr in inspect.getmembers(type(store), inspect.isfunction):
+        for name, _attr in inspect.getmembers(type(store), inspect.isfunction):
             if not name.startswith("_"):
                 setattr(store, name, self._counted(name, getattr(store, name)))
 

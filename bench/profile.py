@@ -29,9 +29,9 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from itertools import pairwise
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 

@@ -1,4 +1,4 @@
-"""The hot-path cost of the console's per-minute counters (DESIGN.md §13): CPU per message
+"""The hot-path cost of the console's per-minute counters (docs/portal.md): CPU per message
 of what a worker adds for them — one ``attempt`` and one ``completed`` on
 :class:`engine.store.rollup.RollupCounter` — next to a no-op message's whole cost in the
 drain bench (about 0.1 ms). Prints the figure with the load average.

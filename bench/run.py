@@ -31,8 +31,18 @@ ROOT = Path(__file__).resolve().parents[1]
 # first, as it does for the `encore run` subprocesses (PYTHONPATH).
 sys.path.insert(0, str(ROOT))
 
-from bench import (celery_peer, drain, harness, inbound, intake_http, latency, limits, pool,
-                   throughput, viewer)
+from bench import (
+    celery_peer,
+    drain,
+    harness,
+    inbound,
+    intake_http,
+    latency,
+    limits,
+    pool,
+    throughput,
+    viewer,
+)
 from bench.report import KEYS, Outcome, table
 from bench.servers import ServerProcess
 
@@ -154,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     if pg_url is None:
         print(f"[bench] no PostgreSQL: noop_msgs_per_s_pg, noop_drain_msgs_per_s_pg, "
               f"pgqueuer_drain_ratio, pg_two_daemon_ratio, sync_roundtrip_ms_p50_pg, "
-              f"pickup_ms_p50_pg and noop_pool4_ratio_pg are null (pass --pg-url or set {PG_ENV})", file=sys.stderr)
+              f"pickup_ms_p50_pg and noop_pool4_ratio_pg are null (pass --pg-url or set {PG_ENV})",
+              file=sys.stderr)
     t0, load0 = time.monotonic(), _loadavg()
     outcome = run_scenarios(args, pg_url)
     footer = (f"{'quick' if args.quick else 'full'} run, {time.monotonic() - t0:.0f} s; "

@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from engine.demo_server import DemoSoapServer
+from engine.tools.demo_server import DemoSoapServer
 
 ROOT = Path(__file__).resolve().parents[1]
 TRICKLE_INTERVAL = 0.2  # seconds between two body bytes of the trickling server

@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ def rows(count: int, seed: int = 7) -> Iterator[tuple[Any, ...]]:
     """``count`` message rows in id order; one in 200,000 carries the word 'needle', and
     the middle one (the property search's)."""
     rng = random.Random(seed)
-    start = datetime.now(timezone.utc) - SPAN
+    start = datetime.now(UTC) - SPAN
     step = SPAN / count
     statuses = [s for s, _ in STATUSES]
     weights = [w for _, w in STATUSES]
@@ -130,7 +130,7 @@ def _sqlite_time(value: datetime | None) -> str | None:
 
 def queries(store: SqlStore, count: int) -> list[tuple[str, Callable[[], Any]]]:
     """(name, call) of every query measured."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     middle = count // 2
     day = MessageFilter(since=now - timedelta(days=16), until=now - timedelta(days=15))
     page = viewer.messages_page

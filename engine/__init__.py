@@ -14,8 +14,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from engine.clock import Clock, SystemClock, VirtualClock
-from engine.errors import (AdapterError, CallFailed, CallTimedOut, ConfigurationError,
-                           EncoreError, MessageError, ProcessError, Retry, StoreError)
+from engine.errors import (
+    AdapterError,
+    CallFailed,
+    CallTimedOut,
+    ConfigurationError,
+    EncoreError,
+    MessageError,
+    ProcessError,
+    Retry,
+    StoreError,
+)
 
 if TYPE_CHECKING:
     from engine.host import BusinessHost, BusinessOperation

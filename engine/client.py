@@ -13,10 +13,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from engine.clock import Clock, SystemClock, VirtualClock
+from engine.config.production import ProductionConfig, ProductionOutline
 from engine.errors import CallFailed, CallTimedOut, ConfigurationError, MessageError
 from engine.message import MAX_BODY_DEPTH, Message, decode_message, encode_request
 from engine.otel import producer_span
-from engine.production import ProductionConfig, ProductionOutline
 from engine.store.completions import SAFETY_POLL
 from engine.store.statuses import ENDED_STATUSES
 
@@ -100,7 +100,7 @@ class DecodedString(str):
 
 def decode_body(text: str, *, where: str) -> Any:
     """``text`` as JSON; MessageError naming ``where`` if it is not JSON, holds NaN or an
-    infinity (JSON has neither; DESIGN §4, "Numbers") or nests so deep that the decoder
+    infinity (JSON has neither; docs/settings.md, "Numbers") or nests so deep that the decoder
     gives up (the depth limit itself is checked with the message, :func:`_validated`).
     A JSON string comes back as a :class:`DecodedString`, so that it is not taken for JSON
     text and decoded a second time. A lone UTF-16 surrogate (``"\\ud800"``) is refused: it

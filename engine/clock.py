@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 
 def utcnow() -> datetime:
     """The current time, timezone-aware UTC: the one helper for stored timestamps."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def as_utc(value: datetime | None) -> datetime | None:
@@ -22,8 +22,8 @@ def as_utc(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     if value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
 
 
 class Clock(Protocol):
@@ -64,7 +64,7 @@ class VirtualClock:
 
     def __init__(self, start: datetime | None = None) -> None:
         self._t = 0.0
-        self._start = start or datetime(2000, 1, 1, tzinfo=timezone.utc)
+        self._start = start or datetime(2000, 1, 1, tzinfo=UTC)
         self._lock = threading.Lock()
 
     @property

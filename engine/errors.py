@@ -1,7 +1,7 @@
 """The error hierarchy of Encore.
 
 One root, :class:`EncoreError`, and one family per concern. Adapter errors carry the
-classification that the retry engine needs (§3.4 of the design): whether the request surely
+classification that the retry engine needs (docs/retries.md): whether the request surely
 never reached the server (*not sent*), may have been processed (*outcome unknown*), or was
 answered with an error (*answered*).
 """

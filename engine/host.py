@@ -3,7 +3,7 @@
 A :class:`BusinessOperation` takes messages from its item's queue and calls a remote system
 through its adapter. Subclasses implement :meth:`BusinessOperation.on_message`; the worker
 runs it once per attempt, with the retry settings of the item deciding what happens after a
-failure (DESIGN.md §3).
+failure (docs/retries.md).
 """
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from engine.breaker import DEFAULT_OPEN_SECONDS, check_open_seconds
+from engine.delivery.breaker import DEFAULT_OPEN_SECONDS, check_open_seconds
+from engine.delivery.ratelimit import check_rate_limit
+from engine.delivery.window import check_window
 from engine.message import JsonMessage, Message
-from engine.ratelimit import check_rate_limit
 from engine.retry import RETRY_SETTINGS, RetrySettings
 from engine.settings import Setting, TypedSettings
 from engine.store.properties import check_paths
-from engine.window import check_window
 
 if TYPE_CHECKING:  # adapters import the engine; the engine only names their base class
     from adapters.base import OutboundAdapter
@@ -32,7 +32,7 @@ class EventSink(Protocol):
     def write(self, type_: str, text: str, **context: Any) -> None: ...
 
 
-DEFAULT_MAX_DELIVERIES = 5  # interrupted deliveries that suspend a message (DESIGN.md §5)
+DEFAULT_MAX_DELIVERIES = 5  # interrupted deliveries that suspend a message (docs/architecture.md)
 
 # A business operation's settings besides its retry settings.
 OPERATION_SETTINGS: tuple[Setting, ...] = (
@@ -135,7 +135,7 @@ class BusinessHost(ABC):
 
     @classmethod
     def settings_objects(cls, settings: Mapping[str, Any]) -> dict[str, TypedSettings | None]:
-        """The typed objects that :class:`~engine.production.ItemConfig` holds for an item
+        """The typed objects that :class:`~engine.config.production.ItemConfig` holds for an item
         of this class with these validated ``settings``, by field name: none for a host that
         is not a business operation."""
         return {}

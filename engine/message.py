@@ -95,7 +95,7 @@ def decode_json(text: str) -> Any:
 
 def encode_request(message: Message) -> str:
     """The JSON text stored for request ``message``. Raises MessageError when it cannot be
-    JSON: a NaN or an infinity (JSON has neither; DESIGN §4, "Numbers"), a value that holds
+    JSON: a NaN or an infinity (JSON has neither; docs/settings.md, "Numbers"), a value that holds
     itself, or nesting deeper than :data:`MAX_BODY_DEPTH`."""
     try:
         data = message.to_dict()  # to_dict recurses: a value holding itself ends
@@ -163,7 +163,7 @@ def encode_response(response: Any) -> tuple[str | None, str | None]:
 
 def _fits(value: Any, hint: Any) -> bool:
     origin = typing.get_origin(hint) or hint
-    if hint is Any or origin is typing.Union or origin is getattr(__import__("types"), "UnionType"):
+    if hint is Any or origin is typing.Union or origin is __import__("types").UnionType:
         args = typing.get_args(hint)
         return hint is Any or any(_fits(value, a) for a in args)
     if hint is type(None):

@@ -1,4 +1,4 @@
-"""Business processes: hosts that call other items of the production (DESIGN.md §10).
+"""Business processes: hosts that call other items of the production (docs/processes.md).
 
 A :class:`BusinessProcess` is an item like an operation — its own queue, ``pool_size``
 workers, the same retry settings — whose work is to send requests to other items and wait
@@ -38,7 +38,7 @@ from engine.settings import Setting
 
 if TYPE_CHECKING:
     from adapters.base import OutboundAdapter
-    from engine.production import ProductionConfig
+    from engine.config.production import ProductionConfig
     from engine.store.sql import Accepted, SqlStore
 
 # seconds between two looks at a sync call's target message when no announcement of its end
@@ -206,8 +206,8 @@ class BusinessProcess(BusinessOperation):
     def _run_of_attempt(self) -> int:
         """The first attempt of the chain of interrupted attempts that ends with the one in
         hand: its calls' keys are the ones to re-attach to."""
-        # engine.worker imports the adapters, which import this package: not at the top
-        from engine.worker import CRASH_TEXT  # the text of an attempt cut off by a stop
+        # engine.delivery.worker imports the adapters, which import this package: not at the top
+        from engine.delivery.worker import CRASH_TEXT  # the text of an attempt cut off by a stop
 
         run = self.retry_count
         if run <= 1 or self.context is None or self.message_id is None:

@@ -1,5 +1,5 @@
 """Router: a ready-made business process that sends each request to the target of the
-first rule it matches (DESIGN.md §10).
+first rule it matches (docs/processes.md).
 
 .. code-block:: toml
 
@@ -14,7 +14,7 @@ first rule it matches (DESIGN.md §10).
     ]
     default_target = "Payments"      # when no rule matches; "" = the message ends in Error
 
-The rules (:mod:`engine.rules`) are checked when the production loads: an unknown operator,
+The rules (:mod:`engine.config.rules`) are checked when the production loads: an unknown operator,
 a rule without a target, a bad regular expression (one RE2, the linear-time engine rules run
 on, cannot run: a backreference, lookaround) or a target that is not an item of the
 production is refused, naming the item and the rule. The router's response is the target's
@@ -26,11 +26,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from engine.config.rules import check_rules, first_match, parse_rules
 from engine.errors import NoRoute
 from engine.host import EventSink, TargetRef
 from engine.message import JsonMessage
 from engine.process import PROCESS_SETTINGS, BusinessProcess
-from engine.rules import check_rules, first_match, parse_rules
 from engine.settings import Setting, TypedSettings
 
 # The router's own settings, besides a process's.
@@ -56,7 +56,7 @@ class RoutingSettings(TypedSettings):
 
     DECLARED: ClassVar[tuple[Setting, ...]] = ROUTING_SETTINGS
 
-    rules: tuple[Any, ...]  # the tables as given; engine.rules.parse_rules reads them
+    rules: tuple[Any, ...]  # the tables as given; engine.config.rules.parse_rules reads them
     default_target: str
     timeout: float  # seconds
 

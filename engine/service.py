@@ -1,4 +1,4 @@
-"""Business services: inbound hosts that put messages into the production (DESIGN.md §2).
+"""Business services: inbound hosts that put messages into the production (docs/architecture.md).
 
 A :class:`BusinessService` is polled by the production's scheduler — every ``call_interval``
 seconds, or on a cron ``schedule`` — and its :meth:`BusinessService.on_process_input` decides
@@ -14,11 +14,11 @@ from typing import Any, ClassVar
 
 from engine.client import send_message, wait_for_response
 from engine.clock import Clock, SystemClock
-from engine.cron import parse_schedule
+from engine.config.cron import parse_schedule
+from engine.config.production import ProductionConfig
 from engine.errors import CallFailed, CallTimedOut, ConfigurationError, EncoreError, MessageError
 from engine.host import BusinessHost, EventSink
 from engine.message import Message
-from engine.production import ProductionConfig
 from engine.settings import Setting, TypedSettings
 from engine.store.sql import SqlStore
 

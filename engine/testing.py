@@ -16,15 +16,15 @@ from typing import Any, Self
 
 from adapters.base import OutboundAdapter
 from adapters.deadline import TryScope
-from engine.clock import Clock, VirtualClock
-from engine.errors import AdapterError, HttpStatusError, ResponseTimeout
 from engine.client import send_message
+from engine.clock import Clock, VirtualClock
+from engine.config.production import ITEM_KEYS, ItemConfig, ProductionConfig
+from engine.delivery.worker import Result
+from engine.errors import AdapterError, HttpStatusError, ResponseTimeout
 from engine.host import BusinessOperation
-from engine.production import ITEM_KEYS, ItemConfig, ProductionConfig
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.store.sql import SqlStore
-from engine.worker import Result
 
 AdapterSource = OutboundAdapter | Callable[[Clock], OutboundAdapter]
 
@@ -151,8 +151,8 @@ class SimulatedOperation(BusinessOperation):
 
 
 class VirtualDaemon:
-    """The real :class:`~engine.daemon.Daemon` of ``production`` on a virtual clock, driven
-    by its :meth:`~engine.daemon.Daemon.tick`: no thread, no real sleep, the same result on
+    """The real :class:`~engine.runtime.daemon.Daemon` of ``production`` on a virtual clock, driven
+    by its :meth:`~engine.runtime.daemon.Daemon.tick`: no thread, no real sleep, the same result on
     every run.
 
     The daemon runs over ``store`` (a new in-memory SQLite store when None) and is started
@@ -176,7 +176,7 @@ class VirtualDaemon:
                  adapters: Mapping[str, AdapterSource] | None = None,
                  start: datetime | None = None, rng: Any = None) -> None:
         # the daemon imports the world: only those who use the harness pay for it
-        from engine.daemon import Daemon
+        from engine.runtime.daemon import Daemon
 
         self.production = production
         self.own_store = store is None

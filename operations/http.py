@@ -1,4 +1,4 @@
-"""HttpOperation: sends the request body of §4 through an HttpAdapter."""
+"""HttpOperation: sends the request body of docs/settings.md through an HttpAdapter."""
 from __future__ import annotations
 
 import base64

@@ -5,8 +5,8 @@ import re
 from typing import Any
 
 from engine.clock import utcnow
+from engine.config.production import ProductionConfig, parse_production
 from engine.portal.auth import hash_password, new_token, token_digest
-from engine.production import ProductionConfig, parse_production
 from engine.store import accounts
 from engine.store.sql import SqlStore
 

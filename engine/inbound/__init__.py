@@ -1,4 +1,4 @@
-"""Inbound services: SOAP and HTTP endpoints that other systems call (DESIGN.md §14).
+"""Inbound services: SOAP and HTTP endpoints that other systems call (docs/inbound.md).
 
 ``engine.inbound:SoapService`` serves a WSDL (:mod:`engine.inbound.soap`);
 ``engine.inbound:HttpService`` plain HTTP routes (:mod:`engine.inbound.http`). Both are

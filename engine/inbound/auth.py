@@ -1,4 +1,4 @@
-"""Who calls an inbound service, and may they (DESIGN.md §14).
+"""Who calls an inbound service, and may they (docs/inbound.md).
 
 Per service, ``auth`` is one of:
 
@@ -14,7 +14,7 @@ Per service, ``auth`` is one of:
   (``encore token create``), as the intake API checks it.
 
 The principal (``user:NAME`` or ``token:NAME``) is the caller its ``Idempotency-Key``\\s
-belong to (DESIGN.md §8).
+belong to (docs/security.md).
 """
 from __future__ import annotations
 
@@ -26,10 +26,16 @@ import secrets
 import threading
 import time
 
-from engine.network import is_loopback
-from engine.portal.auth import (TOKEN_CACHE_SECONDS, TOKEN_CACHE_SIZE, Authenticator, AuthError,
-                                LoginThrottled, portal_secret)
 from engine.inbound.base import Refused
+from engine.portal.auth import (
+    TOKEN_CACHE_SECONDS,
+    TOKEN_CACHE_SIZE,
+    Authenticator,
+    AuthError,
+    LoginThrottled,
+    portal_secret,
+)
+from engine.runtime.network import is_loopback
 from engine.store.sql import SqlStore
 
 REALM = 'Basic realm="Encore", charset="UTF-8"'

@@ -1,4 +1,4 @@
-"""The base of inbound services: items that other systems call (DESIGN.md §14).
+"""The base of inbound services: items that other systems call (docs/inbound.md).
 
 An inbound service is an item of the production that takes no messages itself: it listens
 on the daemon's inbound server (:mod:`engine.inbound.server`), turns each request it

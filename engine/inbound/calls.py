@@ -9,7 +9,7 @@ process or any other, with a look every :data:`~engine.store.completions.SAFETY_
 seconds only as the safety net. A stop of the daemon wakes every waiter, which answers that
 the message goes on.
 
-An Idempotency-Key belongs to its caller (DESIGN.md §8): the key stored is the caller's key
+An Idempotency-Key belongs to its caller (docs/security.md): the key stored is the caller's key
 scoped by the service and the principal that sent it (:func:`scoped_key`), so another
 caller's same key is another message.
 
@@ -27,12 +27,12 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from engine.clock import utcnow
 from engine.client import accept_message
+from engine.clock import utcnow
+from engine.config.production import ProductionConfig
 from engine.inbound.auth import CallerAuth
 from engine.inbound.refusals import RefusalLog
 from engine.portal.intake import MAX_KEY_LENGTH, accept_and_wait, check_idempotency_key
-from engine.production import ProductionConfig
 from engine.store.inbound import InboundCall, record_calls
 from engine.store.sql import Accepted, SqlStore
 

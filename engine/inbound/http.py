@@ -1,4 +1,4 @@
-"""HttpService: plain HTTP endpoints whose requests become messages (DESIGN.md §14).
+"""HttpService: plain HTTP endpoints whose requests become messages (docs/inbound.md).
 
 .. code-block:: toml
 
@@ -47,8 +47,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, compile_path
 
-from engine.clock import utcnow
 from engine.client import IdempotencyConflict, decode_body
+from engine.clock import utcnow
 from engine.errors import ConfigurationError, MessageError
 from engine.host import EventSink, TargetRef
 from engine.inbound.base import COMMON_SETTINGS, InboundService, Refused

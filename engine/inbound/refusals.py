@@ -1,4 +1,5 @@
-"""Refused requests in the event log, at most once per client and minute (DESIGN.md §8, §14).
+"""Refused requests in the event log, at most once per client and minute (docs/security.md and
+docs/inbound.md).
 
 An inbound port faces other systems: a misbehaving client may send thousands of bad
 requests a minute. Each refusal is counted; the first of a client (its address, per

@@ -1,12 +1,12 @@
 """The inbound server: the production's inbound services on a uvicorn thread of
-``encore run`` (``[inbound]`` in the production file, DESIGN.md §14).
+``encore run`` (``[inbound]`` in the production file, docs/inbound.md).
 
 The same ASGI stack as the portal (Starlette under uvicorn), on its own port, loopback by
 default, TLS from ``tls_cert``/``tls_key``. Any daemon of a PostgreSQL production may serve
 it behind a load balancer: a request's message is committed to the shared database, and a
 sync caller is woken by the commit that ends it on whichever daemon does.
 :func:`inbound_http_server` is the one place the server is made: it holds the same
-connection and read-time caps as the portal's (DESIGN.md §8).
+connection and read-time caps as the portal's (docs/security.md).
 
 Services are built when the daemon starts; a SIGHUP reload does not change them (restart the
 daemon after changing an inbound service or ``[inbound]``).
@@ -20,16 +20,16 @@ from pathlib import Path
 
 from starlette.types import ASGIApp
 
+from engine.config.production import InboundConfig, ProductionConfig
 from engine.errors import ConfigurationError
 from engine.inbound.app import create_app
 from engine.inbound.auth import CallerAuth
 from engine.inbound.base import InboundService
 from engine.inbound.calls import CallRecorder, InboundContext
 from engine.inbound.refusals import RefusalLog
-from engine.network import is_loopback
 from engine.portal.limited_server import LimitedServer, limited_server
 from engine.portal.limits import ServerLimits
-from engine.production import InboundConfig, ProductionConfig
+from engine.runtime.network import is_loopback
 from engine.store.sql import SqlStore
 
 __all__ = ["InboundServer", "inbound_http_server", "inbound_services"]
@@ -63,7 +63,7 @@ def inbound_services(production: ProductionConfig, store: SqlStore) -> list[Inbo
 
 def inbound_http_server(app: ASGIApp, config: InboundConfig) -> LimitedServer:
     """The uvicorn server of the inbound services for ``config``, under the same caps as the
-    portal's (DESIGN.md §8, :mod:`engine.portal.limited_server`): connections in total and
+    portal's (docs/security.md, :mod:`engine.portal.limited_server`): connections in total and
     per client sized from the open-file limit (the process's one budget, shared with the
     portal), a request read within 10 s, idle keep-alive connections closed after 5 s."""
     for name in ("tls_cert", "tls_key"):

@@ -1,4 +1,4 @@
-"""SoapService: a SOAP endpoint from a WSDL, contract first (DESIGN.md §14).
+"""SoapService: a SOAP endpoint from a WSDL, contract first (docs/inbound.md).
 
 .. code-block:: toml
 
@@ -26,7 +26,7 @@ Faults: a request the WSDL does not allow (not XML, a DTD, another element, a wr
 answers a ``Client`` fault naming what is wrong and creates nothing; a target that ends in
 ``Error`` (or Suspended, ...) answers a ``Server`` fault with its error text; one that has
 not answered within ``response_timeout`` a ``Server`` fault saying so — the message goes on.
-A WSDL that cannot be loaded does not stop the daemon (DESIGN.md §8): one ``Error`` event,
+A WSDL that cannot be loaded does not stop the daemon (docs/security.md): one ``Error`` event,
 ``Server`` faults meanwhile, a new try every :data:`WSDL_RETRY` seconds, one ``Info`` event
 when it loads.
 """
@@ -45,15 +45,22 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from adapters.soap_transport import local_path, origin_of
-from engine.clock import utcnow
 from engine.client import IdempotencyConflict
+from engine.clock import utcnow
 from engine.errors import ConfigurationError, MessageError
 from engine.host import EventSink, TargetRef
 from engine.inbound.base import COMMON_SETTINGS, InboundService, Refused
 from engine.inbound.body import read_body
 from engine.inbound.calls import Caller, InboundContext, call_record, scoped_key, submit
-from engine.inbound.wsdl import (CONTENT_TYPES, SOAP11, SOAP12, ClientFault, SoapCall,
-                                 SoapContract, fault_envelope)
+from engine.inbound.wsdl import (
+    CONTENT_TYPES,
+    SOAP11,
+    SOAP12,
+    ClientFault,
+    SoapCall,
+    SoapContract,
+    fault_envelope,
+)
 from engine.settings import Setting
 
 __all__ = ["SOAP_SERVICE_SETTINGS", "SoapService"]

@@ -1,5 +1,5 @@
 """A SOAP service's contract: its WSDL, loaded with zeep, that parses requests and writes
-responses (DESIGN.md §14).
+responses (docs/inbound.md).
 
 Why zeep: it is the engine's SOAP library already (outbound calls), and its WSDL model —
 bindings, operations, each message's XSD element — works both ways: ``body.parse`` reads a
@@ -9,7 +9,7 @@ required element), and an operation's ``output.serialize`` writes the response e
 as zeep would for a server. No envelope is written by hand. Faults, which zeep only reads,
 are built with lxml's ``ElementMaker`` in the SOAP 1.1 or 1.2 envelope namespace.
 
-The WSDL is a local file read under DESIGN.md §8's rules for local WSDLs
+The WSDL is a local file read under docs/security.md's rules for local WSDLs
 (:class:`adapters.soap_transport.DocumentPolicy`): it and regular files under its
 directory only, never a URL, a device or a special file; each document size-limited.
 Requests are parsed with zeep's parser with DTDs and entities forbidden (no XXE, no

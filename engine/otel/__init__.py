@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing (DESIGN.md §12), optional: ``pip install 'encore-engine[otel]'``.
+"""OpenTelemetry tracing (docs/tracing.md), optional: ``pip install 'encore-engine[otel]'``.
 
 Tracing is on when the production file says ``otel = true`` or when one of the standard
 variables that configure an OpenTelemetry SDK is set (``OTEL_SERVICE_NAME``,
@@ -26,8 +26,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from engine.config.production import ProductionConfig
     from engine.otel.spans import Tracing
-    from engine.production import ProductionConfig
 
 __all__ = ["ENABLING_VARIABLES", "NO_DELIVERY", "NO_PRODUCER", "Delivery", "Producer",
            "producer_span", "tracing_for", "tracing_wanted"]

@@ -10,14 +10,20 @@ from __future__ import annotations
 import hashlib
 
 from opentelemetry.context import Context
-from opentelemetry.trace import (NonRecordingSpan, Span, SpanContext, TraceFlags,
-                                 get_current_span, set_span_in_context)
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    TraceFlags,
+    get_current_span,
+    set_span_in_context,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 __all__ = ["context_of", "derived_context", "from_text", "headers_of", "to_text"]
 
 # W3C Trace Context always, whatever OTEL_PROPAGATORS says: the stored text and the header
-# are part of Encore's interface (DESIGN.md §12).
+# are part of Encore's interface (docs/tracing.md).
 _W3C = TraceContextTextMapPropagator()
 
 

@@ -10,11 +10,11 @@ Trace structure (one trace per message)::
 
 The messaging conventions ask a "process" span to *link* to the message's creation context;
 Encore also makes it a *child* of it. A message may be delivered several times — after a
-daemon restart, after a FIFO release, every time a requeue-mode retry comes due — and DESIGN.md
-§12 asks for the same trace id on every attempt of a message: only the stored producer
-context is the same on all of them. A message stored without a context (sent with tracing
-off) gets a stand-in one derived from its idempotency key
-(:func:`~engine.otel.context.derived_context`), with no link.
+daemon restart, after a FIFO release, every time a requeue-mode retry comes due — and
+docs/tracing.md asks for the same trace id on every attempt of a message: only the stored producer
+context is the same on all of them. A message stored without a context (sent with tracing off) gets
+a stand-in one derived from its idempotency key (:func:`~engine.otel.context.derived_context`),
+with no link.
 
 Each CLIENT span starts in ``before_attempt``, which returns its ``traceparent`` for every
 request of the attempt (HTTP and SOAP alike), and ends in ``after_attempt`` with the
@@ -33,11 +33,11 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 from engine.attempt import AttemptObserver, AttemptReport
+from engine.delivery.worker import error_text, idempotency_key
 from engine.otel import Delivery, Producer
 from engine.otel import semconv as sc
 from engine.otel.context import context_of, derived_context, from_text, headers_of, to_text
 from engine.store.rows import MessageRow
-from engine.worker import error_text, idempotency_key
 
 __all__ = ["ItemTracing", "Tracing"]
 

@@ -1,4 +1,4 @@
-"""The management portal and JSON API (DESIGN.md §9): :func:`create_app` builds the ASGI
+"""The management portal and JSON API (docs/portal.md): :func:`create_app` builds the ASGI
 application; :mod:`engine.portal.server` serves it; :mod:`engine.portal.cli` holds
 ``encore portal``, ``encore user`` and ``encore token``.
 

@@ -3,7 +3,7 @@
 The actions themselves are :mod:`engine.store.operator`'s — the same checks and the same
 events as ``encore resend|suspend|discard|enable|disable`` — called with ``by=`` naming the
 user (or token) and the way in, so that the event they write in the action's own transaction
-is its audit record (DESIGN.md §8: every operator action names the user). Nothing writes a
+is its audit record (docs/security.md: every operator action names the user). Nothing writes a
 second one: an action leaves exactly one ``Info`` event. A bulk resend is one action per
 message resent (each original names the user) and one event for the whole.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine.clock import utcnow
+from engine.config.production import ProductionConfig
 from engine.errors import OperatorError
 from engine.portal.auth import Principal
-from engine.production import ProductionConfig
 from engine.store import operator, running, viewer
 from engine.store.notify import Announcement, Kind
 from engine.store.sql import SqlStore
@@ -106,7 +106,7 @@ def _ids(ids: list[int], shown: int = 20) -> str:
 _audit = audit  # the name this had before it was public (callers elsewhere may still use it)
 
 
-# -- the console (DESIGN.md §13) ---------------------------------------------------------
+# -- the console (docs/portal.md) ---------------------------------------------------------
 def restart_item(store: SqlStore, production: ProductionConfig, who: Principal,
                  name: str) -> list[str]:
     """Ask every daemon running item ``name`` to restart it (``on_tear_down``, a new

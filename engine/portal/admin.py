@@ -1,4 +1,4 @@
-"""The portal's administration (DESIGN.md §13): users, API tokens and the purge, for admins;
+"""The portal's administration (docs/portal.md): users, API tokens and the purge, for admins;
 each user's own account page (the time zone they read times in) for everyone.
 
 What the command line does (``encore user``, ``encore token``, ``encore purge``) with the
@@ -11,6 +11,7 @@ add``. A token is shown once, on the page that answers its creation; only its ha
 from __future__ import annotations
 
 from datetime import timedelta
+
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.requests import Request
@@ -18,13 +19,19 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from engine.clock import utcnow
+from engine.config.production import PortalConfig
 from engine.errors import OperatorError
 from engine.portal.actions import audit
 from engine.portal.app import Portal, portal_of
+from engine.portal.auth import (
+    Principal,
+    check_csrf,
+    check_password,
+    hash_password,
+    new_token,
+    token_digest,
+)
 from engine.portal.forms import confirm, confirmed, current_user, field
-from engine.portal.auth import (Principal, check_csrf, check_password, hash_password, new_token,
-                                token_digest)
-from engine.production import PortalConfig
 from engine.store import accounts, operator
 from engine.store.models import TOKEN_ROLES, USER_ROLES
 

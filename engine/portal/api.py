@@ -1,4 +1,4 @@
-"""The JSON API under ``/api/v1`` (DESIGN.md §9): the portal's data and actions for scripts.
+"""The JSON API under ``/api/v1`` (docs/portal.md): the portal's data and actions for scripts.
 
 Every call needs ``Authorization: Bearer TOKEN`` (``encore token create``): 401 without a
 valid token, 403 when its role is too low (viewer to read, operator to act). Errors are

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -35,11 +35,18 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine.client import IdempotencyConflict
 from engine.clock import utcnow
+from engine.config.production import PortalConfig, ProductionConfig
 from engine.errors import MessageError, OperatorError, StoreError
-from engine.portal.auth import (AuthError, Authenticator, Forbidden, LoginThrottled,
-                                NotAuthenticated, Principal, portal_secret)
+from engine.portal.auth import (
+    Authenticator,
+    AuthError,
+    Forbidden,
+    LoginThrottled,
+    NotAuthenticated,
+    Principal,
+    portal_secret,
+)
 from engine.portal.filters import FilterError
-from engine.production import PortalConfig, ProductionConfig
 from engine.store.sql import SqlStore
 
 log = logging.getLogger(__name__)
@@ -159,7 +166,7 @@ def _timestamp(value: datetime | None) -> Markup | str:
     converted by the browser (static/timezone.js), every page saying which it shows."""
     if not value:
         return "–"
-    value = value.astimezone(timezone.utc)
+    value = value.astimezone(UTC)
     text = value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
     return Markup('<time datetime="{}">{}</time>').format(
         value.isoformat(timespec="milliseconds").replace("+00:00", "Z"), text)

@@ -1,4 +1,5 @@
-"""``encore portal``, ``encore user …`` and ``encore token …`` (DESIGN.md §7, §9).
+"""``encore portal``, ``encore user …`` and ``encore token …`` (docs/operating.md and
+docs/portal.md).
 
 ``register(main)`` adds them to the ``encore`` group; they reach the store (and, for
 ``portal``, the production) through the group's context object.
@@ -12,11 +13,11 @@ from typing import Protocol
 
 import click
 
-from engine import report
+from engine.cli import report
 from engine.clock import utcnow
+from engine.config.production import PortalConfig, ProductionConfig
 from engine.errors import ConfigurationError, OperatorError
 from engine.portal.auth import check_password, hash_password, new_token, token_digest
-from engine.production import PortalConfig, ProductionConfig
 from engine.store import accounts
 from engine.store.models import TOKEN_ROLES, USER_ROLES
 from engine.store.sql import SqlStore
@@ -25,7 +26,7 @@ PORTAL_DEFAULTS = PortalConfig.defaults()  # the portal of a production without 
 
 
 class PortalContext(Protocol):
-    """What these commands need of the group's context object (``engine.cli.Context``)."""
+    """What these commands need of the group's context object (``engine.cli.commands.Context``)."""
 
     @property
     def store(self) -> SqlStore: ...
@@ -79,7 +80,7 @@ def _min_password_length(ctx: PortalContext) -> int:
     """``[portal] password_min_length`` of the production file (read without importing its
     items' classes), else the default."""
     try:
-        config = getattr(ctx, "outline").portal
+        config = ctx.outline.portal
     except (ConfigurationError, OSError, AttributeError):
         config = None
     return (config or PORTAL_DEFAULTS).password_min_length

@@ -1,4 +1,4 @@
-"""The production as a diagram (DESIGN.md §13): services, processes and operations in three
+"""The production as a diagram (docs/portal.md): services, processes and operations in three
 columns, an arrow for every declared target, each item a box with its status light.
 
 Only the layout is computed here — boxes in their column in the file's order, arrows as SVG

@@ -1,4 +1,4 @@
-"""Export of the Message Viewer and the event log, as CSV or JSON lines (DESIGN.md §13).
+"""Export of the Message Viewer and the event log, as CSV or JSON lines (docs/portal.md).
 
 ``/messages.csv?…`` and ``/events.csv?…`` (or ``.jsonl``) for a person,
 ``/api/v1/messages?…&format=csv|jsonl`` and ``/api/v1/events?…&format=…`` for scripts:
@@ -14,7 +14,7 @@ import csv
 import io
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -171,7 +171,7 @@ def _drain(buffer: io.StringIO) -> str:
 
 def _value(value: Any) -> Any:
     if isinstance(value, datetime):
-        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
     return value
 
 

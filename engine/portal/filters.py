@@ -1,6 +1,6 @@
 """Query parameters of the Message Viewer and the event log, for pages and API alike.
 
-Parameters are the interface (DESIGN.md §9, §13): ``target``, ``status``, ``session``,
+Parameters are the interface (docs/portal.md): ``target``, ``status``, ``session``,
 ``since``, ``until``, ``q``, ``errors=1``, ``source``, ``prop.PATH=V`` (``prop.PATH.gt``,
 ``.lt``: ranges), ``body.PATH=V``, ``sort=time|target|status|duration`` and
 ``order=asc|desc`` for messages; ``type``, ``item``, ``message``, ``since`` for events;
@@ -17,8 +17,7 @@ from engine.clock import utcnow
 from engine.errors import EncoreError
 from engine.store.models import EVENT_TYPES, MESSAGE_STATUSES
 from engine.store.properties import PATH_PATTERN
-from engine.store.viewer import (PAGE_SIZE, SORTS, EventFilter, MessageFilter,
-                                 PropertyFilter)
+from engine.store.viewer import PAGE_SIZE, SORTS, EventFilter, MessageFilter, PropertyFilter
 
 MESSAGE_PARAMS = ("target", "status", "session", "since", "until", "q", "errors", "source",
                   "sort", "order")

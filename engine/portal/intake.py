@@ -1,4 +1,4 @@
-"""Intake through the API: ``POST /api/v1/messages/{target}`` (DESIGN.md §10).
+"""Intake through the API: ``POST /api/v1/messages/{target}`` (docs/processes.md).
 
 A token of role ``sender`` or higher; the body is checked exactly as ``encore send`` checks
 it (:func:`engine.client.accept_message`) and committed before the answer,
@@ -172,7 +172,7 @@ async def _ended(store: SqlStore, message_id: int, wait: float, woken: asyncio.E
             return None
         try:
             await asyncio.wait_for(woken.wait(), min(left, SAFETY_POLL))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         woken.clear()  # before the look: an end announced during it wakes the next wait
         outcome = await run_in_threadpool(outcome_if_ended, store, message_id)

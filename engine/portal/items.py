@@ -1,4 +1,4 @@
-"""One item in the operator's console (DESIGN.md §13): ``/items/{name}`` and
+"""One item in the operator's console (docs/portal.md): ``/items/{name}`` and
 ``GET /api/v1/items/{name}``, with its actions — restart, the Testing Service — and the
 admins' Reload of the production file.
 
@@ -27,15 +27,15 @@ from starlette.routing import BaseRoute, Route
 
 from adapters.urls import redact_userinfo
 from engine.client import accept_message, decode_body
+from engine.config.production import ItemConfig
 from engine.errors import MessageError
 from engine.portal import actions
 from engine.portal.api import api_user, reply
 from engine.portal.app import Portal, portal_of
 from engine.portal.auth import Principal
-from engine.portal.intake import accept_and_wait
 from engine.portal.forms import acting_user, confirm, confirmed, current_user, field
+from engine.portal.intake import accept_and_wait
 from engine.portal.status import production_view_of_item
-from engine.production import ItemConfig
 from engine.settings import camel_case
 from engine.store import rollup
 from engine.store.sql import Accepted
@@ -61,7 +61,7 @@ def routes() -> list[BaseRoute]:
 
 # -- what the page shows -----------------------------------------------------------------
 def item_view(portal: Portal, name: str) -> dict[str, Any]:
-    """``GET /api/v1/items/{name}``'s answer (DESIGN.md §13), with what the page adds."""
+    """``GET /api/v1/items/{name}``'s answer (docs/portal.md), with what the page adds."""
     row = production_view_of_item(portal.store, portal.production, name)
     item = portal.production.item(name)
     now = portal.store.db_now()

@@ -1,4 +1,4 @@
-"""A uvicorn server that holds its :class:`~engine.portal.limits.ServerLimits` (DESIGN.md §8:
+"""A uvicorn server that holds its :class:`~engine.portal.limits.ServerLimits` (docs/security.md:
 "HTTP servers never starve delivery"), for any ASGI app, host, port and TLS context.
 
 - **We accept connections ourselves** (:class:`LimitedListener`): a connection over a cap is
@@ -15,7 +15,7 @@ What a flood from one address can do: hold ``max_connections_per_client`` connec
 at most ``read_timeout`` seconds each; the rest are reset at once. Only a flood from many
 addresses can fill ``max_connections``; then new connections are reset until the read
 timeout frees the held ones. The daemon's own descriptors are never at stake, and the
-refusals are logged once a minute with a count (``engine.logs``).
+refusals are logged once a minute with a count (``engine.runtime.logs``).
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from engine.logs import SERVER_LOGGERS, limit_repeats
 from engine.portal.limits import ConnectionGate, DescriptorBudget, ServerLimits
+from engine.runtime.logs import SERVER_LOGGERS, limit_repeats
 
 __all__ = ["LimitedServer", "limited_server"]
 
@@ -136,7 +136,7 @@ class LimitedListener:
             await self._loop.connect_accepted_socket(
                 lambda: self._protocol(slot), slot.sock, ssl=self._tls,
                 ssl_handshake_timeout=timeout)
-        except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError) as exc:
+        except (TimeoutError, OSError, ssl.SSLError, ConnectionError) as exc:
             log.warning("closed a connection from %s before its first request: %s",
                         slot.host, exc or type(exc).__name__)
             slot.sock.close()

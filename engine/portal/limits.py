@@ -1,4 +1,4 @@
-"""The caps of an HTTP server that shares its process with the daemon (DESIGN.md §8: "HTTP
+"""The caps of an HTTP server that shares its process with the daemon (docs/security.md: "HTTP
 servers never starve delivery"), and how they are sized.
 
 The portal, its intake and (later) inbound services run on threads of ``encore run``: every

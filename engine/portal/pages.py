@@ -1,4 +1,4 @@
-"""The portal's pages (DESIGN.md §9): server-rendered, readable without JavaScript.
+"""The portal's pages (docs/portal.md): server-rendered, readable without JavaScript.
 
 Reads are plain ``def`` endpoints (Starlette runs them in its thread pool, where the store's
 blocking calls belong). Every POST is a form with the session's CSRF token; an action also
@@ -18,8 +18,15 @@ from starlette.routing import BaseRoute, Route
 from engine.errors import OperatorError
 from engine.portal import actions, filters
 from engine.portal.app import portal_of
-from engine.portal.auth import (LOGIN_COOKIE, SESSION_COOKIE, SESSION_MAX_AGE, AuthError,
-                                LoginThrottled, NotAuthenticated, check_csrf)
+from engine.portal.auth import (
+    LOGIN_COOKIE,
+    SESSION_COOKIE,
+    SESSION_MAX_AGE,
+    AuthError,
+    LoginThrottled,
+    NotAuthenticated,
+    check_csrf,
+)
 from engine.portal.diagram import layout
 from engine.portal.forms import acting_user, confirm, confirmed, current_user, field
 from engine.portal.status import production_view

@@ -1,4 +1,4 @@
-"""The queues in the operator's console (DESIGN.md §13): ``/queues`` — every item's queue
+"""The queues in the operator's console (docs/portal.md): ``/queues`` — every item's queue
 depth, messages in flight and oldest wait — and ``/queues/{name}`` — the queued messages of
 one item in delivery order, paged, each with suspend and discard.
 

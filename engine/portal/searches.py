@@ -1,4 +1,4 @@
-"""Saved searches of the Message Viewer (DESIGN.md §13): each user's named queries.
+"""Saved searches of the Message Viewer (docs/portal.md): each user's named queries.
 
 A saved search is a name and the viewer's query string (its filters, sort and order, not
 its cursor); the viewer lists the user's own beside its filters, each a link, and each can be

@@ -18,12 +18,12 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from engine.config.production import PortalConfig, ProductionConfig
 from engine.errors import ConfigurationError
-from engine.network import is_loopback
 from engine.portal.app import create_app
 from engine.portal.limited_server import LimitedServer, limited_server
 from engine.portal.limits import ServerLimits
-from engine.production import PortalConfig, ProductionConfig
+from engine.runtime.network import is_loopback
 from engine.store.sql import SqlStore
 
 __all__ = ["PortalServer", "is_loopback", "portal_limits", "portal_server", "serve",

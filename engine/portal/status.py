@@ -2,7 +2,7 @@
 enabled, pool, queued, in flight, retrying, oldest queued wait, last error, breaker state
 and the daemon holding its FIFO lease; every daemon with host, PID and heartbeat age.
 
-Beside what the file says, each item carries what *runs* (DESIGN.md §13): the daemons
+Beside what the file says, each item carries what *runs* (docs/portal.md): the daemons
 running it as they report it (``daemon.item_states``, :mod:`engine.store.running`), ready or
 not, refused by the last reload — and its status light, :func:`light`, computed from that,
 never from the file alone. ``file_changed`` tells whether the production file differs from
@@ -13,11 +13,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from engine.cluster import LEADER, is_fifo, item_lease_name
+from engine.config.production import ItemConfig, ProductionConfig
 from engine.errors import OperatorError
 from engine.host import BusinessOperation
 from engine.process import BusinessProcess
-from engine.production import ItemConfig, ProductionConfig
+from engine.runtime.cluster import LEADER, is_fifo, item_lease_name
 from engine.store import running, viewer
 from engine.store.sql import SqlStore
 
@@ -141,7 +141,7 @@ def running_state(item: ItemConfig, reports: dict[str, dict[str, dict[str, Any]]
 
 
 def light(item: ItemConfig, view: dict[str, Any]) -> tuple[str, str]:
-    """The status light of an item (DESIGN.md §13) and why, from what runs."""
+    """The status light of an item (docs/portal.md) and why, from what runs."""
     run = view["running"]
     if not view["enabled"]:
         return GREY, "disabled"

@@ -1,4 +1,4 @@
-"""The Visual Trace of a session as one inline SVG (DESIGN.md §9).
+"""The Visual Trace of a session as one inline SVG (docs/portal.md).
 
 A column per participant — each sender (CLI, API, a service or process, an operator's
 resend), each item, each remote server — with time flowing down on one linear scale. One
@@ -14,7 +14,7 @@ host and port, wrapped; the whole address in a tooltip). A legend under the time
 each style as it is drawn (:data:`STYLES`). The session's events stand in a column on the
 right, each at its time, with a dot on its item's line.
 
-A session that an inbound service started (DESIGN.md §14) has its caller — the client's
+A session that an inbound service started (docs/inbound.md) has its caller — the client's
 address — as the first participant: the request arrives from it, and the answer the service
 gave goes back to it as the last arrow (``class="inbound-answer"``).
 

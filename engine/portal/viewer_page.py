@@ -1,4 +1,4 @@
-"""What the Message Viewer page shows (DESIGN.md §9, §13): a page of messages for the
+"""What the Message Viewer page shows (docs/portal.md): a page of messages for the
 filters, sort and order of the query, with the links that keep them — paging, sorting by a
 column, exports of the same filter — and the user's saved searches."""
 from __future__ import annotations

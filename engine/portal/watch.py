@@ -1,4 +1,4 @@
-"""A portal follows the production it serves (DESIGN.md §13, "what runs is what is shown").
+"""A portal follows the production it serves (docs/portal.md, "what runs is what is shown").
 
 Intake, the item pages and the diagram read ``Portal.production``. A standalone ``encore
 portal`` loads the production file once at its start; without this module it would refuse
@@ -22,7 +22,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from engine.production import load_production
+from engine.config.production import load_production
 from engine.store import running
 from engine.store.notify import Announcement, Kind
 

@@ -4,12 +4,26 @@ only; the worker sleeps or reschedules."""
 from __future__ import annotations
 
 from engine.retry.backoff import (
-    Backoff, DelayFunction, ExponentialBackoff, FixedBackoff, FunctionBackoff, RetryAfterBackoff,
-    check_backoff, check_jitter, parse_retry_after, resolve_function)
+    Backoff,
+    DelayFunction,
+    ExponentialBackoff,
+    FixedBackoff,
+    FunctionBackoff,
+    RetryAfterBackoff,
+    check_backoff,
+    check_jitter,
+    parse_retry_after,
+    resolve_function,
+)
 from engine.retry.policy import Action, Decision, RetryPolicy
 from engine.retry.reply_codes import (
-    DEFAULT_REPLY_CODE_ACTIONS, Actions, ReplyCode, ReplyCodeActions, ReplyCodeRule,
-    check_reply_code_actions)
+    DEFAULT_REPLY_CODE_ACTIONS,
+    Actions,
+    ReplyCode,
+    ReplyCodeActions,
+    ReplyCodeRule,
+    check_reply_code_actions,
+)
 from engine.retry.settings import RETRY_SETTINGS, RetrySettings, backoff_from_settings
 from engine.retry.state import AttemptState
 

@@ -1,4 +1,4 @@
-"""Backoff strategies: when the next attempt starts (§3.3 of the design, seed 002).
+"""Backoff strategies: when the next attempt starts (docs/retries.md, seed 002).
 
 Each strategy is a small frozen dataclass with one method, ``next_start(state, rng)``, that
 returns the monotonic time (seconds) at which attempt *k+1* may start, or ``None`` to give up.
@@ -16,7 +16,7 @@ import random
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.clock import utcnow
@@ -224,7 +224,7 @@ def _date_delay(text: str, now: datetime) -> float | None:
         if when is None:  # older Pythons return None instead of raising
             return None
         if when.tzinfo is None:  # "-0000": UTC with no offset information
-            when = when.replace(tzinfo=timezone.utc)
+            when = when.replace(tzinfo=UTC)
         return max((when - now).total_seconds(), 0.0)
     except Exception:  # noqa: BLE001 - a server's header is data: unusable, not a crash
         return None

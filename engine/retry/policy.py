@@ -1,4 +1,5 @@
-"""The retry policy: after a failed attempt, retry at T, give up, or suspend (§3.1, §3.4).
+"""The retry policy: after a failed attempt, retry at T, give up, or suspend (docs/retries.md,
+docs/retries.md).
 
 :class:`RetryPolicy` is immutable and only decides; it never sleeps, logs or touches a
 message. The worker (or ``encore simulate``, on a virtual clock) acts on the
@@ -15,8 +16,13 @@ from typing import Any
 
 from engine.errors import Delivery
 from engine.retry.backoff import Backoff, FixedBackoff, RetryAfterBackoff
-from engine.retry.settings import (FOREVER, RETRY_DEFAULTS, UNKNOWN_OUTCOME_CHOICES,
-                                   RetrySettings, backoff_from_settings)
+from engine.retry.settings import (
+    FOREVER,
+    RETRY_DEFAULTS,
+    UNKNOWN_OUTCOME_CHOICES,
+    RetrySettings,
+    backoff_from_settings,
+)
 from engine.retry.state import AttemptState
 
 __all__ = ["FOREVER", "UNKNOWN_OUTCOME_CHOICES", "UNKNOWN_OUTCOME_REASON", "Action", "Decision",
@@ -119,7 +125,8 @@ class RetryPolicy:
 
     def decide(self, state: AttemptState, *, retry_needed: bool,
                rng: random.Random | None = None) -> Decision:
-        """Decide after failed attempt ``state`` (rules 4, 5 of §3.1 and §3.4).
+        """Decide after failed attempt ``state`` (rules 4, 5 of docs/retries.md and
+        docs/retries.md).
 
         ``retry_needed`` is the message's retry-needed flag; ``rng`` draws jitter (None: a
         module-wide generator). A RETRY's ``at`` is never before ``state.ended``.

@@ -1,4 +1,4 @@
-"""Ensemble's ReplyCodeActions: map an error to actions (§3.1 rule 3).
+"""Ensemble's ReplyCodeActions: map an error to actions (docs/retries.md rule 3).
 
 Syntax: comma-separated rules ``<codes>=<actions>``, e.g.
 ``E=R,E#503=W,E*timeout=RF,(E#404,E#410)=F,X=R``.

@@ -1,4 +1,5 @@
-"""The retry settings of an item (DESIGN.md §3, §4): their declarations, the typed object
+"""The retry settings of an item (docs/retries.md and docs/settings.md): their declarations, the
+typed object
 :class:`RetrySettings` built from them, and the one conversion of those settings into a
 backoff strategy (:func:`backoff_from_settings`).
 
@@ -15,9 +16,21 @@ from typing import Any, ClassVar
 
 from engine.errors import ConfigurationError
 from engine.retry.backoff import (
-    DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MULTIPLIER, DEFAULT_RETRY_AFTER_UNIT,
-    DEFAULT_RETRY_INTERVAL, RETRY_AFTER_UNITS, Backoff, ExponentialBackoff, FixedBackoff,
-    FunctionBackoff, RetryAfterBackoff, check_backoff, check_jitter, resolve_function)
+    DEFAULT_BACKOFF_BASE,
+    DEFAULT_BACKOFF_MAX,
+    DEFAULT_BACKOFF_MULTIPLIER,
+    DEFAULT_RETRY_AFTER_UNIT,
+    DEFAULT_RETRY_INTERVAL,
+    RETRY_AFTER_UNITS,
+    Backoff,
+    ExponentialBackoff,
+    FixedBackoff,
+    FunctionBackoff,
+    RetryAfterBackoff,
+    check_backoff,
+    check_jitter,
+    resolve_function,
+)
 from engine.retry.reply_codes import DEFAULT_REPLY_CODE_ACTIONS, check_reply_code_actions
 from engine.settings import Setting, TypedSettings
 

@@ -1,5 +1,5 @@
-"""Portal users and API tokens (DESIGN.md §9): the ``portal_user`` and ``api_token`` rows,
-and the login attempts counted against the login limit (``login_guess``, DESIGN.md §8).
+"""Portal users and API tokens (docs/portal.md): the ``portal_user`` and ``api_token`` rows,
+and the login attempts counted against the login limit (``login_guess``, docs/security.md).
 
 This module stores and finds hashes; it never sees a password or a token in clear. Hashing
 (argon2 for passwords, SHA-256 for tokens, which are random and long) is the portal's

@@ -1,4 +1,4 @@
-"""Circuit breakers in the ``item_breaker`` table, shared by every daemon (DESIGN.md §11).
+"""Circuit breakers in the ``item_breaker`` table, shared by every daemon (docs/guards.md).
 
 A breaker is a row ``(config_name, state, failures, open_until, probe_owner, updated_at)``
 with ``state`` one of ``closed``, ``open``, ``half_open``. Every transition is one
@@ -25,9 +25,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from engine.clock import as_utc
 from engine.errors import StoreError
+from engine.store.breaker_row import CLOSED, HALF_OPEN, OPEN, BreakerRow
 from engine.store.database import reason_of
 from engine.store.models import item_breaker
-from engine.store.breaker_row import CLOSED, HALF_OPEN, OPEN, BreakerRow
 from engine.store.notify import Announcement
 
 if TYPE_CHECKING:

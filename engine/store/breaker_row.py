@@ -1,5 +1,5 @@
 """A circuit breaker's row as the store hands it out, and its states: what the breaker logic
-(:mod:`engine.breaker`) needs of the store without importing SQL."""
+(:mod:`engine.delivery.breaker`) needs of the store without importing SQL."""
 from __future__ import annotations
 
 from dataclasses import dataclass

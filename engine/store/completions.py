@@ -1,4 +1,4 @@
-"""Waiting for a message to end, woken by the commit that ends it (DESIGN.md §5, "Waiting is
+"""Waiting for a message to end, woken by the commit that ends it (docs/architecture.md, "Waiting is
 an event").
 
 A waiter registers a callback for a message id (:meth:`CompletionHub.watching`) *before* it

@@ -1,4 +1,4 @@
-"""The event log: append-only rows in ``event_log`` (DESIGN.md §6).
+"""The event log: append-only rows in ``event_log`` (docs/operating.md).
 
 An event that reports a change of state is written in the transaction of that change: a
 worker holds its delivery's events (:meth:`SqlEventLog.until_next_change`) and the store's

@@ -1,5 +1,5 @@
 """Named leases in the ``lease`` table: how daemons sharing one database agree on who does
-what only one of them may do (DESIGN.md §5).
+what only one of them may do (docs/architecture.md).
 
 A lease is a row ``(name, owner, acquired_at, expires_at)``. :meth:`SqlLeases.acquire` is one
 ``INSERT … ON CONFLICT DO UPDATE … WHERE owner = me OR expires_at < now`` statement on both

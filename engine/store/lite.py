@@ -21,8 +21,12 @@ from urllib.parse import urlsplit
 
 import migrations
 from engine.clock import utcnow
-from engine.store.database import (SQLITE_BUSY_TIMEOUT, SQLITE_PRAGMAS, create_private_file,
-                                   libpq_conninfo)
+from engine.store.database import (
+    SQLITE_BUSY_TIMEOUT,
+    SQLITE_PRAGMAS,
+    create_private_file,
+    libpq_conninfo,
+)
 from engine.store.doorbell import Doorbell
 from engine.store.hotpath import Accepted, HotPath, PostgresHotPath, SqliteHotPath
 from engine.store.notify import Announcement

@@ -1,12 +1,23 @@
-"""The SQL tables (DESIGN.md §6). Users query these directly: names are public."""
+"""The SQL tables (docs/operating.md). Users query these directly: names are public."""
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import (BigInteger, Boolean, Column, DateTime, Float, ForeignKey, Index,
-                        Integer, MetaData, String, Table, Text, text)
-
-from engine.store.statuses import FINAL_STATUSES, MESSAGE_STATUSES  # noqa: E402 - re-exported
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
 
 metadata = MetaData()
 
@@ -65,20 +76,21 @@ message_header = Table(
     Column("lease_expires_at", _Time),
     # Grows by one with every claim: the fencing token a worker's writes are conditional on.
     Column("claim_token", _Id, nullable=False, default=0, server_default="0"),
-    # The client's Idempotency-Key: one message per (target, caller, key) (DESIGN.md §8,
-    # §10); the caller is an API token's holder (``api:<name>``, the source) or '' for the
-    # production itself (the command line, services, business processes) — migration 0009.
+    # The client's Idempotency-Key: one message per (target, caller, key) (docs/security.md,
+    # docs/processes.md); the caller is an API token's holder (``api:<name>``, the source) or ''
+    # for the production itself (the command line, services, business processes) — migration 0009.
     Column("idempotency_key", String(200)),
     Column("idempotency_caller", String(200), nullable=False, default="",
            server_default=text("''")),
-    # The W3C trace context of the producer's span, kept with the message (DESIGN.md §12).
+    # The W3C trace context of the producer's span, kept with the message (docs/tracing.md).
     Column("trace_context", Text),
-    # Someone waits for this message to end (DESIGN.md §5, "Waiting is an event"): its end
+    # Someone waits for this message to end (docs/architecture.md, "Waiting is an event"): its end
     # is announced (NOTIFY encore_done on PostgreSQL, the doorbell on SQLite).
     Column("waited", Boolean, nullable=False, default=False, server_default=text("false")),
     # Deliveries begun (claims) and not ended by putting the message back in its queue: one
     # back in its queue with a count above 0 had deliveries that never ended, and after
-    # max_deliveries of them it is Suspended (DESIGN.md §5, "Poison messages"; migration 0010).
+    # max_deliveries of them it is Suspended (docs/architecture.md, "Poison messages"; migration
+    # 0010).
     Column("deliveries", Integer, nullable=False, default=0, server_default="0"),
     Index("ix_message_header_queue", "target", "status", "id"),
     # Partial where most rows have nothing to find (migration 0007): a completion, which
@@ -131,7 +143,7 @@ daemon = Table(
     # /proc/self/ns/pid of the daemon's process: its PID means something only to a daemon
     # in the same namespace (containers share host names, not PID namespaces).
     Column("pid_namespace", String(200)),
-    # What the daemon runs of each item, as JSON (DESIGN.md §13, "what runs is what is
+    # What the daemon runs of each item, as JSON (docs/portal.md, "what runs is what is
     # shown"; engine.store.running): rewritten when a state changes and at every reload.
     Column("item_states", Text),
 )
@@ -139,7 +151,7 @@ daemon = Table(
 # Leases daemons sharing one database hold on work only one of them may do at a time:
 # "leader" (scheduled jobs) and "item:<config_name>" (a FIFO item, pool_size 1 with blocking
 # retries). A lease is free once `expires_at` has passed; its owner renews it on every
-# heartbeat and deletes it when it stops (DESIGN.md §5).
+# heartbeat and deletes it when it stops (docs/architecture.md).
 lease = Table(
     "lease", metadata,
     Column("name", String(200), primary_key=True),
@@ -149,7 +161,7 @@ lease = Table(
     Index("ix_lease_owner", "owner"),
 )
 
-# Users of the management portal and holders of API tokens (DESIGN.md §9), stored hashed.
+# Users of the management portal and holders of API tokens (docs/portal.md), stored hashed.
 USER_ROLES = ("viewer", "operator", "admin")
 TOKEN_ROLES = ("sender", "viewer", "operator", "admin")
 
@@ -166,7 +178,7 @@ portal_user = Table(
 )
 
 # Login attempts in the current window per key ("user:<name>", "addr:<client>"), counted
-# before the password is checked, on every portal of the database (DESIGN.md §8, "Logins").
+# before the password is checked, on every portal of the database (docs/security.md, "Logins").
 login_guess = Table(
     "login_guess", metadata,
     Column("key", String(300), primary_key=True),
@@ -185,7 +197,7 @@ api_token = Table(
     Index("ix_api_token_hash", "token_hash", unique=True),
 )
 
-# An item's circuit breaker, shared by every daemon (DESIGN.md §11): state closed | open |
+# An item's circuit breaker, shared by every daemon (docs/guards.md): state closed | open |
 # half_open, consecutive failed attempts, until when it stays open, who runs the probe.
 item_breaker = Table(
     "item_breaker", metadata,
@@ -225,7 +237,7 @@ saved_search = Table(
     Index("ix_saved_search_user_name", "user_name", "name", unique=True),
 )
 
-# An item's rate-limit token bucket, shared by every daemon (DESIGN.md §11).
+# An item's rate-limit token bucket, shared by every daemon (docs/guards.md).
 item_rate = Table(
     "item_rate", metadata,
     Column("config_name", String(200), primary_key=True),
@@ -233,7 +245,7 @@ item_rate = Table(
     Column("refilled_at", _Time, nullable=False),
 )
 
-# What an inbound service (DESIGN.md §14) was asked and answered, one row per call that
+# What an inbound service (docs/inbound.md) was asked and answered, one row per call that
 # put a message in: the caller's address (and the user or token it authenticated as), when
 # the request came and when the answer went, for the Visual Trace's first participant.
 inbound_call = Table(
@@ -250,7 +262,7 @@ inbound_call = Table(
     Index("ix_inbound_call_message", "message_id"),
 )
 
-# Per item, minute and daemon: what the daemon counted in that minute (DESIGN.md §13; written
+# Per item, minute and daemon: what the daemon counted in that minute (docs/portal.md; written
 # from memory by engine.store.rollup, migration 0011). ``histogram``: attempt times in ms, as
 # JSON ``{bucket upper bound: count}``.
 ROLLUP_COUNTS = ("ok", "timeout", "connect_error", "reset", "http_status", "fault", "error",

@@ -1,5 +1,5 @@
 """Announcements: waking whoever waits — idle workers, waiters on a message — at the commit
-that concerns them, instead of at their next look at the database (DESIGN.md §5, "Waiting is
+that concerns them, instead of at their next look at the database (docs/architecture.md, "Waiting is
 an event").
 
 What travels is an :class:`Announcement`: a :class:`Kind` and its payload, as JSON on the
@@ -81,7 +81,7 @@ class Announcement:
 
     @classmethod
     def control(cls, kind: Kind, item: str = "") -> Announcement:
-        """A console announcement (restart, reload, reloaded; DESIGN.md §13), with a random
+        """A console announcement (restart, reload, reloaded; docs/portal.md), with a random
         number in ``ids`` that tells it apart: the process that sends it hears it twice on
         PostgreSQL (its own callback, then its NOTIFY), and must act once."""
         return cls(kind, item=item, ids=(random.getrandbits(52),))

@@ -1,4 +1,4 @@
-"""Operator actions on messages and items, and the purge of old messages (DESIGN.md §7).
+"""Operator actions on messages and items, and the purge of old messages (docs/operating.md).
 
 Each action is one transaction that checks the message's status in the same statement that
 changes it (``UPDATE … WHERE id = :id AND status IN (…)``), so it can never take a message
@@ -18,11 +18,16 @@ from sqlalchemy import Connection, exists, func, literal, or_, select, update
 
 from engine.clock import as_utc
 from engine.errors import OperatorError
-from engine.store.models import (FINAL_STATUSES, event_log, message_attempt,
-                                 message_header, message_property)
+from engine.store.models import (
+    FINAL_STATUSES,
+    event_log,
+    message_attempt,
+    message_header,
+    message_property,
+)
 from engine.store.notify import done_announcements
-from engine.store.statuses import ENDED_STATUSES
 from engine.store.sql import MessageRow, SqlStore
+from engine.store.statuses import ENDED_STATUSES
 
 log = logging.getLogger(__name__)
 

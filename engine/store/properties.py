@@ -1,6 +1,6 @@
 """Search properties: values of a message's JSON body copied into an indexed table when it
 is accepted, so that the Message Viewer finds one message among millions by a business key
-(Ensemble's search tables, Mirth's metadata columns; DESIGN.md §13).
+(Ensemble's search tables, Mirth's metadata columns; docs/portal.md).
 
 An item's ``search_properties = ["order", "customer.id"]`` names dotted paths into the body
 (a number in a path indexes a list: ``lines.0.sku``). Each path found holding a scalar gives

@@ -1,4 +1,4 @@
-"""Rate-limit token buckets in the ``item_rate`` table, shared by every daemon (DESIGN.md §11).
+"""Rate-limit token buckets in the ``item_rate`` table, shared by every daemon (docs/guards.md).
 
 A bucket is a row ``(config_name, tokens, refilled_at)``. :meth:`SqlRateBuckets.take` is one
 ``UPDATE … RETURNING`` statement that refills the bucket for the time passed since
@@ -13,7 +13,7 @@ the few slots taken just before it.
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.dialects import postgresql, sqlite
@@ -89,4 +89,4 @@ class SqlRateBuckets:
 
 def _sqlite_time(value: datetime) -> str:
     """The text SQLAlchemy stores for an aware datetime on SQLite (naive UTC)."""
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")

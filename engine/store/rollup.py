@@ -1,4 +1,4 @@
-"""Per-item, per-minute counters (DESIGN.md §13): what an item's page shows of the last hour
+"""Per-item, per-minute counters (docs/portal.md): what an item's page shows of the last hour
 and day without scanning ``message_header``.
 
 The workers never write them. Each daemon counts in memory (:class:`RollupCounter`, fed by
@@ -20,7 +20,7 @@ import json
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, select
@@ -241,7 +241,7 @@ def item_rollup(store: SqlStore, item: str, *, now: datetime) -> ItemRollup:
             one = Minute({k: int(row[k]) for k in ROLLUP_COUNTS},
                          _histogram(row["histogram"]), float(row["attempt_ms_total"]))
             day.add(one)
-            minute = as_utc(row["minute"]).astimezone(timezone.utc)
+            minute = as_utc(row["minute"]).astimezone(UTC)
             if minute >= hour_start:
                 hour.add(one)
                 by_minute.setdefault(minute, Minute()).add(one)

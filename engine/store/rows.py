@@ -36,7 +36,7 @@ class MessageRow:
     claimed_by: str | None
     lease_expires_at: datetime | None
     claim_token: int = 0  # the fencing token of the claim this row was read with
-    trace_context: str | None = None  # the producer's W3C trace context (DESIGN.md §12)
+    trace_context: str | None = None  # the producer's W3C trace context (docs/tracing.md)
     waited: bool = False  # someone waits for it to end: its end is announced
 
     @classmethod

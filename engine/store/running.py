@@ -1,4 +1,4 @@
-"""What each daemon runs, as it reports it (DESIGN.md §13, "what runs is what is shown").
+"""What each daemon runs, as it reports it (docs/portal.md, "what runs is what is shown").
 
 A daemon writes ``daemon.items`` (the names, comma-separated) and ``daemon.item_states``
 (JSON: per item its state, the last attempt's outcome, its servers) at its start, at every

@@ -1,5 +1,5 @@
 """Saved searches of the Message Viewer: each user's named query strings (table
-``saved_search``, DESIGN.md §13)."""
+``saved_search``, docs/portal.md)."""
 from __future__ import annotations
 
 from datetime import datetime

@@ -33,12 +33,25 @@ from engine.store.database import READ_ONLY, create_db_engine, reason_of, sqlite
 from engine.store.doorbell import Doorbell
 from engine.store.eventlog import SqlEventLog
 from engine.store.group import GroupCommit
-from engine.store.hotpath import (Accepted, Claimed, Completion, HotPath, Intake, Outcome,
-                                  PostgresHotPath, SqliteHotPath)
+from engine.store.hotpath import (
+    Accepted,
+    Claimed,
+    Completion,
+    HotPath,
+    Intake,
+    Outcome,
+    PostgresHotPath,
+    SqliteHotPath,
+)
 from engine.store.leases import SqlLeases
 from engine.store.models import daemon, item_state, message_attempt, message_header
-from engine.store.notify import (Announcement, AnnouncementCallback, QueueAnnouncer,
-                                 QueueListener, done_announcements)
+from engine.store.notify import (
+    Announcement,
+    AnnouncementCallback,
+    QueueAnnouncer,
+    QueueListener,
+    done_announcements,
+)
 from engine.store.ratelimit import SqlRateBuckets
 from engine.store.rows import AttemptEnd, AttemptRow, MessageRow
 from engine.store.text import storable

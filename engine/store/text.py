@@ -1,4 +1,4 @@
-"""Text from servers, made storable on every database (DESIGN.md §8: "values from servers are
+"""Text from servers, made storable on every database (docs/security.md: "values from servers are
 data, never a crash").
 
 A server's error text, reason phrase or body may hold characters no database driver takes:

@@ -7,7 +7,7 @@ Each filter is one that an index of :mod:`engine.store.models` serves — target
 session, message — except ``q``, a text search in bodies and errors, which reads rows
 backwards from the cursor until the page is full.
 
-Search properties (``prop.PATH``, DESIGN.md §13) are index lookups in ``message_property``;
+Search properties (``prop.PATH``, docs/portal.md) are index lookups in ``message_property``;
 ``body.PATH`` filters read bodies: they are applied in Python to the rows the other filters
 select, a chunk at a time, and a page scans at most :data:`BODY_SCAN_LIMIT` rows (the page
 then says so, and its cursor goes on from there). A list sorted by something other than time
@@ -18,15 +18,23 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import DateTime, Select, func, literal, or_, select, tuple_
 
 from engine.clock import as_utc
 from engine.store import properties
-from engine.store.models import (FINAL_STATUSES, daemon, event_log, item_breaker, lease,
-                                 message_attempt, message_header, message_property)
+from engine.store.models import (
+    FINAL_STATUSES,
+    daemon,
+    event_log,
+    item_breaker,
+    lease,
+    message_attempt,
+    message_header,
+    message_property,
+)
 from engine.store.queries import _plain
 from engine.store.rows import AttemptRow
 from engine.store.sql import SqlStore
@@ -435,7 +443,7 @@ def _rows(result: Any, query: Select[Any], *, raw: bool = False) -> list[Any]:
         values = list(row)
         for i in times:
             if values[i] is not None and values[i].tzinfo is None:
-                values[i] = values[i].replace(tzinfo=timezone.utc)
+                values[i] = values[i].replace(tzinfo=UTC)
         out.append(values if raw else dict(zip(names, values)))
     return out
 

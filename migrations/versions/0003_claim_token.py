@@ -2,7 +2,7 @@
 
 ``claim_token`` grows by one with every claim of a message; every write a worker makes about
 a claimed message is conditional on the token it claimed with, so a daemon that lost its claim
-(frozen past its lease) can write nothing more about it (DESIGN.md §5, fencing).
+(frozen past its lease) can write nothing more about it (docs/architecture.md, fencing).
 ``pid_namespace`` tells whether a daemon registered from this host name runs in this process
 namespace, the only case in which its PID can be checked.
 

@@ -1,12 +1,12 @@
 """Portal users and API tokens, idempotent intake, trace context, breaker and rate state.
 
 - ``portal_user`` and ``api_token``: who may use the management portal and the JSON API
-  (DESIGN.md §9); passwords and tokens are stored hashed.
-- ``message_header.idempotency_key``: the client's ``Idempotency-Key`` (DESIGN.md §10); one
+  (docs/portal.md); passwords and tokens are stored hashed.
+- ``message_header.idempotency_key``: the client's ``Idempotency-Key`` (docs/processes.md); one
   message per (target, key), enforced by a unique index, not by a check-then-insert.
-- ``message_header.trace_context``: the W3C trace context of the producer (DESIGN.md §12).
+- ``message_header.trace_context``: the W3C trace context of the producer (docs/tracing.md).
 - ``item_breaker`` and ``item_rate``: an item's circuit breaker and rate-limit bucket, shared
-  by every daemon on the database (DESIGN.md §11).
+  by every daemon on the database (docs/guards.md).
 
 Revision ID: 0004
 Revises: 0003

@@ -1,5 +1,5 @@
 """Idempotency keys belong to their caller; logins counted in the database; sessions that
-end at logout (DESIGN.md §8).
+end at logout (docs/security.md).
 
 - ``message_header.idempotency_caller``: who sent the key — an API token's holder
   (``api:<name>``, the message's source) or ``''`` for the production itself (the command

@@ -1,5 +1,5 @@
 """``message_header.deliveries``: the deliveries of a message that began and did not end
-(DESIGN.md §5, "Poison messages"). Every claim counts one; a delivery that ends normally and
+(docs/architecture.md, "Poison messages"). Every claim counts one; a delivery that ends normally and
 puts the message back in its queue (a graceful stop, a requeue-mode retry, a held attempt)
 takes its own back. A message back in its queue with a count above 0 had deliveries that
 never ended — its daemon died, froze past its lease or was killed during it — and after

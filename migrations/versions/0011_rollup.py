@@ -1,4 +1,4 @@
-"""The operator's console (DESIGN.md §13): ``item_minute``, the per-item, per-minute rollup
+"""The operator's console (docs/portal.md): ``item_minute``, the per-item, per-minute rollup
 that each daemon writes from counters it keeps in memory (attempts by outcome, completions,
 give-ups, retries, failed attempts and a histogram of attempt times), so that an item's page
 reads at most 1,440 small rows per daemon for a day instead of scanning ``message_header``;

@@ -1,4 +1,4 @@
-"""``inbound_call``: what an inbound service was asked and answered (DESIGN.md §14) — the
+"""``inbound_call``: what an inbound service was asked and answered (docs/inbound.md) — the
 caller's address, the user or token it authenticated as, when the request came and when
 the answer went — so that the Visual Trace shows the caller as the session's first
 participant and the answer as its last arrow.

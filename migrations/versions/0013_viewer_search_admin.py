@@ -1,4 +1,4 @@
-"""The operator's console, Message Viewer and administration (DESIGN.md §13, issue 23):
+"""The operator's console, Message Viewer and administration (docs/portal.md, issue 23):
 
 - ``message_property``: the search properties of a message (an item's ``search_properties``,
   dotted paths into its JSON body), written in the transaction that accepts it; indexed by

@@ -1,4 +1,4 @@
-"""The portal's administration (DESIGN.md §13) in a real headless browser: an admin adds a
+"""The portal's administration (docs/portal.md) in a real headless browser: an admin adds a
 user (a short password refused), resets a password, removes a user, creates a token that is
 shown once and works, revokes it, and purges old messages after reading the count; each
 action leaves exactly one Info event naming the admin. Below admin nobody sees or can post
@@ -16,8 +16,12 @@ import pytest
 import requests
 from sqlalchemy import select
 
-from tests.acceptance.browser import browser  # noqa: F401 - the fixture
-from tests.acceptance.browser import UI_TIMEOUT, free_port, wait_for_portal
+from tests.acceptance.browser import (
+    UI_TIMEOUT,
+    browser,  # noqa: F401 - the fixture
+    free_port,
+    wait_for_portal,
+)
 from tests.acceptance.daemon import cli_env, encore
 from tests.acceptance.test_portal_browser import PASSWORD, PRODUCTION, Site
 

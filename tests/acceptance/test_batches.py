@@ -1,20 +1,20 @@
-"""Batch claims and group commits under crashes and operator switches (DESIGN.md §5,
+"""Batch claims and group commits under crashes and operator switches (docs/architecture.md,
 "Throughput"): a daemon killed while it holds a claimed batch, FIFO order across batches,
 and a disable that holds at once."""
 from __future__ import annotations
 
 import itertools
-import threading
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from engine import dispatch
 from engine.clock import utcnow
-from engine.daemon import Daemon
-from engine.production import parse_production
+from engine.config.production import parse_production
+from engine.delivery import dispatch
+from engine.runtime.daemon import Daemon
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import RunningDaemon, encore, wait_until
 from tests.acceptance.test_crash_and_isolation import done, http_item, production, statuses

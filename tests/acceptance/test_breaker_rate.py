@@ -1,5 +1,5 @@
 """The circuit breaker and the rate limit with real daemons (``encore run``) against a real
-loopback server (DESIGN.md §11): one daemon on SQLite, and two sharing PostgreSQL."""
+loopback server (docs/guards.md): one daemon on SQLite, and two sharing PostgreSQL."""
 from __future__ import annotations
 
 import json

@@ -50,7 +50,7 @@ def test_send_prints_the_id_of_the_committed_message(workdir: Path) -> None:
     ("Echo", '{"text": 5}', "field 'text' must be str"),
     # a target that is not in the production
     ("Nobody", '{"text": "hi"}', "unknown target 'Nobody'"),
-    # NaN is not JSON (DESIGN §4, Numbers)
+    # NaN is not JSON (docs/settings.md, Numbers)
     ("Echo", '{"text": "hi", "count": NaN}', "NaN is not a JSON number"),
     # nor is an infinity, spelt out or overflowing a float
     ("Echo", '{"text": "hi", "count": -Infinity}', "-Infinity is not a JSON number"),

@@ -1,4 +1,4 @@
-"""Hostile or mistaken input to the command line (issue 12 §7): one line on stderr naming
+"""Hostile or mistaken input to the command line (issue 12, point 7): one line on stderr naming
 what is wrong, never a traceback, and nothing enqueued. A value an option cannot take exits
 2, as click's usage errors do; a production file or a body that cannot be used exits 1."""
 from __future__ import annotations

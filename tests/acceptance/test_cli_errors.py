@@ -1,5 +1,5 @@
 """First-hour mistakes with the database, through the real command line: each is one plain
-line on stderr saying what to run, exit status 1, and never a traceback (DESIGN.md §8)."""
+line on stderr saying what to run, exit status 1, and never a traceback (docs/security.md)."""
 from __future__ import annotations
 
 import socket

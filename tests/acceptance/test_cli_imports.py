@@ -14,12 +14,13 @@ import pytest
 from click.testing import CliRunner
 
 import engine
-from engine.cli import LAZY_COMMANDS, main
+from engine.cli.commands import LAZY_COMMANDS, main
 from tests.acceptance.daemon import cli_env, encore
 
 HEAVY = ("zeep", "requests", "apscheduler", "alembic", "adapters.base", "adapters.http",
-         "adapters.soap", "operations.http", "operations.soap", "engine.host", "engine.daemon",
-         "engine.worker")
+         "adapters.soap", "operations.http", "operations.soap", "engine.host",
+         "engine.runtime.daemon",
+         "engine.delivery.worker")
 PRODUCTION = """
 [production]
 name = "Imports"
@@ -39,9 +40,9 @@ url = "http://127.0.0.1:9/api"
 """
 RUN = """
 import json, sys
-import engine.cli
+import engine.cli.commands
 try:
-    engine.cli.main(sys.argv[1:], standalone_mode=False)
+    engine.cli.commands.main(sys.argv[1:], standalone_mode=False)
 except SystemExit as exc:
     assert not exc.code, exc.code
 print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)), file=sys.stderr)
@@ -82,14 +83,15 @@ def test_send_imports_its_targets_class_and_no_other(production: Path) -> None:
     loaded = heavy_modules_after(production, "send", "Orders", "--body",
                                  '{"method": "GET", "path": "/x"}')
     assert {"operations.http", "engine.host"} <= loaded
-    assert not loaded & {"zeep", "operations.soap", "apscheduler", "alembic", "engine.daemon"}
+    assert not loaded & {"zeep", "operations.soap", "apscheduler", "alembic",
+                         "engine.runtime.daemon"}
 
 
 def test_send_to_an_sqlite_database_imports_neither_sqlalchemy_nor_the_store(
         production: Path) -> None:
     """``encore send`` runs the hot path's statements on a bare driver connection
     (engine.store.lite): SQLAlchemy alone costs a third of a second to import."""
-    # a module engine.lazy placed in sys.modules but never read is no import
+    # a module engine.cli.lazy placed in sys.modules but never read is no import
     script = RUN.replace("if m in sys.modules", "if type(sys.modules.get(m)).__name__ "
                          "not in ('NoneType', '_LazyModule')").format(
         heavy=("sqlalchemy", "engine.store.sql", "engine.store.models", "alembic", "psycopg"))

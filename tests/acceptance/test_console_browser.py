@@ -1,4 +1,4 @@
-"""The operator's console (DESIGN.md §13) in a real headless browser, as a person uses it:
+"""The operator's console (docs/portal.md) in a real headless browser, as a person uses it:
 ``encore run`` and a standalone ``encore portal`` as subprocesses on one SQLite file, an
 HTTP item whose loopback server the test stops and starts, an operation that counts its
 ``on_init`` calls in a file, a router and a service for the diagram's arrows.
@@ -26,11 +26,14 @@ from sqlalchemy import select
 
 from engine.store.models import event_log
 from engine.store.sql import SqlStore
-from tests.acceptance.browser import browser  # noqa: F401 - the fixture
-from tests.acceptance.browser import UI_TIMEOUT, free_port, wait_for_portal
+from tests.acceptance.browser import (
+    UI_TIMEOUT,
+    browser,  # noqa: F401 - the fixture
+    free_port,
+    wait_for_portal,
+)
 from tests.acceptance.daemon import RunningDaemon, cli_env, encore
 from tests.acceptance.test_portal_browser import PASSWORD, log_in
-
 
 # ENCORE_SCREENSHOTS=1: write the screenshots docs/ shows (else into the test's directory)
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"

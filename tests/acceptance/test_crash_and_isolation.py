@@ -1,4 +1,4 @@
-"""Isolation, ordering, graceful stop and crash safety of ``encore run`` (DESIGN.md §5),
+"""Isolation, ordering, graceful stop and crash safety of ``encore run`` (docs/architecture.md),
 with real daemon processes against real loopback HTTP servers."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The SQLite database and its WAL and shared-memory files are created readable by their
-owner only (DESIGN.md §8): they hold message bodies and event texts."""
+owner only (docs/security.md): they hold message bodies and event texts."""
 from __future__ import annotations
 
 import os

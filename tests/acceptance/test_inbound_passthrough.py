@@ -1,5 +1,5 @@
 """The documented SOAP passthrough (docs/examples/soap-passthrough) in a real ``encore run``
-(DESIGN.md §14): a zeep client generated from the WSDL the daemon serves calls through the
+(docs/inbound.md): a zeep client generated from the WSDL the daemon serves calls through the
 router and the operation to a real spyne service; and a kill -9 of the daemon during a sync
 call leaves the caller with a closed connection and the message to finish after the restart,
 nothing lost."""

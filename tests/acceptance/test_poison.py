@@ -1,5 +1,5 @@
 """A message that kills or freezes its daemon is not passed around for ever (issue 22,
-point 2; DESIGN.md §5 "Poison messages"), with real ``encore run`` processes on SQLite and
+point 2; docs/architecture.md "Poison messages"), with real ``encore run`` processes on SQLite and
 PostgreSQL.
 
 The operation kills its own process (SIGKILL, as a segfault or the OOM killer would) on a

@@ -1,4 +1,4 @@
-"""A router rule cannot freeze a daemon (issue 22, point 2; DESIGN.md §8 "Router rules"):
+"""A router rule cannot freeze a daemon (issue 22, point 2; docs/security.md "Router rules"):
 ``encore run`` routes a body that sends Python's backtracking ``re`` into minutes of work
 (``^(a+)+$`` against 29 a's and a "!") at once, and refuses to start a production whose rule
 RE2 cannot run, naming the item, the rule and the pattern."""

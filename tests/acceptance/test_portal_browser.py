@@ -11,8 +11,13 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.browser import browser  # noqa: F401 - the fixture
-from tests.acceptance.browser import UI_TIMEOUT, free_port, sync_api, wait_for_portal
+from tests.acceptance.browser import (
+    UI_TIMEOUT,
+    browser,  # noqa: F401 - the fixture
+    free_port,
+    sync_api,
+    wait_for_portal,
+)
 from tests.acceptance.daemon import cli_env, encore
 
 PASSWORD = "a long enough password"

@@ -89,11 +89,11 @@ def test_a_reload_with_an_item_that_cannot_start_is_refused_and_changes_nothing(
                                                                "BrokenInitOperation")
             path.write_text(text)
             daemon.proc.send_signal(signal.SIGHUP)
-            (error,) = wait_until(lambda: errors_of(store, name), 20, f"{name} refused")
+            (error,) = wait_until(lambda name=name: errors_of(store, name), 20, f"{name} refused")
             assert error.startswith("reload refused") and reason in error, error
             assert f"item {name!r}" in error
             mid = enqueue(store, "First")
-            wait_until(lambda: store.get_message(mid).status == "Completed", 20,
+            wait_until(lambda mid=mid: store.get_message(mid).status == "Completed", 20,
                        "the running production to go on delivering")
             assert daemon.proc.poll() is None
         path.write_text(running + ECHO.format(name="Second"))  # now a change that can start

@@ -1,4 +1,4 @@
-"""Several ``encore run`` processes on one PostgreSQL database (DESIGN.md §5, issue 7):
+"""Several ``encore run`` processes on one PostgreSQL database (docs/architecture.md, issue 7):
 every message delivered once, a killed daemon's work finished by the others, FIFO order kept
 across a handover, scheduled services fired once, schema upgrades safe when run at once."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import func, select, text
 
 from engine.client import send_message
-from engine.production import ProductionConfig, load_production
+from engine.config.production import ProductionConfig, load_production
 from engine.store.models import message_header
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import RunningDaemon, cli_env, encore, wait_until

@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import create_engine, make_url
 
 from engine.client import accept_message, decode_body, send_message
+from engine.config.production import parse_production
 from engine.errors import MessageError
-from engine.production import parse_production
 from engine.store import migrate
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import ROOT, RunningDaemon, encore

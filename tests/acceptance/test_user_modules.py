@@ -1,5 +1,5 @@
 """The classes a production names, imported the way a user runs Encore: the installed
-``encore`` script, from another directory, without PYTHONPATH (engine/user_modules.py).
+``encore`` script, from another directory, without PYTHONPATH (engine/config/user_modules.py).
 
 The README's example class lives beside the production file and is found there; a package
 of the user's named like one of Encore's (``operations``) never hides Encore's, and an item

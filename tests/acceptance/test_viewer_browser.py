@@ -1,4 +1,4 @@
-"""The Message Viewer and the Visual Trace of the operator's console (DESIGN.md §13) in a
+"""The Message Viewer and the Visual Trace of the operator's console (docs/portal.md) in a
 real headless browser, as a person uses them: ``encore send`` fills an item that declares
 search properties, ``encore portal`` serves the pages, and Chromium (through Playwright)
 searches by a property and by a body field, sorts, saves a search, downloads a CSV export
@@ -21,8 +21,13 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.browser import browser  # noqa: F401 - the fixture
-from tests.acceptance.browser import UI_TIMEOUT, free_port, sync_api, wait_for_portal
+from tests.acceptance.browser import (
+    UI_TIMEOUT,
+    browser,  # noqa: F401 - the fixture
+    free_port,
+    sync_api,
+    wait_for_portal,
+)
 from tests.acceptance.daemon import cli_env, encore
 from tests.acceptance.test_portal_browser import PASSWORD, Site
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from engine.daemon import Daemon
-from engine.production import parse_production
+from engine.config.production import parse_production
+from engine.runtime.daemon import Daemon
 from engine.store.sql import SqlStore
 
 DATA = Path(__file__).resolve().parents[1] / "inbound_data"

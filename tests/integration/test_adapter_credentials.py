@@ -13,8 +13,13 @@ from adapters.base import AttemptContext
 from adapters.credentials import resolve_credentials
 from adapters.http import HttpAdapter
 from adapters.soap import SoapAdapter
-from engine.errors import (AdapterError, ConfigurationError, ConnectionReset, HttpStatusError,
-                           RemoteFault)
+from engine.errors import (
+    AdapterError,
+    ConfigurationError,
+    ConnectionReset,
+    HttpStatusError,
+    RemoteFault,
+)
 from tests.servers import HttpTestServer, SoapTestServer, reset_after_request, respond
 
 PASSWORD = "s3cr3t-Pa55-do-not-leak"

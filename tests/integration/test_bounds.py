@@ -1,5 +1,6 @@
 """Bodies and names at and past their bounds, through the Python API, on every store (issue
-12 §5): what is refused says why and enqueues nothing; what is accepted fits the columns."""
+12 docs/architecture.md): what is refused says why and enqueues nothing; what is accepted fits the
+columns."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,10 +11,10 @@ import pytest
 from engine import Message
 from engine.client import send_message, send_messages
 from engine.clock import utcnow
-from engine.cluster import item_lease_name
+from engine.config.production import MAX_ITEM_NAME, parse_outline
 from engine.errors import MessageError
 from engine.message import MAX_BODY_DEPTH
-from engine.production import MAX_ITEM_NAME, parse_outline
+from engine.runtime.cluster import item_lease_name
 from engine.store import queries
 from engine.store.sql import SqlStore
 

@@ -1,4 +1,4 @@
-"""The circuit breaker inside a daemon, on SQLite and PostgreSQL (DESIGN.md §11): a FIFO item
+"""The circuit breaker inside a daemon, on SQLite and PostgreSQL (docs/guards.md): a FIFO item
 keeps its order through an outage, a requeue item's parked messages wait for the probe, and
 the metrics follow the breaker."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ from contextlib import contextmanager
 import pytest
 
 from engine.client import send_message
-from engine.daemon import Daemon
-from engine.production import ProductionConfig, parse_production
+from engine.config.production import ProductionConfig, parse_production
+from engine.runtime.daemon import Daemon
 from engine.store import queries
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import wait_until

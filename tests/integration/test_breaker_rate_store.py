@@ -1,12 +1,12 @@
 """The circuit breaker's and the rate limit's shared state on SQLite and PostgreSQL
-(DESIGN.md §11): each transition and each slot one atomic statement, also when many
+(docs/guards.md): each transition and each slot one atomic statement, also when many
 workers race for it."""
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,7 +15,7 @@ from engine.store.notify import Announcement, QueueListener
 from engine.store.sql import SqlStore
 from tests.conftest import postgres_url, reset_postgres
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ITEM = "Payments"
 RACERS = 8  # threads, each with its own connection, racing for one row
 

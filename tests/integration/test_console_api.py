@@ -19,11 +19,12 @@ from sqlalchemy import select
 from starlette.testclient import TestClient
 
 from engine import BusinessOperation
-from engine.daemon import Daemon
+from engine.config.production import load_production
 from engine.portal import create_app
-from engine.production import load_production
+from engine.runtime.daemon import Daemon
 from engine.store import rollup, running
-from engine.store.models import daemon as daemon_table, event_log
+from engine.store.models import daemon as daemon_table
+from engine.store.models import event_log
 from engine.store.sql import SqlStore
 from tests.portal_support import add_token, add_user, bearer, csrf_of, login
 

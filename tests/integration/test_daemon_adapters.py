@@ -1,6 +1,6 @@
-"""Adapter behaviour through the daemon (DESIGN.md §3.4, §8), on SQLite and PostgreSQL:
-failover across three SOAP servers (seed 003, scaled), a WSDL that loads late, credentials
-that never reach a table or a log line, and the metrics endpoint."""
+"""Adapter behaviour through the daemon (docs/retries.md and docs/security.md), on SQLite and
+PostgreSQL: failover across three SOAP servers (seed 003, scaled), a WSDL that loads late,
+credentials that never reach a table or a log line, and the metrics endpoint."""
 from __future__ import annotations
 
 import logging
@@ -16,9 +16,9 @@ import requests
 from sqlalchemy import MetaData, select
 
 from engine.client import send_message, wait_for
-from engine.daemon import Daemon
+from engine.config.production import ProductionConfig, parse_production
 from engine.errors import StoreError
-from engine.production import ProductionConfig, parse_production
+from engine.runtime.daemon import Daemon
 from engine.store import queries
 from engine.store.sql import SqlStore
 from tests.servers import HttpTestServer, SoapTestServer, respond, soap_reply, soap_wsdl, soap_xml
@@ -238,7 +238,7 @@ def test_healthz_says_database_unavailable_without_the_drivers_details(
         def unavailable(*_: Any) -> Any:
             raise StoreError(DRIVER_DETAILS)
 
-        monkeypatch.setattr("engine.daemon.queries.daemons", unavailable)
+        monkeypatch.setattr("engine.runtime.daemon.queries.daemons", unavailable)
         health = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
         monkeypatch.undo()
     assert (health.status_code, health.text) == (503, "database unavailable\n")

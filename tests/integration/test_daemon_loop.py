@@ -8,8 +8,8 @@ from typing import Any
 
 from engine import BusinessOperation, BusinessService
 from engine.client import send_message
-from engine.daemon import Daemon
-from engine.production import parse_production
+from engine.config.production import parse_production
+from engine.runtime.daemon import Daemon
 from engine.store.sql import SqlStore
 
 LEASE = 3.0  # seconds: a heartbeat every second

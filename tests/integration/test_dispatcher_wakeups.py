@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from engine.clock import VirtualClock
-from engine.dispatch import CHUNK_WORK, CLAIM_LINGER, DispatchSettings, Dispatcher
+from engine.delivery.dispatch import CHUNK_WORK, CLAIM_LINGER, Dispatcher, DispatchSettings
 from engine.store.sql import SqlStore
 
 

@@ -1,5 +1,5 @@
 """Values from servers are data, never a crash (issue 22, findings 5–7 and the URL part of
-8; DESIGN.md §8), through the real daemon against real loopback servers, on SQLite and
+8; docs/security.md), through the real daemon against real loopback servers, on SQLite and
 PostgreSQL: a hostile ``Retry-After``, a NUL or a lone surrogate in a server's answer, a
 double-gzip bomb against the attempt's deadline, and credentials written in an item's URL.
 
@@ -24,9 +24,9 @@ from adapters.http import HttpAdapter
 from adapters.soap import SoapAdapter
 from engine.client import send_message, wait_for
 from engine.clock import utcnow
+from engine.config.production import parse_production
 from engine.errors import ConfigurationError, HttpStatusError, ResponseRejected, ResponseTimeout
 from engine.portal import create_app
-from engine.production import parse_production
 from engine.store import queries
 from engine.store.sql import SqlStore
 from engine.store.text import storable

@@ -17,13 +17,12 @@ from adapters import soap_transport
 from adapters.base import AttemptContext
 from adapters.soap import SoapAdapter
 from engine.client import send_message, wait_for
-from engine.daemon import Daemon
+from engine.config.production import parse_production
 from engine.errors import AdapterNotReady, ConfigurationError, DocumentRefused
-from engine.production import parse_production
+from engine.runtime.daemon import Daemon
 from engine.store import queries
 from engine.store.sql import SqlStore
-from tests.servers import (ECHO_WSDL, HttpTestServer, SoapTestServer, respond, soap_reply,
-                           soap_xml)
+from tests.servers import ECHO_WSDL, HttpTestServer, SoapTestServer, respond, soap_reply, soap_xml
 
 TIMEOUT = 2.0  # seconds: response timeout; generous, no test here asserts a time
 READ_BUDGET = 1024 * 1024  # bytes the process may read while refusing a WSDL

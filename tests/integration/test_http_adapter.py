@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
 
@@ -18,13 +18,28 @@ import pytest
 
 from adapters.base import AttemptContext
 from adapters.http import HttpAdapter, HttpResponse
-from engine.errors import (AdapterNotReady, ConfigurationError, ConnectFailed, ConnectionReset,
-                           Delivery, HttpStatusError, MessageError, ResponseRejected,
-                           ResponseTimeout)
+from engine.errors import (
+    AdapterNotReady,
+    ConfigurationError,
+    ConnectFailed,
+    ConnectionReset,
+    Delivery,
+    HttpStatusError,
+    MessageError,
+    ResponseRejected,
+    ResponseTimeout,
+)
 from engine.settings import validate_settings
 from operations.http import HttpOperation, HttpReply, HttpRequest
-from tests.servers import (HttpTestServer, TlsFiles, make_tls, reset_after_request, respond,
-                           sequence, trickle)
+from tests.servers import (
+    HttpTestServer,
+    TlsFiles,
+    make_tls,
+    reset_after_request,
+    respond,
+    sequence,
+    trickle,
+)
 
 TIMEOUT = 1.0  # seconds: the response timeout of most tests
 TRICKLE_SECONDS = 5.0  # what the trickling route would take in full (25 bytes × 0.2 s)
@@ -129,7 +144,7 @@ def test_an_unresolvable_host_is_a_connect_failure():
 
 @pytest.mark.parametrize("retry_after", [
     "7",  # delay in seconds
-    format_datetime(datetime.now(timezone.utc) + timedelta(seconds=30), usegmt=True),  # date
+    format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True),  # date
 ], ids=["seconds", "http-date"])  # stable ids: the date differs between collections
 def test_a_429_carries_its_retry_after_header_and_asks_for_a_retry(retry_after):
     with HttpTestServer({"/pay": respond(429, "slow down",

@@ -1,4 +1,4 @@
-"""HttpAdapter and redirects (DESIGN.md §4), against real loopback servers: two ports are two
+"""HttpAdapter and redirects (docs/settings.md), against real loopback servers: two ports are two
 hosts. Not followed by default; followed on the server's own origin or to a listed host;
 credentials never reach a host that is not a configured server."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from adapters.base import AttemptContext
 from adapters.http import HttpAdapter
+from engine.config.production import parse_production
 from engine.errors import ConfigurationError, Delivery, HttpStatusError
-from engine.production import parse_production
 from tests.servers import HttpTestServer, respond
 
 TIMEOUT = 2.0  # seconds: the response timeout of every attempt here

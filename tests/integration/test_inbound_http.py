@@ -1,4 +1,4 @@
-"""HttpService end to end with ``requests``, on SQLite and PostgreSQL (DESIGN.md §14):
+"""HttpService end to end with ``requests``, on SQLite and PostgreSQL (docs/inbound.md):
 sync mode answering with the target's response (an HttpOperation's status, headers and body;
 a process's JSON), async mode answering 202 with the id, a target's error (502) and
 timeout (504), bad requests refused with nothing created (400, 404, 405, 413),

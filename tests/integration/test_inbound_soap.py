@@ -1,4 +1,4 @@
-"""SoapService end to end, on SQLite and PostgreSQL (DESIGN.md §14): a real zeep client
+"""SoapService end to end, on SQLite and PostgreSQL (docs/inbound.md): a real zeep client
 generated from the WSDL the service serves, and raw POSTs of envelopes from files, through a
 Router to SoapOperations calling real spyne services — the answer, a backend fault, a
 timeout (the message goes on), SOAP 1.2, malformed and hostile requests (Client faults,
@@ -18,8 +18,14 @@ from engine.portal.trace_view import session_trace
 from engine.store import queries
 from engine.store.inbound import calls_of
 from engine.store.sql import SqlStore
-from tests.integration.inbound_support import (DATA, free_port, router, running, soap_operation,
-                                               soap_service)
+from tests.integration.inbound_support import (
+    DATA,
+    free_port,
+    router,
+    running,
+    soap_operation,
+    soap_service,
+)
 from tests.servers import SoapTestServer
 
 WAIT = 30  # seconds a test waits for a message at most

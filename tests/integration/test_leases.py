@@ -1,28 +1,34 @@
 """Leases, FIFO claims, work announcements and the database clock, on SQLite and PostgreSQL
-(DESIGN.md §5: several daemons on one database)."""
+(docs/architecture.md: several daemons on one database)."""
 from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from engine.clock import SystemClock, VirtualClock, utcnow
-from engine.cluster import (LEADER, DatabaseClock, LeaseKeeper, item_lease_name, pid_namespace,
-                            reap_dead_local_daemons)
-from engine.daemon import Daemon
+from engine.config.production import parse_production
+from engine.delivery.item import ItemRunner
+from engine.delivery.worker import CRASH_TEXT
 from engine.errors import StoreError
-from engine.item import ItemRunner
-from engine.production import parse_production
+from engine.runtime.cluster import (
+    LEADER,
+    DatabaseClock,
+    LeaseKeeper,
+    item_lease_name,
+    pid_namespace,
+    reap_dead_local_daemons,
+)
+from engine.runtime.daemon import Daemon
 from engine.store.notify import Announcement, Kind, QueueListener
 from engine.store.sql import Claimed, Completion, SqlStore
-from engine.worker import CRASH_TEXT
 from tests.acceptance.daemon import wait_until
 from tests.servers import HttpTestServer, respond
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = 10.0  # seconds
 
 

@@ -9,17 +9,17 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from engine.cli.operator import parse_duration
 from engine.clock import VirtualClock, utcnow
+from engine.delivery.worker import MessageWorker
 from engine.errors import HttpStatusError, OperatorError
 from engine.host import BusinessOperation
-from engine.operator_cli import parse_duration
 from engine.retry import ReplyCodeActions, RetryPolicy
 from engine.settings import validate_settings
 from engine.store import operator, queries
 from engine.store.models import event_log, message_attempt, message_header
 from engine.store.operator import PurgeCounts
 from engine.store.sql import SqlStore
-from engine.worker import MessageWorker
 from tests.unit.sample_ops import EchoOperation, StubOperation
 
 ITEMS = ("Busy", "Echo", "Flaky", "Held", "Parked")  # no worker serves Busy or Held

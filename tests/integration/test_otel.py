@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing (DESIGN.md §12) against real loopback HTTP and SOAP servers and real
+"""OpenTelemetry tracing (docs/tracing.md) against real loopback HTTP and SOAP servers and real
 databases: a PRODUCER span at send whose context is stored with the message, a CONSUMER span
 per delivery, a CLIENT span per attempt whose ``traceparent`` the server receives.
 
@@ -20,19 +20,18 @@ pytest.importorskip("opentelemetry.sdk")
 from opentelemetry import trace  # noqa: E402
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
-    InMemorySpanExporter)
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 from opentelemetry.trace import SpanContext, SpanKind  # noqa: E402
 
 from adapters.http import HttpAdapter  # noqa: E402
 from engine.client import send_message, send_messages, wait_for  # noqa: E402
 from engine.clock import SystemClock  # noqa: E402
-from engine.daemon import Daemon  # noqa: E402
+from engine.config.production import ProductionConfig, parse_production  # noqa: E402
+from engine.delivery.worker import MessageWorker, Result  # noqa: E402
 from engine.otel.context import from_text  # noqa: E402
 from engine.otel.spans import Tracing  # noqa: E402
-from engine.production import ProductionConfig, parse_production  # noqa: E402
+from engine.runtime.daemon import Daemon  # noqa: E402
 from engine.store.sql import SqlStore  # noqa: E402
-from engine.worker import MessageWorker, Result  # noqa: E402
 from tests.servers import HttpTestServer, SoapTestServer, respond, sequence  # noqa: E402
 
 RETRY = 0.05  # seconds between attempts where the test does not stop in between

@@ -1,4 +1,4 @@
-"""With tracing off, Encore runs exactly as before (DESIGN.md §12): a whole send → daemon →
+"""With tracing off, Encore runs exactly as before (docs/tracing.md): a whole send → daemon →
 HTTP and SOAP delivery runs in a fresh interpreter without importing ``opentelemetry``, and
 no request carries a ``traceparent``. A subprocess, because this test process imports
 OpenTelemetry for the other tracing tests."""
@@ -15,10 +15,10 @@ TIMEOUT = 60  # seconds for the whole subprocess
 
 SCRIPT = r"""
 import json, sys
-from engine.cli import main  # the command line's imports too
+from engine.cli.commands import main  # the command line's imports too
 from engine.client import send_message, wait_for
-from engine.daemon import Daemon
-from engine.production import parse_production
+from engine.runtime.daemon import Daemon
+from engine.config.production import parse_production
 from engine.store.sql import SqlStore
 from tests.servers import HttpTestServer, SoapTestServer, respond
 

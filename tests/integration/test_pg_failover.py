@@ -1,4 +1,4 @@
-"""PostgreSQL with a standby (DESIGN.md §5, issue 22 point 6): a daemon, a producer and the
+"""PostgreSQL with a standby (docs/architecture.md, issue 22 point 6): a daemon, a producer and the
 command line on a multi-host URL ride out the death of the primary and the promotion of its
 synchronous standby — delivery resumes within 10 s of the promotion, every accepted message
 ends, no non-idempotent request is sent twice.
@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import text
 
 from engine.client import send_message
-from engine.production import load_production
+from engine.config.production import load_production
 from engine.store.lite import LiteIntake
 from engine.store.sql import SqlStore
 from engine.store.statuses import ENDED_STATUSES
@@ -29,7 +29,7 @@ from tests.servers import HttpTestServer, respond
 pytestmark = pytest.mark.timeout(180)
 
 LEASE = 2  # seconds: a claim whose completion was lost in the failover expires fast
-RESUME_WITHIN = 10.0  # seconds from the promotion to the first delivery (DESIGN.md §5)
+RESUME_WITHIN = 10.0  # seconds from the promotion to the first delivery (docs/architecture.md)
 OUTAGE = 1.0  # seconds between the primary's death and the promotion (a failover manager)
 
 

@@ -1,4 +1,4 @@
-"""Multi-host PostgreSQL URLs (DESIGN.md §5, "PostgreSQL with a standby"): every form the
+"""Multi-host PostgreSQL URLs (docs/architecture.md, "PostgreSQL with a standby"): every form the
 daemon, the portal and the CLI accept is read the same way by SQLAlchemy (the full store)
 and by ``encore send``'s path without it (engine.store.lite); what libpq is given unless the
 URL says otherwise; a read-only session is dropped from the pool."""
@@ -9,9 +9,14 @@ from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.exc import DBAPIError
 
-from engine.cli import _safe_url
-from engine.store.database import (MULTI_HOST_DEFAULTS, POSTGRES_DEFAULTS, create_db_engine,
-                                   libpq_conninfo, normalise_url)
+from engine.cli.commands import _safe_url
+from engine.store.database import (
+    MULTI_HOST_DEFAULTS,
+    POSTGRES_DEFAULTS,
+    create_db_engine,
+    libpq_conninfo,
+    normalise_url,
+)
 from engine.store.lite import LiteIntake, NotLite
 from engine.store.sql import SqlStore
 from tests.conftest import postgres_url

@@ -1,4 +1,4 @@
-"""Poison messages end (issue 22, point 2; DESIGN.md §5 "Poison messages"), exactly, on the
+"""Poison messages end (issue 22, point 2; docs/architecture.md "Poison messages"), exactly, on the
 virtual clock and on every database.
 
 A delivery that never ends counts against its message: here a "crash" is an exception that
@@ -11,22 +11,22 @@ messages claimed with a poison message, or behind it, are not suspended with it.
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from engine import BusinessOperation, Retry
-from engine.dispatch import FIRST_BATCH
+from engine.delivery.dispatch import FIRST_BATCH
+from engine.delivery.worker import CRASH_TEXT, poison_text
 from engine.message import JsonMessage
 from engine.store import queries
 from engine.store.sql import SqlStore
 from engine.testing import VirtualDaemon
-from engine.worker import CRASH_TEXT, poison_text
 
 LEASE = 10.0  # seconds: lease_seconds of these productions
 LIFE = LEASE + 1  # a new daemon starts this long after the last one started (and died)
-START = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
+START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 
 class Crash(BaseException):

@@ -19,18 +19,31 @@ from sqlalchemy import func, select
 from starlette.testclient import TestClient
 
 from engine.clock import utcnow
+from engine.config.production import PortalConfig, parse_production
 from engine.errors import ConfigurationError
 from engine.portal import create_app
-from engine.portal.auth import (LOGIN_FAILURES, SESSION_COOKIE, Authenticator, LoginThrottled,
-                                StoredLoginLimiter)
+from engine.portal.auth import (
+    LOGIN_FAILURES,
+    SESSION_COOKIE,
+    Authenticator,
+    LoginThrottled,
+    StoredLoginLimiter,
+)
 from engine.portal.server import PortalServer
-from engine.production import PortalConfig, parse_production
 from engine.store.models import message_header
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import encore
 from tests.integration.test_portal_server import free_port
-from tests.portal_support import (PRODUCTION, add_token, add_user, bearer, csrf_of,
-                                  form_token, login, production)
+from tests.portal_support import (
+    PRODUCTION,
+    add_token,
+    add_user,
+    bearer,
+    csrf_of,
+    form_token,
+    login,
+    production,
+)
 
 HTTP_TIMEOUT = 60  # seconds one call may take on a loaded machine
 RACERS = 80  # parallel login guesses

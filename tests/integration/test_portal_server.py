@@ -11,9 +11,9 @@ import pytest
 import requests
 from sqlalchemy import select
 
-from engine.daemon import Daemon
+from engine.config.production import PortalConfig, parse_production
 from engine.portal.server import PortalServer, is_loopback, warn_if_exposed
-from engine.production import PortalConfig, parse_production
+from engine.runtime.daemon import Daemon
 from engine.store.models import event_log, message_header
 from engine.store.sql import SqlStore
 from tests.portal_support import PRODUCTION, add_token, bearer, production

@@ -15,7 +15,7 @@ from engine.portal.auth import LOGIN_FAILURES, SESSION_COOKIE
 from engine.store import viewer
 from engine.store.models import event_log, message_header
 from engine.store.sql import SqlStore
-from tests.portal_support import (PING, add_user, csrf_of, form_token, login, production)
+from tests.portal_support import PING, add_user, csrf_of, form_token, login, production
 
 
 @pytest.fixture
@@ -222,7 +222,7 @@ def test_a_body_holding_markup_is_shown_as_text(client: TestClient, store: SqlSt
     mid = send(store, "<script>alert(1)</script>")
     finish(store, mid)
     login(client, "vera")
-    for path in (f"/messages/{mid}", f"/trace/{mid}", f"/messages?q=script"):
+    for path in (f"/messages/{mid}", f"/trace/{mid}", "/messages?q=script"):
         page = client.get(path).text
         assert "<script>alert" not in page, path
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in client.get(f"/messages/{mid}").text

@@ -1,5 +1,5 @@
 """Business processes and the router in a real daemon, against real loopback HTTP servers,
-on SQLite and PostgreSQL (DESIGN.md §10): routing by rule, a process calling two operations
+on SQLite and PostgreSQL (docs/processes.md): routing by rule, a process calling two operations
 in turn, a sync call's timeout, a target's error, a stop while a process waits, and the
 multi-hop trace through ``encore trace``."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from engine.client import send_message, wait_for
-from engine.daemon import Daemon
-from engine.production import ProductionConfig, parse_production
+from engine.config.production import ProductionConfig, parse_production
+from engine.runtime.daemon import Daemon
 from engine.store import queries
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import encore, wait_until

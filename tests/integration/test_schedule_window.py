@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from engine.client import send_message, wait_for
-from engine.daemon import Daemon
-from engine.production import parse_production
+from engine.config.production import parse_production
+from engine.runtime.daemon import Daemon
 from engine.store.sql import SqlStore
 
 PRODUCTION = """

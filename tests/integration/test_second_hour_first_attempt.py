@@ -1,6 +1,6 @@
 """``first_attempt_at`` is ``min(message_attempt.started_at)`` for every message (issue 26,
-point 2; DESIGN §5): a FIFO item (pool_size 1, blocking) claims a batch and begins attempt
-1 of each message with the claim, but the messages behind a head that retries start much
+point 2; docs/architecture.md): a FIFO item (pool_size 1, blocking) claims a batch and begins
+attempt 1 of each message with the claim, but the messages behind a head that retries start much
 later — their true start is recorded with the attempt, and the header's column with it, in
 the same write, whether the attempt fails or succeeds, crash or not.
 

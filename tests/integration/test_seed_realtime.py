@@ -1,11 +1,11 @@
-"""The seed timeline (DESIGN.md §3.2) scaled ÷5, in real time, through the daemon against a
+"""The seed timeline (docs/retries.md) scaled ÷5, in real time, through the daemon against a
 real SOAP server — on SQLite and PostgreSQL. Exact times belong to the virtual-clock tests;
 here we assert the order and generous bounds."""
 from __future__ import annotations
 
 from engine.client import send_message, wait_for
-from engine.daemon import Daemon
-from engine.production import parse_production
+from engine.config.production import parse_production
+from engine.runtime.daemon import Daemon
 from engine.store import queries
 from engine.store.sql import SqlStore
 from tests.servers import SoapTestServer

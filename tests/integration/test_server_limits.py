@@ -1,4 +1,4 @@
-"""The portal can never starve delivery (DESIGN.md §8, issue 22 finding 1): a real ``encore
+"""The portal can never starve delivery (docs/security.md, issue 22 finding 1): a real ``encore
 run`` with ``[portal]`` on SQLite, under an open-file limit of :data:`NOFILE`, is flooded
 with many more half-open connections than that limit (slowloris: a partial request line,
 then silence) from several loopback addresses, while it delivers messages to a real
@@ -29,10 +29,10 @@ import pytest
 import requests
 
 from engine.client import accept_message
+from engine.config.production import PortalConfig, load_production, parse_production
 from engine.errors import ConfigurationError
 from engine.portal.limits import ConnectionGate, DescriptorBudget, ServerLimits
 from engine.portal.server import PortalServer
-from engine.production import PortalConfig, load_production, parse_production
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import cli_env, wait_until
 from tests.integration.test_portal_server import free_port
@@ -347,7 +347,8 @@ def _report(what: str, flood: Flood, child: Child, baseline: int, lifetimes: lis
     print(f"\n{what}: RLIMIT_NOFILE {NOFILE}; flood from {len(flood.addresses)} addresses "
           f"opened {flood.opened} connections ({flood.refused} refused at once, "
           f"{flood.timed_out + len(lifetimes)} closed at the read timeout), up to "
-          f"{flood.peak_open} open at once, the server held at most {flood.peak_held}; files open: {baseline} before, {child.peak_files} at "
+          f"{flood.peak_open} open at once, the server held at most {flood.peak_held}; "
+          f"files open: {baseline} before, {child.peak_files} at "
           f"most; held connections lived {held[0]:.2f}–{held[-1]:.2f} s "
           f"(read_timeout {READ_TIMEOUT} s); {lines} log lines; "
           f"load {os.getloadavg()[0]:.1f}")

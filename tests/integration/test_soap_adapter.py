@@ -11,11 +11,28 @@ from zeep.helpers import serialize_object
 
 from adapters.base import AttemptContext, InvalidRequest
 from adapters.soap import SoapAdapter
-from engine.errors import (AdapterNotReady, ConnectFailed, Delivery, HttpStatusError,
-                           RemoteFault, ResponseRejected, ResponseTimeout)
+from engine.errors import (
+    AdapterNotReady,
+    ConnectFailed,
+    Delivery,
+    HttpStatusError,
+    RemoteFault,
+    ResponseRejected,
+    ResponseTimeout,
+)
 from engine.retry import ReplyCodeActions
-from tests.servers import (HttpTestServer, SoapTestServer, respond, sequence, soap_envelope,
-                           soap_fault, soap_reply, soap_wsdl, soap_xml, trickle)
+from tests.servers import (
+    HttpTestServer,
+    SoapTestServer,
+    respond,
+    sequence,
+    soap_envelope,
+    soap_fault,
+    soap_reply,
+    soap_wsdl,
+    soap_xml,
+    trickle,
+)
 
 TIMEOUT = 0.5  # seconds: the response timeout (the seed's 10 s, scaled)
 SERVER_DELAY = 0.55  # seconds each slow server takes (the seed's 11 s, scaled)

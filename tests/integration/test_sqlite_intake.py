@@ -51,7 +51,7 @@ def test_processes_accepting_at_once_get_distinct_ids_and_lose_nothing(tmp_path:
 
 def test_a_claim_that_begins_attempts_commits_without_waiting_for_the_disk(
         tmp_path: Path) -> None:
-    """DESIGN.md §5 makes durable an accepted message and the start of a non-idempotent
+    """docs/architecture.md makes durable an accepted message and the start of a non-idempotent
     attempt; attempts begun with a batch claim are an idempotent item's, and a claim lost in a
     machine's crash goes with them (the message is delivered afresh). So the log is flushed
     by neither kind of claim — that would add a disk flush to every synchronous call."""

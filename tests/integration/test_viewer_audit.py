@@ -1,5 +1,5 @@
-"""Every portal action leaves exactly one ``Info`` event naming the user (DESIGN.md §8,
-§13), and the administration pages act for admins only, on SQLite and PostgreSQL."""
+"""Every portal action leaves exactly one ``Info`` event naming the user (docs/security.md,
+docs/portal.md), and the administration pages act for admins only, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import re

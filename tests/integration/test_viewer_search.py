@@ -1,4 +1,4 @@
-"""The Message Viewer searchable like a search table (DESIGN.md §13), on SQLite and
+"""The Message Viewer searchable like a search table (docs/portal.md), on SQLite and
 PostgreSQL: search properties written by every way a message is accepted, the ``prop.`` and
 ``body.`` filters, source, sorting, the duration column, saved searches, and exports that
 hold every row."""
@@ -15,9 +15,9 @@ from sqlalchemy import select
 from starlette.testclient import TestClient
 
 from engine.client import accept_message, send_message, send_messages
+from engine.config.production import parse_production
 from engine.errors import ConfigurationError
 from engine.portal import create_app
-from engine.production import parse_production
 from engine.store import operator, searches, viewer
 from engine.store.lite import LiteIntake
 from engine.store.models import message_header, message_property

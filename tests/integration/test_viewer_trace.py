@@ -1,10 +1,10 @@
-"""The Visual Trace stays readable (DESIGN.md §13): long idle stretches are breaks with their
+"""The Visual Trace stays readable (docs/portal.md): long idle stretches are breaks with their
 length, a page holds at most 100 messages, servers are named in full, and the legend draws
 each line as the picture does."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -16,7 +16,7 @@ from engine.portal.trace_view import TRACE_PAGE, session_trace
 from engine.store.rows import AttemptRow
 from engine.store.sql import SqlStore
 
-T0 = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 SVG = "{http://www.w3.org/2000/svg}"
 SERVER = "http://payments.internal.example.com:8765/soap/v2/endpoint"
 

@@ -1,6 +1,6 @@
-"""Waiting is an event (DESIGN.md §5): a waiter is woken by the commit that ends its message —
-in this process, from another process (NOTIFY on PostgreSQL, the doorbell on SQLite) — never
-before that commit, never missing one committed between its look and its wait, and the safety
+"""Waiting is an event (docs/architecture.md): a waiter is woken by the commit that ends its
+message — in this process, from another process (NOTIFY on PostgreSQL, the doorbell on SQLite) —
+never before that commit, never missing one committed between its look and its wait, and the safety
 net's poll still returns it when an announcement is lost. On real SQLite files and PostgreSQL.
 
 The safety net's period is set far above the bounds asserted here (``NO_POLL``), so a waiter
@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, text
 
 from engine.client import accept_message, wait_for
 from engine.clock import utcnow
-from engine.production import parse_production
+from engine.config.production import parse_production
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import ROOT
 
@@ -222,7 +222,7 @@ def test_bulk_traffic_that_nobody_waits_for_announces_no_end(database_url: str) 
 def test_an_idle_daemon_hears_another_processes_message_at_once(database_url: str) -> None:
     """An item named like an announcement of another kind ("breaker Echo") next to "Echo"
     gets its own wake-ups; the poll interval is far longer than the bound."""
-    from engine.daemon import Daemon
+    from engine.runtime.daemon import Daemon
 
     store = SqlStore(database_url)
     store.upgrade()

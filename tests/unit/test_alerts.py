@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
-from engine.alerts import AlertingEventLog, ThresholdAlarm
-from engine.production import parse_production
+from engine.config.production import parse_production
+from engine.runtime.alerts import AlertingEventLog, ThresholdAlarm
 from engine.store import queries
 from engine.store.sql import SqlStore
 from tests.unit.test_worker import SEED, Harness, simulated, stub
@@ -90,7 +90,7 @@ def test_every_alert_is_also_sent_to_the_alert_item(store: SqlStore) -> None:
 
 
 def test_queue_count_alert_fires_when_the_queue_is_deep(store: SqlStore) -> None:
-    from engine.daemon import Daemon
+    from engine.runtime.daemon import Daemon
     production = parse_production(PRODUCTION, env={})
     daemon = Daemon(production, store=store, env={})
     for _ in range(2):

@@ -1,5 +1,5 @@
 """Announcements are typed values, JSON on the wire: an item's name can never be taken for
-another kind of announcement, whatever it holds (DESIGN §5, issue 21)."""
+another kind of announcement, whatever it holds (docs/architecture.md, issue 21)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -3,16 +3,24 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from engine.errors import ConfigurationError, HttpStatusError, ResponseTimeout
 from engine.retry import (
-    Action, AttemptState, ExponentialBackoff, FixedBackoff, FunctionBackoff, RetryAfterBackoff,
-    RetryPolicy, backoff_from_settings, parse_retry_after)
+    Action,
+    AttemptState,
+    ExponentialBackoff,
+    FixedBackoff,
+    FunctionBackoff,
+    RetryAfterBackoff,
+    RetryPolicy,
+    backoff_from_settings,
+    parse_retry_after,
+)
 
-NOW = datetime(2024, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2024, 1, 1, tzinfo=UTC)
 SEEDS = range(200)
 
 
@@ -122,7 +130,8 @@ def test_strategies_are_immutable():
         FixedBackoff(1).interval = 2  # type: ignore[misc]
 
 
-# --- Retry-After -----------------------------------------------------------------------------------
+# --- Retry-After
+# -----------------------------------------------------------------------------------
 
 def test_seed_002_retry_after_2_seconds_with_a_jitter_window_of_1_5_gives_2_0_to_3_5():
     backoff = RetryAfterBackoff(jitter=1.5, now=lambda: NOW)

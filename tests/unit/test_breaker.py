@@ -1,6 +1,6 @@
 """The circuit breaker's state machine on a virtual clock: opening after N consecutive failed
 attempts, holding, one probe across daemons, closing and reopening, a lost probe, and what
-it costs while closed (DESIGN.md §11)."""
+it costs while closed (docs/guards.md)."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -10,17 +10,17 @@ import pytest
 from sqlalchemy import event
 
 from engine.attempt import AttemptReport
-from engine.breaker import BREAKER_REFRESH, BreakerSettings, CircuitBreaker
 from engine.clock import VirtualClock
+from engine.delivery.breaker import BREAKER_REFRESH, BreakerSettings, CircuitBreaker
 from engine.errors import AttemptHeld, ConfigurationError, ResponseTimeout
 from engine.host import HOST_SETTINGS, OperationSettings
-from engine.metrics import Metrics
+from engine.runtime.metrics import Metrics
 from engine.settings import validate_settings
-from engine.simulate import simulate
 from engine.store import queries
 from engine.store.rows import MessageRow
 from engine.store.sql import SqlStore
 from engine.testing import ServerBehaviour
+from engine.tools.simulate import simulate
 
 ITEM = "Item"
 THRESHOLD = 3

@@ -3,11 +3,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.dispatch import CLAIM_LINGER
+from engine.delivery.dispatch import CLAIM_LINGER
 from engine.settings import validate_settings
 from engine.store import queries
-from engine.testing import (ServerBehaviour, SimulatedOperation, SimulatedServerAdapter,
-                            VirtualDaemon)
+from engine.testing import (
+    ServerBehaviour,
+    SimulatedOperation,
+    SimulatedServerAdapter,
+    VirtualDaemon,
+)
 
 SEED = {"response_timeout": 7, "retry_interval": 10, "failure_timeout": 30}
 QUIET = {"poll_interval": 100.0}  # seconds: idle dispatchers never set the next wake-up

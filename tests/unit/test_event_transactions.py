@@ -9,13 +9,13 @@ from sqlalchemy import update
 
 from engine.attempt import AttemptObserver, AttemptReport
 from engine.clock import VirtualClock
+from engine.delivery.worker import MessageWorker, Result
 from engine.errors import ClaimLost, ResponseTimeout
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.store.models import message_header
 from engine.store.sql import SqlStore
 from engine.testing import StubAdapter
-from engine.worker import MessageWorker, Result
 from tests.unit.sample_ops import StubOperation
 
 SETTINGS = {"response_timeout": 7, "retry_interval": 10, "failure_timeout": 30}

@@ -1,10 +1,10 @@
-"""A hostile ``Retry-After`` (issue 22, finding 5; DESIGN.md §8 "Values from servers are data,
+"""A hostile ``Retry-After`` (issue 22, finding 5; docs/security.md "Values from servers are data,
 never a crash"), on the virtual clock through the real daemon: a date in the past or a value
 below ``backoff_base`` waits ``backoff_base``; a value above ``backoff_max`` waits
 ``backoff_max``; no value raises in the worker."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -15,8 +15,12 @@ from engine.retry import Action, AttemptState, RetryPolicy, parse_retry_after
 from engine.retry.backoff import FunctionBackoff
 from engine.settings import validate_settings
 from engine.store.sql import SqlStore
-from engine.testing import (ServerBehaviour, SimulatedOperation, SimulatedServerAdapter,
-                            VirtualDaemon)
+from engine.testing import (
+    ServerBehaviour,
+    SimulatedOperation,
+    SimulatedServerAdapter,
+    VirtualDaemon,
+)
 
 # backoff_base 2, backoff_max 10: the bounds every Retry-After is held to here
 BOUNDED = {"backoff": "retry_after", "backoff_base": 2, "backoff_max": 10,
@@ -115,7 +119,7 @@ def test_an_unusable_retry_after_falls_back_to_the_exponential_delays(
 @pytest.mark.parametrize("value", HUGE + BELOW_BASE + GARBAGE)
 @pytest.mark.parametrize("unit", ["seconds", "milliseconds"])
 def test_parse_retry_after_never_raises_and_is_finite_or_none(value: str, unit: str) -> None:
-    seconds = parse_retry_after(value, unit=unit, now=datetime.now(timezone.utc))
+    seconds = parse_retry_after(value, unit=unit, now=datetime.now(UTC))
     assert seconds is None or 0 <= seconds < float("inf")
 
 

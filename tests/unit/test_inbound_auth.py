@@ -1,5 +1,5 @@
 """``auth = "none"`` takes callers on loopback only; a Basic header that is not one is
-refused naming what is expected (DESIGN.md §14)."""
+refused naming what is expected (docs/inbound.md)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,6 @@
 """Refused inbound requests reach the event log at most once per client and minute, with the
-count of those only counted (DESIGN.md §8, §14) — on a virtual monotonic clock."""
+count of those only counted (docs/security.md and docs/inbound.md) — on a virtual monotonic
+clock."""
 from __future__ import annotations
 
 from typing import Any

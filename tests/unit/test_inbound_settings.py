@@ -1,11 +1,11 @@
-"""Loading inbound services (DESIGN.md §14): the [inbound] table, and settings refused at
+"""Loading inbound services (docs/inbound.md): the [inbound] table, and settings refused at
 load time with the item and the key named."""
 from __future__ import annotations
 
 import pytest
 
+from engine.config.production import parse_production
 from engine.errors import ConfigurationError
-from engine.production import parse_production
 
 ROUTER = ('[[items]]\nname = "Router"\nclass = "engine.router:Router"\n'
           '[items.settings]\ndefault_target = "Noop"\n'

@@ -1,5 +1,5 @@
-"""Repeated failures are logged once per kind and minute with a count (DESIGN.md §8), on a
-virtual clock: :class:`engine.logs.RepeatFilter` takes its clock as an argument."""
+"""Repeated failures are logged once per kind and minute with a count (docs/security.md), on a
+virtual clock: :class:`engine.runtime.logs.RepeatFilter` takes its clock as an argument."""
 from __future__ import annotations
 
 import logging
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine.logs import RepeatFilter, limit_repeats
+from engine.runtime.logs import RepeatFilter, limit_repeats
 
 
 class Clock:
@@ -68,7 +68,7 @@ def test_the_first_of_a_kind_passes_and_the_rest_of_its_minute_is_one_line_with_
 def test_a_failure_that_goes_on_gets_one_line_a_minute_and_one_that_stops_is_forgotten(
         clock: Clock, logged: tuple[logging.Logger, RepeatFilter, list[str]]) -> None:
     logger, repeats, lines = logged
-    for second in range(180):  # three minutes, ten a second
+    for _second in range(180):  # three minutes, ten a second
         for _ in range(10):
             logger.error("item %s: %s; trying again in %.0f s", "Http", "disk I/O error", 1)
         clock.now += 1.0

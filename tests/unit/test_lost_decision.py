@@ -3,7 +3,7 @@ SQLite disk full): a failed attempt's end is written with what follows it — th
 schedules, the give-up, the suspension — in one transaction, never before it. When that
 transaction fails, the attempt stays open, so the next delivery treats it as *outcome
 unknown*: a non-idempotent request is not sent again, and attempt 1's first-failure event
-is written exactly once (DESIGN.md §3.1 rule 6, §5).
+is written exactly once (docs/retries.md rule 6, docs/architecture.md).
 
 Before the fix the attempt's end was committed on its own: the message went back to its
 queue looking like a decided retry, and the next delivery sent a non-idempotent request a
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
+from engine.delivery.worker import Result
 from engine.store.sql import SqlStore
 from engine.testing import SimulatedOperation
-from engine.worker import Result
 from tests.unit.test_worker import SEED, Harness, simulated
 
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from engine.attempt import AttemptReport, HttpExchange
+from engine.config.production import parse_production
 from engine.errors import ClaimLost, ConfigurationError, ResponseTimeout
 from engine.otel import NO_PRODUCER, producer_span, tracing_wanted
-from engine.production import parse_production
 from engine.store.sql import SqlStore
 
 ITEM = '[[items]]\nname = "Item"\nclass = "tests.unit.sample_ops:StubOperation"\n'

@@ -3,19 +3,19 @@ limiter, and the [portal] table of the production file."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from engine.config.production import parse_production
 from engine.errors import ConfigurationError
 from engine.portal.auth import LoginLimiter, LoginThrottled
 from engine.portal.filters import FilterError, event_filter, message_filter
 from engine.portal.trace_svg import FAIL, OK, render_trace
-from engine.production import parse_production
 from engine.store.rows import AttemptRow
 
-T0 = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 SVG = "{http://www.w3.org/2000/svg}"
 
 

@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
+from engine.cli.trace import trace_lines
 from engine.clock import VirtualClock
+from engine.config.production import ProductionConfig, parse_production
+from engine.delivery.worker import MessageWorker
 from engine.errors import HttpStatusError, Interrupted, ProcessError
 from engine.process import BusinessProcess, ProcessContext
-from engine.production import ProductionConfig, parse_production
 from engine.store import queries
 from engine.store.sql import SqlStore
 from engine.testing import StubCall, VirtualDaemon
-from engine.trace import trace_lines
-from engine.worker import MessageWorker
 
 QUOTE_SECONDS = 2.0  # virtual seconds Quote takes to answer
 TAX_SECONDS = 3.0  # virtual seconds Tax takes to answer

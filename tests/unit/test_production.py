@@ -5,10 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from engine.cluster import item_lease_name
+from engine.config.production import (
+    MAX_ITEM_NAME,
+    MAX_PRODUCTION_NAME,
+    find_production_file,
+    load_production,
+    parse_production,
+)
 from engine.errors import ConfigurationError
-from engine.production import (MAX_ITEM_NAME, MAX_PRODUCTION_NAME, find_production_file,
-                               load_production, parse_production)
+from engine.runtime.cluster import item_lease_name
 from engine.store.models import metadata
 
 GOOD = """

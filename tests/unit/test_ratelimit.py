@@ -1,6 +1,6 @@
 """The rate limit on a virtual clock: parsing, the shared token bucket (burst, refill,
 reserved slots, several daemons), and the limiter that waits before each attempt
-(DESIGN.md §11)."""
+(docs/guards.md)."""
 from __future__ import annotations
 
 import threading
@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from engine.clock import VirtualClock
+from engine.delivery.guards import ItemGuards
+from engine.delivery.ratelimit import RateLimit, RateLimiter
 from engine.errors import AttemptHeld, ClaimLost, ConfigurationError
-from engine.guards import ItemGuards
 from engine.host import HOST_SETTINGS, OperationSettings
-from engine.ratelimit import RateLimit, RateLimiter
 from engine.settings import validate_settings
 from engine.store.rows import MessageRow
 from engine.store.sql import SqlStore

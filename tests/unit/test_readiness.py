@@ -1,15 +1,15 @@
 """An adapter that cannot start (a WSDL that is down) and the event log, on a virtual clock
-(DESIGN.md §8): one Error at the first failure, at most one reminder Warning every ten
+(docs/security.md): one Error at the first failure, at most one reminder Warning every ten
 minutes while it keeps failing, one Info when it starts — and a try every retry_interval."""
 from __future__ import annotations
 
 from typing import Any
 
 from engine.clock import VirtualClock
+from engine.config.production import parse_production
+from engine.delivery.item import ItemRunner
+from engine.delivery.readiness import NOT_READY_REMINDER_INTERVAL
 from engine.errors import AdapterNotReady
-from engine.item import ItemRunner
-from engine.production import parse_production
-from engine.readiness import NOT_READY_REMINDER_INTERVAL
 from engine.store.sql import SqlStore
 
 RETRY_INTERVAL = 5  # seconds between two tries to start the adapter

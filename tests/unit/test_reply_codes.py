@@ -4,11 +4,21 @@ from __future__ import annotations
 import pytest
 
 from engine.errors import (
-    ConfigurationError, ConnectFailed, ConnectionReset, HttpStatusError, RemoteFault,
-    ResponseTimeout)
+    ConfigurationError,
+    ConnectFailed,
+    ConnectionReset,
+    HttpStatusError,
+    RemoteFault,
+    ResponseTimeout,
+)
 from engine.retry import (
-    DEFAULT_REPLY_CODE_ACTIONS, RETRY_SETTINGS, Actions, ReplyCode, ReplyCodeActions,
-    check_reply_code_actions)
+    DEFAULT_REPLY_CODE_ACTIONS,
+    RETRY_SETTINGS,
+    Actions,
+    ReplyCode,
+    ReplyCodeActions,
+    check_reply_code_actions,
+)
 from engine.settings import validate_settings
 
 RULES = "E#503=W,E*timeout=RF,(E#404,E#410)=F,X=R,E=S"

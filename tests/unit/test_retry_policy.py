@@ -7,10 +7,23 @@ import random
 import pytest
 
 from engine.errors import (
-    ConfigurationError, ConnectFailed, ConnectionReset, HttpStatusError, ResponseTimeout)
+    ConfigurationError,
+    ConnectFailed,
+    ConnectionReset,
+    HttpStatusError,
+    ResponseTimeout,
+)
 from engine.retry import (
-    RETRY_SETTINGS, Action, AttemptState, Decision, ExponentialBackoff, FixedBackoff,
-    FunctionBackoff, RetryAfterBackoff, RetryPolicy)
+    RETRY_SETTINGS,
+    Action,
+    AttemptState,
+    Decision,
+    ExponentialBackoff,
+    FixedBackoff,
+    FunctionBackoff,
+    RetryAfterBackoff,
+    RetryPolicy,
+)
 from engine.settings import validate_settings
 
 FAILURE_TIMEOUT_30 = "FailureTimeout of 30 seconds exceeded"

@@ -5,9 +5,9 @@ from typing import Any
 
 import pytest
 
+from engine.config.production import parse_production
+from engine.config.rules import parse_rules
 from engine.errors import ConfigurationError
-from engine.production import parse_production
-from engine.rules import parse_rules
 from engine.store import queries
 from engine.store.sql import SqlStore
 from engine.testing import VirtualDaemon

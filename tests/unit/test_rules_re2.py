@@ -1,4 +1,4 @@
-"""Router rules on RE2 (issue 22, point 2; DESIGN.md §8 "Router rules"): a pattern that makes
+"""Router rules on RE2 (issue 22, point 2; docs/security.md "Router rules"): a pattern that makes
 Python's backtracking ``re`` run for minutes answers at once, a pattern RE2 cannot run is
 refused at load naming the item, the rule and the pattern, and a rule looks at a bounded
 prefix of a string only."""
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from engine.config.production import parse_production
+from engine.config.rules import MATCH_PREFIX, parse_rules
 from engine.errors import ConfigurationError
-from engine.production import parse_production
-from engine.rules import MATCH_PREFIX, parse_rules
 
 PRODUCTION = """
 [production]

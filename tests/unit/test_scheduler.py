@@ -5,16 +5,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engine.clock import VirtualClock
+from engine.config.production import ProductionConfig, parse_production
 from engine.errors import EncoreError
-from engine.production import ProductionConfig, parse_production
-from engine.scheduler import ProductionScheduler
+from engine.runtime.scheduler import ProductionScheduler
 from engine.service import BusinessService, parse_schedule
 from engine.store import queries
 from engine.store.sql import SqlStore
@@ -148,7 +148,7 @@ def test_missed_fire_times_coalesce_into_one_run(store: SqlStore) -> None:
 
 
 def test_a_cron_schedule_every_5_minutes_fires_on_the_fives(store: SqlStore) -> None:
-    clock = VirtualClock(start=datetime(2024, 3, 4, 10, 2, 30, tzinfo=timezone.utc))
+    clock = VirtualClock(start=datetime(2024, 3, 4, 10, 2, 30, tzinfo=UTC))
     scheduler = ProductionScheduler(production(settings='schedule = "*/5 * * * *"'),
                                     store=store, clock=clock)
     service = scheduler.services["Poller"]
@@ -160,7 +160,7 @@ def test_a_cron_schedule_every_5_minutes_fires_on_the_fives(store: SqlStore) -> 
 
 
 def test_a_cron_schedule_ignores_call_interval(store: SqlStore) -> None:
-    clock = VirtualClock(start=datetime(2024, 3, 4, 10, 0, 1, tzinfo=timezone.utc))
+    clock = VirtualClock(start=datetime(2024, 3, 4, 10, 0, 1, tzinfo=UTC))
     scheduler = ProductionScheduler(
         production(settings='schedule = "0 * * * *"\ncall_interval = 1'), store=store,
         clock=clock)
@@ -171,11 +171,11 @@ def test_a_cron_schedule_ignores_call_interval(store: SqlStore) -> None:
 
 
 def test_cron_day_of_week_1_means_monday() -> None:
-    saturday = datetime(2000, 1, 1, tzinfo=timezone.utc)
+    saturday = datetime(2000, 1, 1, tzinfo=UTC)
 
     fire = parse_schedule("0 9 * * 1").get_next_fire_time(None, saturday)
 
-    assert fire == datetime(2000, 1, 3, 9, 0, tzinfo=timezone.utc)
+    assert fire == datetime(2000, 1, 3, 9, 0, tzinfo=UTC)
     assert fire.strftime("%A") == "Monday"
 
 
@@ -316,7 +316,7 @@ def test_in_real_time_a_short_interval_fires_repeatedly_and_stops_on_shutdown(
             time.sleep(0.05)
         assert len(service.fired) >= 2
         with pytest.raises(EncoreError, match="real time"):
-            scheduler.run_due(datetime.now(timezone.utc))
+            scheduler.run_due(datetime.now(UTC))
     finally:
         scheduler.shutdown(wait=True)
 

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from engine.clock import VirtualClock
+from engine.config.production import ProductionConfig, parse_production
+from engine.delivery.worker import MessageWorker
 from engine.errors import ConfigurationError, EncoreError, MessageError
 from engine.host import BusinessOperation
-from engine.production import ProductionConfig, parse_production
 from engine.retry import ReplyCodeActions, RetryPolicy
 from engine.service import BusinessService, CallFailed, CallTimedOut, parse_schedule
 from engine.store import queries
 from engine.store.sql import SqlStore
-from engine.worker import MessageWorker
 from tests.unit.sample_ops import Ping
 
 PRODUCTION = """

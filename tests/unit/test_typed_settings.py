@@ -10,9 +10,9 @@ import pytest
 from adapters.http import HttpAdapter, HttpAdapterSettings
 from adapters.settings import AdapterSettings
 from adapters.soap import SoapAdapterSettings
+from engine.config.production import PortalConfig, ProductionSettings, parse_production
 from engine.errors import ConfigurationError
 from engine.host import HOST_SETTINGS, OperationSettings
-from engine.production import PortalConfig, ProductionSettings, parse_production
 from engine.retry import RetryPolicy, RetrySettings
 from engine.retry.backoff import ExponentialBackoff, FixedBackoff, RetryAfterBackoff
 from engine.retry.settings import RETRY_DEFAULTS
@@ -28,8 +28,8 @@ TYPED = [
     SoapAdapterSettings,  # adapters.soap: those and wsdl, auth
     ServiceSettings,  # engine.service
     RoutingSettings,  # engine.router: a router's own, besides a process's
-    ProductionSettings,  # engine.production: [production]
-    PortalConfig,  # engine.production: [portal]
+    ProductionSettings,  # engine.config.production: [production]
+    PortalConfig,  # engine.config.production: [portal]
 ]
 
 PRODUCTION = """

@@ -1,17 +1,17 @@
 """Schedule windows of operation items."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
-from engine.window import ScheduleWindow, check_window
+from engine.delivery.window import ScheduleWindow, check_window
 
 WORKDAYS = {"start": "0 8 * * 1-5", "stop": "0 18 * * 1-5"}
 
 
 def at(day: int, hour: int, minute: int = 0) -> datetime:
-    return datetime(2026, 11, day, hour, minute, tzinfo=timezone.utc)  # 2026-11-30 is a Monday
+    return datetime(2026, 11, day, hour, minute, tzinfo=UTC)  # 2026-11-30 is a Monday
 
 
 @pytest.mark.parametrize(("when", "open_"), [

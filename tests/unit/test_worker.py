@@ -10,14 +10,19 @@ import pytest
 
 from engine.attempt import AttemptObserver, AttemptReport
 from engine.clock import VirtualClock
+from engine.delivery.worker import Result, idempotency_key
 from engine.errors import AttemptHeld, HttpStatusError, RemoteFault, ResponseTimeout
 from engine.host import BusinessOperation
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.store.sql import SqlStore
-from engine.testing import (ServerBehaviour, SimulatedOperation, SimulatedServerAdapter,
-                            StubAdapter, VirtualDaemon)
-from engine.worker import Result, idempotency_key
+from engine.testing import (
+    ServerBehaviour,
+    SimulatedOperation,
+    SimulatedServerAdapter,
+    StubAdapter,
+    VirtualDaemon,
+)
 from tests.unit.sample_ops import RetryTwiceOperation, StubOperation
 
 SEED = {"response_timeout": 7, "retry_interval": 10, "failure_timeout": 30}

@@ -1,12 +1,12 @@
 """Properties of whole deliveries (worker + policy + store) over random settings, on the
-virtual clock through ``engine.simulate``."""
+virtual clock through ``engine.tools.simulate``."""
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.simulate import simulate
 from engine.testing import ServerBehaviour
+from engine.tools.simulate import simulate
 
 seconds = st.floats(min_value=0.5, max_value=20, allow_nan=False).map(lambda x: round(x, 2))
 

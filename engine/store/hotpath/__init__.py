@@ -1,5 +1,5 @@
 """The store's hot path: intake, batch claims and group-committed completions, each one
-prebuilt statement on a driver connection of its own (DESIGN.md §5, "Throughput").
+prebuilt statement on a driver connection of its own (docs/architecture.md, "Throughput").
 
 Everything else in the store goes through SQLAlchemy Core. These few statements run for every
 message, so they skip it: the SQL is written once per dialect, parameters are plain values,

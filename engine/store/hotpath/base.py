@@ -64,7 +64,7 @@ _PICK_FIFO = """
 # delivered alone, so that a message that crashes or freezes its daemon does not take
 # others down with it again and again: it is taken only when it comes first and the claimer
 # holds no other message of the item (``:alone``); the claimer then takes nothing more of
-# the item until it is done (engine.dispatch). ``_isolate`` is the same rule in Python.
+# the item until it is done (engine.delivery.dispatch). ``_isolate`` is the same rule in Python.
 _ISOLATE = """
     SELECT c.id, c.attempts, c.deliveries FROM cand c
     WHERE (c.deliveries = 0

@@ -6,11 +6,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from engine.store import properties
 from engine.store.hotpath.base import (
     _CLAIM_SET,
     _COLUMNS,
-    _ISOLATE,
     _INSERT_MESSAGE_COLUMNS,
+    _ISOLATE,
     _PICK_ANY,
     _PICK_FIFO,
     _SELECT_COLUMNS,
@@ -21,10 +22,8 @@ from engine.store.hotpath.base import (
     Intake,
     Outcome,
 )
-from engine.store import properties
 from engine.store.notify import Announcement
 from engine.store.rows import MessageRow
-
 
 # The caller an idempotency key belongs to: an API token's holder ("api:<name>", the source)
 # or '' for the production (as SQLite's _CALLER; the source typed once, as text).

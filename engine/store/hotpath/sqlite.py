@@ -4,9 +4,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from engine.store import properties
 from engine.store.hotpath.base import (
     _CLAIM_SET,
     _COLUMNS,
@@ -15,22 +16,21 @@ from engine.store.hotpath.base import (
     _PICK_FIFO,
     _SELECT_COLUMNS,
     _TIMES,
-    _isolate,
     Accepted,
     Claimed,
     Completion,
     HotPath,
     Intake,
     Outcome,
+    _isolate,
 )
-from engine.store import properties
 from engine.store.rows import MessageRow
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
 
-# The caller an idempotency key belongs to (DESIGN.md §8): an API token's holder, whose
+# The caller an idempotency key belongs to (docs/security.md): an API token's holder, whose
 # messages' source is "api:<name>", or '' — the production itself (the command line,
 # services, business processes). PostgreSQL's statements use the same expression.
 _CALLER = "CASE WHEN substr(:source, 1, 4) = 'api:' THEN :source ELSE '' END"
@@ -41,7 +41,7 @@ def _sqlite_time(value: datetime | None) -> str | None:
     microsecond; ``isoformat`` with the offset cut off costs half of ``strftime``)."""
     if value is None:
         return None
-    return value.astimezone(timezone.utc).isoformat(" ", "microseconds")[:26]
+    return value.astimezone(UTC).isoformat(" ", "microseconds")[:26]
 
 
 def _index(cur: Any, message_id: int, body: str, search_paths: Sequence[str]) -> None:
@@ -53,7 +53,7 @@ def _index(cur: Any, message_id: int, body: str, search_paths: Sequence[str]) ->
 
 
 def _parse_sqlite_time(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value).replace(tzinfo=timezone.utc)
+    return None if value is None else datetime.fromisoformat(value).replace(tzinfo=UTC)
 
 
 class SqliteHotPath(HotPath):
@@ -62,7 +62,7 @@ class SqliteHotPath(HotPath):
 
     A claim that begins attempts (an idempotent item's) does not wait for the disk: lost in
     a crash of the machine, the claim goes with it and the message is delivered afresh,
-    which an idempotent item allows (DESIGN.md §5 makes durable only accepted messages and
+    which an idempotent item allows (docs/architecture.md makes durable only accepted messages and
     the starts of non-idempotent attempts; a process killed keeps every commit in the log)."""
 
     _INSERT = (f"INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) VALUES "

@@ -10,7 +10,7 @@ clock. The same jobs run two ways:
   fire times;
 - in real time, after :meth:`ProductionScheduler.start`, :meth:`ProductionScheduler.tick`
   hands what is due to a small thread pool and returns the seconds until the next fire. The
-  daemon calls it from its own loop (:meth:`engine.daemon.Daemon.tick`); ``start()`` without
+  daemon calls it from its own loop (:meth:`engine.runtime.daemon.Daemon.tick`); ``start()`` without
   ``loop=False`` also runs that loop on a thread of its own (a scheduler used alone).
   Jobs run off the caller's thread because a service or a purge may be slow, and the
   daemon's loop must beat its heartbeat on time.
@@ -29,16 +29,16 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from engine.clock import Clock, SystemClock
+from engine.config.cron import parse_schedule
+from engine.config.production import ProductionConfig
 from engine.errors import EncoreError
 from engine.host import EventSink
-from engine.production import ProductionConfig
-from engine.cron import parse_schedule
 from engine.service import BusinessService
 from engine.store.sql import SqlStore
 
@@ -405,7 +405,7 @@ class ProductionScheduler:
 def _interval(seconds: float, now: datetime) -> IntervalTrigger:
     """Every ``seconds`` seconds, the first fire ``seconds`` after ``now``."""
     return IntervalTrigger(seconds=seconds, start_date=now + timedelta(seconds=seconds),
-                           timezone=timezone.utc)
+                           timezone=UTC)
 
 
 def _cron(expr: str, now: datetime) -> BaseTrigger:

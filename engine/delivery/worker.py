@@ -1,13 +1,13 @@
 """Delivering one message: attempts, the retry-needed flag, and what follows a failure.
 
-This is the retry engine's acting half (DESIGN.md §3.1), in three parts:
+This is the retry engine's acting half (docs/retries.md), in three parts:
 
-- :class:`~engine.attempt_runner.AttemptRunner` runs one attempt and returns its outcome;
-- :class:`~engine.delivery_policy.DeliveryPolicy` decides what follows (reply codes, the
+- :class:`~engine.delivery.attempt_runner.AttemptRunner` runs one attempt and returns its outcome;
+- :class:`~engine.delivery.policy.DeliveryPolicy` decides what follows (reply codes, the
   retry policy, the failure-timeout hook);
 - the :class:`MessageWorker` here acts on the decision — completes, waits (blocking mode) or
   parks (requeue mode) until the next attempt, gives up, suspends — and tells the
-  :class:`~engine.delivery_events.DeliveryObserver` s (event log, metrics, trace, alerts).
+  :class:`~engine.delivery.events.DeliveryObserver` s (event log, metrics, trace, alerts).
 
 ``encore simulate`` runs this same code on a virtual clock.
 """
@@ -23,17 +23,27 @@ from datetime import timedelta
 from typing import Any
 
 from engine.attempt import AttemptObserver
-from engine.attempt_runner import (AttemptOutcome, AttemptRunner, error_text, idempotency_key,
-                                   outcome_of)
 from engine.clock import Clock
-from engine.delivery_events import (AlertObserver, DeliveryObserver, EventLogObserver,
-                                    MetricsObserver, TraceObserver)
-from engine.delivery_policy import DeliveryPolicy, Judgement, Verdict
+from engine.delivery.attempt_runner import (
+    AttemptOutcome,
+    AttemptRunner,
+    error_text,
+    idempotency_key,
+    outcome_of,
+)
+from engine.delivery.events import (
+    AlertObserver,
+    DeliveryObserver,
+    EventLogObserver,
+    MetricsObserver,
+    TraceObserver,
+)
+from engine.delivery.policy import DeliveryPolicy, Judgement, Verdict
 from engine.errors import AttemptHeld, OutcomeUnknown, StoreError
 from engine.host import DEFAULT_MAX_DELIVERIES, BusinessOperation, OperationSettings
 from engine.message import decode_message, encode_response
-from engine.metrics import Metrics
 from engine.retry import AttemptState, ReplyCodeActions, RetryPolicy, RetrySettings
+from engine.runtime.metrics import Metrics
 from engine.store.hotpath import Completion
 from engine.store.rows import AttemptEnd, AttemptRow
 from engine.store.sql import MessageRow, SqlStore

@@ -2,7 +2,7 @@
 service.
 
 The scenario is the field report on Ensemble's ResponseTimeout, RetryInterval and
-FailureTimeout (DESIGN.md §3.2: 7 s, 10 s and 30 s against a service that answers after
+FailureTimeout (docs/retries.md: 7 s, 10 s and 30 s against a service that answers after
 8 s). Here: ResponseTimeout 0.7 s, RetryInterval 1 s, FailureTimeout 3 s; the service answers
 "slow" after 0.8 s and anything else at once. The fast message completes; the slow one is
 sent four times, about 1 s apart, and gives up about 3.7 s after its first attempt — the
@@ -23,15 +23,15 @@ from typing import Any
 import click
 from sqlalchemy.engine import make_url
 
+from engine.cli.report import table
+from engine.cli.trace import trace_lines
 from engine.client import TERMINAL, send_message
-from engine.daemon import Daemon
-from engine.demo_server import DemoSoapServer
-from engine.production import absolute_sqlite_url, parse_production
-from engine.report import table
+from engine.config.production import absolute_sqlite_url, parse_production
+from engine.runtime.daemon import Daemon
 from engine.store import queries
 from engine.store.database import DEFAULT_DATABASE_URL, sqlite_file
 from engine.store.sql import SqlStore
-from engine.trace import trace_lines
+from engine.tools.demo_server import DemoSoapServer
 
 SLOW_REPLY = 0.8  # seconds: the report's 8 s, ÷10
 ITEM = "DemoSoapService"  # the demo's one item: a SOAP operation calling the demo's service

@@ -1,4 +1,4 @@
-"""Rate-limited logging of repeated failures (DESIGN.md §8: "repeated failures are logged
+"""Rate-limited logging of repeated failures (docs/security.md: "repeated failures are logged
 once per kind and minute with a count").
 
 A flood (10,000 half-open connections, a database that refuses every write) makes the same
@@ -6,9 +6,9 @@ failure happen thousands of times a second. Logged one by one it fills the disk 
 tracebacks and costs the CPU the daemon needs to recover. :class:`RepeatFilter` lets the
 first record of a kind through and counts the rest; when the minute is over it logs one
 line with the count ("… (N more like it in the last minute)") and, while the failure goes
-on, one such line a minute; the counts still open are logged when the process exits. A kind is the logger and the message *template*
-(``record.msg``, before its arguments), so "refused a connection from %s" is one kind for
-every address. Records below WARNING are never held back.
+on, one such line a minute; the counts still open are logged when the process exits. A kind
+is the logger and the message *template* (``record.msg``, before its arguments), so "refused a
+connection from %s" is one kind for every address. Records below WARNING are never held back.
 
 :func:`limit_repeats` puts one shared filter on the loggers whose failures can repeat per
 connection or per message (uvicorn's, asyncio's, the engine's workers, dispatchers, daemon
@@ -37,9 +37,10 @@ SERVER_LOGGERS: tuple[str, ...] = (
 )
 # ... and per message or per tick: those of the daemon (``encore run``) too
 REPEATING_LOGGERS: tuple[str, ...] = SERVER_LOGGERS + (
-    "engine.daemon", "engine.dispatch", "engine.item", "engine.worker",
-    "engine.attempt_runner", "engine.scheduler", "engine.cluster", "engine.alerts",
-    "engine.metrics", "engine.store.sql", "engine.store.eventlog", "engine.store.notify",
+    "engine.runtime.daemon", "engine.delivery.dispatch", "engine.delivery.item",
+    "engine.delivery.worker", "engine.delivery.attempt_runner", "engine.runtime.scheduler",
+    "engine.runtime.cluster", "engine.runtime.alerts",
+    "engine.runtime.metrics", "engine.store.sql", "engine.store.eventlog", "engine.store.notify",
     "engine.store.doorbell",
 )
 

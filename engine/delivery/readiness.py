@@ -1,4 +1,4 @@
-"""The events of an adapter that cannot start yet (DESIGN.md §8).
+"""The events of an adapter that cannot start yet (docs/security.md).
 
 A WSDL that is down leaves its item not ready: the item tries again every
 ``retry_interval``, and its messages stay queued. Writing an event per try would bury the

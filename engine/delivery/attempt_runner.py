@@ -1,4 +1,4 @@
-"""Running one attempt: the first of the worker's three parts (DESIGN.md §3.1).
+"""Running one attempt: the first of the worker's three parts (docs/retries.md).
 
 :class:`AttemptRunner` does what one attempt needs and nothing more: ask the attempt
 observers (a rate limit may wait, a breaker may hold the message, tracing adds a header),
@@ -6,7 +6,7 @@ record the attempt's start — a durable write conditional on the claim, unless 
 began it — give the adapter the attempt's deadline, run ``on_message`` once, record a failed
 attempt's end, and tell the observers how it ended. It returns an :class:`AttemptOutcome`;
 what follows (retry, give up, complete) is the delivery policy's to decide
-(:mod:`engine.delivery_policy`) and the worker's to do (:mod:`engine.worker`).
+(:mod:`engine.delivery.policy`) and the worker's to do (:mod:`engine.delivery.worker`).
 """
 from __future__ import annotations
 

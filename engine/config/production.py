@@ -1,4 +1,4 @@
-"""The production file (TOML): what items run, with which settings (DESIGN.md §4).
+"""The production file (TOML): what items run, with which settings (docs/settings.md).
 
 Loading validates everything up front — unknown keys (with the closest valid key suggested),
 wrong types and ranges, classes that do not import, duplicate item names — so that a daemon
@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
+from engine.config.user_modules import add_production_directory, resolve_class
 from engine.errors import ConfigurationError
 from engine.otel import tracing_wanted
 from engine.settings import Setting, TypedSettings, validate_settings
 from engine.store.database import DEFAULT_DATABASE_URL
-from engine.user_modules import add_production_directory, resolve_class
 
 if TYPE_CHECKING:  # imported with the first class an item names, not before
     from adapters.settings import AdapterSettings
@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # imported with the first class an item names, not before
     from engine.retry import RetrySettings
 
 __all__ = ["DEFAULT_PRODUCTION_FILE", "INBOUND_SETTINGS", "ITEM_KEYS", "PORTAL_SETTINGS",
-           "PRODUCTION_SETTINGS", "InboundConfig", "ItemConfig", "ItemEntry", "PortalConfig", "ProductionConfig", "ProductionOutline",
+           "PRODUCTION_SETTINGS", "InboundConfig", "ItemConfig", "ItemEntry", "PortalConfig",
+           "ProductionConfig", "ProductionOutline",
            "ProductionSettings", "absolute_sqlite_url", "find_production_file",
            "load_production", "parse_outline", "parse_production", "read_outline",
            "resolve_class"]
@@ -130,7 +131,7 @@ PORTAL_SETTINGS: tuple[Setting, ...] = (
             help="seconds an idle keep-alive connection stays open"),
 )
 
-# The [inbound] table (DESIGN.md §14): where `encore run` serves the inbound services.
+# The [inbound] table (docs/inbound.md): where `encore run` serves the inbound services.
 INBOUND_SETTINGS: tuple[Setting, ...] = (
     Setting(name="host", kind=str, default="127.0.0.1",
             help="address the inbound services listen on (loopback by default)"),
@@ -328,7 +329,7 @@ def find_production_file(option: str | None, env: Mapping[str, str]) -> Path:
 def load_production(path: Path, env: Mapping[str, str] | None = None) -> ProductionConfig:
     """Read and validate the production file at ``path``, every item's class imported.
     Its directory goes at the end of ``sys.path``, so that the classes it names may live
-    beside it (:mod:`engine.user_modules`)."""
+    beside it (:mod:`engine.config.user_modules`)."""
     return read_outline(path, env).resolve()
 
 

@@ -1,5 +1,5 @@
 """Several daemons on one database: who leads, who runs a FIFO item, and whose clock counts
-(DESIGN.md §5).
+(docs/architecture.md).
 
 - :class:`LeaseKeeper` holds one daemon's leases (``engine.store.leases``): ``leader`` — the
   daemon whose scheduler runs business services and leader-only housekeeping — and
@@ -19,12 +19,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from pathlib import Path
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from engine.clock import Clock, SystemClock
+from engine.config.production import ItemConfig
 from engine.errors import StoreError
-from engine.production import ItemConfig
 from engine.store.sql import SqlStore
 
 __all__ = ["LEADER", "DatabaseClock", "LeaseKeeper", "forget_silent_daemons", "is_fifo",

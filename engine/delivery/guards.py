@@ -1,9 +1,9 @@
 """The guards an item's settings ask for around its attempts: its rate limit
-(:mod:`engine.ratelimit`) and its circuit breaker (:mod:`engine.breaker`).
+(:mod:`engine.delivery.ratelimit`) and its circuit breaker (:mod:`engine.delivery.breaker`).
 
 Both are :class:`~engine.attempt.AttemptObserver`\\ s. The daemon builds them for each item
-and hands them to its :class:`~engine.item.ItemRunner`; an item that sets neither gets none,
-and pays nothing for them. The limiter runs first: a worker waits for its slot, and only then
+and hands them to its :class:`~engine.delivery.item.ItemRunner`; an item that sets neither gets
+none, and pays nothing for them. The limiter runs first: a worker waits for its slot, and only then
 does the breaker decide, on the state of that moment, whether the attempt starts.
 """
 from __future__ import annotations
@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine.attempt import AttemptObserver
-from engine.breaker import BreakerSettings, CircuitBreaker, Transition
 from engine.clock import Clock
-from engine.ratelimit import RateLimit, RateLimiter
+from engine.delivery.breaker import BreakerSettings, CircuitBreaker, Transition
+from engine.delivery.ratelimit import RateLimit, RateLimiter
 
 if TYPE_CHECKING:
+    from engine.config.production import ItemConfig
     from engine.host import EventSink, OperationSettings
-    from engine.metrics import Metrics
-    from engine.production import ItemConfig
+    from engine.runtime.metrics import Metrics
     from engine.store.sql import SqlStore
 
 __all__ = ["ItemGuards"]

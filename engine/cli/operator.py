@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Protocol
 
 import click
 
-from engine import report
-from engine.cli_params import ROW_ID
+from engine.cli import report
+from engine.cli.lazy import lazy_module
+from engine.cli.params import ROW_ID
 from engine.clock import utcnow
-from engine.production import ProductionOutline
-from engine.lazy import lazy_module
+from engine.config.production import ProductionOutline
 
 if TYPE_CHECKING:
     from engine.store.sql import SqlStore
@@ -29,7 +29,7 @@ MAX_AGE = timedelta(days=36500)  # a century: older cut-offs reach back towards 
 
 
 class OperatorContext(Protocol):
-    """What these commands need of the group's context object (``engine.cli.Context``)."""
+    """What these commands need of the group's context object (``engine.cli.commands.Context``)."""
 
     @property
     def store(self) -> SqlStore: ...

@@ -1,4 +1,4 @@
-"""Alerts: ``Alert`` events, forwarded to an optional alert item (DESIGN.md §5).
+"""Alerts: ``Alert`` events, forwarded to an optional alert item (docs/architecture.md).
 
 Queue alerts fire once per crossing of ``queue_count_alert`` / ``queue_wait_alert`` and re-arm
 when the value falls below 80 % of the threshold. Every ``Alert`` event — from a queue alert,
@@ -11,9 +11,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.config.production import ProductionConfig
 from engine.errors import EncoreError
 from engine.message import JsonMessage
-from engine.production import ProductionConfig
 from engine.store.eventlog import SqlEventLog
 from engine.store.sql import SqlStore
 

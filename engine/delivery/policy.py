@@ -1,6 +1,6 @@
-"""What follows an attempt: the second of the worker's three parts (DESIGN.md §3.1).
+"""What follows an attempt: the second of the worker's three parts (docs/retries.md).
 
-:class:`DeliveryPolicy` turns an :class:`~engine.attempt_runner.AttemptOutcome` into a
+:class:`DeliveryPolicy` turns an :class:`~engine.delivery.attempt_runner.AttemptOutcome` into a
 :class:`Judgement` — complete, retry at T, give up, suspend, or switch the item off — from the
 item's reply code actions, its retry policy and the operation's ``on_failure_timeout`` hook.
 It decides only; the worker acts (writes, waits, parks) and tells the observers.
@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from engine.attempt_runner import AttemptOutcome, error_text
+from engine.delivery.attempt_runner import AttemptOutcome, error_text
 from engine.errors import AdapterError, Retry
 from engine.host import BusinessOperation
 from engine.retry import Action, AttemptState, Decision, ReplyCodeActions, RetryPolicy

@@ -1,5 +1,5 @@
 """What watches deliveries: the event log, metrics, trace events and alerts — the third of
-the worker's parts (DESIGN.md §3.1 rule 6).
+the worker's parts (docs/retries.md rule 6).
 
 The worker tells every :class:`DeliveryObserver` what happened (an attempt ended, the first
 failure, a give-up, ...); each observer acts on what concerns it, and events name the hook
@@ -8,9 +8,9 @@ a row of ``event_log`` says which rule wrote it.
 """
 from __future__ import annotations
 
-from engine.attempt_runner import AttemptOutcome, error_text
+from engine.delivery.attempt_runner import AttemptOutcome, error_text
 from engine.host import BusinessOperation
-from engine.metrics import Metrics
+from engine.runtime.metrics import Metrics
 from engine.store.rows import MessageRow
 
 __all__ = ["AlertObserver", "DeliveryObserver", "EventLogObserver", "MetricsObserver",

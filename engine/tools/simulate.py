@@ -1,13 +1,13 @@
 """``encore simulate``: the retry engine's timeline on a virtual clock, at once.
 
-It runs the real daemon — dispatcher, :class:`~engine.worker.MessageWorker`,
+It runs the real daemon — dispatcher, :class:`~engine.delivery.worker.MessageWorker`,
 :class:`~engine.retry.RetryPolicy`, guards — on a virtual clock through the test harness
 (:class:`~engine.testing.VirtualDaemon`), against a simulated service on an in-memory
 SQLite store, then reads the timeline back from the attempt rows it wrote — the same rows a
 real run writes.
 
 With ``--breaker-threshold N`` the item also has its real circuit breaker
-(:mod:`engine.breaker`), as the daemon builds it: the message's own failed attempts open
+(:mod:`engine.delivery.breaker`), as the daemon builds it: the message's own failed attempts open
 it, a retry that falls while it is open puts the message back in the queue until the open
 period ends, and the dispatcher's next claim is the breaker's probe. The timeline then also
 holds ``breaker_open`` (it opened, or opened again after a failed probe), ``breaker_hold``
@@ -25,7 +25,7 @@ from typing import Any
 
 import click
 
-from engine.cli_params import FiniteFloat
+from engine.cli.params import FiniteFloat
 from engine.clock import Clock, VirtualClock
 from engine.errors import ConfigurationError
 from engine.host import OperationSettings
@@ -33,8 +33,12 @@ from engine.retry import RetrySettings
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.store.sql import SqlStore
-from engine.testing import (ServerBehaviour, SimulatedOperation, SimulatedServerAdapter,
-                            VirtualDaemon)
+from engine.testing import (
+    ServerBehaviour,
+    SimulatedOperation,
+    SimulatedServerAdapter,
+    VirtualDaemon,
+)
 
 ITEM = "Simulated"
 MAX_SECONDS = 1e9  # seconds (about 31 years) any simulated time may take: the virtual clock's
@@ -233,8 +237,9 @@ def simulate_command(response_timeout: float, retry_interval: float, failure_tim
                 "breaker_open_seconds": breaker_open_seconds}
     behaviour = ServerBehaviour(delay=server_delay, fail_first=fail_first, status=status,
                                 retry_after=retry_after)
-    for noisy in ("alembic", "engine.store.eventlog", "engine.worker", "engine.breaker",
-                  "engine.cluster", "engine.daemon", "engine.item"):
+    for noisy in ("alembic", "engine.store.eventlog", "engine.delivery.worker",
+                  "engine.delivery.breaker",
+                  "engine.runtime.cluster", "engine.runtime.daemon", "engine.delivery.item"):
         # the timeline says it all
         logging.getLogger(noisy).setLevel(logging.CRITICAL + 1)
     result = simulate(settings, behaviour, servers=servers, seed=seed)

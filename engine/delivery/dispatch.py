@@ -1,7 +1,7 @@
 """The dispatcher of one item: batch claims in, group-committed successes out.
 
-One thread per item talks to the queue, so idle workers never poll the database (DESIGN.md
-§5, "Throughput"):
+One thread per item talks to the queue, so idle workers never poll the database
+(docs/architecture.md, "Throughput"):
 
 - it claims as many due messages as there are idle workers in one statement — a batch for a
   ``pool_size = 1`` item, sized so that a batch is about :data:`BATCH_WINDOW` of work, and
@@ -23,7 +23,7 @@ It keeps the set of claims the item really holds, which the heartbeat renews, an
 claims whose lease expired (a dead daemon's) every :data:`EXPIRY_SCAN` seconds.
 
 A *suspect* — a message one of whose deliveries never ended (its daemon died, froze past its
-lease or was killed during it: DESIGN.md §5, "Poison messages") — is claimed only when the
+lease or was killed during it: docs/architecture.md, "Poison messages") — is claimed only when the
 item holds nothing else here, and while it is delivered nothing more is claimed: if it
 crashes or freezes the daemon again, no other message of the item is caught with it and
 counted against (:meth:`~engine.store.sql.SqlStore.claim`).
@@ -38,8 +38,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from engine.clock import Clock
-from engine.cluster import LEASE_MARGIN  # a claim is given up early locally, as a lease is
 from engine.errors import EncoreError
+from engine.runtime.cluster import LEASE_MARGIN  # a claim is given up early locally, as a lease is
 from engine.store.hotpath import Claimed, Completion
 from engine.store.sql import SqlStore
 

@@ -1,7 +1,7 @@
 """ItemRunner: one item's adapter, host instances, dispatcher and ``pool_size`` workers.
 
 Each item has its own queue, workers and connection pool, so a slow item never delays
-another (seed 004). The item's :class:`~engine.dispatch.Dispatcher` claims due messages in
+another (seed 004). The item's :class:`~engine.delivery.dispatch.Dispatcher` claims due messages in
 batches and hands them to the workers through memory; a worker delivers one and takes the
 next, and waits on that in-memory queue — never on the database — when there is none. A FIFO
 item shared by several daemons is given a ``lease`` check: its dispatcher claims only while
@@ -26,20 +26,19 @@ from typing import TYPE_CHECKING
 
 from engine.attempt import AttemptObserver
 from engine.clock import Clock
-from engine.dispatch import CHUNK_GIVE_BACK, Dispatcher, DispatchSettings
-from engine.errors import (AdapterNotReady, ClaimLost, ConfigurationError, EncoreError,
-                           Interrupted)
+from engine.config.production import ItemConfig, ProductionConfig
+from engine.delivery.dispatch import CHUNK_GIVE_BACK, Dispatcher, DispatchSettings
+from engine.delivery.readiness import ReadinessLog
+from engine.delivery.window import ScheduleWindow
+from engine.delivery.worker import MessageWorker
+from engine.errors import AdapterNotReady, ClaimLost, ConfigurationError, EncoreError, Interrupted
 from engine.host import BusinessOperation, EventSink
-from engine.metrics import Metrics
 from engine.otel import NO_DELIVERY, Delivery
 from engine.process import BusinessProcess, ProcessContext
-from engine.production import ItemConfig, ProductionConfig
-from engine.readiness import ReadinessLog
+from engine.runtime.metrics import Metrics
 from engine.store.hotpath import Claimed, Completion
 from engine.store.rows import MessageRow
 from engine.store.sql import SqlStore
-from engine.window import ScheduleWindow
-from engine.worker import MessageWorker
 
 if TYPE_CHECKING:  # adapters import the engine; the engine only names their base class
     from adapters.base import OutboundAdapter

@@ -1,4 +1,4 @@
-"""The circuit breaker of an item (DESIGN.md §11), shared by every daemon on the database.
+"""The circuit breaker of an item (docs/guards.md), shared by every daemon on the database.
 
 ``breaker_threshold = N`` (0 = off, the default): N consecutive **failed attempts** of the
 item, counted across all its daemons, open its breaker. A failed attempt is one whose
@@ -33,7 +33,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NoReturn
 
 from engine.attempt import AttemptObserver, AttemptReport
@@ -43,7 +43,7 @@ from engine.store.breaker_row import CLOSED, HALF_OPEN, OPEN, BreakerRow
 
 if TYPE_CHECKING:
     from engine.host import EventSink, OperationSettings
-    from engine.metrics import Metrics
+    from engine.runtime.metrics import Metrics
     from engine.store.rows import MessageRow
     from engine.store.sql import SqlStore
 
@@ -117,7 +117,7 @@ class CircuitBreaker(AttemptObserver):
         self._timer: threading.Timer | None = None
         self._timer_at: datetime | None = None  # when the pending wake-up fires
         store.breakers.ensure(item, now=clock.now())
-        self._row = BreakerRow.closed(item, datetime.min.replace(tzinfo=timezone.utc))
+        self._row = BreakerRow.closed(item, datetime.min.replace(tzinfo=UTC))
         self._read_at = float("-inf")
         self.refresh()
 

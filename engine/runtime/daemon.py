@@ -1,6 +1,6 @@
 """The daemon: runs a production until told to stop.
 
-Operation items run on their own worker threads (:class:`~engine.item.ItemRunner`). The
+Operation items run on their own worker threads (:class:`~engine.delivery.item.ItemRunner`). The
 daemon's own periodic work is one loop: :meth:`Daemon.tick` does what is due — the heartbeat
 and lease renewal, a reload asked for by SIGHUP, the scheduler's jobs (business services,
 queue alerts, forgetting silent daemons, purge for ``retention_days``) — and returns the
@@ -18,13 +18,13 @@ SIGHUP reloads the production file, all or nothing: new and changed items are bu
 and if one of them cannot start the reload is refused; else changed items restart and the
 others keep running.
 
-Several daemons may share one database (DESIGN.md §5, docs/scale-out.md): each claims
+Several daemons may share one database (docs/architecture.md, docs/scale-out.md): each claims
 messages under a lease its heartbeat renews; the ``leader`` lease decides which one runs
 business services and leader-only housekeeping; an ``item:<name>`` lease decides which one
-works a FIFO item (:mod:`engine.cluster`). On PostgreSQL a listener thread wakes the workers
+works a FIFO item (:mod:`engine.runtime.cluster`). On PostgreSQL a listener thread wakes the workers
 of an item as soon as any daemon announces work for it.
 
-For the operator's console (DESIGN.md §13) the loop also writes what runs — ``daemon.items``
+For the operator's console (docs/portal.md) the loop also writes what runs — ``daemon.items``
 and ``daemon.item_states``, when they change and at every reload — and flushes the items'
 per-minute counters (:mod:`engine.store.rollup`) every couple of seconds; an operator's
 restart of an item and an admin's Reload arrive as announcements and run on the reload
@@ -43,24 +43,32 @@ import sys
 import threading
 import uuid
 import weakref
-from datetime import timedelta
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from engine.alerts import AlertingEventLog, ThresholdAlarm
 from engine.clock import Clock
-from engine.cluster import (LEADER, DatabaseClock, LeaseKeeper, forget_silent_daemons, is_fifo,
-                            item_lease_name, pid_namespace, reap_dead_local_daemons)
+from engine.config.production import ItemConfig, ProductionConfig, load_production
+from engine.delivery.guards import ItemGuards
+from engine.delivery.item import ItemRunner
 from engine.errors import EncoreError
-from engine.guards import ItemGuards
 from engine.host import BusinessOperation
-from engine.item import ItemRunner
-from engine.logs import limit_repeats
-from engine.production import ItemConfig, ProductionConfig, load_production
-from engine.metrics import Metrics, MetricsServer
 from engine.otel import tracing_for
-from engine.scheduler import ProductionScheduler
+from engine.runtime.alerts import AlertingEventLog, ThresholdAlarm
+from engine.runtime.cluster import (
+    LEADER,
+    DatabaseClock,
+    LeaseKeeper,
+    forget_silent_daemons,
+    is_fifo,
+    item_lease_name,
+    pid_namespace,
+    reap_dead_local_daemons,
+)
+from engine.runtime.logs import limit_repeats
+from engine.runtime.metrics import Metrics, MetricsServer
+from engine.runtime.scheduler import ProductionScheduler
 from engine.store import queries, rollup, running
 from engine.store.notify import Announcement, Kind
 from engine.store.operator import purge
@@ -130,7 +138,7 @@ class Daemon:
         # a reload runs on a thread of its own: building items may load a WSDL for seconds
         self._reloader: ThreadPoolExecutor | None = None
         self._reloading: Future[None] | None = None
-        # the console (DESIGN.md §13): per-minute counters, what runs as reported, restarts
+        # the console (docs/portal.md): per-minute counters, what runs as reported, restarts
         self.rollup = rollup.RollupCounter(self.clock)
         self.metrics.rollup = self.rollup
         self._next_flush = 0.0  # monotonic seconds of the next rollup flush
@@ -476,7 +484,7 @@ class Daemon:
 
     # -- reload --------------------------------------------------------------------------
     def reload(self) -> None:
-        """Re-read the production file, all or nothing (DESIGN.md §8).
+        """Re-read the production file, all or nothing (docs/security.md).
 
         Every new or changed item is built first — adapter, hosts, ``on_init`` — while the
         running production goes on. If the file or any of those items fails, the reload is
@@ -610,7 +618,7 @@ class Daemon:
         self._reloading = self._reloader.submit(self.reload)
         self._reloading.add_done_callback(lambda _f: self.wake.set())
 
-    # -- the console (DESIGN.md §13) ------------------------------------------------------
+    # -- the console (docs/portal.md) ------------------------------------------------------
     def _console(self, now: float) -> float | None:
         """Restarts asked for, the item states when they changed, and the rollup flush when
         due; the seconds until the next flush (None inline: no wake-up of its own)."""

@@ -1,4 +1,4 @@
-"""The ``encore`` command line (DESIGN.md §7)."""
+"""The ``encore`` command line (docs/operating.md)."""
 from __future__ import annotations
 
 import contextlib
@@ -16,15 +16,21 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
-from engine import report
-from engine.cli_params import COUNT, ROW_ID, SECONDS
+from engine.cli import report
+from engine.cli.lazy import lazy_module
+from engine.cli.operator import register as register_operator_commands
+from engine.cli.params import COUNT, ROW_ID, SECONDS
 from engine.client import decode_body, send_message, send_messages, wait_for
 from engine.clock import utcnow
+from engine.config.production import (
+    ItemEntry,
+    ProductionConfig,
+    ProductionOutline,
+    absolute_sqlite_url,
+    find_production_file,
+    read_outline,
+)
 from engine.errors import ConfigurationError, EncoreError, MessageError, StoreError
-from engine.lazy import lazy_module
-from engine.operator_cli import register as register_operator_commands
-from engine.production import (ItemEntry, ProductionConfig, ProductionOutline,
-                               absolute_sqlite_url, find_production_file, read_outline)
 from engine.store.breaker_row import BreakerRow
 from engine.store.database import DEFAULT_DATABASE_URL, normalise_url
 
@@ -185,10 +191,10 @@ pass_ctx = click.make_pass_decorator(Context)
 # Commands imported only when they run (they bring the daemon, adapters, HTTP and SOAP
 # stacks): name → ("module:attribute", the summary `encore --help` shows without importing).
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("engine.demo:demo",
+    "demo": ("engine.tools.demo:demo",
              "Play the Ensemble timeout scenario (÷10) live against a loopback SOAP "
              "service, and leave its production file, demo.toml, beside the database."),
-    "simulate": ("engine.simulate:simulate_command",
+    "simulate": ("engine.tools.simulate:simulate_command",
                  "Print the retry timeline the engine produces, on a virtual clock, at once."),
     "portal": ("engine.portal.cli:portal", "Serve the management portal and JSON API from "
                "the production's database (no daemon needed)."),
@@ -269,7 +275,7 @@ def main(ctx: click.Context, production: str | None, verbose: bool) -> None:
 @pass_ctx
 def run(ctx: Context) -> None:
     """Run the production in the foreground (SIGTERM/SIGINT: graceful stop)."""
-    from engine.daemon import Daemon
+    from engine.runtime.daemon import Daemon
 
     Daemon(ctx.production, store=ctx.store).run()
 
@@ -624,7 +630,7 @@ def _body_text(body: str | None) -> str:
 @pass_ctx
 def trace(ctx: Context, ident: int) -> None:
     """The visual trace of the session of message ID (or of session ID)."""
-    from engine.trace import trace_lines
+    from engine.cli.trace import trace_lines
 
     for line in trace_lines(ctx.store, ident):
         click.echo(line)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the triggers come from engine.service, with APScheduler, when needed
     from apscheduler.triggers.base import BaseTrigger
 
-from engine.cron import parse_schedule
+from engine.config.cron import parse_schedule
 
 LOOKBACK = timedelta(days=8)  # how far back the last start/stop is searched (a weekly cron fits)
 EXAMPLE = '{ start = "0 8 * * 1-5", stop = "0 18 * * 1-5" }'

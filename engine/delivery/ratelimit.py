@@ -1,4 +1,4 @@
-"""The rate limit of an item (DESIGN.md §11): at most N attempt starts per period, summed over
+"""The rate limit of an item (docs/guards.md): at most N attempt starts per period, summed over
 every daemon on the database, with a burst of at most N.
 
 ``rate_limit = "5/s"`` (or ``"300/min"``, ``"1000/h"``) gives the item a token bucket of
@@ -29,7 +29,7 @@ from engine.errors import AttemptHeld, ClaimLost
 
 if TYPE_CHECKING:
     from engine.host import OperationSettings
-    from engine.metrics import Metrics
+    from engine.runtime.metrics import Metrics
     from engine.store.rows import MessageRow
     from engine.store.sql import SqlStore
 

@@ -3,7 +3,7 @@ schedules and item working windows (it imports nothing of the engine, and APSche
 when an expression is parsed: commands that never see one stay quick)."""
 from __future__ import annotations
 
-from datetime import timezone
+from datetime import UTC
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def parse_schedule(expr: str) -> CronTrigger:
     from apscheduler.triggers.cron import CronTrigger
 
     return CronTrigger(minute=minute, hour=hour, day=day, month=month,
-                       day_of_week=_crontab_days(dow), timezone=timezone.utc)
+                       day_of_week=_crontab_days(dow), timezone=UTC)
 
 
 def _crontab_days(field: str) -> str:

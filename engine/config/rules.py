@@ -1,4 +1,4 @@
-"""Routing rules: which target a JSON body goes to (DESIGN.md §10).
+"""Routing rules: which target a JSON body goes to (docs/processes.md).
 
 A rule is a TOML table with a ``field`` (a dotted path into the body), one operator and a
 ``target``::
@@ -16,7 +16,7 @@ not in the body. Values compare as JSON does: ``true`` never equals ``1``; ``1``
 ``1.0``. Nothing in a rule is evaluated as code.
 
 ``matches`` runs on RE2 (the ``google-re2`` package), whose matching takes time linear in
-the text, whatever the pattern (DESIGN.md §8): no body can make a rule backtrack for ever
+the text, whatever the pattern (docs/security.md): no body can make a rule backtrack for ever
 and freeze the daemon, as ``^(a+)+$`` does to Python's ``re``. A pattern RE2 cannot run
 (backreferences, lookaround) is refused at load, naming the rule. A rule looks at the first
 :data:`MATCH_PREFIX` characters of a string only.

@@ -17,7 +17,7 @@ COUNT = click.IntRange(1, BIGINT_MAX)  # a number of rows (--limit)
 
 class FiniteFloat(click.ParamType):
     """A finite number between ``minimum`` and ``maximum`` (None: unbounded on that side);
-    NaN and infinities are refused, as in the production file (DESIGN §4, "Numbers")."""
+    NaN and infinities are refused, as in the production file (docs/settings.md, "Numbers")."""
 
     name = "number"
 

@@ -1,0 +1,1 @@
+"""Configuration: the production file, the modules it names, its cron strings and routing rules."""

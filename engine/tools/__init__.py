@@ -1,0 +1,1 @@
+"""Ready-made tools built on the engine: ``encore demo`` and ``encore simulate``."""
