@@ -19,6 +19,8 @@ from sqlalchemy import (
     text,
 )
 
+from engine.store.statuses import FINAL_STATUSES, MESSAGE_STATUSES  # noqa: F401 - re-exported
+
 metadata = MetaData()
 
 # BigInteger ids on PostgreSQL; SQLite only auto-increments a plain INTEGER primary key.
