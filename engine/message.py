@@ -7,7 +7,6 @@ A message class is a dataclass subclassing :class:`Message`. It is stored by nam
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
 import json
 import typing
@@ -195,15 +194,21 @@ class _Shape:
     hints: dict[str, Any]  # field name → resolved type
 
 
-@functools.cache
+_SHAPES: dict[type, _Shape] = {}
+
+
 def _shape(cls: type) -> _Shape:
     """Read once per class, not per message (intake validates every body)."""
-    fields = dataclasses.fields(cls)
-    names = tuple(f.name for f in fields)
-    return _Shape(names=names, known=frozenset(names),
-                  required=frozenset(f.name for f in fields if f.default is dataclasses.MISSING
-                                     and f.default_factory is dataclasses.MISSING),
-                  hints=typing.get_type_hints(cls))
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        fields = dataclasses.fields(cls)
+        names = tuple(f.name for f in fields)
+        shape = _SHAPES[cls] = _Shape(
+            names=names, known=frozenset(names),
+            required=frozenset(f.name for f in fields if f.default is dataclasses.MISSING
+                               and f.default_factory is dataclasses.MISSING),
+            hints=typing.get_type_hints(cls))
+    return shape
 
 
 _ATOMS = (str, int, float, bool, type(None))

@@ -152,14 +152,14 @@ def validate_settings(item: str, raw: Mapping[str, Any],
     result: dict[str, Any] = {}
     seen: dict[str, str] = {}
     for key, value in raw.items():
-        setting = by_name.get(key)
-        if setting is None:
+        found = by_name.get(key)
+        if found is None:
             raise ConfigurationError(_unknown_key_text(key, by_name), item=item, key=key)
-        if setting.name in seen:
+        if found.name in seen:
             raise ConfigurationError(
-                f"given twice, as {seen[setting.name]!r} and {key!r}", item=item, key=setting.name)
-        seen[setting.name] = key
-        result[setting.name] = setting.clean(value, item)
+                f"given twice, as {seen[found.name]!r} and {key!r}", item=item, key=found.name)
+        seen[found.name] = key
+        result[found.name] = found.clean(value, item)
     for setting in by_name.values():
         result.setdefault(setting.name, copy.deepcopy(setting.default))
     return result

@@ -67,7 +67,7 @@ class DeliveryPolicy:
         actions = self._reply_actions(err)
         if actions.complete:
             return Judgement(verdict=Verdict.COMPLETE, warn=actions.warn)
-        first = {"warn": actions.warn, "first_failure": outcome.number == 1,
+        first: dict[str, Any] = {"warn": actions.warn, "first_failure": outcome.number == 1,
                  "unexpected": err if err is not None and not isinstance(
                      err, (AdapterError, Retry)) else None}
         if outcome.suspend_asked or actions.suspend:

@@ -176,7 +176,7 @@ class MetricsServer:
         if self._server is None:
             raise RuntimeError("the metrics server is not started")
         host, port = self._server.server_address[:2]
-        return f"http://[{host}]:{port}" if ":" in str(host) else f"http://{host}:{port}"
+        return f"http://[{host!s}]:{port}" if ":" in str(host) else f"http://{host!s}:{port}"
 
     def start(self) -> None:
         """Bind and serve in a daemon thread. Raises :class:`ConfigurationError` naming the

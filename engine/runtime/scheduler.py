@@ -30,6 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.interval import IntervalTrigger
@@ -386,8 +387,9 @@ class ProductionScheduler:
         if job.item is not None:
             service = self.services[job.item]
             text = f"on_process_input failed: {type(exc).__name__}: {exc}"
-            context = {"config_name": job.item, "source_class": type(service).__qualname__,
-                       "source_method": "on_process_input"}
+            context: dict[str, Any] = {"config_name": job.item,
+                                       "source_class": type(service).__qualname__,
+                                       "source_method": "on_process_input"}
         else:
             text = f"housekeeping job {job.name!r} failed: {type(exc).__name__}: {exc}"
             context = {"config_name": None, "source_class": type(self).__name__,

@@ -150,7 +150,7 @@ def _with_database(text: str, url: str) -> str:
     directory); a URL holding a password is left to ENCORE_DATABASE_URL, not written."""
     parsed = make_url(url)
     if sqlite_file(url) and not parsed.query:
-        line = f"database = {json.dumps('sqlite:///' + Path(parsed.database).name)}"
+        line = f"database = {json.dumps('sqlite:///' + Path(parsed.database or '').name)}"
     elif parsed.password:
         line = (f"# database: {parsed.render_as_string(hide_password=True)} (set "
                 "ENCORE_DATABASE_URL: a password does not belong in a production file)")

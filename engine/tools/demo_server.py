@@ -72,7 +72,7 @@ class DemoSoapServer:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/"
+        return f"http://{host!s}:{port}/"
 
     def __enter__(self) -> DemoSoapServer:
         self._thread.start()

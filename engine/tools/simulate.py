@@ -165,17 +165,14 @@ def _timeline(store: SqlStore, message_id: int, clock: VirtualClock,
     return events
 
 
-class _Jitter(FiniteFloat):
+class _Jitter(click.ParamType):
     """``--jitter``: ``full``, or seconds as :data:`SECONDS`."""
 
     name = "seconds|full"
 
-    def __init__(self) -> None:
-        super().__init__(minimum=0, maximum=MAX_SECONDS)
-
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> float | str:
-        return "full" if value == "full" else super().convert(value, param, ctx)
+        return "full" if value == "full" else SECONDS.convert(value, param, ctx)
 
 
 def _clock(t: float) -> str:
