@@ -58,7 +58,7 @@ def resend(store: SqlStore, message_id: int, *, now: datetime, target: str | Non
     items of the production; a target outside them is refused. ``by``: who acted, named in
     the event (the portal names its user: that event is the action's one audit record)."""
     h = message_header.c
-    with store._tx() as conn:
+    with store.db.tx() as conn:
         row = _message(conn, message_id, lock=True)
         _require(row, message_id, RESENDABLE_STATUSES, "resent")
         new_target = target or row.target
@@ -164,7 +164,7 @@ def purge(store: SqlStore, older_than: timedelta, now: datetime, *,
     cutoff = as_utc(now) - older_than
     total, after = PurgeCounts(), 0
     while True:
-        with store._tx() as conn:
+        with store.db.tx() as conn:
             ids = _old_requests(conn, cutoff, after)
             if ids:
                 total += _purge_messages(conn, ids, dry_run)
@@ -206,7 +206,7 @@ def _purge_orphan_events(store: SqlStore, cutoff: datetime, dry_run: bool) -> Pu
         e.message_id.is_(None), ~exists().where(h.id == e.message_id))
     removed = 0
     while True:
-        with store._tx() as conn:
+        with store.db.tx() as conn:
             if dry_run:
                 return PurgeCounts(events=conn.execute(
                     select(func.count()).select_from(event_log).where(orphan)).scalar_one())
@@ -239,7 +239,7 @@ def _transition(store: SqlStore, message_id: int, allowed: Sequence[str], verb: 
     record ``event`` (type, text, method) on it. If a daemon claimed the message first, the
     UPDATE matches nothing and OperatorError says why; nothing is changed."""
     h = message_header.c
-    with store._tx() as conn:
+    with store.db.tx() as conn:
         row = conn.execute(update(message_header).where(
             h.id == message_id, h.kind == "request", h.status.in_(allowed)).values(
             retry_needed=False, next_attempt_at=None, time_completed=now, claimed_by=None,
@@ -252,9 +252,9 @@ def _transition(store: SqlStore, message_id: int, allowed: Sequence[str], verb: 
         _event(conn, type_, text, MessageRow.from_mapping(row), method=method, now=now)
         ended = row["waited"] and values.get("status") in ENDING_STATUSES
         if ended:  # someone waits for it: announce its end (NOTIFY goes with the commit)
-            store._announcer.notify(conn, done_announcements([message_id]))
+            store.db.announcer.notify(conn, done_announcements([message_id]))
     if ended:
-        store._announcer.call_back(done_announcements([message_id]))
+        store.db.announcer.call_back(done_announcements([message_id]))
 
 
 def _message(conn: Connection, message_id: int, *, lock: bool) -> MessageRow | None:

@@ -38,8 +38,8 @@ def events(store: SqlStore, flt: EventFilter) -> list[dict[str, Any]]:
     query = query.order_by(c.id.desc())
     if flt.limit:
         query = query.limit(flt.limit)
-    with store.read() as conn:
-        rows = [_plain(r) for r in conn.execute(query).mappings()]
+    with store.db.read() as conn:
+        rows = [plain(r) for r in conn.execute(query).mappings()]
     return rows[::-1]
 
 
@@ -54,15 +54,15 @@ def messages(store: SqlStore, *, status: str | None = None, item: str | None = N
     query = query.order_by(c.id.desc())
     if limit:
         query = query.limit(limit)
-    with store.read() as conn:
-        rows = [_plain(r) for r in conn.execute(query).mappings()]
+    with store.db.read() as conn:
+        rows = [plain(r) for r in conn.execute(query).mappings()]
     return rows[::-1]
 
 
 def queue_stats(store: SqlStore) -> dict[str, dict[str, Any]]:
     """Per item: queued count, oldest queued time, messages in retry, last error text."""
     c = message_header.c
-    with store.read() as conn:
+    with store.db.read() as conn:
         queued = conn.execute(
             select(c.target, func.count(), func.min(c.time_created))
             .where(c.kind == "request", c.status.in_(("Queued", "Delivered")))
@@ -87,12 +87,12 @@ def queue_stats(store: SqlStore) -> dict[str, dict[str, Any]]:
 
 
 def daemons(store: SqlStore) -> list[dict[str, Any]]:
-    with store.read() as conn:
-        return [_plain(r) for r in conn.execute(select(daemon).order_by(daemon.c.started_at))
+    with store.db.read() as conn:
+        return [plain(r) for r in conn.execute(select(daemon).order_by(daemon.c.started_at))
                 .mappings()]
 
 
-
-
-def _plain(row: Any) -> dict[str, Any]:
+def plain(row: Any) -> dict[str, Any]:
+    """A result row as a dict, its times aware UTC (SQLite hands them back naive): what the
+    command line, the portal's pages and its JSON show."""
     return {k: as_utc(v) if isinstance(v, datetime) else v for k, v in row.items()}

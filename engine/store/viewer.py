@@ -35,7 +35,7 @@ from engine.store.models import (
     message_header,
     message_property,
 )
-from engine.store.queries import _plain
+from engine.store.queries import plain
 from engine.store.rows import AttemptRow
 from engine.store.sql import SqlStore
 
@@ -161,7 +161,7 @@ def count_messages(store: SqlStore, flt: MessageFilter, *, resendable: bool = Fa
     query = _message_where(select(func.count()).select_from(message_header), flt)
     if resendable:
         query = _resendable(query)
-    with store.read() as conn:
+    with store.db.read() as conn:
         return int(conn.execute(query).scalar_one())
 
 
@@ -170,7 +170,7 @@ def resendable_ids(store: SqlStore, flt: MessageFilter, *, limit: int) -> list[i
     ``limit``."""
     h = message_header.c
     query = _resendable(_message_where(select(h.id), flt)).order_by(h.id).limit(limit)
-    with store.read() as conn:
+    with store.db.read() as conn:
         return list(conn.execute(query).scalars())
 
 
@@ -274,10 +274,10 @@ def _body_keyset(store: SqlStore, query: Select[Any], flt: MessageFilter, key: A
 # -- one message, one session ------------------------------------------------------------
 def message(store: SqlStore, message_id: int) -> dict[str, Any] | None:
     """Every column of message ``message_id``, or None."""
-    with store.read() as conn:
+    with store.db.read() as conn:
         row = conn.execute(select(message_header).where(message_header.c.id == message_id)
                            ).mappings().first()
-    return None if row is None else _plain(row)
+    return None if row is None else plain(row)
 
 
 def session_messages(store: SqlStore, session_id: int, *, offset: int = 0,
@@ -290,13 +290,13 @@ def session_messages(store: SqlStore, session_id: int, *, offset: int = 0,
         query = query.offset(offset)
     if limit is not None:
         query = query.limit(limit)
-    with store.read() as conn:
-        return [_plain(r) for r in conn.execute(query).mappings()]
+    with store.db.read() as conn:
+        return [plain(r) for r in conn.execute(query).mappings()]
 
 
 def count_session(store: SqlStore, session_id: int) -> int:
     """How many messages session ``session_id`` has."""
-    with store.read() as conn:
+    with store.db.read() as conn:
         return int(conn.execute(select(func.count()).select_from(message_header).where(
             message_header.c.session_id == session_id)).scalar_one())
 
@@ -307,7 +307,7 @@ def attempts_of(store: SqlStore, message_ids: Sequence[int]) -> dict[int, list[A
     found: dict[int, list[AttemptRow]] = {mid: [] for mid in message_ids}
     if not message_ids:
         return found
-    with store.read() as conn:
+    with store.db.read() as conn:
         for row in conn.execute(select(message_attempt).where(a.message_id.in_(message_ids))
                                 .order_by(a.message_id, a.attempt)).mappings():
             found[row["message_id"]].append(AttemptRow.from_mapping(row))
@@ -320,8 +320,8 @@ def events_of(store: SqlStore, message_ids: Sequence[int]) -> list[dict[str, Any
     e = event_log.c
     if not message_ids:
         return []
-    with store.read() as conn:
-        return [_plain(r) for r in conn.execute(
+    with store.db.read() as conn:
+        return [plain(r) for r in conn.execute(
             select(event_log).where(e.message_id.in_(message_ids)).order_by(e.id)).mappings()]
 
 
@@ -383,16 +383,16 @@ def production_status(store: SqlStore, items: Sequence[str], *,
     """The queues of ``items`` (a few indexed queries each), every registered daemon, and
     the leases unexpired at ``now`` (read only: no write lock, even on SQLite)."""
     status = ProductionStatus()
-    with store.read() as conn:
+    with store.db.read() as conn:
         status.leases = {r.name: r.owner for r in conn.execute(
             select(lease.c.name, lease.c.owner, lease.c.expires_at))
             if as_utc(r.expires_at) >= now}
-        breakers = {r["config_name"]: _plain(r)
+        breakers = {r["config_name"]: plain(r)
                     for r in conn.execute(select(item_breaker)).mappings()}
         for name in items:
             one = status.items[name] = _item_status(conn, name)
             one.breaker = breakers.get(name)
-        status.daemons = [_plain(r) for r in conn.execute(
+        status.daemons = [plain(r) for r in conn.execute(
             select(daemon).order_by(daemon.c.started_at)).mappings()]
     return status
 
@@ -424,7 +424,7 @@ def _item_status(conn: Any, name: str) -> ItemStatus:
     error = conn.execute(select(e.time_logged, e.text, e.message_id).where(
         e.config_name == name, e.type == "Error").order_by(e.time_logged.desc()).limit(1)
     ).mappings().first()
-    one.last_error = None if error is None else _plain(error)
+    one.last_error = None if error is None else plain(error)
     return one
 
 
@@ -433,8 +433,9 @@ def _item_status(conn: Any, name: str) -> ItemStatus:
 
 # -- paging ------------------------------------------------------------------------------
 def _rows(result: Any, query: Select[Any], *, raw: bool = False) -> list[Any]:
-    """The rows as dicts (``raw``: lists), their times aware UTC (as ``_plain`` makes them,
-    at a third of its cost: an export reads every row)."""
+    """The rows as dicts (``raw``: lists), their times aware UTC (as
+    :func:`~engine.store.queries.plain` makes them, at a third of its cost: an export reads
+    every row)."""
     names = list(result.keys())
     times = [i for i, column in enumerate(query.selected_columns)
              if isinstance(column.type, DateTime)]
@@ -489,7 +490,7 @@ def _keyset(store: SqlStore, query: Select[Any], key: Any, *, before: int | None
     forward = descending != going_back  # True: this read goes down the order
     keys = [key] if sort is None else [sort, key]
     cursor = after if going_back else before
-    with store.read() as conn:
+    with store.db.read() as conn:
         if cursor is not None:
             if sort is None:
                 position: Any = key
