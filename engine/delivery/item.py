@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING
 from engine.attempt import AttemptObserver
 from engine.clock import Clock
 from engine.config.production import ItemConfig, ProductionConfig
-from engine.delivery.dispatch import CHUNK_GIVE_BACK, Dispatcher, DispatchSettings
+from engine.delivery.dispatch import (
+    CHUNK_GIVE_BACK,
+    STORE_RETRY_DELAY,
+    Dispatcher,
+    DispatchSettings,
+)
 from engine.delivery.readiness import ReadinessLog
 from engine.delivery.window import ScheduleWindow
 from engine.delivery.worker import MessageWorker
@@ -46,7 +51,6 @@ if TYPE_CHECKING:  # adapters import the engine; the engine only names their bas
 
 log = logging.getLogger(__name__)
 
-STORE_RETRY_DELAY = 1.0  # seconds a worker waits after a database error
 
 
 class ItemRunner:

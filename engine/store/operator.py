@@ -27,13 +27,13 @@ from engine.store.models import (
 )
 from engine.store.notify import done_announcements
 from engine.store.sql import MessageRow, SqlStore
-from engine.store.statuses import ENDED_STATUSES
+from engine.store.statuses import ENDED_STATUSES, Status
 
 log = logging.getLogger(__name__)
 
-RESENDABLE_STATUSES = (*FINAL_STATUSES, "Suspended")
-SUSPENDABLE_STATUSES = ("Queued",)
-DISCARDABLE_STATUSES = ("Queued", "Suspended")
+RESENDABLE_STATUSES = ENDED_STATUSES
+SUSPENDABLE_STATUSES = (Status.QUEUED,)
+DISCARDABLE_STATUSES = (Status.QUEUED, Status.SUSPENDED)
 ENDING_STATUSES = ENDED_STATUSES  # what a waiter waits for
 RESEND_SOURCE_PREFIX = "resend:"  # message_header.source of a resent copy: "resend:<original id>"
 PURGE_BATCH = 500  # requests deleted per transaction, so a daemon is never blocked for long
@@ -69,7 +69,7 @@ def resend(store: SqlStore, message_id: int, *, now: datetime, target: str | Non
         new_id = int(conn.execute(message_header.insert().values(
             session_id=row.session_id or row.id, source=f"{RESEND_SOURCE_PREFIX}{message_id}",
             target=new_target, kind="request", body_class=row.body_class, body=row.body,
-            status="Queued", is_error=False, time_created=now, retry_needed=False, attempts=0,
+            status=Status.QUEUED, is_error=False, time_created=now, retry_needed=False, attempts=0,
         ).returning(h.id)).scalar_one())
         copy_properties(conn, message_id, new_id)
         where = "" if new_target == row.target else f" to {new_target}"
@@ -83,7 +83,7 @@ def suspend(store: SqlStore, message_id: int, *, now: datetime, by: str = OPERAT
     it until an operator resends or discards it. Refused in any other status. The event is
     an ``Info``, as for every operator action: one record of who did what."""
     _transition(store, message_id, SUSPENDABLE_STATUSES, "suspended", now=now,
-                values={"status": "Suspended"},
+                values={"status": Status.SUSPENDED},
                 event=("Info", f"suspended by {by}", "suspend"))
     log.info("message %d suspended", message_id)
 
@@ -91,7 +91,7 @@ def suspend(store: SqlStore, message_id: int, *, now: datetime, by: str = OPERAT
 def discard(store: SqlStore, message_id: int, *, now: datetime, by: str = OPERATOR) -> None:
     """End a ``Queued`` or ``Suspended`` request in ``Discarded``; it is never delivered."""
     _transition(store, message_id, DISCARDABLE_STATUSES, "discarded", now=now,
-                values={"status": "Discarded"},
+                values={"status": Status.DISCARDED},
                 event=("Info", f"discarded by {by}", "discard"))
     log.info("message %d discarded", message_id)
 
@@ -102,7 +102,7 @@ def suspended_messages(store: SqlStore, *, item: str | None = None) -> list[dict
     h = message_header.c
     query = select(h.id, h.session_id, h.target, h.attempts, h.error_text, h.time_created,
                    h.time_completed.label("suspended_at")) \
-        .where(h.kind == "request", h.status == "Suspended").order_by(h.id)
+        .where(h.kind == "request", h.status == Status.SUSPENDED).order_by(h.id)
     if item is not None:
         query = query.where(h.target == item)
     with store.engine.connect() as conn:
@@ -276,7 +276,7 @@ def _require(row: MessageRow | None, message_id: int, allowed: Sequence[str], ve
     if row.status in allowed:
         return
     what = _either(allowed)
-    if row.status == "Delivered":
+    if row.status == Status.DELIVERED:
         raise OperatorError(f"message {message_id} is Delivered: it is being delivered by "
                             f"daemon {row.claimed_by or '?'}; try again when its attempt ends "
                             f"(only {what} messages can be {verb})")

@@ -26,7 +26,6 @@ from sqlalchemy import DateTime, Select, func, literal, or_, select, tuple_
 from engine.clock import as_utc
 from engine.store import properties
 from engine.store.models import (
-    FINAL_STATUSES,
     daemon,
     event_log,
     item_breaker,
@@ -35,13 +34,14 @@ from engine.store.models import (
     message_header,
     message_property,
 )
-from engine.store.queries import plain
+from engine.store.queries import EventFilter, plain
 from engine.store.rows import AttemptRow
 from engine.store.sql import SqlStore
+from engine.store.statuses import ENDED_STATUSES, Status
 
 PAGE_SIZE = 50  # rows per page of the Message Viewer and the event log
 MAX_PAGE_SIZE = 500  # the largest page a client may ask for
-RESENDABLE = (*FINAL_STATUSES, "Suspended")  # as engine.store.operator.RESENDABLE_STATUSES
+RESENDABLE = ENDED_STATUSES  # as engine.store.operator.RESENDABLE_STATUSES
 BODY_SCAN_LIMIT = 50_000  # rows one page of a body.PATH filter reads at most
 BODY_CHUNK = 1_000  # rows read at a time by a body.PATH filter and by an export
 SORTS = ("time", "target", "status", "duration")
@@ -84,16 +84,6 @@ class PropertyFilter:
     path: str
     op: str  # "eq" | "gt" | "lt"
     value: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class EventFilter:
-    """What the event log page shows (``item`` is the config name)."""
-
-    type: str | None = None
-    item: str | None = None
-    message_id: int | None = None
-    since: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -186,7 +176,7 @@ def _message_where(query: Select[Any], flt: MessageFilter) -> Select[Any]:
         if value is not None:
             query = query.where(column == value)
     if flt.errors:
-        query = query.where(h.status == "Error")
+        query = query.where(h.status == Status.ERROR)
     if flt.since is not None:
         query = query.where(h.time_created >= flt.since)
     if flt.until is not None:
@@ -334,15 +324,9 @@ def events_page(store: SqlStore, flt: EventFilter, *, before: int | None = None,
 
 def _events_keyset(store: SqlStore, flt: EventFilter, *, before: int | None,
                    after: int | None, limit: int, cap: bool = True) -> Page:
-    e = event_log.c
-    query = select(event_log)
-    for column, value in ((e.type, flt.type), (e.config_name, flt.item),
-                          (e.message_id, flt.message_id)):
-        if value is not None:
-            query = query.where(column == value)
-    if flt.since is not None:
-        query = query.where(e.time_logged >= flt.since)
-    return _keyset(store, query, e.id, before=before, after=after, limit=limit, cap=cap)
+    query = flt.where(select(event_log))
+    return _keyset(store, query, event_log.c.id, before=before, after=after, limit=limit,
+                   cap=cap)
 
 
 def iter_events(store: SqlStore, flt: EventFilter, *,
@@ -406,21 +390,21 @@ def _item_status(conn: Any, name: str) -> ItemStatus:
     one = ItemStatus()
     for state, count in conn.execute(
             select(h.status, func.count()).where(h.target == name,
-                                                 h.status.in_(("Queued", "Delivered")))
+                                                 h.status.in_((Status.QUEUED, Status.DELIVERED)))
             .group_by(h.status)):
-        if state == "Queued":
+        if state == Status.QUEUED:
             one.queued = count
         else:
             one.in_flight = count
     if one.queued:
         one.oldest_queued = as_utc(conn.execute(
-            select(h.time_created).where(h.target == name, h.status == "Queued")
+            select(h.time_created).where(h.target == name, h.status == Status.QUEUED)
             .order_by(h.id).limit(1)).scalar())
     if one.queued or one.in_flight:  # parked until their next attempt, and those in flight
         one.retrying = int(conn.execute(select(func.count()).where(
             h.target == name, h.retry_needed.is_(True), or_(
-                (h.status == "Queued") & h.next_attempt_at.is_not(None),
-                h.status == "Delivered"))).scalar_one())
+                (h.status == Status.QUEUED) & h.next_attempt_at.is_not(None),
+                h.status == Status.DELIVERED))).scalar_one())
     error = conn.execute(select(e.time_logged, e.text, e.message_id).where(
         e.config_name == name, e.type == "Error").order_by(e.time_logged.desc()).limit(1)
     ).mappings().first()
