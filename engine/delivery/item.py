@@ -189,9 +189,10 @@ class ItemRunner:
         if not self._prepared:
             self.prepare()
         if not threads:
-            # no group commit: each success is written when it happens, so that its time is
-            # exact on a virtual clock
-            self.inline_workers = [self._worker(host, defer=None) for host in self.hosts]
+            # successes go through the group commit, as with threads; tick() commits each
+            # at once, so that its time is exact on a virtual clock
+            self.inline_workers = [self._worker(host, defer=self.dispatcher.defer)
+                                   for host in self.hosts]
             self.dispatcher.linger = 0.0  # and no linger: it would shift a virtual timeline
             self.dispatcher.batched = False  # nor batches sized by a virtual clock's speed
             return
@@ -307,6 +308,7 @@ class ItemRunner:
                     batch, chunk = work
                     for claimed in chunk:
                         self._take(self.inline_workers[0], batch, claimed)
+                        self.dispatcher.flush()  # its success committed at its own time
                     delivered = True
             return 0.0 if delivered else wait
         finally:
