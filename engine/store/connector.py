@@ -43,9 +43,10 @@ class Database:
         self.events = SqlEventLog(engine)
         file = None if self.is_postgres else sqlite_file(
             engine.url.render_as_string(hide_password=False))
-        # callbacks of this process, NOTIFY (PostgreSQL) or the doorbell (an SQLite file)
-        self.announcer = QueueAnnouncer(postgres=self.is_postgres,
-                                        doorbell=Doorbell(file) if file else None)
+        # this process's doorbell (an SQLite file): what other processes ring
+        self.doorbell = Doorbell(file) if file else None
+        # callbacks of this process, NOTIFY (PostgreSQL) or the other processes' doorbells
+        self.announcer = QueueAnnouncer(postgres=self.is_postgres, doorbell=self.doorbell)
         driver_error = engine.dialect.loaded_dbapi.Error
         hot = PostgresHotPath if self.is_postgres else SqliteHotPath
         self.hot: HotPath = hot(engine, lambda exc: isinstance(exc, driver_error),
@@ -104,8 +105,8 @@ class Database:
 
     def dispose(self) -> None:
         """Close the doorbell, the hot path's connections and the engine's pool."""
-        if self.announcer.doorbell is not None:
-            self.announcer.doorbell.close()
+        if self.doorbell is not None:
+            self.doorbell.close()
         self.hot.dispose()
         self.engine.dispose()
 

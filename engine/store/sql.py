@@ -580,7 +580,7 @@ class SqlStore:
                     self._listener.start()
                 listener = self._listener
             else:
-                doorbell = self.db.announcer.doorbell
+                doorbell = self.db.doorbell
                 if doorbell is not None and not doorbell.listening:
                     doorbell.listen(lambda note: self.db.announcer.deliver([note]))
                 return
@@ -595,8 +595,8 @@ class SqlStore:
             listener, self._listener = self._listener, None
         if listener is not None:
             listener.stop()
-        if self.db.announcer.doorbell is not None:
-            self.db.announcer.doorbell.close()
+        if self.db.doorbell is not None:
+            self.db.doorbell.close()
 
     def _reconnected(self) -> None:
         for hook in list(self._reconnect_hooks):
