@@ -73,14 +73,14 @@ def get_user(store: SqlStore, name: str) -> UserRow | None:
     with store.db.read() as conn:
         row = conn.execute(select(portal_user).where(portal_user.c.name == name)).first()
     return None if row is None else UserRow(row.name, row.role, row.password_hash,
-                                            as_utc(row.created_at),  # type: ignore[arg-type]
+                                            as_utc(row.created_at),
                                             row.session_generation, row.time_zone)
 
 
 def list_users(store: SqlStore) -> list[UserRow]:
     with store.db.read() as conn:
         rows = conn.execute(select(portal_user).order_by(portal_user.c.name)).all()
-    return [UserRow(r.name, r.role, r.password_hash, as_utc(r.created_at),  # type: ignore[arg-type]
+    return [UserRow(r.name, r.role, r.password_hash, as_utc(r.created_at),
                     r.session_generation, r.time_zone) for r in rows]
 
 
@@ -113,7 +113,7 @@ def revoke_token(store: SqlStore, token_id: int) -> TokenRow:
         if row is None:
             raise OperatorError(f"no token with id {token_id}")
         conn.execute(api_token.delete().where(api_token.c.id == token_id))
-    return TokenRow(row.id, row.name, row.role, as_utc(row.created_at),  # type: ignore[arg-type]
+    return TokenRow(row.id, row.name, row.role, as_utc(row.created_at),
                     as_utc(row.last_used_at))
 
 
@@ -163,7 +163,7 @@ def count_login_guess(store: SqlStore, keys: Sequence[str], *, now: datetime, li
                     where=or_(over, g.guesses < limit)).returning(g.key)
                 if conn.execute(upsert).first() is None:
                     start = conn.execute(select(g.window_start).where(g.key == key)).scalar_one()
-                    raise _Spent(as_utc(start))  # type: ignore[arg-type]
+                    raise _Spent(as_utc(start))
     except _Spent as spent:
         return spent.window_start
     return None
@@ -215,14 +215,14 @@ def find_token(store: SqlStore, token_hash: str, *, now: datetime) -> TokenRow |
                 t.id == row.id, or_(t.last_used_at.is_(None),
                                     t.last_used_at < now - TOKEN_TOUCH_INTERVAL))
                 .values(last_used_at=now))
-    return TokenRow(row.id, row.name, row.role, as_utc(row.created_at),  # type: ignore[arg-type]
+    return TokenRow(row.id, row.name, row.role, as_utc(row.created_at),
                     last)
 
 
 def list_tokens(store: SqlStore) -> list[TokenRow]:
     with store.db.read() as conn:
         rows = conn.execute(select(api_token).order_by(api_token.c.id)).all()
-    return [TokenRow(r.id, r.name, r.role, as_utc(r.created_at),  # type: ignore[arg-type]
+    return [TokenRow(r.id, r.name, r.role, as_utc(r.created_at),
                      as_utc(r.last_used_at)) for r in rows]
 
 

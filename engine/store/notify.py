@@ -239,7 +239,7 @@ class QueueListener:
     def _connect(self) -> Any:
         """A psycopg connection of its own (detached from the pool), autocommit, LISTENing."""
         raw = self.engine.raw_connection()
-        conn = raw.driver_connection
+        conn: Any = raw.driver_connection
         raw.detach()
         try:
             conn.rollback()  # the pool's pre-ping may have opened a transaction

@@ -19,7 +19,6 @@ from sqlalchemy import Connection, exists, func, literal, or_, select, update
 from engine.clock import as_utc
 from engine.errors import OperatorError
 from engine.store.models import (
-    FINAL_STATUSES,
     event_log,
     message_attempt,
     message_header,
@@ -27,7 +26,7 @@ from engine.store.models import (
 )
 from engine.store.notify import done_announcements
 from engine.store.sql import MessageRow, SqlStore
-from engine.store.statuses import ENDED_STATUSES, Status
+from engine.store.statuses import ENDED_STATUSES, FINAL_STATUSES, Status
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +58,8 @@ def resend(store: SqlStore, message_id: int, *, now: datetime, target: str | Non
     the event (the portal names its user: that event is the action's one audit record)."""
     h = message_header.c
     with store.db.tx() as conn:
-        row = _message(conn, message_id, lock=True)
-        _require(row, message_id, RESENDABLE_STATUSES, "resent")
+        row = _require(_message(conn, message_id, lock=True), message_id,
+                       RESENDABLE_STATUSES, "resent")
         new_target = target or row.target
         if known_items is not None and new_target not in known_items:
             raise OperatorError(f"message {message_id} cannot be resent to {new_target!r}: "
@@ -69,7 +68,8 @@ def resend(store: SqlStore, message_id: int, *, now: datetime, target: str | Non
         new_id = int(conn.execute(message_header.insert().values(
             session_id=row.session_id or row.id, source=f"{RESEND_SOURCE_PREFIX}{message_id}",
             target=new_target, kind="request", body_class=row.body_class, body=row.body,
-            status=Status.QUEUED, is_error=False, time_created=now, retry_needed=False, attempts=0,
+            status=Status.QUEUED, is_error=False, time_created=now, retry_needed=False,
+            attempts=0,
         ).returning(h.id)).scalar_one())
         copy_properties(conn, message_id, new_id)
         where = "" if new_target == row.target else f" to {new_target}"
@@ -265,8 +265,9 @@ def _message(conn: Connection, message_id: int, *, lock: bool) -> MessageRow | N
     return MessageRow.from_mapping(row) if row else None
 
 
-def _require(row: MessageRow | None, message_id: int, allowed: Sequence[str], verb: str) -> None:
-    """Refuse unless ``row`` is a request in one of ``allowed`` statuses."""
+def _require(row: MessageRow | None, message_id: int, allowed: Sequence[str],
+             verb: str) -> MessageRow:
+    """``row``; refused unless it is a request in one of ``allowed`` statuses."""
     if row is None:
         raise OperatorError(f"message {message_id} does not exist")
     if row.kind != "request":
@@ -274,7 +275,7 @@ def _require(row: MessageRow | None, message_id: int, allowed: Sequence[str], ve
         raise OperatorError(f"message {message_id} is a response{of}; only requests can be "
                             f"{verb}")
     if row.status in allowed:
-        return
+        return row
     what = _either(allowed)
     if row.status == Status.DELIVERED:
         raise OperatorError(f"message {message_id} is Delivered: it is being delivered by "

@@ -8,9 +8,9 @@ from typing import Any
 from sqlalchemy import Select, func, select
 
 from engine.clock import as_utc
-from engine.store.models import FINAL_STATUSES, daemon, event_log, message_header
+from engine.store.models import daemon, event_log, message_header
 from engine.store.sql import SqlStore
-from engine.store.statuses import Status
+from engine.store.statuses import FINAL_STATUSES, Status
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +76,7 @@ def queue_stats(store: SqlStore) -> dict[str, dict[str, Any]]:
             select(c.target, func.count(), func.min(c.time_created))
             .where(c.kind == "request", c.status.in_((Status.QUEUED, Status.DELIVERED)))
             .group_by(c.target)).all()
-        retrying = dict(conn.execute(
+        retrying: dict[str, int] = dict(conn.execute(
             select(c.target, func.count()).where(c.retry_needed.is_(True),
                                                  c.status.not_in(FINAL_STATUSES))
             .group_by(c.target)).all())

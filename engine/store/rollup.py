@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, select
+from sqlalchemy.dialects import postgresql, sqlite
 
 from engine.clock import as_utc
 from engine.store.models import ROLLUP_COUNTS, item_minute
@@ -179,10 +180,7 @@ def flush(store: SqlStore, counter: RollupCounter, daemon_id: str, *,
 
 
 def _upsert(store: SqlStore, values: Mapping[str, Any]) -> Any:
-    if store.is_postgres:
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
+    insert: Any = postgresql.insert if store.is_postgres else sqlite.insert
     statement = insert(item_minute).values(**values)
     keys = ("config_name", "minute", "daemon_id")
     return statement.on_conflict_do_update(

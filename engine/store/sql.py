@@ -98,9 +98,8 @@ class SqlStore:
         if not self.is_postgres:
             return utcnow()
         with self.db.read() as conn:
-            value = as_utc(conn.execute(select(func.clock_timestamp())).scalar_one())
-        assert value is not None
-        return value
+            value: datetime = conn.execute(select(func.clock_timestamp())).scalar_one()
+        return as_utc(value)
 
     def dispose(self) -> None:
         with self._hearing_lock:
@@ -378,9 +377,10 @@ class SqlStore:
             values.update(attempts=h.attempts - 1, first_attempt_at=case(
                 (h.attempts == 1, None), else_=h.first_attempt_at))
         with self.db.tx() as conn:
-            target = conn.execute(fenced_update(message_id, token).values(**values)
-                                  .returning(h.target)).scalar()
+            target: str | None = conn.execute(fenced_update(message_id, token)
+                                              .values(**values).returning(h.target)).scalar()
             check_claim(0 if target is None else 1, message_id, token)
+            assert target is not None  # else check_claim raised: the token is given
             if begun is not None:
                 conn.execute(message_attempt.delete().where(a.id == begun,
                                                             a.message_id == message_id))

@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import DateTime, Select, func, literal, or_, select, tuple_
+from sqlalchemy import ColumnElement, DateTime, Select, func, literal, or_, select, tuple_
 
 from engine.clock import as_utc
 from engine.store import properties
@@ -92,7 +92,7 @@ class Page:
     ``before`` of the next page (None: this is the last), ``newer`` the ``after`` of the
     previous one (None: this is the first)."""
 
-    rows: list[dict[str, Any]]
+    rows: list[Any]  # dicts (lists, for an export's raw read)
     older: int | None = None
     newer: int | None = None
     scanned: int | None = None  # body filters: the rows read, when the scan limit stopped it
@@ -125,7 +125,8 @@ def duration_ms(row: dict[str, Any]) -> float | None:
     start, end = row.get("time_created"), row.get("time_completed")
     if start is None or end is None:
         return None
-    return round((end - start).total_seconds() * 1000, 1)
+    span: timedelta = end - start
+    return round(span.total_seconds() * 1000, 1)
 
 
 def _sort_key(store: SqlStore, sort: str) -> Any:
@@ -137,6 +138,7 @@ def _sort_key(store: SqlStore, sort: str) -> Any:
     if sort == "status":
         return h.status
     if sort == "duration":  # not done yet: sorted as the longest
+        span: ColumnElement[Any]
         if store.is_postgres:
             span = func.extract("epoch", h.time_completed - h.time_created)
         else:

@@ -9,14 +9,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from engine.errors import StoreError
 from engine.store.database import connection_looks_dead, reason_of
 from engine.store.rows import MessageRow
 
-if TYPE_CHECKING:
-    from sqlalchemy import Engine
+T = TypeVar("T")
 
 MAX_IDLE_CONNECTIONS = 8  # driver connections kept open between steps, per store
 _NO_ID = 2**62  # larger than any id: "no limit" in the FIFO head probe
@@ -165,6 +164,13 @@ class Completion:
     urgent: bool = False  # someone waits for the message: commit it without delay
 
 
+class Connector(Protocol):
+    """What hands a hot path its driver connections: an SQLAlchemy engine, or the light
+    connector of :mod:`engine.store.lite` (``encore send`` without SQLAlchemy)."""
+
+    def raw_connection(self) -> Any: ...
+
+
 class HotPath:
     """The per-message statements of one store. Subclasses bind them to a driver.
 
@@ -173,7 +179,7 @@ class HotPath:
 
     paramstyle_named = re.compile(r"(?<!:):(\w+)")
 
-    def __init__(self, engine: Engine, translate: Callable[[BaseException], bool], *,
+    def __init__(self, engine: Connector, translate: Callable[[BaseException], bool], *,
                  shared: bool = False) -> None:
         """``engine``: what hands out driver connections (``raw_connection()``, as an
         SQLAlchemy engine does); ``shared``: it holds one connection for everyone (an
@@ -239,7 +245,8 @@ class HotPath:
         else:
             _close(conn)
 
-    def _guard(self, func: Callable[[], Any]) -> Any:
+    def _guard(self, func: Callable[[], T]) -> T:
+        """``func()``, a driver error raised as StoreError with its reason."""
         try:
             return func()
         except Exception as exc:

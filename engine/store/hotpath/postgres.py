@@ -136,7 +136,7 @@ class PostgresHotPath(HotPath):
 
     def _run(self, sql: str, params: dict[str, Any], *, durable: bool = False) -> list[Any]:
         with self._connection(durable) as conn:
-            return self._guard(lambda: conn.execute(sql, params, prepare=True).fetchall())
+            return list(self._guard(lambda: conn.execute(sql, params, prepare=True).fetchall()))
 
     def execute(self, sql: str, params: dict[str, Any]) -> list[Any]:
         return self._run(sql, params)

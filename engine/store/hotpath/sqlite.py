@@ -5,7 +5,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.store import properties
 from engine.store.hotpath.base import (
@@ -19,16 +19,13 @@ from engine.store.hotpath.base import (
     Accepted,
     Claimed,
     Completion,
+    Connector,
     HotPath,
     Intake,
     Outcome,
     isolate,
 )
 from engine.store.rows import MessageRow
-
-if TYPE_CHECKING:
-    from sqlalchemy import Engine
-
 
 # The caller an idempotency key belongs to (docs/security.md): an API token's holder, whose
 # messages' source is "api:<name>", or '' — the production itself (the command line,
@@ -99,7 +96,7 @@ class SqliteHotPath(HotPath):
                  ":session_id, :source, :target, 'response', :body_class, :body, 'Completed', "
                  "0, :now, :now, :now, :request_id, 0, 0, 0)")
 
-    def __init__(self, engine: Engine, translate: Callable[[BaseException], bool], *,
+    def __init__(self, engine: Connector, translate: Callable[[BaseException], bool], *,
                  shared: bool = False) -> None:
         super().__init__(engine, translate, shared=shared)
         # This process's hot-path writers queue here rather than on SQLite's busy handler,
@@ -129,7 +126,7 @@ class SqliteHotPath(HotPath):
 
     def execute(self, sql: str, params: dict[str, Any]) -> list[Any]:
         with self._transaction() as cur:
-            return self._guard(lambda: cur.execute(sql, params).fetchall())
+            return list(self._guard(lambda: cur.execute(sql, params).fetchall()))
 
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
                      source: str | None, session_id: int | None, now: datetime,
