@@ -96,12 +96,9 @@ class Database:
 
     def announce_done(self, ids: list[int]) -> None:
         """Messages someone waits for ended (committed): tell this process's waiters and
-        (SQLite) ring the others — on PostgreSQL the NOTIFY went with the commit."""
-        news = done_announcements(ids)
-        if self.is_postgres:
-            self.announcer.deliver(news)
-        else:
-            self.announcer.call_back(news)
+        (SQLite) ring the others — on PostgreSQL the NOTIFY went with the commit, and there
+        is no doorbell to ring."""
+        self.announcer.call_back(done_announcements(ids))
 
     def dispose(self) -> None:
         """Close the doorbell, the hot path's connections and the engine's pool."""

@@ -254,7 +254,7 @@ def _transition(store: SqlStore, message_id: int, allowed: Sequence[str], verb: 
         if ended:  # someone waits for it: announce its end (NOTIFY goes with the commit)
             store.db.announcer.notify(conn, done_announcements([message_id]))
     if ended:
-        store.db.announcer.call_back(done_announcements([message_id]))
+        store.db.announce_done([message_id])
 
 
 def _message(conn: Connection, message_id: int, *, lock: bool) -> MessageRow | None:
