@@ -1,7 +1,7 @@
 """Measurement devices of ``python bench/run.py --profile``: a counting hot path, and the
 cost of one committed transaction.
 
-- :func:`install_census` swaps a store's hot path (``SqlStore._hot``, the prebuilt statements
+- :func:`install_census` swaps a store's hot path (``SqlStore.db.hot``, the prebuilt statements
   on driver connections of its own, which SQLAlchemy's events do not see) for a subclass
   whose driver connections count what goes through them, and listens to the store's
   SQLAlchemy engine for the rest (failures, retries, leases, the heartbeat): transactions,
@@ -312,14 +312,14 @@ def _listen(store: SqlStore, tally: Tally) -> None:
 
 def install_census(store: SqlStore) -> Tally:
     """Count the database work of ``store`` from now on (see the module docstring); the
-    returned tally counts once started. Bench-only: it replaces a private attribute."""
+    returned tally counts once started. Bench-only: it replaces the store's hot path."""
     tally = Tally()
-    old = store._hot  # noqa: SLF001 - a measurement device
+    old = store.db.hot
     cls = CountingPostgresHotPath if store.is_postgres else CountingSqliteHotPath
     hot = cls(store.engine, old._is_driver_error)  # noqa: SLF001
     hot.tally, hot._depth = tally, threading.local()
     old.dispose()
-    store._hot = hot  # noqa: SLF001
+    store.db.hot = hot
     _listen(store, tally)
     return tally
 

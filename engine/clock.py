@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Protocol, overload
 
 
 def utcnow() -> datetime:
@@ -17,6 +17,10 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+@overload
+def as_utc(value: datetime) -> datetime: ...
+@overload
+def as_utc(value: datetime | None) -> datetime | None: ...
 def as_utc(value: datetime | None) -> datetime | None:
     """``value`` as aware UTC (SQLite hands back naive datetimes that are UTC)."""
     if value is None:

@@ -159,9 +159,11 @@ class VirtualDaemon:
     ``inline`` at once: :meth:`run_until` calls ``tick()`` and moves the clock on to the
     wake-up it returns (or to the next parked message's due time, if sooner). Deliveries go
     through the real dispatcher, worker, retry policy, attempt code and guards (breaker,
-    rate limit). ``adapters`` replaces the adapter of the items it names: an adapter, or a
-    callable given the harness's clock that makes one (:class:`SimulatedServerAdapter`,
-    :class:`StubAdapter`). ``rng``: the workers' source of jitter.
+    rate limit), and successes through the dispatcher's group commit as on threads (each
+    committed as its delivery ends, at that virtual time). ``adapters`` replaces the adapter
+    of the items it names: an adapter, or a callable given the harness's clock that makes
+    one (:class:`SimulatedServerAdapter`, :class:`StubAdapter`). ``rng``: the workers'
+    source of jitter.
 
     One thing happens at a time: a delivery runs on to its end or its next sleep (a blocking
     retry's wait, a process waiting for its target), and that sleep ticks the daemon until

@@ -64,7 +64,7 @@ CHUNK_GIVE_BACK = 2 * CHUNK_WORK
 FASTEST_DRIFT = 1.05
 MAX_PENDING = 500  # successes that force a group commit
 EXPIRY_SCAN = 1.0  # seconds between looks for claims whose lease expired
-STORE_RETRY_DELAY = 1.0  # seconds the dispatcher waits after a database error
+STORE_RETRY_DELAY = 1.0  # seconds the dispatcher and the workers wait after a database error
 
 
 @dataclass(frozen=True, kw_only=True)

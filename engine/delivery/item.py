@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING
 from engine.attempt import AttemptObserver
 from engine.clock import Clock
 from engine.config.production import ItemConfig, ProductionConfig
-from engine.delivery.dispatch import CHUNK_GIVE_BACK, Dispatcher, DispatchSettings
+from engine.delivery.dispatch import (
+    CHUNK_GIVE_BACK,
+    STORE_RETRY_DELAY,
+    Dispatcher,
+    DispatchSettings,
+)
 from engine.delivery.readiness import ReadinessLog
 from engine.delivery.window import ScheduleWindow
 from engine.delivery.worker import MessageWorker
@@ -46,7 +51,6 @@ if TYPE_CHECKING:  # adapters import the engine; the engine only names their bas
 
 log = logging.getLogger(__name__)
 
-STORE_RETRY_DELAY = 1.0  # seconds a worker waits after a database error
 
 
 class ItemRunner:
@@ -185,9 +189,10 @@ class ItemRunner:
         if not self._prepared:
             self.prepare()
         if not threads:
-            # no group commit: each success is written when it happens, so that its time is
-            # exact on a virtual clock
-            self.inline_workers = [self._worker(host, defer=None) for host in self.hosts]
+            # successes go through the group commit, as with threads; tick() commits each
+            # at once, so that its time is exact on a virtual clock
+            self.inline_workers = [self._worker(host, defer=self.dispatcher.defer)
+                                   for host in self.hosts]
             self.dispatcher.linger = 0.0  # and no linger: it would shift a virtual timeline
             self.dispatcher.batched = False  # nor batches sized by a virtual clock's speed
             return
@@ -303,6 +308,7 @@ class ItemRunner:
                     batch, chunk = work
                     for claimed in chunk:
                         self._take(self.inline_workers[0], batch, claimed)
+                        self.dispatcher.flush()  # its success committed at its own time
                     delivered = True
             return 0.0 if delivered else wait
         finally:

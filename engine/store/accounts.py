@@ -51,7 +51,7 @@ def add_user(store: SqlStore, name: str, role: str, password_hash: str, *,
     """Create user ``name``; OperatorError if the name is taken or the role unknown."""
     _check_role(role, USER_ROLES)
     try:
-        with store._tx() as conn:
+        with store.db.tx() as conn:
             conn.execute(portal_user.insert().values(name=name, role=role,
                                                      password_hash=password_hash,
                                                      created_at=now))
@@ -63,24 +63,24 @@ def add_user(store: SqlStore, name: str, role: str, password_hash: str, *,
 
 def remove_user(store: SqlStore, name: str) -> None:
     """Delete user ``name`` (their portal sessions end with it); OperatorError if absent."""
-    with store._tx() as conn:
+    with store.db.tx() as conn:
         count = conn.execute(portal_user.delete().where(portal_user.c.name == name)).rowcount
     if not count:
         raise OperatorError(f"no user named {name!r}")
 
 
 def get_user(store: SqlStore, name: str) -> UserRow | None:
-    with store._read() as conn:
+    with store.db.read() as conn:
         row = conn.execute(select(portal_user).where(portal_user.c.name == name)).first()
     return None if row is None else UserRow(row.name, row.role, row.password_hash,
-                                            as_utc(row.created_at),  # type: ignore[arg-type]
+                                            as_utc(row.created_at),
                                             row.session_generation, row.time_zone)
 
 
 def list_users(store: SqlStore) -> list[UserRow]:
-    with store._read() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(select(portal_user).order_by(portal_user.c.name)).all()
-    return [UserRow(r.name, r.role, r.password_hash, as_utc(r.created_at),  # type: ignore[arg-type]
+    return [UserRow(r.name, r.role, r.password_hash, as_utc(r.created_at),
                     r.session_generation, r.time_zone) for r in rows]
 
 
@@ -91,14 +91,14 @@ def set_time_zone(store: SqlStore, name: str, time_zone: str) -> None:
     """How user ``name`` reads times in the portal; OperatorError for another value."""
     if time_zone not in TIME_ZONES:
         raise OperatorError(f"time zone {time_zone!r} is not one of {', '.join(TIME_ZONES)}")
-    with store._tx() as conn:
+    with store.db.tx() as conn:
         conn.execute(update(portal_user).where(portal_user.c.name == name)
                      .values(time_zone=time_zone))
 
 
 def reset_password(store: SqlStore, name: str, password_hash: str) -> None:
     """Give user ``name`` a new password; their sessions end. OperatorError if absent."""
-    with store._tx() as conn:
+    with store.db.tx() as conn:
         count = conn.execute(update(portal_user).where(portal_user.c.name == name).values(
             password_hash=password_hash,
             session_generation=portal_user.c.session_generation + 1)).rowcount
@@ -108,18 +108,18 @@ def reset_password(store: SqlStore, name: str, password_hash: str) -> None:
 
 def revoke_token(store: SqlStore, token_id: int) -> TokenRow:
     """Delete token ``token_id``; return what it was. OperatorError if there is none."""
-    with store._tx() as conn:
+    with store.db.tx() as conn:
         row = conn.execute(select(api_token).where(api_token.c.id == token_id)).first()
         if row is None:
             raise OperatorError(f"no token with id {token_id}")
         conn.execute(api_token.delete().where(api_token.c.id == token_id))
-    return TokenRow(row.id, row.name, row.role, as_utc(row.created_at),  # type: ignore[arg-type]
+    return TokenRow(row.id, row.name, row.role, as_utc(row.created_at),
                     as_utc(row.last_used_at))
 
 
 def set_password_hash(store: SqlStore, name: str, password_hash: str) -> None:
     """Store a re-hash of ``name``'s password (argon2 parameters raised since)."""
-    with store._tx() as conn:
+    with store.db.tx() as conn:
         conn.execute(update(portal_user).where(portal_user.c.name == name)
                      .values(password_hash=password_hash))
 
@@ -127,7 +127,7 @@ def set_password_hash(store: SqlStore, name: str, password_hash: str) -> None:
 def end_sessions(store: SqlStore, name: str) -> None:
     """End every portal session of user ``name`` (a logout), on every portal: the sessions
     issued before name the generation this moves past."""
-    with store._tx() as conn:
+    with store.db.tx() as conn:
         conn.execute(update(portal_user).where(portal_user.c.name == name)
                      .values(session_generation=portal_user.c.session_generation + 1))
 
@@ -153,7 +153,7 @@ def count_login_guess(store: SqlStore, keys: Sequence[str], *, now: datetime, li
     dialect = postgresql if store.is_postgres else sqlite
     over = g.window_start <= cutoff  # the row's window has passed: a new one starts now
     try:
-        with store._tx(durable=False) as conn:
+        with store.db.tx(durable=False) as conn:
             for key in sorted(keys):  # one order everywhere: racing transactions never deadlock
                 upsert = dialect.insert(login_guess).values(key=key, window_start=now, guesses=1)
                 upsert = upsert.on_conflict_do_update(
@@ -163,7 +163,7 @@ def count_login_guess(store: SqlStore, keys: Sequence[str], *, now: datetime, li
                     where=or_(over, g.guesses < limit)).returning(g.key)
                 if conn.execute(upsert).first() is None:
                     start = conn.execute(select(g.window_start).where(g.key == key)).scalar_one()
-                    raise _Spent(as_utc(start))  # type: ignore[arg-type]
+                    raise _Spent(as_utc(start))
     except _Spent as spent:
         return spent.window_start
     return None
@@ -173,7 +173,7 @@ def refund_login_guess(store: SqlStore, *, reset: str, refund: Sequence[str]) ->
     """After a successful login: forget the attempts of key ``reset`` (the user name) and
     take back the one just counted against each of ``refund`` (the address)."""
     g = login_guess.c
-    with store._tx(durable=False) as conn:
+    with store.db.tx(durable=False) as conn:
         for key in sorted({reset, *refund}):  # the order of count_login_guess
             if key == reset:
                 conn.execute(delete(login_guess).where(g.key == key))
@@ -187,14 +187,14 @@ def purge_login_guesses(store: SqlStore, *, before: datetime) -> None:
     attempt are left for next time)."""
     g = login_guess.c
     stale = select(g.key).where(g.window_start < before).with_for_update(skip_locked=True)
-    with store._tx(durable=False) as conn:
+    with store.db.tx(durable=False) as conn:
         conn.execute(delete(login_guess).where(g.key.in_(stale)))
 
 
 def add_token(store: SqlStore, name: str, role: str, token_hash: str, *, now: datetime) -> int:
     """Store a new token's hash for holder ``name``; return the token's id."""
     _check_role(role, TOKEN_ROLES)
-    with store._tx() as conn:
+    with store.db.tx() as conn:
         return int(conn.execute(api_token.insert().values(
             name=name, role=role, token_hash=token_hash, created_at=now)
             .returning(api_token.c.id)).scalar_one())
@@ -204,31 +204,31 @@ def find_token(store: SqlStore, token_hash: str, *, now: datetime) -> TokenRow |
     """The token whose hash is ``token_hash``, or None. Marks it used (at most once per
     :data:`TOKEN_TOUCH_INTERVAL`, so that intake does not write a row per request)."""
     t = api_token.c
-    with store._read() as conn:
+    with store.db.read() as conn:
         row = conn.execute(select(api_token).where(t.token_hash == token_hash)).first()
     if row is None:
         return None
     last = as_utc(row.last_used_at)
     if last is None or now - last > TOKEN_TOUCH_INTERVAL:
-        with store._tx(durable=False) as conn:
+        with store.db.tx(durable=False) as conn:
             conn.execute(update(api_token).where(
                 t.id == row.id, or_(t.last_used_at.is_(None),
                                     t.last_used_at < now - TOKEN_TOUCH_INTERVAL))
                 .values(last_used_at=now))
-    return TokenRow(row.id, row.name, row.role, as_utc(row.created_at),  # type: ignore[arg-type]
+    return TokenRow(row.id, row.name, row.role, as_utc(row.created_at),
                     last)
 
 
 def list_tokens(store: SqlStore) -> list[TokenRow]:
-    with store._read() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(select(api_token).order_by(api_token.c.id)).all()
-    return [TokenRow(r.id, r.name, r.role, as_utc(r.created_at),  # type: ignore[arg-type]
+    return [TokenRow(r.id, r.name, r.role, as_utc(r.created_at),
                      as_utc(r.last_used_at)) for r in rows]
 
 
 def revoke_tokens(store: SqlStore, name: str) -> int:
     """Delete every token of holder ``name``; return how many there were."""
-    with store._tx() as conn:
+    with store.db.tx() as conn:
         return int(conn.execute(api_token.delete().where(api_token.c.name == name)).rowcount)
 
 

@@ -21,32 +21,29 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import case, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import SQLAlchemyError
 
 from engine.clock import as_utc
-from engine.errors import StoreError
 from engine.store.breaker_row import CLOSED, HALF_OPEN, OPEN, BreakerRow
-from engine.store.database import reason_of
 from engine.store.models import item_breaker
 from engine.store.notify import Announcement
 
 if TYPE_CHECKING:
-    from engine.store.sql import SqlStore
+    from engine.store.connector import Database
 
 __all__ = ["CLOSED", "HALF_OPEN", "OPEN", "BreakerRow", "SqlBreakers"]
 
 class SqlBreakers:
     """The ``item_breaker`` table of one store (``store.breakers``)."""
 
-    def __init__(self, store: SqlStore) -> None:
-        self._store = store
-        self._insert: Any = postgresql.insert if store.is_postgres else sqlite.insert
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._insert: Any = postgresql.insert if db.is_postgres else sqlite.insert
 
     def ensure(self, item: str, *, now: datetime) -> None:
         """Create ``item``'s breaker, closed, unless it exists (then it is left as it is)."""
         stmt = self._insert(item_breaker).values(config_name=item, state=CLOSED, failures=0,
                                                  updated_at=now)
-        with self._store._tx() as conn:
+        with self._db.tx() as conn:
             conn.execute(stmt.on_conflict_do_nothing(
                 index_elements=[item_breaker.c.config_name]))
 
@@ -60,11 +57,8 @@ class SqlBreakers:
         return {r["config_name"]: _row(r) for r in self._select(select(item_breaker))}
 
     def _select(self, query: Any) -> list[Any]:
-        try:
-            with self._store._read() as conn:
-                return list(conn.execute(query).mappings().all())
-        except SQLAlchemyError as exc:
-            raise StoreError(f"database error: {reason_of(exc)}") from exc
+        with self._db.read() as conn:
+            return list(conn.execute(query).mappings().all())
 
     def record_failure(self, item: str, *, threshold: int, open_seconds: float,
                        now: datetime) -> BreakerRow | None:
@@ -85,7 +79,7 @@ class SqlBreakers:
     def reset_failures(self, item: str, *, now: datetime) -> None:
         """A success: the count of consecutive failures of a closed breaker goes back to 0."""
         c = item_breaker.c
-        with self._store._tx(durable=False) as conn:
+        with self._db.tx(durable=False) as conn:
             conn.execute(update(item_breaker).where(c.config_name == item, c.state == CLOSED,
                                                     c.failures > 0)
                          .values(failures=0, updated_at=now, version=c.version + 1))
@@ -134,14 +128,14 @@ class SqlBreakers:
                     announce: Any = None) -> BreakerRow | None:
         """Run one transition; announce it to every daemon when ``announce(row)`` says so."""
         news = [Announcement.breaker(item)]
-        with self._store._tx() as conn:
+        with self._db.tx() as conn:
             found = conn.execute(stmt).mappings().first()
             row = _row(found) if found is not None else None
             told = row is not None and announce is not None and announce(row)
             if told:
-                self._store._announcer.notify(conn, news)
+                self._db.announcer.notify(conn, news)
         if told:
-            self._store._announcer.call_back(news)
+            self._db.announcer.call_back(news)
         return row
 
 

@@ -79,7 +79,7 @@ class SqlEventLog:
             stack[-1].clear()
 
     def _held_stack(self) -> list[list[dict[str, Any]]]:
-        stack = getattr(self._local, "stack", None)
+        stack: list[list[dict[str, Any]]] | None = getattr(self._local, "stack", None)
         if stack is None:
             stack = self._local.stack = []
         return stack
@@ -111,9 +111,9 @@ class SqlEventLog:
             "job": job, "message_id": message_id, "session_id": session_id,
             "source_class": source_class, "source_method": source_method, "text": text,
             "stack": stack}
-        stack = self._held_stack()
-        if stack:
-            stack[-1].append(row)
+        held = self._held_stack()
+        if held:
+            held[-1].append(row)
             return
         with self.engine.begin() as conn:
             conn.execute(event_log.insert().values(**row))

@@ -8,12 +8,12 @@ may lose the last rows; the trace then shows the service without its caller.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from sqlalchemy import insert, select
+from sqlalchemy import RowMapping, insert, select
 
 from engine.clock import as_utc
 from engine.store.models import inbound_call
@@ -69,7 +69,7 @@ def calls_of(store: SqlStore, message_ids: Iterable[int]) -> dict[int, InboundCa
     return found
 
 
-def _call(row: Mapping[str, Any]) -> InboundCall:
+def _call(row: RowMapping) -> InboundCall:
     return InboundCall(message_id=row["message_id"], service=row["service"],
                        caller=row["caller"], principal=row["principal"],
                        request=row["request"], received_at=as_utc(row["received_at"]),

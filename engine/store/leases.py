@@ -20,7 +20,7 @@ from engine.clock import as_utc
 from engine.store.models import lease
 
 if TYPE_CHECKING:
-    from engine.store.sql import SqlStore
+    from engine.store.connector import Database
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,9 @@ class LeaseRow:
 class SqlLeases:
     """The ``lease`` table of one store (``store.leases``)."""
 
-    def __init__(self, store: SqlStore) -> None:
-        self._store = store
-        dialect = store.engine.dialect.name
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        dialect = db.engine.dialect.name
         self._insert: Any = postgresql.insert if dialect == "postgresql" else sqlite.insert
 
     def acquire(self, name: str, owner: str, *, now: datetime, lease_seconds: float) -> bool:
@@ -58,30 +58,30 @@ class SqlLeases:
                                       else_=ins.excluded.acquired_at)},
             where=or_(c.owner == owner, c.expires_at < now),
         ).returning(c.owner)
-        with self._store._tx() as conn:
+        with self._db.tx() as conn:
             return conn.execute(stmt).first() is not None
 
     def release(self, name: str, owner: str) -> bool:
         """Give up lease ``name`` if ``owner`` holds it; True if it did."""
-        with self._store._tx() as conn:
+        with self._db.tx() as conn:
             return bool(conn.execute(delete(lease).where(lease.c.name == name,
                                                          lease.c.owner == owner)).rowcount)
 
     def release_all(self, owner: str) -> list[str]:
         """Give up every lease of ``owner`` (its daemon stopped or died); their names."""
-        with self._store._tx() as conn:
+        with self._db.tx() as conn:
             return sorted(conn.execute(delete(lease).where(lease.c.owner == owner)
                                        .returning(lease.c.name)).scalars())
 
     def get(self, name: str) -> LeaseRow | None:
         """Lease ``name`` as stored (it may have expired), or None."""
-        with self._store._tx() as conn:
+        with self._db.tx() as conn:
             row = conn.execute(select(lease).where(lease.c.name == name)).mappings().first()
         return _row(row) if row else None
 
     def all(self) -> list[LeaseRow]:
         """Every stored lease, expired ones included, by name."""
-        with self._store._tx() as conn:
+        with self._db.tx() as conn:
             rows = conn.execute(select(lease).order_by(lease.c.name)).mappings().all()
         return [_row(r) for r in rows]
 

@@ -19,7 +19,9 @@ from sqlalchemy import (
     text,
 )
 
-from engine.store.statuses import FINAL_STATUSES, MESSAGE_STATUSES  # noqa: F401 - re-exported
+# re-exported: the portal and the command line read them here
+from engine.store.statuses import FINAL_STATUSES as FINAL_STATUSES
+from engine.store.statuses import MESSAGE_STATUSES as MESSAGE_STATUSES
 
 metadata = MetaData()
 

@@ -29,12 +29,10 @@ import random
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
-
-    from engine.store.doorbell import Doorbell
 
 log = logging.getLogger(__name__)
 
@@ -132,11 +130,18 @@ def done_announcements(ids: Sequence[int]) -> list[Announcement]:
 AnnouncementCallback = Callable[[Announcement], object]
 
 
+class Bell(Protocol):
+    """What the announcer rings after a commit on SQLite: the doorbells of the other
+    processes on the same file (:class:`engine.store.doorbell.Doorbell`)."""
+
+    def ring(self, notes: Iterable[Announcement]) -> None: ...
+
+
 class QueueAnnouncer:
     """Sends announcements: NOTIFY (PostgreSQL), in-process callbacks, and the doorbells of
     the other processes on the same SQLite file."""
 
-    def __init__(self, *, postgres: bool, doorbell: Doorbell | None = None) -> None:
+    def __init__(self, *, postgres: bool, doorbell: Bell | None = None) -> None:
         self.postgres = postgres
         self.doorbell = doorbell
         self._callbacks: list[AnnouncementCallback] = []
@@ -234,7 +239,7 @@ class QueueListener:
     def _connect(self) -> Any:
         """A psycopg connection of its own (detached from the pool), autocommit, LISTENing."""
         raw = self.engine.raw_connection()
-        conn = raw.driver_connection
+        conn: Any = raw.driver_connection
         raw.detach()
         try:
             conn.rollback()  # the pool's pre-ping may have opened a transaction

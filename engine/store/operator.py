@@ -19,7 +19,6 @@ from sqlalchemy import Connection, exists, func, literal, or_, select, update
 from engine.clock import as_utc
 from engine.errors import OperatorError
 from engine.store.models import (
-    FINAL_STATUSES,
     event_log,
     message_attempt,
     message_header,
@@ -27,13 +26,13 @@ from engine.store.models import (
 )
 from engine.store.notify import done_announcements
 from engine.store.sql import MessageRow, SqlStore
-from engine.store.statuses import ENDED_STATUSES
+from engine.store.statuses import ENDED_STATUSES, FINAL_STATUSES, Status
 
 log = logging.getLogger(__name__)
 
-RESENDABLE_STATUSES = (*FINAL_STATUSES, "Suspended")
-SUSPENDABLE_STATUSES = ("Queued",)
-DISCARDABLE_STATUSES = ("Queued", "Suspended")
+RESENDABLE_STATUSES = ENDED_STATUSES
+SUSPENDABLE_STATUSES = (Status.QUEUED,)
+DISCARDABLE_STATUSES = (Status.QUEUED, Status.SUSPENDED)
 ENDING_STATUSES = ENDED_STATUSES  # what a waiter waits for
 RESEND_SOURCE_PREFIX = "resend:"  # message_header.source of a resent copy: "resend:<original id>"
 PURGE_BATCH = 500  # requests deleted per transaction, so a daemon is never blocked for long
@@ -58,9 +57,9 @@ def resend(store: SqlStore, message_id: int, *, now: datetime, target: str | Non
     items of the production; a target outside them is refused. ``by``: who acted, named in
     the event (the portal names its user: that event is the action's one audit record)."""
     h = message_header.c
-    with store._tx() as conn:
-        row = _message(conn, message_id, lock=True)
-        _require(row, message_id, RESENDABLE_STATUSES, "resent")
+    with store.db.tx() as conn:
+        row = _require(_message(conn, message_id, lock=True), message_id,
+                       RESENDABLE_STATUSES, "resent")
         new_target = target or row.target
         if known_items is not None and new_target not in known_items:
             raise OperatorError(f"message {message_id} cannot be resent to {new_target!r}: "
@@ -69,7 +68,8 @@ def resend(store: SqlStore, message_id: int, *, now: datetime, target: str | Non
         new_id = int(conn.execute(message_header.insert().values(
             session_id=row.session_id or row.id, source=f"{RESEND_SOURCE_PREFIX}{message_id}",
             target=new_target, kind="request", body_class=row.body_class, body=row.body,
-            status="Queued", is_error=False, time_created=now, retry_needed=False, attempts=0,
+            status=Status.QUEUED, is_error=False, time_created=now, retry_needed=False,
+            attempts=0,
         ).returning(h.id)).scalar_one())
         copy_properties(conn, message_id, new_id)
         where = "" if new_target == row.target else f" to {new_target}"
@@ -83,7 +83,7 @@ def suspend(store: SqlStore, message_id: int, *, now: datetime, by: str = OPERAT
     it until an operator resends or discards it. Refused in any other status. The event is
     an ``Info``, as for every operator action: one record of who did what."""
     _transition(store, message_id, SUSPENDABLE_STATUSES, "suspended", now=now,
-                values={"status": "Suspended"},
+                values={"status": Status.SUSPENDED},
                 event=("Info", f"suspended by {by}", "suspend"))
     log.info("message %d suspended", message_id)
 
@@ -91,7 +91,7 @@ def suspend(store: SqlStore, message_id: int, *, now: datetime, by: str = OPERAT
 def discard(store: SqlStore, message_id: int, *, now: datetime, by: str = OPERATOR) -> None:
     """End a ``Queued`` or ``Suspended`` request in ``Discarded``; it is never delivered."""
     _transition(store, message_id, DISCARDABLE_STATUSES, "discarded", now=now,
-                values={"status": "Discarded"},
+                values={"status": Status.DISCARDED},
                 event=("Info", f"discarded by {by}", "discard"))
     log.info("message %d discarded", message_id)
 
@@ -102,7 +102,7 @@ def suspended_messages(store: SqlStore, *, item: str | None = None) -> list[dict
     h = message_header.c
     query = select(h.id, h.session_id, h.target, h.attempts, h.error_text, h.time_created,
                    h.time_completed.label("suspended_at")) \
-        .where(h.kind == "request", h.status == "Suspended").order_by(h.id)
+        .where(h.kind == "request", h.status == Status.SUSPENDED).order_by(h.id)
     if item is not None:
         query = query.where(h.target == item)
     with store.engine.connect() as conn:
@@ -164,7 +164,7 @@ def purge(store: SqlStore, older_than: timedelta, now: datetime, *,
     cutoff = as_utc(now) - older_than
     total, after = PurgeCounts(), 0
     while True:
-        with store._tx() as conn:
+        with store.db.tx() as conn:
             ids = _old_requests(conn, cutoff, after)
             if ids:
                 total += _purge_messages(conn, ids, dry_run)
@@ -206,7 +206,7 @@ def _purge_orphan_events(store: SqlStore, cutoff: datetime, dry_run: bool) -> Pu
         e.message_id.is_(None), ~exists().where(h.id == e.message_id))
     removed = 0
     while True:
-        with store._tx() as conn:
+        with store.db.tx() as conn:
             if dry_run:
                 return PurgeCounts(events=conn.execute(
                     select(func.count()).select_from(event_log).where(orphan)).scalar_one())
@@ -239,7 +239,7 @@ def _transition(store: SqlStore, message_id: int, allowed: Sequence[str], verb: 
     record ``event`` (type, text, method) on it. If a daemon claimed the message first, the
     UPDATE matches nothing and OperatorError says why; nothing is changed."""
     h = message_header.c
-    with store._tx() as conn:
+    with store.db.tx() as conn:
         row = conn.execute(update(message_header).where(
             h.id == message_id, h.kind == "request", h.status.in_(allowed)).values(
             retry_needed=False, next_attempt_at=None, time_completed=now, claimed_by=None,
@@ -252,9 +252,9 @@ def _transition(store: SqlStore, message_id: int, allowed: Sequence[str], verb: 
         _event(conn, type_, text, MessageRow.from_mapping(row), method=method, now=now)
         ended = row["waited"] and values.get("status") in ENDING_STATUSES
         if ended:  # someone waits for it: announce its end (NOTIFY goes with the commit)
-            store._announcer.notify(conn, done_announcements([message_id]))
+            store.db.announcer.notify(conn, done_announcements([message_id]))
     if ended:
-        store._announcer.call_back(done_announcements([message_id]))
+        store.db.announce_done([message_id])
 
 
 def _message(conn: Connection, message_id: int, *, lock: bool) -> MessageRow | None:
@@ -265,8 +265,9 @@ def _message(conn: Connection, message_id: int, *, lock: bool) -> MessageRow | N
     return MessageRow.from_mapping(row) if row else None
 
 
-def _require(row: MessageRow | None, message_id: int, allowed: Sequence[str], verb: str) -> None:
-    """Refuse unless ``row`` is a request in one of ``allowed`` statuses."""
+def _require(row: MessageRow | None, message_id: int, allowed: Sequence[str],
+             verb: str) -> MessageRow:
+    """``row``; refused unless it is a request in one of ``allowed`` statuses."""
     if row is None:
         raise OperatorError(f"message {message_id} does not exist")
     if row.kind != "request":
@@ -274,9 +275,9 @@ def _require(row: MessageRow | None, message_id: int, allowed: Sequence[str], ve
         raise OperatorError(f"message {message_id} is a response{of}; only requests can be "
                             f"{verb}")
     if row.status in allowed:
-        return
+        return row
     what = _either(allowed)
-    if row.status == "Delivered":
+    if row.status == Status.DELIVERED:
         raise OperatorError(f"message {message_id} is Delivered: it is being delivered by "
                             f"daemon {row.claimed_by or '?'}; try again when its attempt ends "
                             f"(only {what} messages can be {verb})")

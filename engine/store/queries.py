@@ -5,15 +5,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 
 from engine.clock import as_utc
-from engine.store.models import FINAL_STATUSES, daemon, event_log, message_header
+from engine.store.models import daemon, event_log, message_header
 from engine.store.sql import SqlStore
+from engine.store.statuses import FINAL_STATUSES, Status
 
 
 @dataclass(frozen=True, kw_only=True)
 class EventFilter:
+    """Which events to read: those of a type, an item (its config name), a message, a
+    session, logged since a time or after an id; None leaves a criterion out. ``limit``: the
+    newest so many (:func:`events`; the portal's pages have sizes of their own)."""
+
     type: str | None = None
     item: str | None = None
     message_id: int | None = None
@@ -22,24 +27,28 @@ class EventFilter:
     after_id: int | None = None
     limit: int | None = None
 
+    def where(self, query: Select[Any]) -> Select[Any]:
+        """``query`` (of ``event_log``) narrowed to the events this filter matches."""
+        c = event_log.c
+        for column, value in ((c.type, self.type), (c.config_name, self.item),
+                              (c.message_id, self.message_id), (c.session_id, self.session_id)):
+            if value is not None:
+                query = query.where(column == value)
+        if self.since is not None:
+            query = query.where(c.time_logged >= self.since)
+        if self.after_id is not None:
+            query = query.where(c.id > self.after_id)
+        return query
+
 
 def events(store: SqlStore, flt: EventFilter) -> list[dict[str, Any]]:
     """Events matching ``flt``, oldest first (the newest ``limit`` ones when limited)."""
     c = event_log.c
-    query = select(event_log)
-    for column, value in ((c.type, flt.type), (c.config_name, flt.item),
-                          (c.message_id, flt.message_id), (c.session_id, flt.session_id)):
-        if value is not None:
-            query = query.where(column == value)
-    if flt.since is not None:
-        query = query.where(c.time_logged >= flt.since)
-    if flt.after_id is not None:
-        query = query.where(c.id > flt.after_id)
-    query = query.order_by(c.id.desc())
+    query = flt.where(select(event_log)).order_by(c.id.desc())
     if flt.limit:
         query = query.limit(flt.limit)
-    with store.read() as conn:
-        rows = [_plain(r) for r in conn.execute(query).mappings()]
+    with store.db.read() as conn:
+        rows = [plain(r) for r in conn.execute(query).mappings()]
     return rows[::-1]
 
 
@@ -54,20 +63,20 @@ def messages(store: SqlStore, *, status: str | None = None, item: str | None = N
     query = query.order_by(c.id.desc())
     if limit:
         query = query.limit(limit)
-    with store.read() as conn:
-        rows = [_plain(r) for r in conn.execute(query).mappings()]
+    with store.db.read() as conn:
+        rows = [plain(r) for r in conn.execute(query).mappings()]
     return rows[::-1]
 
 
 def queue_stats(store: SqlStore) -> dict[str, dict[str, Any]]:
     """Per item: queued count, oldest queued time, messages in retry, last error text."""
     c = message_header.c
-    with store.read() as conn:
+    with store.db.read() as conn:
         queued = conn.execute(
             select(c.target, func.count(), func.min(c.time_created))
-            .where(c.kind == "request", c.status.in_(("Queued", "Delivered")))
+            .where(c.kind == "request", c.status.in_((Status.QUEUED, Status.DELIVERED)))
             .group_by(c.target)).all()
-        retrying = dict(conn.execute(
+        retrying: dict[str, int] = dict(conn.execute(
             select(c.target, func.count()).where(c.retry_needed.is_(True),
                                                  c.status.not_in(FINAL_STATUSES))
             .group_by(c.target)).all())
@@ -87,12 +96,12 @@ def queue_stats(store: SqlStore) -> dict[str, dict[str, Any]]:
 
 
 def daemons(store: SqlStore) -> list[dict[str, Any]]:
-    with store.read() as conn:
-        return [_plain(r) for r in conn.execute(select(daemon).order_by(daemon.c.started_at))
+    with store.db.read() as conn:
+        return [plain(r) for r in conn.execute(select(daemon).order_by(daemon.c.started_at))
                 .mappings()]
 
 
-
-
-def _plain(row: Any) -> dict[str, Any]:
+def plain(row: Any) -> dict[str, Any]:
+    """A result row as a dict, its times aware UTC (SQLite hands them back naive): what the
+    command line, the portal's pages and its JSON show."""
     return {k: as_utc(v) if isinstance(v, datetime) else v for k, v in row.items()}

@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from engine.store.models import item_rate
 
 if TYPE_CHECKING:
-    from engine.store.sql import SqlStore
+    from engine.store.connector import Database
 
 __all__ = ["SqlRateBuckets"]
 
@@ -51,9 +51,9 @@ MIN_WAIT = 1e-6  # seconds: a shorter wait (rounding of the refill) is no wait
 class SqlRateBuckets:
     """The ``item_rate`` table of one store (``store.rate_buckets``)."""
 
-    def __init__(self, store: SqlStore) -> None:
-        self._store = store
-        postgres = store.is_postgres
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        postgres = db.is_postgres
         self._insert: Any = postgresql.insert if postgres else sqlite.insert
         self._take = _TAKE_POSTGRES if postgres else _TAKE_SQLITE
         self._time = (lambda t: t) if postgres else _sqlite_time
@@ -62,7 +62,7 @@ class SqlRateBuckets:
         """Create ``item``'s bucket, full, unless it exists (then it is left as it is)."""
         stmt = self._insert(item_rate).values(config_name=item, tokens=float(capacity),
                                               refilled_at=now)
-        with self._store._tx(durable=False) as conn:
+        with self._db.tx(durable=False) as conn:
             conn.execute(stmt.on_conflict_do_nothing(index_elements=[item_rate.c.config_name]))
 
     def take(self, item: str, *, capacity: int, per_second: float, now: datetime) -> float:
@@ -71,7 +71,7 @@ class SqlRateBuckets:
         was there. Creates the bucket, full, if it is missing."""
         params = {"capacity": float(capacity), "rate": float(per_second),
                   "now": self._time(now), "item": item}
-        rows = self._store._hot.execute(self._take, params)
+        rows = self._db.hot.execute(self._take, params)
         left = rows[0][0] if rows else None
         if left is None:
             self.ensure(item, capacity=capacity, now=now)
@@ -81,7 +81,7 @@ class SqlRateBuckets:
 
     def tokens(self, item: str) -> float | None:
         """The tokens of ``item``'s bucket as last written (None: no bucket)."""
-        with self._store._read() as conn:
+        with self._db.read() as conn:
             value = conn.execute(item_rate.select().with_only_columns(item_rate.c.tokens)
                                  .where(item_rate.c.config_name == item)).scalar()
         return None if value is None else float(value)

@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, select
+from sqlalchemy.dialects import postgresql, sqlite
 
 from engine.clock import as_utc
 from engine.store.models import ROLLUP_COUNTS, item_minute
@@ -164,7 +165,7 @@ def flush(store: SqlStore, counter: RollupCounter, daemon_id: str, *,
     if not dirty and prune_before is None:
         return 0
     try:
-        with store._tx(durable=False) as conn:  # lost on a crash: a few seconds of counts
+        with store.db.tx(durable=False) as conn:  # lost on a crash: a few seconds of counts
             for (item, minute), one in sorted(dirty.items(), key=lambda kv: kv[0]):
                 values = {"config_name": item, "minute": minute, "daemon_id": daemon_id,
                           **one.counts, "attempt_ms_total": one.attempt_ms_total,
@@ -179,10 +180,7 @@ def flush(store: SqlStore, counter: RollupCounter, daemon_id: str, *,
 
 
 def _upsert(store: SqlStore, values: Mapping[str, Any]) -> Any:
-    if store.is_postgres:
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
+    insert: Any = postgresql.insert if store.is_postgres else sqlite.insert
     statement = insert(item_minute).values(**values)
     keys = ("config_name", "minute", "daemon_id")
     return statement.on_conflict_do_update(
@@ -235,7 +233,7 @@ def item_rollup(store: SqlStore, item: str, *, now: datetime) -> ItemRollup:
     hour_start, day_start = minute_of(now - timedelta(minutes=59)), now - timedelta(hours=24)
     hour, day = Minute(), Minute()
     by_minute: dict[datetime, Minute] = {}
-    with store.read() as conn:
+    with store.db.read() as conn:
         for row in conn.execute(select(item_minute).where(
                 m.config_name == item, m.minute >= day_start)).mappings():
             one = Minute({k: int(row[k]) for k in ROLLUP_COUNTS},

@@ -33,7 +33,7 @@ def write_states(store: SqlStore, daemon_id: str, items: Iterable[str],
     """Record what daemon ``daemon_id`` runs: ``items``, each item's state, and the hash
     of the production file it loaded last (:func:`file_hash`)."""
     value = json.dumps({"items": states, "file": file_hash}, sort_keys=True)
-    with store._tx(durable=False) as conn:  # rewritten by the next change anyway
+    with store.db.tx(durable=False) as conn:  # rewritten by the next change anyway
         conn.execute(update(daemon).where(daemon.c.id == daemon_id).values(
             items=",".join(items), item_states=value))
 
@@ -67,8 +67,4 @@ def file_hash(path: Path | str | None) -> str | None:
 def announce(store: SqlStore, notes: Iterable[Announcement]) -> None:
     """Tell every daemon (and portal) on the database: NOTIFY on PostgreSQL, the doorbells
     of the other processes on SQLite, and this process's own listeners."""
-    news = list(notes)
-    if news and store.is_postgres:
-        with store._tx() as conn:
-            store._announcer.notify(conn, news)
-    store._announcer.call_back(news)
+    store.db.announce(list(notes))

@@ -1,6 +1,8 @@
 """SqlStore: the message queue, attempts and claims, on SQLite or PostgreSQL.
 
-Every method is one short transaction named after what it does. Claims are single
+Every method is one short transaction named after what it does, but for two that run two in
+turn: :meth:`SqlStore.heartbeat` (the daemon's row, then its leases) and
+:meth:`SqlStore.claim_next` (expired claims taken back, then the claim). Claims are single
 ``UPDATE … WHERE id = (SELECT … LIMIT 1 [FOR UPDATE SKIP LOCKED]) RETURNING`` statements, so
 several workers and several daemons can share a queue without taking a message twice.
 
@@ -15,45 +17,37 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine, case, func, select, tuple_, update
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.pool import StaticPool
 
 from engine.clock import as_utc, utcnow
-from engine.errors import ClaimLost, StoreError
 from engine.store import migrate
 from engine.store.breaker import SqlBreakers
 from engine.store.completions import CompletionHub
-from engine.store.database import READ_ONLY, create_db_engine, reason_of, sqlite_file
-from engine.store.doorbell import Doorbell
-from engine.store.eventlog import SqlEventLog
-from engine.store.group import GroupCommit
-from engine.store.hotpath import (
-    Accepted,
-    Claimed,
-    Completion,
-    HotPath,
-    Intake,
-    Outcome,
-    PostgresHotPath,
-    SqliteHotPath,
+from engine.store.connector import (
+    Database,
+    Transaction,
+    check_claim,
+    fenced_update,
+    work_announcements,
 )
+from engine.store.database import create_db_engine
+from engine.store.group import GroupCommit
+from engine.store.hotpath import Accepted, Claimed, Completion, Intake, Outcome
 from engine.store.leases import SqlLeases
 from engine.store.models import daemon, item_state, message_attempt, message_header
 from engine.store.notify import (
     Announcement,
     AnnouncementCallback,
-    QueueAnnouncer,
     QueueListener,
     done_announcements,
 )
 from engine.store.ratelimit import SqlRateBuckets
 from engine.store.rows import AttemptEnd, AttemptRow, MessageRow
+from engine.store.statuses import Status
 from engine.store.text import storable
 
 __all__ = ["Accepted", "AttemptRow", "Claimed", "Completion", "MessageRow", "SqlStore"]
@@ -68,33 +62,24 @@ class SqlStore:
 
     def __init__(self, url: str, *, engine: Engine | None = None) -> None:
         self.url = url
-        self.engine = engine or create_db_engine(url)
-        self.events = SqlEventLog(self.engine)
-        self.is_postgres = self.engine.dialect.name == "postgresql"
-        self.leases = SqlLeases(self)
-        self.breakers = SqlBreakers(self)  # circuit breakers (item_breaker)
-        self.rate_buckets = SqlRateBuckets(self)  # rate-limit token buckets (item_rate)
-        file = None if self.is_postgres else sqlite_file(
-            self.engine.url.render_as_string(hide_password=False))
-        self._announcer = QueueAnnouncer(postgres=self.is_postgres,
-                                         doorbell=Doorbell(file) if file else None)
+        self.db = Database(engine or create_db_engine(url))  # what the sibling modules share
+        self.engine = self.db.engine
+        self.events = self.db.events
+        self.is_postgres = self.db.is_postgres
+        self.leases = SqlLeases(self.db)
+        self.breakers = SqlBreakers(self.db)  # circuit breakers (item_breaker)
+        self.rate_buckets = SqlRateBuckets(self.db)  # rate-limit token buckets (item_rate)
         # waiters on messages, woken by the announcements of their end
         self.completions = CompletionHub(on_first_watch=self.hear_other_processes)
-        self._announcer.add_callback(self.completions.hear)
+        self.db.announcer.add_callback(self.completions.hear)
         self._listener: QueueListener | None = None  # PostgreSQL: hears other processes
         self._reconnect_hooks: list[Callable[[], object]] = [self.completions.wake_all]
         self._hearing_lock = threading.Lock()
-        self._local = threading.local()  # .ends: attempt ends deferred to the next change
         self._hearers = 0  # hear_other_processes() calls not undone
-        driver_error = self.engine.dialect.loaded_dbapi.Error
-        hot = PostgresHotPath if self.is_postgres else SqliteHotPath
-        self._hot: HotPath = hot(self.engine, lambda exc: isinstance(exc, driver_error),
-                                 shared=isinstance(self.engine.pool, StaticPool))
-        self._hot.on_waited_done = self._announce_done_after_commit
         # durable intakes that arrive together (the portal's threads, processes) share one
         # commit; a caller alone commits at once
-        self.intake: GroupCommit[Intake, Accepted] = GroupCommit(self._accept_one,
-                                                                 self._hot.accept_many)
+        self.intake: GroupCommit[Intake, Accepted] = GroupCommit(
+            self._accept_one, lambda intakes: self.db.hot.accept_many(intakes))
 
     # -- schema --------------------------------------------------------------------------
     def upgrade(self) -> None:
@@ -112,20 +97,16 @@ class SqlStore:
         is this host's."""
         if not self.is_postgres:
             return utcnow()
-        with self._read() as conn:
-            value = as_utc(conn.execute(select(func.clock_timestamp())).scalar_one())
-        assert value is not None
-        return value
+        with self.db.read() as conn:
+            value: datetime = conn.execute(select(func.clock_timestamp())).scalar_one()
+        return as_utc(value)
 
     def dispose(self) -> None:
         with self._hearing_lock:
             listener, self._listener = self._listener, None
         if listener is not None:
             listener.stop()
-        if self._announcer.doorbell is not None:
-            self._announcer.doorbell.close()
-        self._hot.dispose()
-        self.engine.dispose()
+        self.db.dispose()
 
     # -- intake --------------------------------------------------------------------------
     def enqueue(self, *, target: str, body_class: str | None, body: str, source: str | None = None,
@@ -154,13 +135,13 @@ class SqlStore:
                         idempotency_key, trace_context, waited, tuple(search_paths))
         accepted = self.intake.submit(intake) if durable else self._accept_one(intake, False)
         if accepted.created:  # PostgreSQL: NOTIFY went with the INSERT
-            self._announcer.call_back([Announcement.work(target, urgent=waited)])
+            self.db.announcer.call_back([Announcement.work(target, urgent=waited)])
         elif waited:
             self.mark_waited(accepted.id)
         return accepted
 
     def _accept_one(self, intake: Intake, durable: bool = True) -> Accepted:
-        return self._hot.accept(intake.target, intake.body_class, intake.body,
+        return self.db.hot.accept(intake.target, intake.body_class, intake.body,
                                 source=intake.source, session_id=intake.session_id,
                                 now=intake.now, idempotency_key=intake.idempotency_key,
                                 trace_context=intake.trace_context, waited=intake.waited,
@@ -177,10 +158,10 @@ class SqlStore:
         ``search_paths``: the target's search properties, indexed with each."""
         if not bodies:
             return []
-        ids = self._hot.enqueue_many(target, bodies, source=source, session_id=session_id,
+        ids = self.db.hot.enqueue_many(target, bodies, source=source, session_id=session_id,
                                      now=now or utcnow(), trace_context=trace_context,
                                      search_paths=search_paths)
-        self._announcer.call_back([Announcement.work(target)])  # PostgreSQL: with the INSERT
+        self.db.announcer.call_back([Announcement.work(target)])  # PostgreSQL: with the INSERT
         return ids
 
     # -- claims --------------------------------------------------------------------------
@@ -214,7 +195,7 @@ class SqlStore:
         no other message of ``target``); messages behind it wait until it is done, so that
         one that crashes or freezes its daemon takes no other down with it each time.
         """
-        return self._hot.claim(target, owner=owner, now=now, lease_seconds=lease_seconds,
+        return self.db.hot.claim(target, owner=owner, now=now, lease_seconds=lease_seconds,
                                limit=limit, fifo=fifo, begin=begin, enabled=enabled,
                                held=held, alone=alone)
 
@@ -222,7 +203,7 @@ class SqlStore:
                            **claim: Any) -> tuple[list[int], list[Claimed]]:
         """:meth:`complete_many`, then :meth:`claim` (its keyword arguments), in one
         transaction where the database allows (SQLite): a dispatcher's step."""
-        return self._hot.complete_and_claim(completions, now=now, **claim)
+        return self.db.hot.complete_and_claim(completions, now=now, **claim)
 
     def claim_next(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
                    fifo: bool = False) -> MessageRow | None:
@@ -239,12 +220,12 @@ class SqlStore:
         Their tokens stay: the old claimer can write nothing more about them. Their count
         of deliveries stays too: those deliveries never ended (see :meth:`claim`)."""
         h = message_header.c
-        with self._tx() as conn:
+        with self.db.tx() as conn:
             count = conn.execute(update(message_header).where(
-                h.target == target, h.status == "Delivered", h.lease_expires_at < now)
-                .values(status="Queued", claimed_by=None, lease_expires_at=None)).rowcount
+                h.target == target, h.status == Status.DELIVERED, h.lease_expires_at < now)
+                .values(**requeue(delivery_ended=False))).rowcount
         if count:
-            self._announcer.call_back([Announcement.work(target)])
+            self.db.announcer.call_back([Announcement.work(target)])
         return int(count)
 
     def renew_leases(self, owner: str, *, now: datetime, lease_seconds: float,
@@ -255,13 +236,13 @@ class SqlStore:
         every lease ``owner`` holds (tests and tools)."""
         h = message_header.c
         until = now + timedelta(seconds=lease_seconds)
-        stmt = update(message_header).where(h.claimed_by == owner, h.status == "Delivered")
+        stmt = update(message_header).where(h.claimed_by == owner, h.status == Status.DELIVERED)
         if claims is None:
-            with self._tx() as conn:
+            with self.db.tx() as conn:
                 return conn.execute(stmt.values(lease_expires_at=until)).rowcount
         pairs = sorted(claims)
         renewed = 0
-        with self._tx(durable=False) as conn:
+        with self.db.tx(durable=False) as conn:
             for start in range(0, len(pairs), 500):
                 chunk = pairs[start:start + 500]
                 renewed += conn.execute(stmt.where(tuple_(h.id, h.claim_token).in_(chunk))
@@ -271,9 +252,9 @@ class SqlStore:
     def next_due_time(self, target: str) -> datetime | None:
         """When the earliest parked message of ``target`` becomes due (None: none parked)."""
         h = message_header.c
-        with self._read() as conn:
+        with self.db.read() as conn:
             value = conn.execute(select(func.min(h.next_attempt_at)).where(
-                h.target == target, h.status == "Queued", h.next_attempt_at.is_not(None))
+                h.target == target, h.status == Status.QUEUED, h.next_attempt_at.is_not(None))
             ).scalar()
         return as_utc(value)
 
@@ -291,11 +272,11 @@ class SqlStore:
         asynchronous one durable.
         """
         h = message_header.c
-        with self._tx(durable=durable) as conn:
-            changed = conn.execute(self._fenced(message_id, token).values(
+        with self.db.tx(durable=durable) as conn:
+            changed = conn.execute(fenced_update(message_id, token).values(
                 attempts=attempt, next_attempt_at=None,
                 first_attempt_at=func.coalesce(h.first_attempt_at, started_at))).rowcount
-            _check_claim(changed, message_id, token)
+            check_claim(changed, message_id, token)
             return int(conn.execute(message_attempt.insert().values(
             message_id=message_id, attempt=attempt, started_at=started_at,
         ).returning(message_attempt.c.id)).scalar_one())
@@ -331,35 +312,29 @@ class SqlStore:
                               .exists())
         def write(conn: Connection) -> None:
             changed = conn.execute(stmt.values(**values)).rowcount
-            _check_claim(changed, attempt_id, token, what="attempt")
+            check_claim(changed, attempt_id, token, what="attempt")
             if started_at is not None:
                 first = select(a.message_id).where(a.id == attempt_id, a.attempt == 1)
                 conn.execute(update(message_header).where(h.id == first.scalar_subquery())
                              .values(first_attempt_at=started_at))
         if defer:
-            self._deferred().append(write)
+            self.db.deferred().append(write)
             return
-        with self._tx(durable=False) as conn:
+        with self.db.tx(durable=False) as conn:
             write(conn)
 
     def drop_deferred(self) -> int:
         """Forget this thread's deferred attempt ends (:meth:`end_attempt`) that no change
         took: those attempts stay open (outcome unknown). Returns how many."""
-        deferred = self._deferred()
+        deferred = self.db.deferred()
         dropped = len(deferred)
         deferred.clear()
         return dropped
 
-    def _deferred(self) -> list[Callable[[Connection], None]]:
-        ends = getattr(self._local, "ends", None)
-        if ends is None:
-            ends = self._local.ends = []
-        return ends
-
     def open_attempt(self, message_id: int) -> AttemptRow | None:
         """The attempt of ``message_id`` that never ended (in flight at a crash), if any."""
         a = message_attempt.c
-        with self._read() as conn:
+        with self.db.read() as conn:
             row = conn.execute(select(message_attempt).where(
                 a.message_id == message_id, a.ended_at.is_(None)).order_by(a.attempt.desc())
             ).mappings().first()
@@ -367,7 +342,7 @@ class SqlStore:
 
     def attempts(self, message_id: int) -> list[AttemptRow]:
         a = message_attempt.c
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(select(message_attempt).where(a.message_id == message_id)
                                 .order_by(a.attempt)).mappings().all()
         return [AttemptRow.from_mapping(r) for r in rows]
@@ -380,16 +355,14 @@ class SqlStore:
         ``token``: raises ClaimLost when the claim is no longer that one."""
         values: dict[str, Any] = {"retry_needed": True, "next_attempt_at": next_attempt_at}
         if release:
-            values.update(status="Queued", claimed_by=None, lease_expires_at=None,
-                          deliveries=_DELIVERY_ENDED)
+            values.update(requeue())
         self._update(message_id, announce=release, token=token, **values)
 
     def release(self, message_id: int, token: int | None = None) -> None:
         """Put a claimed message back in its queue as it is (graceful stop); its delivery
         ended, so it no longer counts (see :meth:`claim`). ``token``: only if the claim is
         still that one (else ClaimLost)."""
-        self._update(message_id, announce=True, token=token, status="Queued", claimed_by=None,
-                     lease_expires_at=None, deliveries=_DELIVERY_ENDED)
+        self._update(message_id, announce=True, token=token, **requeue())
 
     def hold(self, message_id: int, *, token: int, until: datetime,
              begun: int | None = None) -> None:
@@ -399,21 +372,20 @@ class SqlStore:
         and ``first_attempt_at`` of earlier attempts stay, so FailureTimeout keeps running.
         Raises ClaimLost when the claim is no longer ``token``."""
         h, a = message_header.c, message_attempt.c
-        values: dict[str, Any] = {"status": "Queued", "claimed_by": None,
-                                  "lease_expires_at": None, "next_attempt_at": until,
-                                  "deliveries": _DELIVERY_ENDED}
+        values: dict[str, Any] = {**requeue(), "next_attempt_at": until}
         if begun is not None:
             values.update(attempts=h.attempts - 1, first_attempt_at=case(
                 (h.attempts == 1, None), else_=h.first_attempt_at))
-        with self._tx() as conn:
-            target = conn.execute(self._fenced(message_id, token).values(**values)
-                                  .returning(h.target)).scalar()
-            _check_claim(0 if target is None else 1, message_id, token)
+        with self.db.tx() as conn:
+            target: str | None = conn.execute(fenced_update(message_id, token)
+                                              .values(**values).returning(h.target)).scalar()
+            check_claim(0 if target is None else 1, message_id, token)
+            assert target is not None  # else check_claim raised: the token is given
             if begun is not None:
                 conn.execute(message_attempt.delete().where(a.id == begun,
                                                             a.message_id == message_id))
-            self._announcer.notify(conn, [Announcement.work(target)])
-        self._announcer.call_back([Announcement.work(target)])
+            self.db.announcer.notify(conn, [Announcement.work(target)])
+        self.db.announcer.call_back([Announcement.work(target)])
 
     def release_claim(self, message_id: int, owner: str, token: int | None = None) -> bool:
         """Put ``message_id`` back in its queue if ``owner`` still holds its claim (with
@@ -422,15 +394,15 @@ class SqlStore:
         counted (see :meth:`claim`), so a message that breaks every delivery of it is not
         passed around for ever either."""
         h = message_header.c
-        with self._tx() as conn:
-            target = conn.execute(self._fenced(message_id, token)
-                                  .where(h.status == "Delivered", h.claimed_by == owner)
-                                  .values(status="Queued", claimed_by=None, lease_expires_at=None)
+        with self.db.tx() as conn:
+            target = conn.execute(fenced_update(message_id, token)
+                                  .where(h.status == Status.DELIVERED, h.claimed_by == owner)
+                                  .values(**requeue(delivery_ended=False))
                                   .returning(h.target)).scalar()
             if target is not None:
-                self._announcer.notify(conn, [Announcement.work(target)])
+                self.db.announcer.notify(conn, [Announcement.work(target)])
         if target is not None:
-            self._announcer.call_back([Announcement.work(target)])
+            self.db.announcer.call_back([Announcement.work(target)])
         return target is not None
 
     def complete(self, request: MessageRow, *, response_class: str | None,
@@ -442,7 +414,7 @@ class SqlStore:
         if the claim is still ``request.claim_token`` (else ClaimLost, nothing written)."""
         h = message_header.c
         token = request.claim_token if fenced else None
-        with self._tx(durable=False, changes=True) as conn:
+        with self.db.tx(durable=False, changes=True) as conn:
             if attempt is not None:
                 conn.execute(update(message_attempt)
                              .where(message_attempt.c.id == attempt.attempt_id)
@@ -453,18 +425,18 @@ class SqlStore:
                 response_id = conn.execute(message_header.insert().values(
                     session_id=request.session_id, source=request.target,
                     target=request.source or "", kind="response", body_class=response_class,
-                    body=response_body, status="Completed", is_error=False, time_created=now,
+                    body=response_body, status=Status.COMPLETED, is_error=False, time_created=now,
                     time_processed=now, time_completed=now, corresponding_id=request.id,
                     retry_needed=False, attempts=0).returning(h.id)).scalar_one()
-            waited = conn.execute(self._fenced(request.id, token).values(
-                status="Completed", is_error=False, retry_needed=False, next_attempt_at=None,
+            waited = conn.execute(fenced_update(request.id, token).values(
+                status=Status.COMPLETED, is_error=False, retry_needed=False, next_attempt_at=None,
                 time_completed=now, corresponding_id=response_id, claimed_by=None,
                 lease_expires_at=None).returning(h.waited)).scalar()
-            _check_claim(0 if waited is None else 1, request.id, token)  # rolls all back
+            check_claim(0 if waited is None else 1, request.id, token)  # rolls all back
             if waited:
-                self._announcer.notify(conn, done_announcements([request.id]))
+                self.db.announcer.notify(conn, done_announcements([request.id]))
         if waited:
-            self._announce_done_after_commit([request.id])
+            self.db.announce_done([request.id])
         return response_id
 
     def complete_many(self, completions: list[Completion], *, now: datetime) -> list[int]:
@@ -473,7 +445,7 @@ class SqlStore:
         stored, linked both ways — only where the claim is still the completion's token.
         Returns the ids completed; the others' claims were lost and nothing was written
         for them. Not durable on its own (see :meth:`complete`)."""
-        return self._hot.complete_many(completions, now=now) if completions else []
+        return self.db.hot.complete_many(completions, now=now) if completions else []
 
     def mark_waited(self, message_id: int) -> MessageRow | None:
         """Flag ``message_id`` as waited for — its end will be announced to every process —
@@ -481,7 +453,7 @@ class SqlStore:
         :attr:`completions` first, then calls this: an end committed before the flag is
         seen in the row returned, one committed after it is announced."""
         h = message_header.c
-        with self._tx(durable=False) as conn:
+        with self.db.tx(durable=False) as conn:
             row = conn.execute(update(message_header).where(h.id == message_id)
                                .values(waited=True).returning(*message_header.c)
                                ).mappings().first()
@@ -492,17 +464,17 @@ class SqlStore:
         """End a message in ``Error``, ``Suspended``, ``Discarded`` or ``Aborted``.
         ``token``: only if the claim is still that one (else ClaimLost)."""
         self._update(message_id, token=token, ends=True, status=status,
-                     is_error=status == "Error", error_text=storable(error_text),
+                     is_error=status == Status.ERROR, error_text=storable(error_text),
                      retry_needed=False,
                      next_attempt_at=None, time_completed=now, claimed_by=None,
                      lease_expires_at=None)
 
     def get_message(self, message_id: int) -> MessageRow | None:
-        return self._hot.message(message_id)
+        return self.db.hot.message(message_id)
 
     def get_outcome(self, message_id: int) -> Outcome | None:
         """``message_id`` as it is now and its response's body, in one read."""
-        return self._hot.outcome(message_id)
+        return self.db.hot.outcome(message_id)
 
     # -- items and daemons ---------------------------------------------------------------
     def set_item_enabled(self, name: str, enabled: bool, *, reason: str | None,
@@ -511,22 +483,22 @@ class SqlStore:
         daemons at once (a disable holds from their next message, see
         :meth:`~engine.store.notify.Announcement.switch`)."""
         news = [Announcement.switch(name, enabled)]
-        with self._tx() as conn:
+        with self.db.tx() as conn:
             conn.execute(item_state.delete().where(item_state.c.config_name == name))
             conn.execute(item_state.insert().values(config_name=name, enabled=enabled,
                                                     reason=reason, updated_at=now))
-            self._announcer.notify(conn, news)
-        self._announcer.call_back(news)
+            self.db.announcer.notify(conn, news)
+        self.db.announcer.call_back(news)
 
     def item_overrides(self) -> dict[str, bool]:
         """Items whose enabled state an operator (or action D) has set."""
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(select(item_state.c.config_name, item_state.c.enabled)).all()
         return {name: bool(enabled) for name, enabled in rows}
 
     def register_daemon(self, daemon_id: str, *, host: str, pid: int, production: str,
                         items: str, now: datetime, pid_namespace: str | None = None) -> None:
-        with self._tx() as conn:
+        with self.db.tx() as conn:
             conn.execute(daemon.insert().values(id=daemon_id, host=host, pid=pid,
                                                 production=production, started_at=now,
                                                 heartbeat_at=now, items=items,
@@ -534,7 +506,7 @@ class SqlStore:
 
     def stale_daemons(self, before: datetime) -> list[str]:
         """Ids of the daemons whose last heartbeat is older than ``before``."""
-        with self._read() as conn:
+        with self.db.read() as conn:
             return list(conn.execute(select(daemon.c.id).where(daemon.c.heartbeat_at < before))
                         .scalars())
 
@@ -542,7 +514,7 @@ class SqlStore:
                   claims: Iterable[tuple[int, int]] | None = None) -> None:
         """Mark ``daemon_id`` alive and extend the leases of the ``claims`` it really holds
         (see :meth:`renew_leases`)."""
-        with self._tx() as conn:
+        with self.db.tx() as conn:
             conn.execute(update(daemon).where(daemon.c.id == daemon_id)
                          .values(heartbeat_at=now))
         self.renew_leases(daemon_id, now=now, lease_seconds=lease_seconds, claims=claims)
@@ -552,27 +524,26 @@ class SqlStore:
         Attempts left open stay open: the next delivery treats them as outcome unknown, and
         the deliveries stay counted: they never ended (see :meth:`claim`)."""
         h = message_header.c
-        with self._tx() as conn:
+        with self.db.tx() as conn:
             targets = list(conn.execute(update(message_header)
-                                        .where(h.claimed_by == owner, h.status == "Delivered")
-                                        .values(status="Queued", claimed_by=None,
-                                                lease_expires_at=None)
+                                        .where(h.claimed_by == owner, h.status == Status.DELIVERED)
+                                        .values(**requeue(delivery_ended=False))
                                         .returning(h.target)).scalars())
-            news = [Announcement.work(t) for t in sorted(set(targets))]
-            self._announcer.notify(conn, news)
-        self._announcer.call_back(news)
+            news = work_announcements(targets)
+            self.db.announcer.notify(conn, news)
+        self.db.announcer.call_back(news)
         return len(targets)
 
     def local_daemons(self, host: str, *, namespace: str) -> list[tuple[str, int]]:
         """(id, pid) of the daemons registered from ``host`` in PID namespace
         ``namespace``."""
         d = daemon.c
-        with self._read() as conn:
+        with self.db.read() as conn:
             return [(r.id, r.pid) for r in conn.execute(
                 select(d.id, d.pid).where(d.host == host, d.pid_namespace == namespace))]
 
     def unregister_daemon(self, daemon_id: str) -> None:
-        with self._tx() as conn:
+        with self.db.tx() as conn:
             conn.execute(daemon.delete().where(daemon.c.id == daemon_id))
 
     # -- announcements -------------------------------------------------------------------
@@ -580,10 +551,10 @@ class SqlStore:
         """Call ``callback(announcement)`` after this process commits something announced
         (:class:`~engine.store.notify.Announcement`), and — once :meth:`hear_other_processes`
         was called — when another process does."""
-        self._announcer.add_callback(callback)
+        self.db.announcer.add_callback(callback)
 
     def remove_queue_callback(self, callback: AnnouncementCallback) -> None:
-        self._announcer.remove_callback(callback)
+        self.db.announcer.remove_callback(callback)
 
     def add_reconnect_hook(self, hook: Callable[[], object]) -> None:
         """Call ``hook()`` whenever the listener (re)connects: what other processes
@@ -604,14 +575,14 @@ class SqlStore:
             if self.is_postgres:
                 if self._listener is None:
                     self._listener = QueueListener(
-                        self.engine, lambda note: self._announcer.deliver([note]),
+                        self.engine, lambda note: self.db.announcer.deliver([note]),
                         on_reconnect=self._reconnected)
                     self._listener.start()
                 listener = self._listener
             else:
-                doorbell = self._announcer.doorbell
+                doorbell = self.db.doorbell
                 if doorbell is not None and not doorbell.listening:
-                    doorbell.listen(lambda note: self._announcer.deliver([note]))
+                    doorbell.listen(lambda note: self.db.announcer.deliver([note]))
                 return
         listener.connected.wait(LISTEN_WAIT)  # else the safety nets cover the first notes
 
@@ -624,8 +595,8 @@ class SqlStore:
             listener, self._listener = self._listener, None
         if listener is not None:
             listener.stop()
-        if self._announcer.doorbell is not None:
-            self._announcer.doorbell.close()
+        if self.db.doorbell is not None:
+            self.db.doorbell.close()
 
     def _reconnected(self) -> None:
         for hook in list(self._reconnect_hooks):
@@ -637,75 +608,32 @@ class SqlStore:
     def announce(self, targets: Iterable[str]) -> None:
         """Tell idle workers — of this process, and of every daemon — that ``targets`` may
         have work (e.g. a FIFO item whose lease was just given up)."""
-        news = [Announcement.work(t) for t in sorted(set(targets))]
-        if news and self.is_postgres:
-            with self._tx() as conn:
-                self._announcer.notify(conn, news)
-        self._announcer.call_back(news)
-
-    def _announce_done_after_commit(self, ids: list[int]) -> None:
-        """Messages someone waits for ended: tell this process's waiters and (SQLite) ring
-        the others — on PostgreSQL the NOTIFY went with the commit."""
-        news = done_announcements(ids)
-        if self.is_postgres:
-            self._announcer.deliver(news)
-        else:
-            self._announcer.call_back(news)
+        self.db.announce(work_announcements(targets))
 
     # -- helpers -------------------------------------------------------------------------
-    @staticmethod
-    def _fenced(message_id: int, token: int | None) -> Any:
-        """UPDATE of ``message_id``, conditional on its claim token when one is given."""
-        h = message_header.c
-        stmt = update(message_header).where(h.id == message_id)
-        return stmt if token is None else stmt.where(h.claim_token == token)
-
     def _update(self, message_id: int, *, announce: bool = False, ends: bool = False,
                 token: int | None = None, **values: Any) -> None:
         """One UPDATE of ``message_id``; ``announce``: it puts work in the queue; ``ends``:
         it ends the message (whose end is announced if someone waits for it)."""
         h = message_header.c
-        with self._tx(changes=True) as conn:
-            found = conn.execute(self._fenced(message_id, token)
+        with self.db.tx(changes=True) as conn:
+            found = conn.execute(fenced_update(message_id, token)
                                  .values(**values).returning(h.target, h.waited)).first()
-            _check_claim(0 if found is None else 1, message_id, token)
+            check_claim(0 if found is None else 1, message_id, token)
             news = []
             if found is not None and announce:
                 news.append(Announcement.work(found.target))
             done = ends and found is not None and found.waited
             if done:
                 news.extend(done_announcements([message_id]))
-            self._announcer.notify(conn, news)
+            self.db.announcer.notify(conn, news)
         if news:
-            self._announcer.call_back(news)
+            self.db.announcer.call_back(news)
 
-    @contextmanager
-    def _tx(self, *, durable: bool = True, changes: bool = False) -> Iterator[Connection]:
-        """A write transaction. ``durable=False``: on PostgreSQL the commit does not wait for
-        the WAL flush (``synchronous_commit = off``) — for writes whose loss in a database
-        server crash the engine recovers from (see :meth:`begin_attempt`). The events this
-        thread holds for its next change (:meth:`SqlEventLog.until_next_change`) are
-        inserted in it, before it commits; ``changes`` (a change of a message's state): so
-        are the attempt ends deferred to it (:meth:`end_attempt`)."""
-        with _Transaction(self.engine, durable=durable or not self.is_postgres) as conn:
-            if changes:
-                deferred = self._deferred()
-                while deferred:
-                    deferred.pop(0)(conn)
-            yield conn
-            self.events.insert_held(conn)
-
-    def _read(self) -> Any:
-        """A connection for reads only (on SQLite: no write lock: ``log --follow``,
-        ``status`` and metrics scrapes never wait for writers)."""
-        return _Transaction(self.engine, read_only=True)
-
-    def read(self) -> Any:
-        """A read-only connection for the store's sibling modules (queries, the viewer):
-        on SQLite a plain BEGIN — ``log --follow``, ``status``, metrics scrapes and the
-        portal never take the write lock — with errors turned into StoreError as every
-        store method does."""
-        return self._read()
+    def read(self) -> Transaction:
+        """A read-only connection (see :meth:`Database.read`), for callers that read tables
+        the store has no method for."""
+        return self.db.read()
 
 
 # ``deliveries`` of a message put back in its queue by the delivery that claimed it: that
@@ -714,40 +642,13 @@ _DELIVERY_ENDED = case((message_header.c.deliveries > 0, message_header.c.delive
                        else_=0)
 
 
-def _check_claim(changed: int, ident: int, token: int | None, what: str = "message") -> None:
-    """Raise ClaimLost when a write conditional on ``token`` changed nothing."""
-    if token is not None and not changed:
-        raise ClaimLost(f"{what} {ident}: its claim (token {token}) is no longer this "
-                        "worker's; another daemon has taken it over")
-
-
-class _Transaction:
-    """``engine.begin()`` (or a read-only connection) that turns SQLAlchemy errors into
-    StoreError with the driver's reason — never the statement or its parameters."""
-
-    def __init__(self, engine: Engine, *, durable: bool = True, read_only: bool = False
-                 ) -> None:
-        self._engine = engine
-        self._read_only = read_only
-        self._durable = durable
-        self._cm: Any = None
-
-    def __enter__(self) -> Any:
-        try:
-            self._cm = (self._engine.connect().execution_options(**{READ_ONLY: True})
-                        if self._read_only else self._engine.begin())
-            conn = self._cm.__enter__()
-            if not self._durable:
-                conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
-            return conn
-        except SQLAlchemyError as exc:
-            raise StoreError(f"database unavailable: {reason_of(exc)}") from exc
-
-    def __exit__(self, *exc_info: Any) -> bool:
-        try:
-            self._cm.__exit__(*exc_info)
-        except SQLAlchemyError as exc:
-            raise StoreError(f"database error: {reason_of(exc)}") from exc
-        if exc_info[0] is not None and issubclass(exc_info[0], SQLAlchemyError):
-            raise StoreError(f"database error: {reason_of(exc_info[1])}") from exc_info[1]
-        return False
+def requeue(*, delivery_ended: bool = True) -> dict[str, Any]:
+    """The values of a claimed message put back in its queue: ``Queued``, claimed by nobody,
+    no lease. ``delivery_ended``: the delivery that claimed it gave it back, so that delivery
+    no longer counts (``deliveries`` one less); False when it never ended (its daemon died,
+    or lost track of it), which keeps it counted (see :meth:`SqlStore.claim`)."""
+    values: dict[str, Any] = {"status": Status.QUEUED, "claimed_by": None,
+                              "lease_expires_at": None}
+    if delivery_ended:
+        values["deliveries"] = _DELIVERY_ENDED
+    return values

@@ -18,15 +18,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import DateTime, Select, func, literal, or_, select, tuple_
+from sqlalchemy import ColumnElement, DateTime, Select, func, literal, or_, select, tuple_
 
 from engine.clock import as_utc
 from engine.store import properties
 from engine.store.models import (
-    FINAL_STATUSES,
     daemon,
     event_log,
     item_breaker,
@@ -35,13 +34,14 @@ from engine.store.models import (
     message_header,
     message_property,
 )
-from engine.store.queries import _plain
+from engine.store.queries import EventFilter, plain
 from engine.store.rows import AttemptRow
 from engine.store.sql import SqlStore
+from engine.store.statuses import ENDED_STATUSES, Status
 
 PAGE_SIZE = 50  # rows per page of the Message Viewer and the event log
 MAX_PAGE_SIZE = 500  # the largest page a client may ask for
-RESENDABLE = (*FINAL_STATUSES, "Suspended")  # as engine.store.operator.RESENDABLE_STATUSES
+RESENDABLE = ENDED_STATUSES  # as engine.store.operator.RESENDABLE_STATUSES
 BODY_SCAN_LIMIT = 50_000  # rows one page of a body.PATH filter reads at most
 BODY_CHUNK = 1_000  # rows read at a time by a body.PATH filter and by an export
 SORTS = ("time", "target", "status", "duration")
@@ -86,23 +86,13 @@ class PropertyFilter:
     value: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class EventFilter:
-    """What the event log page shows (``item`` is the config name)."""
-
-    type: str | None = None
-    item: str | None = None
-    message_id: int | None = None
-    since: datetime | None = None
-
-
 @dataclass(frozen=True)
 class Page:
     """One page of rows, newest first, with the cursors of its neighbours: ``older`` is the
     ``before`` of the next page (None: this is the last), ``newer`` the ``after`` of the
     previous one (None: this is the first)."""
 
-    rows: list[dict[str, Any]]
+    rows: list[Any]  # dicts (lists, for an export's raw read)
     older: int | None = None
     newer: int | None = None
     scanned: int | None = None  # body filters: the rows read, when the scan limit stopped it
@@ -135,7 +125,8 @@ def duration_ms(row: dict[str, Any]) -> float | None:
     start, end = row.get("time_created"), row.get("time_completed")
     if start is None or end is None:
         return None
-    return round((end - start).total_seconds() * 1000, 1)
+    span: timedelta = end - start
+    return round(span.total_seconds() * 1000, 1)
 
 
 def _sort_key(store: SqlStore, sort: str) -> Any:
@@ -147,6 +138,7 @@ def _sort_key(store: SqlStore, sort: str) -> Any:
     if sort == "status":
         return h.status
     if sort == "duration":  # not done yet: sorted as the longest
+        span: ColumnElement[Any]
         if store.is_postgres:
             span = func.extract("epoch", h.time_completed - h.time_created)
         else:
@@ -161,7 +153,7 @@ def count_messages(store: SqlStore, flt: MessageFilter, *, resendable: bool = Fa
     query = _message_where(select(func.count()).select_from(message_header), flt)
     if resendable:
         query = _resendable(query)
-    with store.read() as conn:
+    with store.db.read() as conn:
         return int(conn.execute(query).scalar_one())
 
 
@@ -170,7 +162,7 @@ def resendable_ids(store: SqlStore, flt: MessageFilter, *, limit: int) -> list[i
     ``limit``."""
     h = message_header.c
     query = _resendable(_message_where(select(h.id), flt)).order_by(h.id).limit(limit)
-    with store.read() as conn:
+    with store.db.read() as conn:
         return list(conn.execute(query).scalars())
 
 
@@ -186,7 +178,7 @@ def _message_where(query: Select[Any], flt: MessageFilter) -> Select[Any]:
         if value is not None:
             query = query.where(column == value)
     if flt.errors:
-        query = query.where(h.status == "Error")
+        query = query.where(h.status == Status.ERROR)
     if flt.since is not None:
         query = query.where(h.time_created >= flt.since)
     if flt.until is not None:
@@ -274,10 +266,10 @@ def _body_keyset(store: SqlStore, query: Select[Any], flt: MessageFilter, key: A
 # -- one message, one session ------------------------------------------------------------
 def message(store: SqlStore, message_id: int) -> dict[str, Any] | None:
     """Every column of message ``message_id``, or None."""
-    with store.read() as conn:
+    with store.db.read() as conn:
         row = conn.execute(select(message_header).where(message_header.c.id == message_id)
                            ).mappings().first()
-    return None if row is None else _plain(row)
+    return None if row is None else plain(row)
 
 
 def session_messages(store: SqlStore, session_id: int, *, offset: int = 0,
@@ -290,13 +282,13 @@ def session_messages(store: SqlStore, session_id: int, *, offset: int = 0,
         query = query.offset(offset)
     if limit is not None:
         query = query.limit(limit)
-    with store.read() as conn:
-        return [_plain(r) for r in conn.execute(query).mappings()]
+    with store.db.read() as conn:
+        return [plain(r) for r in conn.execute(query).mappings()]
 
 
 def count_session(store: SqlStore, session_id: int) -> int:
     """How many messages session ``session_id`` has."""
-    with store.read() as conn:
+    with store.db.read() as conn:
         return int(conn.execute(select(func.count()).select_from(message_header).where(
             message_header.c.session_id == session_id)).scalar_one())
 
@@ -307,7 +299,7 @@ def attempts_of(store: SqlStore, message_ids: Sequence[int]) -> dict[int, list[A
     found: dict[int, list[AttemptRow]] = {mid: [] for mid in message_ids}
     if not message_ids:
         return found
-    with store.read() as conn:
+    with store.db.read() as conn:
         for row in conn.execute(select(message_attempt).where(a.message_id.in_(message_ids))
                                 .order_by(a.message_id, a.attempt)).mappings():
             found[row["message_id"]].append(AttemptRow.from_mapping(row))
@@ -320,8 +312,8 @@ def events_of(store: SqlStore, message_ids: Sequence[int]) -> list[dict[str, Any
     e = event_log.c
     if not message_ids:
         return []
-    with store.read() as conn:
-        return [_plain(r) for r in conn.execute(
+    with store.db.read() as conn:
+        return [plain(r) for r in conn.execute(
             select(event_log).where(e.message_id.in_(message_ids)).order_by(e.id)).mappings()]
 
 
@@ -334,15 +326,9 @@ def events_page(store: SqlStore, flt: EventFilter, *, before: int | None = None,
 
 def _events_keyset(store: SqlStore, flt: EventFilter, *, before: int | None,
                    after: int | None, limit: int, cap: bool = True) -> Page:
-    e = event_log.c
-    query = select(event_log)
-    for column, value in ((e.type, flt.type), (e.config_name, flt.item),
-                          (e.message_id, flt.message_id)):
-        if value is not None:
-            query = query.where(column == value)
-    if flt.since is not None:
-        query = query.where(e.time_logged >= flt.since)
-    return _keyset(store, query, e.id, before=before, after=after, limit=limit, cap=cap)
+    query = flt.where(select(event_log))
+    return _keyset(store, query, event_log.c.id, before=before, after=after, limit=limit,
+                   cap=cap)
 
 
 def iter_events(store: SqlStore, flt: EventFilter, *,
@@ -383,16 +369,16 @@ def production_status(store: SqlStore, items: Sequence[str], *,
     """The queues of ``items`` (a few indexed queries each), every registered daemon, and
     the leases unexpired at ``now`` (read only: no write lock, even on SQLite)."""
     status = ProductionStatus()
-    with store.read() as conn:
+    with store.db.read() as conn:
         status.leases = {r.name: r.owner for r in conn.execute(
             select(lease.c.name, lease.c.owner, lease.c.expires_at))
             if as_utc(r.expires_at) >= now}
-        breakers = {r["config_name"]: _plain(r)
+        breakers = {r["config_name"]: plain(r)
                     for r in conn.execute(select(item_breaker)).mappings()}
         for name in items:
             one = status.items[name] = _item_status(conn, name)
             one.breaker = breakers.get(name)
-        status.daemons = [_plain(r) for r in conn.execute(
+        status.daemons = [plain(r) for r in conn.execute(
             select(daemon).order_by(daemon.c.started_at)).mappings()]
     return status
 
@@ -406,25 +392,25 @@ def _item_status(conn: Any, name: str) -> ItemStatus:
     one = ItemStatus()
     for state, count in conn.execute(
             select(h.status, func.count()).where(h.target == name,
-                                                 h.status.in_(("Queued", "Delivered")))
+                                                 h.status.in_((Status.QUEUED, Status.DELIVERED)))
             .group_by(h.status)):
-        if state == "Queued":
+        if state == Status.QUEUED:
             one.queued = count
         else:
             one.in_flight = count
     if one.queued:
         one.oldest_queued = as_utc(conn.execute(
-            select(h.time_created).where(h.target == name, h.status == "Queued")
+            select(h.time_created).where(h.target == name, h.status == Status.QUEUED)
             .order_by(h.id).limit(1)).scalar())
     if one.queued or one.in_flight:  # parked until their next attempt, and those in flight
         one.retrying = int(conn.execute(select(func.count()).where(
             h.target == name, h.retry_needed.is_(True), or_(
-                (h.status == "Queued") & h.next_attempt_at.is_not(None),
-                h.status == "Delivered"))).scalar_one())
+                (h.status == Status.QUEUED) & h.next_attempt_at.is_not(None),
+                h.status == Status.DELIVERED))).scalar_one())
     error = conn.execute(select(e.time_logged, e.text, e.message_id).where(
         e.config_name == name, e.type == "Error").order_by(e.time_logged.desc()).limit(1)
     ).mappings().first()
-    one.last_error = None if error is None else _plain(error)
+    one.last_error = None if error is None else plain(error)
     return one
 
 
@@ -433,8 +419,9 @@ def _item_status(conn: Any, name: str) -> ItemStatus:
 
 # -- paging ------------------------------------------------------------------------------
 def _rows(result: Any, query: Select[Any], *, raw: bool = False) -> list[Any]:
-    """The rows as dicts (``raw``: lists), their times aware UTC (as ``_plain`` makes them,
-    at a third of its cost: an export reads every row)."""
+    """The rows as dicts (``raw``: lists), their times aware UTC (as
+    :func:`~engine.store.queries.plain` makes them, at a third of its cost: an export reads
+    every row)."""
     names = list(result.keys())
     times = [i for i, column in enumerate(query.selected_columns)
              if isinstance(column.type, DateTime)]
@@ -489,7 +476,7 @@ def _keyset(store: SqlStore, query: Select[Any], key: Any, *, before: int | None
     forward = descending != going_back  # True: this read goes down the order
     keys = [key] if sort is None else [sort, key]
     cursor = after if going_back else before
-    with store.read() as conn:
+    with store.db.read() as conn:
         if cursor is not None:
             if sort is None:
                 position: Any = key

@@ -9,42 +9,44 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from engine.errors import StoreError
 from engine.store.database import connection_looks_dead, reason_of
 from engine.store.rows import MessageRow
 
-if TYPE_CHECKING:
-    from sqlalchemy import Engine
+T = TypeVar("T")
 
 MAX_IDLE_CONNECTIONS = 8  # driver connections kept open between steps, per store
 _NO_ID = 2**62  # larger than any id: "no limit" in the FIFO head probe
 
-_COLUMNS = ("id", "session_id", "source", "target", "kind", "body_class", "body", "status",
-            "is_error", "error_text", "time_created", "time_processed", "time_completed",
-            "corresponding_id", "retry_needed", "attempts", "first_attempt_at",
-            "next_attempt_at", "claimed_by", "lease_expires_at", "claim_token", "trace_context",
-            "waited")
-_SELECT_COLUMNS = ", ".join(f"h.{c}" for c in _COLUMNS)
-_TIMES = frozenset({"time_created", "time_processed", "time_completed", "first_attempt_at",
-                    "next_attempt_at", "lease_expires_at"})
+# The columns of a message row, in MessageRow's order: what the dialects' statements select
+# (SELECT_COLUMNS, of a header aliased ``h``) and their rows are read back by.
+COLUMNS = ("id", "session_id", "source", "target", "kind", "body_class", "body", "status",
+           "is_error", "error_text", "time_created", "time_processed", "time_completed",
+           "corresponding_id", "retry_needed", "attempts", "first_attempt_at",
+           "next_attempt_at", "claimed_by", "lease_expires_at", "claim_token", "trace_context",
+           "waited")
+SELECT_COLUMNS = ", ".join(f"h.{c}" for c in COLUMNS)
+# the columns of COLUMNS that hold times (SQLite returns them as text, to be parsed)
+TIMES = frozenset({"time_created", "time_processed", "time_completed", "first_attempt_at",
+                   "next_attempt_at", "lease_expires_at"})
 
-# The messages a claim may take: any due queued message, oldest first (_PICK_ANY), or for a
-# FIFO item only the head of the queue, in order (_PICK_FIFO) — queued messages older than
+# The messages a claim may take: any due queued message, oldest first (PICK_ANY), or for a
+# FIFO item only the head of the queue, in order (PICK_FIFO) — queued messages older than
 # any held by another claim (``:held``: those the claimer holds itself, which it delivers in
 # order before these), up to the first that is not due yet; index probes on (target, status,
 # id) and (target, status, next_attempt_at) find the head, never a scan of the queue. Either
 # way nothing while the item is switched off by an operator (item_state), else as the
 # production file says (``:enabled``).
-_PICK_ANY = """
+PICK_ANY = """
     SELECT q.id, q.attempts, q.deliveries FROM message_header q
     WHERE q.target = :target AND q.status = 'Queued'
       AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= :now)
       AND coalesce((SELECT s.enabled FROM item_state s WHERE s.config_name = :target),
                    :enabled)
     ORDER BY q.id LIMIT :limit"""
-_PICK_FIFO = """
+PICK_FIFO = """
     SELECT q.id, q.attempts, q.deliveries FROM message_header q
     WHERE q.target = :target AND q.status = 'Queued'
       AND coalesce((SELECT s.enabled FROM item_state s WHERE s.config_name = :target),
@@ -64,16 +66,16 @@ _PICK_FIFO = """
 # delivered alone, so that a message that crashes or freezes its daemon does not take
 # others down with it again and again: it is taken only when it comes first and the claimer
 # holds no other message of the item (``:alone``); the claimer then takes nothing more of
-# the item until it is done (engine.delivery.dispatch). ``_isolate`` is the same rule in Python.
-_ISOLATE = """
+# the item until it is done (engine.delivery.dispatch). ``isolate`` is the same rule in Python.
+ISOLATE = """
     SELECT c.id, c.attempts, c.deliveries FROM cand c
     WHERE (c.deliveries = 0
            AND c.id < coalesce((SELECT min(s.id) FROM cand s WHERE s.deliveries > 0), :no_id))
        OR (:alone AND c.deliveries > 0 AND c.id = (SELECT min(f.id) FROM cand f))"""
 
 
-def _isolate(picked: Sequence[Any], alone: bool) -> list[Any]:
-    """:data:`_ISOLATE` on ``(id, attempts, deliveries)`` rows in id order."""
+def isolate(picked: Sequence[Any], alone: bool) -> list[Any]:
+    """:data:`ISOLATE` on ``(id, attempts, deliveries)`` rows in id order."""
     if picked and picked[0][2] > 0:
         return list(picked[:1]) if alone else []
     return list(itertools.takewhile(lambda p: p[2] == 0, picked))
@@ -82,7 +84,7 @@ def _isolate(picked: Sequence[Any], alone: bool) -> list[Any]:
 # Claim the picked messages: Delivered, leased to :owner, a new fencing token, one more
 # delivery counted, and — when :begin — attempt 1 counted for those never attempted (its
 # row is inserted alongside).
-_CLAIM_SET = """
+CLAIM_SET = """
     status = 'Delivered', claimed_by = :owner, lease_expires_at = :expires,
     claim_token = h.claim_token + 1, time_processed = coalesce(h.time_processed, :now),
     deliveries = h.deliveries + 1,
@@ -92,9 +94,10 @@ _CLAIM_SET = """
     next_attempt_at = CASE WHEN :begin AND h.attempts = 0 THEN NULL
                            ELSE h.next_attempt_at END"""
 
-_INSERT_MESSAGE_COLUMNS = ("session_id, source, target, kind, body_class, body, status, is_error, "
-                           "time_created, retry_needed, attempts, claim_token, "
-                           "idempotency_key, trace_context, waited")
+# The columns a new request is inserted with, after its id (both dialects' intakes).
+INSERT_MESSAGE_COLUMNS = ("session_id, source, target, kind, body_class, body, status, is_error, "
+                          "time_created, retry_needed, attempts, claim_token, "
+                          "idempotency_key, trace_context, waited")
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,13 @@ class Completion:
     urgent: bool = False  # someone waits for the message: commit it without delay
 
 
+class Connector(Protocol):
+    """What hands a hot path its driver connections: an SQLAlchemy engine, or the light
+    connector of :mod:`engine.store.lite` (``encore send`` without SQLAlchemy)."""
+
+    def raw_connection(self) -> Any: ...
+
+
 class HotPath:
     """The per-message statements of one store. Subclasses bind them to a driver.
 
@@ -169,7 +179,7 @@ class HotPath:
 
     paramstyle_named = re.compile(r"(?<!:):(\w+)")
 
-    def __init__(self, engine: Engine, translate: Callable[[BaseException], bool], *,
+    def __init__(self, engine: Connector, translate: Callable[[BaseException], bool], *,
                  shared: bool = False) -> None:
         """``engine``: what hands out driver connections (``raw_connection()``, as an
         SQLAlchemy engine does); ``shared``: it holds one connection for everyone (an
@@ -235,7 +245,8 @@ class HotPath:
         else:
             _close(conn)
 
-    def _guard(self, func: Callable[[], Any]) -> Any:
+    def _guard(self, func: Callable[[], T]) -> T:
+        """``func()``, a driver error raised as StoreError with its reason."""
         try:
             return func()
         except Exception as exc:
@@ -266,13 +277,13 @@ class HotPath:
         order; each as :meth:`accept` would."""
         raise NotImplementedError
 
-    _MESSAGE = f"SELECT {_SELECT_COLUMNS} FROM message_header h WHERE h.id = :id"
+    _MESSAGE = f"SELECT {SELECT_COLUMNS} FROM message_header h WHERE h.id = :id"
 
     def message(self, message_id: int) -> MessageRow | None:
         """One message as it is now (a waiter's look: one indexed read, no transaction)."""
         raise NotImplementedError
 
-    _OUTCOME = (f"SELECT {_SELECT_COLUMNS}, r.id, r.body_class, r.body FROM message_header h "
+    _OUTCOME = (f"SELECT {SELECT_COLUMNS}, r.id, r.body_class, r.body FROM message_header h "
                 "LEFT JOIN message_header r ON r.id = h.corresponding_id WHERE h.id = :id")
 
     def outcome(self, message_id: int) -> Outcome | None:
@@ -281,13 +292,13 @@ class HotPath:
         raise NotImplementedError
 
     def _outcome(self, values: Sequence[Any]) -> Outcome:
-        n = len(_COLUMNS)
+        n = len(COLUMNS)
         return Outcome(self._row(values[:n]), values[n] is not None, values[n + 1],
                        values[n + 2])
 
     @staticmethod
     def _row(values: Sequence[Any]) -> MessageRow:
-        return MessageRow(**dict(zip(_COLUMNS, values)))
+        return MessageRow(**dict(zip(COLUMNS, values)))
 
     def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:
         raise NotImplementedError
@@ -305,7 +316,7 @@ class HotPath:
               limit: int, fifo: bool, begin: bool, enabled: bool,
               held: Sequence[int] = (), alone: bool = True) -> list[Claimed]:
         """``alone``: the claimer holds no other message of ``target``, so it may take a
-        suspect (see :data:`_ISOLATE`)."""
+        suspect (see :data:`ISOLATE`)."""
         raise NotImplementedError
 
     def execute(self, sql: str, params: dict[str, Any]) -> list[Any]:

@@ -8,13 +8,13 @@ from typing import Any
 
 from engine.store import properties
 from engine.store.hotpath.base import (
-    _CLAIM_SET,
-    _COLUMNS,
-    _INSERT_MESSAGE_COLUMNS,
-    _ISOLATE,
-    _PICK_ANY,
-    _PICK_FIFO,
-    _SELECT_COLUMNS,
+    CLAIM_SET,
+    COLUMNS,
+    INSERT_MESSAGE_COLUMNS,
+    ISOLATE,
+    PICK_ANY,
+    PICK_FIFO,
+    SELECT_COLUMNS,
     Accepted,
     Claimed,
     Completion,
@@ -57,7 +57,7 @@ class PostgresHotPath(HotPath):
         f"WITH n AS (SELECT nextval('message_header_id_seq') AS id, b.ord, b.body_class, b.body "
         f"FROM unnest(:body_classes::text[], :bodies::text[]) WITH ORDINALITY "
         f"AS b(body_class, body, ord)), "
-        f"ins AS (INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) "
+        f"ins AS (INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}) "
         f"SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', n.body_class, "
         f"n.body, 'Queued', false, :now, false, 0, 0, NULL, :trace::text, false FROM n "
         f"ORDER BY n.ord "
@@ -68,7 +68,7 @@ class PostgresHotPath(HotPath):
     # committed. The caller is an API token's holder or '' for the production (_CALLER).
     _ACCEPT = _pg(
         f"WITH n AS (SELECT nextval('message_header_id_seq') AS id), "
-        f"ins AS (INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}, "
+        f"ins AS (INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}, "
         f"idempotency_caller) "
         f"SELECT n.id, coalesce(:session_id, n.id), :source::text, :target, 'request', "
         f":body_class, :body, 'Queued', false, :now, false, 0, 0, :key, :trace, :waited, "
@@ -82,13 +82,13 @@ class PostgresHotPath(HotPath):
                     "AND idempotency_key = :key")
     # The id of each attempt begun is drawn with the claim, so the rows come back without a
     # join of the claimed messages to their new attempts; each with its count of deliveries
-    # before the claim (a suspect comes alone: _ISOLATE).
+    # before the claim (a suspect comes alone: ISOLATE).
     _CLAIM = (
         "WITH cand AS ({pick} FOR UPDATE{skip}), "
-        f"pick AS ({_ISOLATE}), "
-        f"claimed AS (UPDATE message_header h SET {_CLAIM_SET} FROM pick "
+        f"pick AS ({ISOLATE}), "
+        f"claimed AS (UPDATE message_header h SET {CLAIM_SET} FROM pick "
         f"WHERE h.id = pick.id "
-        f"RETURNING {_SELECT_COLUMNS}, pick.deliveries AS interrupted, "
+        f"RETURNING {SELECT_COLUMNS}, pick.deliveries AS interrupted, "
         "CASE WHEN :begin AND pick.attempts = 0 "
         "THEN nextval('message_attempt_id_seq') END AS begun), "
         "begun AS (INSERT INTO message_attempt (id, message_id, attempt, started_at) "
@@ -98,9 +98,9 @@ class PostgresHotPath(HotPath):
     # One statement per kind of claim, so that each gets a plan of its own (a generic plan
     # of one statement for both would have to scan).
     _CLAIM_FIFO = _pg(_CLAIM.format(
-        pick=_PICK_FIFO.format(not_held="d.id <> ALL(:held::bigint[])", due_index=""),
+        pick=PICK_FIFO.format(not_held="d.id <> ALL(:held::bigint[])", due_index=""),
         skip=""))
-    _CLAIM_ANY = _pg(_CLAIM.format(pick=_PICK_ANY, skip=" SKIP LOCKED"))
+    _CLAIM_ANY = _pg(_CLAIM.format(pick=PICK_ANY, skip=" SKIP LOCKED"))
     # The completions come as one JSON document: json.dumps encodes it in C, where psycopg
     # would dump nine arrays element by element in Python (a fifth of a dispatcher's time).
     _COMPLETE = _pg(
@@ -136,7 +136,7 @@ class PostgresHotPath(HotPath):
 
     def _run(self, sql: str, params: dict[str, Any], *, durable: bool = False) -> list[Any]:
         with self._connection(durable) as conn:
-            return self._guard(lambda: conn.execute(sql, params, prepare=True).fetchall())
+            return list(self._guard(lambda: conn.execute(sql, params, prepare=True).fetchall()))
 
     def execute(self, sql: str, params: dict[str, Any]) -> list[Any]:
         return self._run(sql, params)
@@ -209,7 +209,7 @@ class PostgresHotPath(HotPath):
 
     def message(self, message_id: int) -> MessageRow | None:
         rows = self._run(self._MESSAGE, {"id": message_id})
-        return MessageRow(**dict(zip(_COLUMNS, rows[0]))) if rows else None
+        return MessageRow(**dict(zip(COLUMNS, rows[0]))) if rows else None
 
     _OUTCOME = _pg(HotPath._OUTCOME)
 
@@ -228,8 +228,8 @@ class PostgresHotPath(HotPath):
         # not durable, even when it begins attempts (an idempotent item's): lost in a crash
         # of the server, the claim goes with it and the message is delivered afresh
         rows = self._run(self._CLAIM_FIFO if fifo else self._CLAIM_ANY, params)
-        width = len(_COLUMNS)
-        return [Claimed(MessageRow(**dict(zip(_COLUMNS, r[:width]))),
+        width = len(COLUMNS)
+        return [Claimed(MessageRow(**dict(zip(COLUMNS, r[:width]))),
                         None if r[-1] is None else int(r[-1]), int(r[width])) for r in rows]
 
     def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:

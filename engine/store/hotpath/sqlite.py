@@ -5,30 +5,27 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.store import properties
 from engine.store.hotpath.base import (
-    _CLAIM_SET,
-    _COLUMNS,
-    _INSERT_MESSAGE_COLUMNS,
-    _PICK_ANY,
-    _PICK_FIFO,
-    _SELECT_COLUMNS,
-    _TIMES,
+    CLAIM_SET,
+    COLUMNS,
+    INSERT_MESSAGE_COLUMNS,
+    PICK_ANY,
+    PICK_FIFO,
+    SELECT_COLUMNS,
+    TIMES,
     Accepted,
     Claimed,
     Completion,
+    Connector,
     HotPath,
     Intake,
     Outcome,
-    _isolate,
+    isolate,
 )
 from engine.store.rows import MessageRow
-
-if TYPE_CHECKING:
-    from sqlalchemy import Engine
-
 
 # The caller an idempotency key belongs to (docs/security.md): an API token's holder, whose
 # messages' source is "api:<name>", or '' — the production itself (the command line,
@@ -65,13 +62,13 @@ class SqliteHotPath(HotPath):
     which an idempotent item allows (docs/architecture.md makes durable only accepted messages and
     the starts of non-idempotent attempts; a process killed keeps every commit in the log)."""
 
-    _INSERT = (f"INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}) VALUES "
+    _INSERT = (f"INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}) VALUES "
                "(:id, coalesce(:session_id, :id), :source, :target, 'request', :body_class, "
                ":body, 'Queued', 0, :now, 0, 0, 0, :key, :trace, 0)")
     # intake of one message: its id drawn in the statement, so that it is one step (and
     # read back as the row id: no RETURNING row, so one call into the driver, not three)
     # (the key's caller, an API token's holder or '' for the production: see _CALLER)
-    _ACCEPT = (f"INSERT INTO message_header (id, {_INSERT_MESSAGE_COLUMNS}, idempotency_caller) "
+    _ACCEPT = (f"INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}, idempotency_caller) "
                "SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', "
                ":body_class, :body, 'Queued', 0, :now, 0, 0, 0, :key, :trace, :waited, "
                f"{_CALLER} "
@@ -79,9 +76,9 @@ class SqliteHotPath(HotPath):
     _FIND_KEY = ("SELECT id, session_id FROM message_header "
                  f"WHERE target = :target AND idempotency_caller = {_CALLER} "
                  "AND idempotency_key = :key")
-    _CLAIM = (f"UPDATE message_header AS h SET {_CLAIM_SET} "
+    _CLAIM = (f"UPDATE message_header AS h SET {CLAIM_SET} "
               f"WHERE h.id IN (SELECT value FROM json_each(:ids)) "
-              f"RETURNING {_SELECT_COLUMNS.replace('h.', '')}")
+              f"RETURNING {SELECT_COLUMNS.replace('h.', '')}")
     _BEGIN = ("INSERT INTO message_attempt (message_id, attempt, started_at) "
               "SELECT value, 1, :now FROM json_each(:ids) RETURNING id, message_id")
     _COMPLETE = ("UPDATE message_header SET status = 'Completed', is_error = 0, "
@@ -99,7 +96,7 @@ class SqliteHotPath(HotPath):
                  ":session_id, :source, :target, 'response', :body_class, :body, 'Completed', "
                  "0, :now, :now, :now, :request_id, 0, 0, 0)")
 
-    def __init__(self, engine: Engine, translate: Callable[[BaseException], bool], *,
+    def __init__(self, engine: Connector, translate: Callable[[BaseException], bool], *,
                  shared: bool = False) -> None:
         super().__init__(engine, translate, shared=shared)
         # This process's hot-path writers queue here rather than on SQLite's busy handler,
@@ -129,7 +126,7 @@ class SqliteHotPath(HotPath):
 
     def execute(self, sql: str, params: dict[str, Any]) -> list[Any]:
         with self._transaction() as cur:
-            return self._guard(lambda: cur.execute(sql, params).fetchall())
+            return list(self._guard(lambda: cur.execute(sql, params).fetchall()))
 
     def enqueue_many(self, target: str, bodies: Sequence[tuple[str | None, str]], *,
                      source: str | None, session_id: int | None, now: datetime,
@@ -209,10 +206,10 @@ class SqliteHotPath(HotPath):
                                 .fetchone())
         return None if found is None else self._outcome(found)
 
-    _PICK_ANY = _PICK_ANY
+    _PICK_ANY = PICK_ANY
     # The parked-message probe must range over (target, status, next_attempt_at), not scan
     # the whole queue in id order, which SQLite's planner would otherwise choose.
-    _PICK_FIFO = _PICK_FIFO.format(
+    _PICK_FIFO = PICK_FIFO.format(
         not_held="d.id NOT IN (SELECT value FROM json_each(:held))",
         due_index="INDEXED BY ix_message_header_due")
 
@@ -257,7 +254,7 @@ class SqliteHotPath(HotPath):
         """The claimed rows as the driver returns them, message id → attempt begun, and
         message id → deliveries counted before the claim (a suspect comes alone)."""
         pick = self._PICK_FIFO if params["fifo"] else self._PICK_ANY
-        picked = _isolate(cur.execute(pick, params).fetchall(), params["alone"])
+        picked = isolate(cur.execute(pick, params).fetchall(), params["alone"])
         if not picked:
             return [], {}, {}
         params["ids"] = _json_ids([p[0] for p in picked])
@@ -305,8 +302,8 @@ class SqliteHotPath(HotPath):
 
     @staticmethod
     def _row(values: Sequence[Any]) -> MessageRow:
-        data = dict(zip(_COLUMNS, values))
-        for name in _TIMES:
+        data = dict(zip(COLUMNS, values))
+        for name in TIMES:
             data[name] = _parse_sqlite_time(data[name])
         data["is_error"] = bool(data["is_error"])
         data["retry_needed"] = bool(data["retry_needed"])
