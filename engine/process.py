@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 from engine import client
 from engine.clock import Clock
 from engine.errors import CallTimedOut, Interrupted, ProcessError
-from engine.host import HOST_SETTINGS, BusinessOperation, EventSink
+from engine.eventsink import EventSink
+from engine.host import HOST_SETTINGS, BusinessOperation
 from engine.message import JsonMessage, Message
 from engine.retry.policy import FOREVER
 from engine.settings import Setting

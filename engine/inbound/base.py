@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from engine.host import BusinessHost, EventSink
+from engine.eventsink import EventSink
+from engine.host import BusinessHost
 from engine.settings import Setting
 
 if TYPE_CHECKING:

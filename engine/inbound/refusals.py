@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.host import EventSink
+from engine.eventsink import EventSink
 
 WINDOW = 60.0  # seconds: at most one event per client and service in this time
 MAX_CLIENTS = 10_000  # clients remembered at once (the table is emptied when full)
