@@ -50,9 +50,10 @@ from engine.clock import utcnow
 from engine.errors import ConfigurationError, MessageError
 from engine.eventsink import EventSink
 from engine.host import TargetRef
-from engine.inbound.base import COMMON_SETTINGS, InboundService, Refused
+from engine.inbound.base import COMMON_SETTINGS, InboundService
 from engine.inbound.body import read_body
 from engine.inbound.calls import Caller, InboundContext, call_record, scoped_key, submit
+from engine.inbound.refusals import Refused
 from engine.inbound.wsdl import (
     CONTENT_TYPES,
     SOAP11,
