@@ -59,6 +59,19 @@ class OperatorError(EncoreError):
     """An operator action does not fit the message's current status."""
 
 
+class NotFound(OperatorError):
+    """What an operator action names does not exist (an item, a message, a session): the
+    portal answers 404, where it answers any other refused action with 409 (a conflict)."""
+
+
+class ItemNotFound(NotFound):
+    """No item of that name in the production."""
+
+
+class MessageNotFound(NotFound):
+    """No message of that id."""
+
+
 class Delivery(str, enum.Enum):
     """How far a failed request got. Decides whether re-sending it is safe."""
 
@@ -127,6 +140,19 @@ class OutcomeUnknown(AdapterError):
 
     delivery = Delivery.UNKNOWN
     retryable = True
+
+
+# The error text of an attempt left open by a delivery cut short (its daemon stopped, died or
+# lost its database), ended as outcome unknown when the message is next delivered. No column
+# marks such an attempt: ``message_attempt.error_text`` holds this text, so the text is the
+# stored contract (a business process chains the run of its calls' keys through such
+# attempts, engine.process; attempts stored years ago carry it as well).
+CRASH_TEXT = ("outcome unknown: the delivery was cut short (the daemon stopped, or lost its "
+              "database) while this attempt was in flight")
+# Every text an attempt cut short has been stored with: CRASH_TEXT and what it said before it
+# named a lost database (attempts recorded then still read as cut short after an upgrade).
+CRASH_TEXTS = frozenset({
+    CRASH_TEXT, "outcome unknown: the daemon stopped while this attempt was in flight"})
 
 
 class ResponseTimeout(OutcomeUnknown):

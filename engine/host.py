@@ -12,11 +12,12 @@ import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from engine.delivery.breaker import DEFAULT_OPEN_SECONDS, check_open_seconds
-from engine.delivery.ratelimit import check_rate_limit
-from engine.delivery.window import check_window
+from engine.delivery.breaker import BREAKER_SETTINGS
+from engine.delivery.ratelimit import RATE_LIMIT_SETTINGS
+from engine.delivery.window import WINDOW_SETTINGS
+from engine.eventsink import EventSink
 from engine.message import JsonMessage, Message
 from engine.retry import RETRY_SETTINGS, RetrySettings
 from engine.settings import Setting, TypedSettings
@@ -26,15 +27,10 @@ if TYPE_CHECKING:  # adapters import the engine; the engine only names their bas
     from adapters.base import OutboundAdapter
 
 
-class EventSink(Protocol):
-    """Where hosts write events (the SQL event log, or a list in tests)."""
-
-    def write(self, type_: str, text: str, **context: Any) -> None: ...
-
-
 DEFAULT_MAX_DELIVERIES = 5  # interrupted deliveries that suspend a message (docs/architecture.md)
 
-# A business operation's settings besides its retry settings.
+# A business operation's settings besides its retry settings; the guards' (the working
+# window, the circuit breaker, the rate limit) are declared in their own modules.
 OPERATION_SETTINGS: tuple[Setting, ...] = (
     Setting(name="trace", kind=bool, default=False, help="write a Trace event per attempt"),
     Setting(name="retry_mode", kind=str, default="blocking", choices=("blocking", "requeue"),
@@ -49,18 +45,9 @@ OPERATION_SETTINGS: tuple[Setting, ...] = (
             help="Alert when this many messages are queued; 0 = never"),
     Setting(name="queue_wait_alert", kind=float, default=0.0, minimum=0,
             help="Alert when the oldest queued message has waited this many seconds; 0 = never"),
-    Setting(name="schedule", kind=dict, default={}, check=check_window,
-            help='cron start and stop times (UTC) of the item\'s working window, e.g. '
-                 '{ start = "0 8 * * 1-5", stop = "0 18 * * 1-5" }; {} = always'),
-    Setting(name="breaker_threshold", kind=int, default=0, minimum=0,
-            help="consecutive failed attempts (across all daemons) that open the item's "
-                 "circuit breaker; 0 = no breaker"),
-    Setting(name="breaker_open_seconds", kind=float, default=DEFAULT_OPEN_SECONDS,
-            check=check_open_seconds,
-            help="seconds an open breaker lets no attempt start before one probe attempt"),
-    Setting(name="rate_limit", kind=str, default=None, check=check_rate_limit,
-            help='at most N attempt starts per period over all daemons, burst ≤ N: "N/s", '
-                 '"N/min" or "N/h"; not set = no limit'),
+    *WINDOW_SETTINGS,
+    *BREAKER_SETTINGS,
+    *RATE_LIMIT_SETTINGS,
     Setting(name="max_deliveries", kind=int, default=DEFAULT_MAX_DELIVERIES, minimum=1,
             maximum=1000,
             help="deliveries of a message that never end (its daemon died, froze past its "

@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 from engine import client
 from engine.clock import Clock
-from engine.errors import CallTimedOut, Interrupted, ProcessError
-from engine.host import HOST_SETTINGS, BusinessOperation, EventSink
+from engine.errors import CRASH_TEXTS, CallTimedOut, Interrupted, ProcessError
+from engine.eventsink import EventSink
+from engine.host import HOST_SETTINGS, BusinessOperation
 from engine.message import JsonMessage, Message
 from engine.retry.policy import FOREVER
 from engine.settings import Setting
@@ -206,24 +207,16 @@ class BusinessProcess(BusinessOperation):
     def _run_of_attempt(self) -> int:
         """The first attempt of the chain of interrupted attempts that ends with the one in
         hand: its calls' keys are the ones to re-attach to."""
-        # engine.delivery.worker imports the adapters, which import this package: not at the top
-        from engine.delivery.worker import CRASH_TEXT  # the text of an attempt cut off by a stop
-
         run = self.retry_count
         if run <= 1 or self.context is None or self.message_id is None:
             return max(run, 1)
         for attempt in reversed(self.context.store.attempts(self.message_id)):
             if attempt.attempt >= self.retry_count:
                 continue
-            if attempt.error_text not in (CRASH_TEXT, _EARLIER_CRASH_TEXT):
+            if attempt.error_text not in CRASH_TEXTS:
                 break
             run = attempt.attempt
         return run
-
-
-# What CRASH_TEXT said before it named a lost database too: attempts recorded then still
-# chain their run after an upgrade.
-_EARLIER_CRASH_TEXT = "outcome unknown: the daemon stopped while this attempt was in flight"
 
 
 def _body(message: Message | Mapping[str, Any] | str) -> Message | dict[str, Any] | str:

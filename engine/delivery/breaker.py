@@ -34,21 +34,23 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from engine.attempt import AttemptObserver, AttemptReport
 from engine.clock import Clock
 from engine.errors import AttemptHeld
+from engine.settings import Setting
 from engine.store.breaker_row import CLOSED, HALF_OPEN, OPEN, BreakerRow
 
 if TYPE_CHECKING:
-    from engine.host import EventSink, OperationSettings
+    from engine.eventsink import EventSink
     from engine.runtime.metrics import Metrics
     from engine.store.rows import MessageRow
     from engine.store.sql import SqlStore
 
-__all__ = ["BREAKER_REFRESH", "CLOSED", "HALF_OPEN", "OPEN", "BreakerSettings",
-           "CircuitBreaker", "Transition", "check_open_seconds"]
+__all__ = ["BREAKER_REFRESH", "BREAKER_SETTINGS", "CLOSED", "HALF_OPEN", "OPEN",
+           "BreakerFields", "BreakerSettings", "CircuitBreaker", "Transition",
+           "check_open_seconds"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,28 @@ def check_open_seconds(value: float) -> float:
     return float(value)
 
 
+# The breaker's settings, among a business operation's (engine.host collects them).
+BREAKER_SETTINGS: tuple[Setting, ...] = (
+    Setting(name="breaker_threshold", kind=int, default=0, minimum=0,
+            help="consecutive failed attempts (across all daemons) that open the item's "
+                 "circuit breaker; 0 = no breaker"),
+    Setting(name="breaker_open_seconds", kind=float, default=DEFAULT_OPEN_SECONDS,
+            check=check_open_seconds,
+            help="seconds an open breaker lets no attempt start before one probe attempt"),
+)
+
+
+class BreakerFields(Protocol):
+    """What the breaker reads of an item's settings (:class:`engine.host.OperationSettings`
+    has these fields, typed from :data:`BREAKER_SETTINGS`)."""
+
+    @property
+    def breaker_threshold(self) -> int: ...
+
+    @property
+    def breaker_open_seconds(self) -> float: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class BreakerSettings:
     """An item's breaker: ``threshold`` failed attempts open it for ``open_seconds``; its
@@ -78,7 +102,7 @@ class BreakerSettings:
     probe_seconds: float
 
     @classmethod
-    def from_settings(cls, settings: OperationSettings, *,
+    def from_settings(cls, settings: BreakerFields, *,
                       response_timeout: float = 0.0) -> BreakerSettings | None:
         """The item's breaker; None when ``breaker_threshold`` is 0 (no breaker).
         ``response_timeout``: the seconds an attempt of the item may take (its adapter's;

@@ -20,7 +20,8 @@ from engine.delivery.ratelimit import RateLimit, RateLimiter
 
 if TYPE_CHECKING:
     from engine.config.production import ItemConfig
-    from engine.host import EventSink, OperationSettings
+    from engine.eventsink import EventSink
+    from engine.host import OperationSettings
     from engine.runtime.metrics import Metrics
     from engine.store.sql import SqlStore
 

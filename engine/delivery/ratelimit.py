@@ -21,25 +21,34 @@ import logging
 import re
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from engine.attempt import AttemptObserver
 from engine.clock import Clock
 from engine.errors import AttemptHeld, ClaimLost
+from engine.settings import Setting
 
 if TYPE_CHECKING:
-    from engine.host import OperationSettings
     from engine.runtime.metrics import Metrics
     from engine.store.rows import MessageRow
     from engine.store.sql import SqlStore
 
-__all__ = ["PERIODS", "RateLimit", "RateLimiter", "check_rate_limit"]
+__all__ = ["PERIODS", "RATE_LIMIT_SETTINGS", "RateLimit", "RateLimitField", "RateLimiter",
+           "check_rate_limit"]
 
 log = logging.getLogger(__name__)
 
 PERIODS: dict[str, float] = {"s": 1.0, "min": 60.0, "h": 3600.0}  # unit → seconds
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(s|min|h)\s*$")
 EXAMPLE = '"5/s", "300/min" or "1000/h"'
+
+
+class RateLimitField(Protocol):
+    """What the rate limit reads of an item's settings (:class:`engine.host.OperationSettings`
+    has it, typed from :data:`RATE_LIMIT_SETTINGS`)."""
+
+    @property
+    def rate_limit(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -69,7 +78,7 @@ class RateLimit:
         return cls(count=count, period=PERIODS[unit], text=f"{count}/{unit}")
 
     @classmethod
-    def from_settings(cls, settings: OperationSettings) -> RateLimit | None:
+    def from_settings(cls, settings: RateLimitField) -> RateLimit | None:
         """The item's limit; None when ``rate_limit`` is not set (no limit)."""
         text = settings.rate_limit
         return None if not text else cls.parse(text)
@@ -78,6 +87,14 @@ class RateLimit:
 def check_rate_limit(value: str) -> str:
     """Validate a ``rate_limit`` setting; returns it normalised (``"5 / s"`` → ``"5/s"``)."""
     return RateLimit.parse(value).text
+
+
+# The rate limit's setting, among a business operation's (engine.host collects it).
+RATE_LIMIT_SETTINGS: tuple[Setting, ...] = (
+    Setting(name="rate_limit", kind=str, default=None, check=check_rate_limit,
+            help='at most N attempt starts per period over all daemons, burst ≤ N: "N/s", '
+                 '"N/min" or "N/h"; not set = no limit'),
+)
 
 
 class RateLimiter(AttemptObserver):

@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # the triggers come from engine.service, with APScheduler, wh
     from apscheduler.triggers.base import BaseTrigger
 
 from engine.config.cron import parse_schedule
+from engine.settings import Setting
 
 LOOKBACK = timedelta(days=8)  # how far back the last start/stop is searched (a weekly cron fits)
 EXAMPLE = '{ start = "0 8 * * 1-5", stop = "0 18 * * 1-5" }'
@@ -33,6 +34,14 @@ def check_window(value: dict[str, Any]) -> dict[str, str]:
             raise ValueError(f"{key} {value[key]!r} is not a cron expression: {exc}; "
                              f"e.g. schedule = {EXAMPLE}") from exc
     return {"start": " ".join(value["start"].split()), "stop": " ".join(value["stop"].split())}
+
+
+# The window's setting, among a business operation's (engine.host collects it).
+WINDOW_SETTINGS: tuple[Setting, ...] = (
+    Setting(name="schedule", kind=dict, default={}, check=check_window,
+            help='cron start and stop times (UTC) of the item\'s working window, e.g. '
+                 '{ start = "0 8 * * 1-5", stop = "0 18 * * 1-5" }; {} = always'),
+)
 
 
 @dataclass

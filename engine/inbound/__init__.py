@@ -7,8 +7,9 @@ table) and put each request they accept into the production as a message to thei
 """
 from __future__ import annotations
 
-from engine.inbound.base import InboundService, Refused
+from engine.inbound.base import InboundService
 from engine.inbound.http import HttpService
+from engine.inbound.refusals import Refused
 from engine.inbound.soap import SoapService
 
 __all__ = ["HttpService", "InboundService", "Refused", "SoapService"]

@@ -26,7 +26,7 @@ import secrets
 import threading
 import time
 
-from engine.inbound.base import Refused
+from engine.inbound.refusals import Refused
 from engine.portal.auth import (
     TOKEN_CACHE_SECONDS,
     TOKEN_CACHE_SIZE,

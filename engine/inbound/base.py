@@ -4,8 +4,9 @@ An inbound service is an item of the production that takes no messages itself: i
 on the daemon's inbound server (:mod:`engine.inbound.server`), turns each request it
 accepts into a message for its target, and answers the caller — at once (async) or with
 the target's response (sync, waited on by the commit that ends the message, never by
-polling). A request it refuses creates nothing and answers why; the event log records a
-refusal at most once per client and minute (:mod:`engine.inbound.refusals`).
+polling). A request it refuses creates nothing and answers why (a
+:class:`~engine.inbound.refusals.Refused`); the event log records a refusal at most once
+per client and minute (:mod:`engine.inbound.refusals`).
 
 Subclasses declare their settings and build their Starlette routes
 (:meth:`InboundService.routes`); the shared path from a request to a message and back is
@@ -16,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from engine.host import BusinessHost, EventSink
+from engine.eventsink import EventSink
+from engine.host import BusinessHost
 from engine.settings import Setting
 
 if TYPE_CHECKING:
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from engine.inbound.calls import InboundContext
 
 __all__ = ["AUTH_MODES", "COMMON_SETTINGS", "DEFAULT_MAX_BODY_BYTES",
-           "DEFAULT_RESPONSE_TIMEOUT", "InboundService", "Refused"]
+           "DEFAULT_RESPONSE_TIMEOUT", "InboundService"]
 
 AUTH_MODES = ("none", "basic", "token")
 DEFAULT_RESPONSE_TIMEOUT = 30.0  # seconds a sync caller waits for the target's response
@@ -46,19 +48,6 @@ COMMON_SETTINGS: tuple[Setting, ...] = (
             maximum=MAX_MAX_BODY_BYTES, help="bytes of one request body; larger ones are "
                                              "refused before they are read"),
 )
-
-
-class Refused(Exception):
-    """A request refused before anything was created: ``status`` is the HTTP status,
-    the text says what is wrong (it is shown to the caller); ``headers`` go with the
-    answer (``WWW-Authenticate``, ``Retry-After``)."""
-
-    def __init__(self, status: int, text: str, *,
-                 headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(text)
-        self.status = status
-        self.text = text
-        self.headers = dict(headers or {})
 
 
 class InboundService(BusinessHost):

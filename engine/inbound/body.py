@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from engine.inbound.base import Refused
+from engine.inbound.refusals import Refused
 
 
 async def read_body(request: Request, limit: int) -> bytes:

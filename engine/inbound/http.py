@@ -50,10 +50,12 @@ from starlette.routing import BaseRoute, Route, compile_path
 from engine.client import IdempotencyConflict, decode_body
 from engine.clock import utcnow
 from engine.errors import ConfigurationError, MessageError
-from engine.host import EventSink, TargetRef
-from engine.inbound.base import COMMON_SETTINGS, InboundService, Refused
+from engine.eventsink import EventSink
+from engine.host import TargetRef
+from engine.inbound.base import COMMON_SETTINGS, InboundService
 from engine.inbound.body import read_body
 from engine.inbound.calls import Caller, Ended, InboundContext, call_record, scoped_key, submit
+from engine.inbound.refusals import Refused
 from engine.settings import Setting
 
 __all__ = ["HTTP_SERVICE_SETTINGS", "HttpService"]

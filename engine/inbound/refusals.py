@@ -1,5 +1,5 @@
-"""Refused requests in the event log, at most once per client and minute (docs/security.md and
-docs/inbound.md).
+"""Refused requests: :class:`Refused`, what a service raises to refuse one, and the event log's
+record of them, at most once per client and minute (docs/security.md and docs/inbound.md).
 
 An inbound port faces other systems: a misbehaving client may send thousands of bad
 requests a minute. Each refusal is counted; the first of a client (its address, per
@@ -11,13 +11,26 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from engine.host import EventSink
+from engine.eventsink import EventSink
 
 WINDOW = 60.0  # seconds: at most one event per client and service in this time
 MAX_CLIENTS = 10_000  # clients remembered at once (the table is emptied when full)
+
+
+class Refused(Exception):
+    """A request refused before anything was created: ``status`` is the HTTP status,
+    the text says what is wrong (it is shown to the caller); ``headers`` go with the
+    answer (``WWW-Authenticate``, ``Retry-After``)."""
+
+    def __init__(self, status: int, text: str, *,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+        self.headers = dict(headers or {})
 
 
 @dataclass

@@ -48,10 +48,12 @@ from adapters.soap_transport import local_path, origin_of
 from engine.client import IdempotencyConflict
 from engine.clock import utcnow
 from engine.errors import ConfigurationError, MessageError
-from engine.host import EventSink, TargetRef
-from engine.inbound.base import COMMON_SETTINGS, InboundService, Refused
+from engine.eventsink import EventSink
+from engine.host import TargetRef
+from engine.inbound.base import COMMON_SETTINGS, InboundService
 from engine.inbound.body import read_body
 from engine.inbound.calls import Caller, InboundContext, call_record, scoped_key, submit
+from engine.inbound.refusals import Refused
 from engine.inbound.wsdl import (
     CONTENT_TYPES,
     SOAP11,

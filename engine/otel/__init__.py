@@ -12,25 +12,27 @@ else says. Then:
   context and linked to it (:mod:`engine.otel.spans`);
 - every attempt is a CLIENT span following the HTTP client conventions, whose context goes
   out as the W3C ``traceparent`` header of the attempt's requests
-  (:mod:`engine.otel.attempts`).
+  (:class:`engine.otel.spans.ItemTracing`, an attempt observer).
 
 This module only decides and hands out; it never imports ``opentelemetry``, so with tracing
-off, or the extra absent, Encore runs exactly as without it.
+off, or the extra absent, Encore runs exactly as without it. It reads one thing of a
+production: whether tracing is on (:class:`TracingSwitch`).
 """
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
+
+from engine.otel.base import NO_DELIVERY, NO_PRODUCER, Delivery, Producer
 
 if TYPE_CHECKING:
-    from engine.config.production import ProductionConfig
     from engine.otel.spans import Tracing
 
 __all__ = ["ENABLING_VARIABLES", "NO_DELIVERY", "NO_PRODUCER", "Delivery", "Producer",
-           "producer_span", "tracing_for", "tracing_wanted"]
+           "TracingSwitch", "producer_span", "tracing_for", "tracing_wanted"]
 
 log = logging.getLogger(__name__)
 
@@ -53,31 +55,20 @@ def tracing_wanted(setting: bool, env: Mapping[str, str]) -> bool:
     return False
 
 
-class Producer:
-    """One send as tracing sees it. This base is what a send gets with tracing off: no
-    context to store, nothing to record."""
+class TracingSwitch(Protocol):
+    """What tracing reads of a production: ``otel``, whether it is on (the file's setting
+    or the ``OTEL_*`` variables, :func:`tracing_wanted`) — a
+    :class:`~engine.config.production.ProductionConfig` or ``ProductionOutline``."""
 
-    context: str | None = None  # the W3C trace context to store with the message(s)
+    @property
+    def otel(self) -> bool: ...
 
-    def sent(self, message_ids: Sequence[int]) -> None:
-        """The messages were committed with these ids."""
-
-
-class Delivery:
-    """One delivery as tracing sees it; this base (tracing off) records nothing."""
-
-    def ended(self, result: str) -> None:
-        """The delivery left the message so (``Completed``, ``Error``, ``Parked``, ...)."""
-
-
-NO_PRODUCER = Producer()
-NO_DELIVERY = Delivery()
 
 _lock = threading.Lock()
 _decided: list[Tracing | None] = []  # the process's tracing, once decided
 
 
-def tracing_for(production: ProductionConfig) -> Tracing | None:
+def tracing_for(production: TracingSwitch) -> Tracing | None:
     """The process's :class:`~engine.otel.spans.Tracing` when ``production.otel`` is on and
     the extra is installed; None otherwise (and then nothing imports ``opentelemetry``).
 
@@ -106,7 +97,7 @@ def _start() -> Tracing | None:
 
 
 @contextmanager
-def producer_span(production: ProductionConfig, target: str,
+def producer_span(production: TracingSwitch, target: str,
                   batch: int | None = None) -> Iterator[Producer]:
     """The PRODUCER span of a send to ``target`` (``batch``: the number of messages of a
     batch send), or :data:`NO_PRODUCER` with tracing off. Store ``.context`` with the

@@ -15,6 +15,7 @@ from engine.clock import utcnow
 from engine.config.production import ProductionConfig
 from engine.errors import OperatorError
 from engine.portal.auth import Principal
+from engine.portal.status import production_view_of_item
 from engine.store import operator, running, viewer
 from engine.store.notify import Announcement, Kind
 from engine.store.sql import SqlStore
@@ -95,15 +96,9 @@ def audit(store: SqlStore, who: Principal, action: str, text: str, *, item: str 
                        source_class="Portal", source_method=action)
 
 
-_audit = audit
-
-
 def _ids(ids: list[int], shown: int = 20) -> str:
     text = ", ".join(str(i) for i in ids[:shown])
     return text + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
-
-
-_audit = audit  # the name this had before it was public (callers elsewhere may still use it)
 
 
 # -- the console (docs/portal.md) ---------------------------------------------------------
@@ -112,8 +107,6 @@ def restart_item(store: SqlStore, production: ProductionConfig, who: Principal,
     """Ask every daemon running item ``name`` to restart it (``on_tear_down``, a new
     adapter, ``on_init``); return those daemons. OperatorError when no daemon runs it."""
     who.require("operator")
-    from engine.portal.status import production_view_of_item
-
     view = production_view_of_item(store, production, name)
     daemons = [d["daemon"] for d in view["running"]["daemons"]]
     if view["kind"] == "service":

@@ -22,7 +22,6 @@ from engine.clock import utcnow
 from engine.config.production import PortalConfig
 from engine.errors import OperatorError
 from engine.portal.actions import audit
-from engine.portal.app import Portal, portal_of
 from engine.portal.auth import (
     Principal,
     check_csrf,
@@ -31,6 +30,7 @@ from engine.portal.auth import (
     new_token,
     token_digest,
 )
+from engine.portal.context import Portal, portal_of
 from engine.portal.forms import confirm, confirmed, current_user, field
 from engine.store import accounts, operator
 from engine.store.models import TOKEN_ROLES, USER_ROLES

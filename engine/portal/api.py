@@ -18,10 +18,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from engine.errors import OperatorError
+from engine.errors import MessageNotFound
 from engine.portal import actions, export, filters
-from engine.portal.app import portal_of
 from engine.portal.auth import NotAuthenticated, Principal
+from engine.portal.context import portal_of
 from engine.portal.status import production_view
 from engine.store import viewer
 from engine.store.rows import AttemptRow
@@ -98,7 +98,7 @@ def message(request: Request) -> Response:
     message_id = request.path_params["message_id"]
     row = viewer.message(store, message_id)
     if row is None:
-        raise OperatorError(f"message {message_id} does not exist")
+        raise MessageNotFound(f"message {message_id} does not exist")
     related = viewer.message(store, row["corresponding_id"]) if row["corresponding_id"] else None
     return reply({"message": _with_body(row),
                   "response" if row["kind"] == "request" else "request":

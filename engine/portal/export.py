@@ -23,7 +23,7 @@ from starlette.routing import BaseRoute, Route
 
 from engine.clock import utcnow
 from engine.portal import filters
-from engine.portal.app import portal_of
+from engine.portal.context import portal_of
 from engine.portal.forms import current_user
 from engine.store import viewer
 from engine.store.sql import SqlStore

@@ -37,7 +37,7 @@ from starlette.routing import BaseRoute, Route
 from engine.client import TERMINAL, accept_message, decode_body
 from engine.errors import MessageError
 from engine.portal.api import api_user, cached_api_user, reply
-from engine.portal.app import portal_of
+from engine.portal.context import portal_of
 from engine.process import KEY_PREFIX as PROCESS_KEY_PREFIX
 from engine.store.completions import SAFETY_POLL
 from engine.store.sql import Accepted, Outcome, SqlStore

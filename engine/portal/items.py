@@ -31,8 +31,8 @@ from engine.config.production import ItemConfig
 from engine.errors import MessageError
 from engine.portal import actions
 from engine.portal.api import api_user, reply
-from engine.portal.app import Portal, portal_of
 from engine.portal.auth import Principal
+from engine.portal.context import Portal, portal_of
 from engine.portal.forms import acting_user, confirm, confirmed, current_user, field
 from engine.portal.intake import accept_and_wait
 from engine.portal.status import production_view_of_item

@@ -15,9 +15,8 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from engine.errors import OperatorError
+from engine.errors import MessageNotFound, OperatorError
 from engine.portal import actions, filters
-from engine.portal.app import portal_of
 from engine.portal.auth import (
     LOGIN_COOKIE,
     SESSION_COOKIE,
@@ -27,10 +26,12 @@ from engine.portal.auth import (
     NotAuthenticated,
     check_csrf,
 )
+from engine.portal.context import portal_of
 from engine.portal.diagram import layout
 from engine.portal.forms import acting_user, confirm, confirmed, current_user, field
 from engine.portal.status import production_view
 from engine.portal.trace_view import session_trace
+from engine.portal.viewer_page import messages_context
 from engine.store import operator, viewer
 from engine.store.models import EVENT_TYPES
 
@@ -134,8 +135,6 @@ def production(request: Request) -> Response:
 
 
 def messages(request: Request) -> Response:
-    from engine.portal.viewer_page import messages_context
-
     user = current_user(request)
     portal = portal_of(request)
     return portal.render(request, "messages.html",
@@ -148,7 +147,7 @@ def message(request: Request) -> Response:
     message_id = request.path_params["message_id"]
     row = viewer.message(portal.store, message_id)
     if row is None:
-        raise OperatorError(f"message {message_id} does not exist")
+        raise MessageNotFound(f"message {message_id} does not exist")
     related_id = row["corresponding_id"]
     related = viewer.message(portal.store, related_id) if related_id else None
     return portal.render(request, "message.html", {

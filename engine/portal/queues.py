@@ -20,9 +20,9 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from engine.clock import as_utc
-from engine.errors import OperatorError
+from engine.errors import ItemNotFound
 from engine.portal import actions
-from engine.portal.app import portal_of
+from engine.portal.context import portal_of
 from engine.portal.forms import acting_user, confirm, confirmed, current_user
 from engine.portal.status import production_view
 from engine.store.models import message_header
@@ -72,7 +72,7 @@ def queue_page(request: Request) -> Response:
     portal = portal_of(request)
     name = request.path_params["name"]
     if name not in portal.items:
-        raise OperatorError(f"no item named {name!r} in the production")
+        raise ItemNotFound(f"no item named {name!r} in the production")
     after_text = request.query_params.get("after", "")
     if after_text and not after_text.isdigit():
         raise HTTPException(400, f"after: {after_text!r} is not a message id")

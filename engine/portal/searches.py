@@ -16,8 +16,8 @@ from starlette.routing import BaseRoute, Route
 
 from engine.clock import utcnow
 from engine.portal import filters
-from engine.portal.app import portal_of
 from engine.portal.auth import check_csrf
+from engine.portal.context import portal_of
 from engine.portal.forms import current_user, field
 from engine.store import searches
 

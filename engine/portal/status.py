@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from engine.config.production import ItemConfig, ProductionConfig
-from engine.errors import OperatorError
+from engine.errors import ItemNotFound
 from engine.host import BusinessOperation
 from engine.process import BusinessProcess
 from engine.runtime.cluster import LEADER, is_fifo, item_lease_name
@@ -22,7 +22,7 @@ from engine.store import running, viewer
 from engine.store.sql import SqlStore
 
 if TYPE_CHECKING:
-    from engine.portal.app import Portal
+    from engine.portal.context import Portal
 
 GREEN, YELLOW, RED, GREY = "green", "yellow", "red", "grey"
 FAILED_OUTCOMES = ("timeout", "connect_error", "reset", "http_status", "fault", "error")
@@ -56,10 +56,10 @@ def production_view(portal: Portal) -> dict[str, Any]:
 
 def production_view_of_item(store: SqlStore, production: ProductionConfig,
                             name: str) -> dict[str, Any]:
-    """The row of item ``name`` in :func:`view_of`; OperatorError if there is none."""
+    """The row of item ``name`` in :func:`view_of`; ItemNotFound if there is none."""
     if name not in {i.name for i in production.items}:
-        raise OperatorError(f"no item named {name!r} in the production (items: "
-                            f"{', '.join(sorted(i.name for i in production.items)) or 'none'})")
+        raise ItemNotFound(f"no item named {name!r} in the production (items: "
+                           f"{', '.join(sorted(i.name for i in production.items)) or 'none'})")
     view = view_of(store, production, only=name)
     return next(i for i in view["items"] if i["name"] == name)
 

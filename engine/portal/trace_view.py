@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.errors import OperatorError
+from engine.errors import NotFound
 from engine.portal.trace_svg import render_trace
 from engine.store import viewer
 from engine.store.inbound import calls_of
@@ -16,15 +16,15 @@ TRACE_PAGE = 100  # messages drawn on one page of the Visual Trace
 
 def session_trace(store: SqlStore, session_id: int, page: int = 1) -> dict[str, Any]:
     """``{"session_id", "messages", "attempts", "events", "svg", "page", "pages",
-    "total"}`` for page ``page`` (from 1) of the session; OperatorError if the session
-    has no message, or no such page."""
+    "total"}`` for page ``page`` (from 1) of the session; NotFound if the session has
+    no message, or no such page."""
     total = viewer.count_session(store, session_id)
     if not total:
-        raise OperatorError(f"session {session_id} does not exist")
+        raise NotFound(f"session {session_id} does not exist")
     pages = (total + TRACE_PAGE - 1) // TRACE_PAGE
     if not 1 <= page <= pages:
-        raise OperatorError(f"session {session_id} has {pages} page(s); page {page} does "
-                            "not exist")
+        raise NotFound(f"session {session_id} has {pages} page(s); page {page} does "
+                       "not exist")
     messages = viewer.session_messages(store, session_id, offset=(page - 1) * TRACE_PAGE,
                                        limit=TRACE_PAGE)
     ids = [m["id"] for m in messages]

@@ -27,7 +27,7 @@ from engine.store import running
 from engine.store.notify import Announcement, Kind
 
 if TYPE_CHECKING:
-    from engine.portal.app import Portal
+    from engine.portal.context import Portal
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from engine.inbound.auth import CallerAuth
-from engine.inbound.base import Refused
+from engine.inbound.refusals import Refused
 from engine.store.sql import SqlStore
 
 
