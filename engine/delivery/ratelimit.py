@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 
 from engine.attempt import AttemptObserver
 from engine.clock import Clock
-from engine.errors import AttemptHeld, ClaimLost
+from engine.delivery.claims import confirm_claim
+from engine.errors import AttemptHeld
 
 if TYPE_CHECKING:
     from engine.host import OperationSettings
@@ -122,11 +123,6 @@ class RateLimiter(AttemptObserver):
 
     def _confirm_claim(self, row: MessageRow) -> None:
         """After a wait: the claim on ``row`` is still this daemon's, or ClaimLost."""
-        if self.owner is None:
-            return
-        if not self.store.renew_leases(self.owner, now=self.clock.now(),
-                                       lease_seconds=self.lease_seconds,
-                                       claims=[(row.id, row.claim_token)]):
-            raise ClaimLost(f"message {row.id}: its claim (token {row.claim_token}) expired "
-                            "while it waited for a rate-limit slot, and another daemon has "
-                            "taken it over")
+        if self.owner is not None:
+            confirm_claim(self.store, row, owner=self.owner, lease_seconds=self.lease_seconds,
+                          clock=self.clock, why="while it waited for a rate-limit slot")
