@@ -93,7 +93,7 @@ class ItemRunner:
         self.context = context
         self.store = context.store
         self.clock = context.clock
-        # the store's log takes an event's context by keyword, as every sink does
+        # the store's SqlEventLog names the keywords an EventSink takes as **context
         self.events = cast("EventSink", context.events or context.store.events)
         self.lease = context.lease
         self.guards = context.guards

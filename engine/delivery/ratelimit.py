@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 from engine.attempt import AttemptObserver
 from engine.clock import Clock
-from engine.delivery.claims import confirm_claim
 from engine.errors import AttemptHeld
 
 if TYPE_CHECKING:
@@ -123,6 +122,10 @@ class RateLimiter(AttemptObserver):
 
     def _confirm_claim(self, row: MessageRow) -> None:
         """After a wait: the claim on ``row`` is still this daemon's, or ClaimLost."""
+        # imported here: the claim book needs the store, which validating a rate_limit
+        # setting (encore send) must not import
+        from engine.delivery.claims import confirm_claim
+
         if self.owner is not None:
             confirm_claim(self.store, row, owner=self.owner, lease_seconds=self.lease_seconds,
                           clock=self.clock, why="while it waited for a rate-limit slot")
