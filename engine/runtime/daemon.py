@@ -32,10 +32,10 @@ thread, one at a time.
 
 The :class:`Daemon` is the lifecycle — start, the loop, stop, the heartbeat, the signals —
 and composes what does one thing each: the :class:`~engine.runtime.reload.Reloader` (reloads
-and restarts), the :class:`~engine.runtime.queue_alerts.QueueAlerts` and the
+and restarts), the :class:`~engine.runtime.queue_alerts.QueueAlerts`, the
 :class:`~engine.runtime.announcements.AnnouncementRouter` (which announcement goes to which
-item runner). Each item runner owns its guards (:attr:`ItemRunner.guards
-<engine.delivery.item.ItemRunner.guards>`).
+item runner) and the :class:`~engine.runtime.console.ConsoleReport`. Each item runner owns
+its guards (:attr:`ItemRunner.guards <engine.delivery.item.ItemRunner.guards>`).
 """
 from __future__ import annotations
 
@@ -70,13 +70,14 @@ from engine.runtime.cluster import (
     pid_namespace,
     reap_dead_local_daemons,
 )
+from engine.runtime.console import ConsoleReport
 from engine.runtime.logs import limit_repeats
 from engine.runtime.metrics import Metrics, MetricsServer
 from engine.runtime.queue_alerts import QueueAlerts
 from engine.runtime.reload import Reloader
 from engine.runtime.scheduler import ProductionScheduler
 from engine.runtime.steps import TICK_RETRY_DELAY, guarded, operation_items
-from engine.store import queries, rollup, running
+from engine.store import queries
 from engine.store.operator import purge
 from engine.store.sql import SqlStore
 
@@ -89,7 +90,6 @@ PURGE_INTERVAL = 3600.0  # seconds between purges for retention_days
 SIGNAL_POLL = 1.0  # seconds the loop waits at most between ticks (signals wake it sooner)
 GIL_SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while others wait
 FORGET_AFTER_LEASES = 10  # a daemon silent for this many lease_seconds is taken off the list
-ROLLUP_PRUNE_INTERVAL = 3600.0  # seconds between the leader's deletions of old rollup rows
 
 
 class Daemon:
@@ -124,22 +124,21 @@ class Daemon:
         self.inbound: Any = None  # engine.inbound.server.InboundServer, with [inbound]
         self.tracing = tracing_for(production)  # None: tracing off (read at start only)
         self.adapters = dict(adapters or {})
+        self.rng = rng
         self.inline = False  # start(inline=True): no threads, tick() does everything
         self._loop_thread: threading.Thread | None = None
         self._next_beat = 0.0  # monotonic seconds of the next heartbeat
         self._beat_lock = threading.Lock()
-        self.rng = rng
+        # what does one thing each (the module docstring)
         self.reloader = Reloader(self)
         self.queue_alerts = QueueAlerts(self.store, self.clock, self.events, self._operations)
         self.announcements = AnnouncementRouter(self.store, self.runners,
                                                 reload=self.reloader.request,
                                                 restart=self.reloader.request_restart)
-        # the console (docs/portal.md): per-minute counters, what runs as reported
-        self.rollup = rollup.RollupCounter(self.clock)
-        self.metrics.rollup = self.rollup
-        self._next_flush = 0.0  # monotonic seconds of the next rollup flush
-        self._next_prune = 0.0
-        self._reported: str | None = None  # the item states last written
+        self.console = ConsoleReport(self.store, self.clock, self.id, runners=self.runners,
+                                     reloader=self.reloader, items=self._operations,
+                                     leader=self.is_leader)
+        self.metrics.rollup = self.console.rollup
 
     @property
     def heartbeat_interval(self) -> float:
@@ -178,7 +177,7 @@ class Daemon:
         self.announcements.listen(others=not self.inline)
         for runner in runners.values():
             self.launch(runner)
-        self.report_states()
+        self.console.report_states()
         self._start_scheduler()
         self._next_beat = self.clock.monotonic() + self.heartbeat_interval
         if background and not inline:
@@ -453,55 +452,20 @@ class Daemon:
         guarded(lambda: self.scheduler.run_due(self.clock.now()), "the scheduler")
         return self.scheduler.seconds_until_next(self.clock.now())
 
-    # -- the console (docs/portal.md) ------------------------------------------------------
+    # -- the console (docs/portal.md, engine.runtime.console) ------------------------------
     def _console(self, now: float) -> float | None:
-        """Restarts asked for, the item states when they changed, and the rollup flush when
-        due; the seconds until the next flush (None inline: no wake-up of its own)."""
+        """Restarts asked for, then the console's report (:meth:`ConsoleReport.tick
+        <engine.runtime.console.ConsoleReport.tick>`)."""
         self.reloader.restart_if_asked()
-        self.report_states()
-        if now >= self._next_flush:
-            self.flush_rollup(now)
-        return None if self.inline else max(self._next_flush - now, 0.0)
+        return self.console.tick(now, inline=self.inline)
 
     def flush_rollup(self, now: float | None = None) -> None:
         """Write the per-minute counters that changed; the leader also deletes old rows."""
-        now = self.clock.monotonic() if now is None else now
-        self._next_flush = now + rollup.FLUSH_INTERVAL
-        prune = None
-        if now >= self._next_prune and self.is_leader():
-            self._next_prune = now + ROLLUP_PRUNE_INTERVAL
-            prune = self.clock.now() - timedelta(days=rollup.KEEP_DAYS)
-        rollup.flush(self.store, self.rollup, self.id, prune_before=prune)
+        self.console.flush_rollup(now)
 
     def item_states(self) -> dict[str, dict[str, Any]]:
         """What this daemon runs of each item, as ``daemon.item_states`` records it."""
-        states: dict[str, dict[str, Any]] = {}
-        for name, runner in list(self.runners.items()):
-            one: dict[str, Any] = {"state": running.READY if runner.ready else
-                                   running.NOT_READY}
-            if (last := self.rollup.last_outcome.get(name)) is not None:
-                one["last_outcome"] = last
-            pool = getattr(runner.adapter, "_servers", None)
-            if pool is not None:
-                one["servers"] = [{"url": url, "bad": pool.is_bad(url)}
-                                  for url in pool.servers]
-            states[name] = one
-        for name, reason in self.reloader.failed.items():
-            states.setdefault(name, {"state": running.FAILED})["detail"] = reason
-        for name, reason in self.reloader.refused.items():
-            states.setdefault(name, {"state": running.REFUSED})["refused"] = reason
-        return states
-
-    def report_states(self) -> None:
-        """Rewrite ``daemon.items`` and ``daemon.item_states`` if they changed."""
-        states = self.item_states()
-        names = [i.name for i in self._operations() if i.name in self.runners]
-        file_hash = self.reloader.file_hash
-        text = repr((names, sorted(states.items(), key=lambda kv: kv[0]), file_hash))
-        if text == self._reported:
-            return
-        running.write_states(self.store, self.id, names, states, file_hash=file_hash)
-        self._reported = text
+        return self.console.item_states()
 
     def _loop(self) -> None:
         """Tick until a stop is requested, waiting between ticks on :attr:`wake`."""

@@ -144,7 +144,7 @@ class Reloader:
         except EncoreError as write_error:
             log.error("%s (not in the event log: %s)", text, write_error)
         self.refused = {getattr(exc, "item", None) or "(production file)": reason}
-        guarded(self.daemon.report_states, "the item states")
+        guarded(self.daemon.console.report_states, "the item states")
 
     def _switch_to(self, new: ProductionConfig, built: dict[str, ItemRunner]) -> None:
         """Stop the runners of changed and removed items, then start ``built``."""
@@ -159,7 +159,7 @@ class Reloader:
             daemon.launch(runner)
         self.refused = {}
         self.failed = {n: r for n, r in self.failed.items() if n not in built}
-        guarded(daemon.report_states, "the item states")
+        guarded(daemon.console.report_states, "the item states")
         guarded(lambda: running.announce(
             daemon.store, [Announcement.control(Kind.RELOADED, daemon.id)]), "the announcement")
         log.info("production reloaded from %s: %d item(s) running", new.path,
@@ -204,4 +204,4 @@ class Reloader:
             self.failed.pop(name, None)
             daemon.launch(runner)
             log.info("item %s restarted", name)
-        daemon.report_states()
+        daemon.console.report_states()
