@@ -19,8 +19,9 @@ One thread per item talks to the queue, so idle workers never poll the database
 - it knows the next due time of the item's parked messages and sleeps until then, the
   poll interval, or a wake-up (new work announced, a worker free, an operator's switch).
 
-It keeps the set of claims the item really holds, which the heartbeat renews, and takes back
-claims whose lease expired (a dead daemon's) every :data:`EXPIRY_SCAN` seconds.
+It keeps the claims the item really holds in its :class:`~engine.delivery.claims.ClaimBook`,
+whose claims the heartbeat renews, and takes back claims whose lease expired (a dead daemon's)
+every :data:`EXPIRY_SCAN` seconds.
 
 A *suspect* — a message one of whose deliveries never ended (its daemon died, froze past its
 lease or was killed during it: docs/architecture.md, "Poison messages") — is claimed only when the
@@ -38,8 +39,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from engine.clock import Clock
+from engine.delivery.claims import ClaimBook
 from engine.errors import EncoreError
-from engine.runtime.cluster import LEASE_MARGIN  # a claim is given up early locally, as a lease is
 from engine.store.hotpath import Claimed, Completion
 from engine.store.sql import SqlStore
 
@@ -84,11 +85,16 @@ class DispatchSettings:
 class Dispatcher:
     """Feeds one item's workers (see the module docstring). ``ready()`` is asked before each
     claim: False while the adapter cannot start, the schedule window is closed or another
-    daemon holds the FIFO item's lease."""
+    daemon holds the FIFO item's lease. ``book``: the item's claim book, which its workers
+    share (a new one when None)."""
 
     def __init__(self, settings: DispatchSettings, *, store: SqlStore, clock: Clock,
-                 ready: Callable[[], bool], stop: threading.Event) -> None:
+                 ready: Callable[[], bool], stop: threading.Event,
+                 book: ClaimBook | None = None) -> None:
         self.settings = settings
+        self.book = book if book is not None else ClaimBook(
+            store, clock, target=settings.target, owner=settings.owner,
+            lease_seconds=settings.lease_seconds)
         self.store = store
         self.clock = clock
         self.ready = ready
@@ -100,9 +106,6 @@ class Dispatcher:
         self.claims = 0  # claim statements that returned messages, so far
         self.held_back = threading.Event()  # an operator switched the item off
         self._lock = threading.Lock()
-        self._held: dict[int, int] = {}  # message id → claim token, handed out or pending
-        self._claimed_at: dict[int, float] = {}  # message id → monotonic time of its claim
-        self._renewed = float("-inf")  # monotonic start of the last heartbeat renewal
         self._outstanding = 0  # claims handed to workers and not finished
         self._suspect: int | None = None  # a suspect being delivered: claim nothing more
         self._pending: list[Completion] = []
@@ -145,9 +148,8 @@ class Dispatcher:
             self._outstanding -= 1
             if message_id == self._suspect:
                 self._suspect = None
-            if message_id not in self._pending_ids:  # else it is held until its commit
-                self._held.pop(message_id, None)
-            self._claimed_at.pop(message_id, None)
+            # a success that waits for the group commit is held until then
+            self.book.let_go(message_id, pending=message_id in self._pending_ids)
             self._seconds_per_message += (seconds - self._seconds_per_message) * 0.2
             self._fastest = min(self._fastest * FASTEST_DRIFT, seconds)
             again_at = (self._pool_batch()[1] if self.settings.pool_size > 1
@@ -155,26 +157,6 @@ class Dispatcher:
             idle = self._outstanding <= again_at
         if idle:
             self.wakeup.set()
-
-    def held_claims(self) -> list[tuple[int, int]]:
-        """(message id, token) of every claim this item holds: the heartbeat renews them."""
-        with self._lock:
-            return list(self._held.items())
-
-    def renewed(self, started: float) -> None:
-        """The heartbeat that began at monotonic ``started`` renewed the held claims."""
-        with self._lock:
-            self._renewed = max(self._renewed, started)
-
-    def surely_held(self, message_id: int) -> bool:
-        """True while the claim on ``message_id`` cannot have expired: claimed or renewed
-        less than ``lease_seconds`` ago (less a margin). An attempt begun with the batch claim
-        is sent without another write only then; after that, its start is a write
-        conditional on the claim token (fencing), as a retry's is."""
-        lease = self.settings.lease_seconds * (1 - LEASE_MARGIN)
-        with self._lock:
-            since = max(self._claimed_at.get(message_id, float("-inf")), self._renewed)
-        return self.clock.monotonic() < since + lease
 
     def announce(self, *, urgent: bool = False) -> None:
         """New work was committed for the item: wake the dispatcher if it is waiting for
@@ -312,7 +294,7 @@ class Dispatcher:
         s = self.settings
         started = self.clock.monotonic()
         with self._lock:
-            held = list(self._held) if s.fifo else []
+            held = self.book.ids() if s.fifo else []
             alone = self._outstanding == 0  # a suspect may be claimed (delivered alone)
         with self._committing() as pending:
             done, claimed = self.store.complete_and_claim(
@@ -321,9 +303,8 @@ class Dispatcher:
                 enabled=s.enabled, held=held, alone=alone)
             self._committed(pending, done)
         with self._lock:
+            self.book.took(claimed, started)
             for c in claimed:
-                self._held[c.row.id] = c.row.claim_token
-                self._claimed_at[c.row.id] = started
                 if c.interrupted:
                     self._suspect = c.row.id
             self._outstanding += len(claimed)
@@ -400,10 +381,7 @@ class Dispatcher:
             log.warning("item %s: message(s) %s were taken over by another daemon before "
                         "their success was recorded; that daemon's delivery counts",
                         self.settings.target, lost)
-        with self._lock:
-            for c in pending:
-                if self._held.get(c.message_id) == c.token:
-                    del self._held[c.message_id]
+        self.book.committed(pending)
 
     def _flush_quietly(self) -> None:
         try:

@@ -20,19 +20,22 @@ import logging
 import queue
 import random
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 from engine.attempt import AttemptObserver
 from engine.clock import Clock
 from engine.config.production import ItemConfig, ProductionConfig
+from engine.delivery.claims import ClaimBook
 from engine.delivery.dispatch import (
     CHUNK_GIVE_BACK,
     STORE_RETRY_DELAY,
     Dispatcher,
     DispatchSettings,
 )
+from engine.delivery.guards import ItemGuards
 from engine.delivery.readiness import ReadinessLog
 from engine.delivery.window import ScheduleWindow
 from engine.delivery.worker import MessageWorker
@@ -53,54 +56,60 @@ log = logging.getLogger(__name__)
 
 
 
-class ItemRunner:
-    """Runs one business operation item inside a daemon.
+@dataclass(frozen=True, kw_only=True)
+class ItemContext:
+    """What an :class:`ItemRunner` runs with: its daemon's store, clock and settings, and
+    what the daemon made for the item.
 
     ``lease``: None — every daemon works this item at once; a callable — the item is FIFO
     across daemons: a worker claims only while ``lease()`` is True (this daemon holds the
     item lease), and then only the head of the queue. ``production``: the daemon's current
-    production, which a business process needs to call other items. ``may_claim``: one more
-    condition of every claim (the circuit breaker: False while it is open). ``stop``: the
-    event that stops the item (one is made when None), for observers that wait.
-    ``on_close``: called once the runner is done with (stopped, or discarded unstarted), to
-    release what was made for it (the breaker's and rate limit's state).
+    production, which a business process needs to call other items. ``guards``: the item's
+    rate limit and circuit breaker (their observers watch every attempt, the breaker is
+    one more condition of every claim; closed with the runner). ``stop``: the event that
+    stops the item, for observers that wait. ``adapter``: the adapter to use instead of one
+    built from the item's class; ``rng``: the workers' source of jitter (None: a fresh one
+    each).
     """
 
-    def __init__(self, item: ItemConfig, *, store: SqlStore, clock: Clock, owner: str,
-                 lease_seconds: float, poll_interval: float,
-                 env: Mapping[str, str] | None = None, events: EventSink | None = None,
-                 metrics: Metrics | None = None,
-                 lease: Callable[[], bool] | None = None,
-                 observers: Sequence[AttemptObserver] = (),
-                 production: Callable[[], ProductionConfig] | None = None,
-                 tracing: Tracing | None = None,
-                 may_claim: Callable[[], bool] | None = None,
-                 stop: threading.Event | None = None,
-                 on_close: Callable[[], object] | None = None,
-                 adapter: OutboundAdapter | None = None,
-                 rng: random.Random | None = None) -> None:
+    store: SqlStore
+    clock: Clock
+    owner: str  # the daemon's id: whose claims these are
+    lease_seconds: float
+    poll_interval: float
+    env: Mapping[str, str] = field(default_factory=dict)
+    events: EventSink | None = None  # None: the store's event log
+    metrics: Metrics | None = None
+    lease: Callable[[], bool] | None = None
+    production: Callable[[], ProductionConfig] | None = None
+    tracing: Tracing | None = None
+    guards: ItemGuards = field(default_factory=ItemGuards)
+    stop: threading.Event = field(default_factory=threading.Event)
+    adapter: OutboundAdapter | None = None
+    rng: random.Random | None = None
+
+
+class ItemRunner:
+    """Runs one business operation item inside a daemon, with what ``context`` gives it."""
+
+    def __init__(self, item: ItemConfig, context: ItemContext) -> None:
         self.item = item
-        self.production = production
-        self.store = store
-        self.clock = clock
-        self.owner = owner
-        self.lease_seconds = lease_seconds
-        self.poll_interval = poll_interval
-        self.env = env or {}
-        self.events: EventSink = events or store.events
-        self.metrics = metrics
-        self.lease = lease
-        self.may_claim = may_claim
-        self.on_close = on_close
-        self.stop_event = stop or threading.Event()
+        self.context = context
+        self.store = context.store
+        self.clock = context.clock
+        # the store's SqlEventLog names the keywords an EventSink takes as **context
+        self.events = cast("EventSink", context.events or context.store.events)
+        self.lease = context.lease
+        self.guards = context.guards
+        self.stop_event = context.stop
         assert item.retry_settings is not None and item.operation_settings is not None
         self.retry_interval = item.retry_settings.retry_interval
-        self.window = ScheduleWindow.from_setting(item.operation_settings.schedule)
-        self.adapter = adapter if adapter is not None else self._build_adapter()
-        self.rng = rng  # the workers' source of jitter (None: a fresh one each)
+        self.window = ScheduleWindow.from_setting(dict(item.operation_settings.schedule))
+        self.adapter = context.adapter if context.adapter is not None else self._build_adapter()
         # what watches every attempt of this item (breaker, rate limit, tracing)
-        self.observers: list[AttemptObserver] = list(observers)
+        self.observers: list[AttemptObserver] = self.guards.observers
         # tracing watches last: an attempt held back by another observer starts no span
+        tracing = context.tracing
         self.tracing = tracing.item(item.name) if tracing is not None else None
         if self.tracing is not None:
             self.observers.append(self.tracing)
@@ -109,20 +118,22 @@ class ItemRunner:
         # threads=False: the workers tick() delivers with (the first one; None: threads)
         self.inline_workers: list[MessageWorker] | None = None
         self._ticking = False  # tick() is delivering (a sleep inside may tick the daemon)
-        self._abandoned: dict[int, int] = {}  # id → token: messages a failed delivery left
-        self._abandoned_lock = threading.Lock()
-        self._abandoned_batch = 0  # FIFO: the last claim made before a delivery was cut short
         self._prepared = False
         self._ready = False
         self._ready_lock = threading.Lock()
         self._next_start_try = 0.0
-        self._readiness = ReadinessLog(self._write_readiness, clock,
+        self._readiness = ReadinessLog(self._write_readiness, self.clock,
                                        retry_interval=self.retry_interval)
+        # the claims this item holds, shared by its dispatcher and its workers
+        self.claims = ClaimBook(self.store, self.clock, target=item.name, owner=context.owner,
+                                lease_seconds=context.lease_seconds)
         self.dispatcher = Dispatcher(DispatchSettings(
-            target=item.name, owner=owner, pool_size=item.pool_size, fifo=lease is not None,
-            begin=item.retry_settings.idempotent, enabled=item.enabled,
-            lease_seconds=lease_seconds, poll_interval=poll_interval),
-            store=store, clock=clock, ready=self._can_claim, stop=self.stop_event)
+            target=item.name, owner=context.owner, pool_size=item.pool_size,
+            fifo=self.lease is not None, begin=item.retry_settings.idempotent,
+            enabled=item.enabled, lease_seconds=context.lease_seconds,
+            poll_interval=context.poll_interval),
+            store=self.store, clock=self.clock, ready=self._can_claim, stop=self.stop_event,
+            book=self.claims)
 
     @property
     def ready(self) -> bool:
@@ -142,7 +153,7 @@ class ItemRunner:
             return None
         try:
             return cls(self.item.settings, item_name=self.item.name,
-                       pool_size=self.item.pool_size, env=self.env, clock=self.clock)
+                       pool_size=self.item.pool_size, env=self.context.env, clock=self.clock)
         except EncoreError:
             raise
         except Exception as exc:  # noqa: BLE001 - a user's adapter class: its error, named
@@ -171,10 +182,12 @@ class ItemRunner:
     def _make_host(self) -> BusinessOperation:
         """One host instance, its ``on_init`` called; a user's error becomes the item's."""
         try:
-            host = self.item.cls(self.item.name, self.item.settings, events=self.events,
-                                 adapter=self.adapter)
-            if isinstance(host, BusinessProcess) and self.production is not None:
-                host.bind(ProcessContext(store=self.store, production=self.production,
+            cls = cast("type[BusinessOperation]", self.item.cls)  # the daemon's items are
+            host = cls(self.item.name, self.item.settings, events=self.events,
+                       adapter=self.adapter)
+            production = self.context.production
+            if isinstance(host, BusinessProcess) and production is not None:
+                host.bind(ProcessContext(store=self.store, production=production,
                                          clock=self.clock, stop=self.stop_event))
             host.on_init()
         except Exception as exc:  # noqa: BLE001 - user code: its error names the item
@@ -211,8 +224,7 @@ class ItemRunner:
         self.hosts.clear()
         if self.adapter is not None:
             _quietly(self.adapter.stop)
-        if self.on_close is not None:
-            _quietly(self.on_close)
+        _quietly(self.guards.close)
 
     def request_stop(self) -> None:
         """Stop intake: workers finish the attempt in hand and claim nothing more; messages
@@ -228,7 +240,7 @@ class ItemRunner:
             thread.join(max(deadline - self.clock.monotonic(), 0.0))
         alive = [t.name for t in self.threads if t.is_alive()]
         committed = self.dispatcher.join(max(deadline - self.clock.monotonic(), 0.0))
-        self._release_abandoned_at_stop()
+        self.claims.release_abandoned_at_stop()
         if alive or not committed:
             log.warning("item %s: workers %s still busy at shutdown; their attempts will be "
                         "treated as outcome unknown on the next start", self.item.name,
@@ -238,8 +250,7 @@ class ItemRunner:
             _quietly(host.on_tear_down)
         if self.adapter is not None:
             _quietly(self.adapter.stop)
-        if self.on_close is not None:
-            _quietly(self.on_close)
+        _quietly(self.guards.close)
         return True
 
     def wait_stopped(self, timeout: float) -> bool:
@@ -252,11 +263,6 @@ class ItemRunner:
             return False
         return self.dispatcher.join(max(deadline - self.clock.monotonic(), 0.0))
 
-    def held_claims(self) -> list[tuple[int, int]]:
-        """(message id, claim token) of the messages this item holds: the heartbeat
-        renews these leases, and only these."""
-        return self.dispatcher.held_claims()
-
     # -- the worker loop -----------------------------------------------------------------
     def _worker(self, host: BusinessOperation,
                 defer: Callable[[Completion], None] | None) -> MessageWorker:
@@ -264,8 +270,9 @@ class ItemRunner:
         assert item.retry_settings is not None and item.operation_settings is not None
         return MessageWorker.from_typed(host, item.retry_settings, item.operation_settings,
                                         store=self.store, clock=self.clock,
-                                        stop=self.stop_event, metrics=self.metrics,
-                                        defer=defer, rng=self.rng, observers=self.observers)
+                                        stop=self.stop_event, metrics=self.context.metrics,
+                                        defer=defer, rng=self.context.rng,
+                                        observers=self.observers)
 
     def _work(self, host: BusinessOperation) -> None:
         worker = self._worker(host, defer=self.dispatcher.defer)
@@ -317,13 +324,13 @@ class ItemRunner:
     def _deliver(self, worker: MessageWorker, claimed: Claimed, batch: int) -> None:
         row = claimed.row
         try:
-            self._release_abandoned()
+            self.claims.release_abandoned()
             if (self.stop_event.is_set() or self.dispatcher.held_back.is_set()
                     or self._behind_abandoned(batch)):
                 self._put_back_unsent(claimed)
                 return
-            if claimed.begun is not None and not self.dispatcher.surely_held(row.id):
-                self._confirm_claim(row)  # no write of its own before its request: fence it
+            if claimed.begun is not None:
+                self.claims.confirm(row)  # no write of its own before its request: fence it
             with self._traced(row) as delivery:
                 delivery.ended(worker.deliver(row, claimed.begun, claimed.interrupted).value)
         except Interrupted as exc:  # a process was waiting when the stop came
@@ -331,12 +338,12 @@ class ItemRunner:
         except ClaimLost as exc:
             log.warning("item %s: %s; abandoning message %d", self.item.name, exc, row.id)
         except EncoreError as exc:
-            self._abandon(row)
+            self.claims.abandon(row, self.dispatcher.claims)
             log.error("item %s: %s; trying again in %.0f s", self.item.name, exc,
                       STORE_RETRY_DELAY)
             self.stop_event.wait(STORE_RETRY_DELAY)
         except Exception:  # noqa: BLE001 - a worker never dies of one message
-            self._abandon(row)
+            self.claims.abandon(row, self.dispatcher.claims)
             log.exception("item %s: unexpected error in worker", self.item.name)
             self.stop_event.wait(STORE_RETRY_DELAY)
 
@@ -357,14 +364,6 @@ class ItemRunner:
             self.store.hold(row.id, token=row.claim_token, until=self.clock.now(),
                             begun=claimed.begun)
 
-    def _confirm_claim(self, row: MessageRow) -> None:
-        """Renew the claim on ``row`` if it is still this one; else raise ClaimLost."""
-        if not self.store.renew_leases(self.owner, now=self.clock.now(),
-                                       lease_seconds=self.lease_seconds,
-                                       claims=[(row.id, row.claim_token)]):
-            raise ClaimLost(f"message {row.id}: its claim (token {row.claim_token}) expired "
-                            "and another daemon has taken it over")
-
     def _put_back(self, row: MessageRow, why: Interrupted) -> None:
         """A process interrupted by the stop: its message goes back to its queue with its
         attempt open, as after a crash; the next start runs it again (if this fails, the
@@ -378,38 +377,10 @@ class ItemRunner:
         log.info("item %s: %s; message %d is back in its queue (its attempt counts as outcome "
                  "unknown)", self.item.name, why, row.id)
 
-    def _abandon(self, row: MessageRow) -> None:
-        with self._abandoned_lock:
-            self._abandoned[row.id] = row.claim_token
-            self._abandoned_batch = self.dispatcher.claims
-
     def _behind_abandoned(self, batch: int) -> bool:
         """FIFO: messages claimed before one whose delivery was cut short went back to the
         queue must not overtake it: they go back too (a later claim takes it first)."""
-        with self._abandoned_lock:
-            return self.lease is not None and batch <= self._abandoned_batch
-
-    def _release_abandoned(self) -> None:
-        """A delivery cut short by a database error leaves its message claimed by this
-        daemon, and the heartbeat would keep it so (a FIFO item would wait behind it for
-        ever): put it back in the queue; its open attempt counts as outcome unknown."""
-        with self._abandoned_lock:
-            abandoned = sorted(self._abandoned.items())
-        for message_id, token in abandoned:
-            if self.store.release_claim(message_id, self.owner, token=token):
-                log.warning("item %s: message %d is back in its queue after a failed delivery",
-                            self.item.name, message_id)
-            with self._abandoned_lock:
-                self._abandoned.pop(message_id, None)
-
-    def _release_abandoned_at_stop(self) -> None:
-        """At a stop, no delivery comes to release what failed deliveries left claimed:
-        release it now, so that it is back in its queue at once, not when its lease ends."""
-        try:
-            self._release_abandoned()
-        except EncoreError as exc:
-            log.warning("item %s: messages of failed deliveries stay claimed until their "
-                        "leases expire: %s", self.item.name, exc)
+        return self.lease is not None and self.claims.behind_abandoned(batch)
 
     def _can_claim(self) -> bool:
         """The dispatcher may claim: the adapter started, the schedule window (if any) is
@@ -419,7 +390,7 @@ class ItemRunner:
         if self.window is not None and not self.window.is_open(self.clock.now()):
             return False
         return (self._try_start_adapter() and (self.lease is None or self.lease())
-                and (self.may_claim is None or self.may_claim()))
+                and ((may_claim := self.guards.may_claim) is None or may_claim()))
 
     def _try_start_adapter(self) -> bool:
         """Start the adapter once; if it cannot start, try again every retry_interval, with

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from engine.attempt import AttemptObserver
 from engine.clock import Clock
-from engine.errors import AttemptHeld, ClaimLost
+from engine.errors import AttemptHeld
 from engine.settings import Setting
 
 if TYPE_CHECKING:
@@ -139,11 +139,10 @@ class RateLimiter(AttemptObserver):
 
     def _confirm_claim(self, row: MessageRow) -> None:
         """After a wait: the claim on ``row`` is still this daemon's, or ClaimLost."""
-        if self.owner is None:
-            return
-        if not self.store.renew_leases(self.owner, now=self.clock.now(),
-                                       lease_seconds=self.lease_seconds,
-                                       claims=[(row.id, row.claim_token)]):
-            raise ClaimLost(f"message {row.id}: its claim (token {row.claim_token}) expired "
-                            "while it waited for a rate-limit slot, and another daemon has "
-                            "taken it over")
+        # imported here: the claim book needs the store, which validating a rate_limit
+        # setting (encore send) must not import
+        from engine.delivery.claims import confirm_claim
+
+        if self.owner is not None:
+            confirm_claim(self.store, row, owner=self.owner, lease_seconds=self.lease_seconds,
+                          clock=self.clock, why="while it waited for a rate-limit slot")

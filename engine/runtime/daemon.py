@@ -29,10 +29,16 @@ and ``daemon.item_states``, when they change and at every reload — and flushes
 per-minute counters (:mod:`engine.store.rollup`) every couple of seconds; an operator's
 restart of an item and an admin's Reload arrive as announcements and run on the reload
 thread, one at a time.
+
+The :class:`Daemon` is the lifecycle — start, the loop, stop, the heartbeat, the signals —
+and composes what does one thing each: the :class:`~engine.runtime.reload.Reloader` (reloads
+and restarts), the :class:`~engine.runtime.queue_alerts.QueueAlerts`, the
+:class:`~engine.runtime.announcements.AnnouncementRouter` (which announcement goes to which
+item runner) and the :class:`~engine.runtime.console.ConsoleReport`. Each item runner owns
+its guards (:attr:`ItemRunner.guards <engine.delivery.item.ItemRunner.guards>`).
 """
 from __future__ import annotations
 
-import collections
 import functools
 import logging
 import os
@@ -42,20 +48,18 @@ import socket
 import sys
 import threading
 import uuid
-import weakref
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from engine.clock import Clock
-from engine.config.production import ItemConfig, ProductionConfig, load_production
+from engine.config.production import ItemConfig, ProductionConfig
 from engine.delivery.guards import ItemGuards
-from engine.delivery.item import ItemRunner
+from engine.delivery.item import ItemContext, ItemRunner
 from engine.errors import EncoreError
-from engine.host import BusinessOperation
 from engine.otel import tracing_for
-from engine.runtime.alerts import AlertingEventLog, ThresholdAlarm
+from engine.runtime.alerts import AlertingEventLog
+from engine.runtime.announcements import AnnouncementRouter
 from engine.runtime.cluster import (
     LEADER,
     DatabaseClock,
@@ -66,11 +70,14 @@ from engine.runtime.cluster import (
     pid_namespace,
     reap_dead_local_daemons,
 )
+from engine.runtime.console import ConsoleReport
 from engine.runtime.logs import limit_repeats
 from engine.runtime.metrics import Metrics, MetricsServer
+from engine.runtime.queue_alerts import QueueAlerts
+from engine.runtime.reload import Reloader
 from engine.runtime.scheduler import ProductionScheduler
-from engine.store import queries, rollup, running
-from engine.store.notify import Announcement, Kind
+from engine.runtime.steps import TICK_RETRY_DELAY, guarded, operation_items
+from engine.store import queries
 from engine.store.operator import purge
 from engine.store.sql import SqlStore
 
@@ -79,18 +86,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-QUEUE_ALERT_INTERVAL = 1.0  # seconds between queue-alert checks
 PURGE_INTERVAL = 3600.0  # seconds between purges for retention_days
 SIGNAL_POLL = 1.0  # seconds the loop waits at most between ticks (signals wake it sooner)
-TICK_RETRY_DELAY = 1.0  # seconds before a tick step that failed (the database) is tried again
 GIL_SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while others wait
 FORGET_AFTER_LEASES = 10  # a daemon silent for this many lease_seconds is taken off the list
-ROLLUP_PRUNE_INTERVAL = 3600.0  # seconds between the leader's deletions of old rollup rows
-
-
-def _operation_items(production: ProductionConfig) -> list[ItemConfig]:
-    """The items of ``production`` that run on worker threads (business operations)."""
-    return [i for i in production.items if issubclass(i.cls, BusinessOperation)]
 
 
 class Daemon:
@@ -112,13 +111,8 @@ class Daemon:
         self.id = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.wake = threading.Event()
         self.stop_requested = threading.Event()
-        self.reload_requested = threading.Event()
         self.runners: dict[str, ItemRunner] = {}
-        # rate limit and circuit breaker of each runner (closed with it)
-        self._guards: weakref.WeakKeyDictionary[ItemRunner, ItemGuards] = \
-            weakref.WeakKeyDictionary()
         self.events = AlertingEventLog(self.store.events, self.store, production)
-        self._alarms: dict[tuple[str, str], ThresholdAlarm] = {}
         self.metrics = Metrics()
         self.leases = LeaseKeeper(self.store, self.id, clock=self.clock,
                                   lease_seconds=production.lease_seconds,
@@ -135,21 +129,16 @@ class Daemon:
         self._loop_thread: threading.Thread | None = None
         self._next_beat = 0.0  # monotonic seconds of the next heartbeat
         self._beat_lock = threading.Lock()
-        # a reload runs on a thread of its own: building items may load a WSDL for seconds
-        self._reloader: ThreadPoolExecutor | None = None
-        self._reloading: Future[None] | None = None
-        # the console (docs/portal.md): per-minute counters, what runs as reported, restarts
-        self.rollup = rollup.RollupCounter(self.clock)
-        self.metrics.rollup = self.rollup
-        self._next_flush = 0.0  # monotonic seconds of the next rollup flush
-        self._next_prune = 0.0
-        self._reported: str | None = None  # the item states last written
-        self._refused: dict[str, str] = {}  # item -> why the last reload could not start it
-        self._failed: dict[str, str] = {}  # item -> why a restart could not start it again
-        self._restarts: set[str] = set()  # items an operator asked to restart
-        self._restarts_lock = threading.Lock()
-        self._heard_controls: collections.deque[tuple[int, ...]] = collections.deque(maxlen=64)
-        self.file_hash = running.file_hash(production.path)  # of the file last loaded
+        # what does one thing each (the module docstring)
+        self.reloader = Reloader(self)
+        self.queue_alerts = QueueAlerts(self.store, self.clock, self.events, self._operations)
+        self.announcements = AnnouncementRouter(self.store, self.runners,
+                                                reload=self.reloader.request,
+                                                restart=self.reloader.request_restart)
+        self.console = ConsoleReport(self.store, self.clock, self.id, runners=self.runners,
+                                     reloader=self.reloader, items=self._operations,
+                                     leader=self.is_leader)
+        self.metrics.rollup = self.console.rollup
 
     @property
     def heartbeat_interval(self) -> float:
@@ -185,10 +174,10 @@ class Daemon:
             if is_fifo(item):
                 self.leases.want(item_lease_name(item.name))
         self.leases.renew()
-        self._start_listening()
+        self.announcements.listen(others=not self.inline)
         for runner in runners.values():
-            self._launch(runner)
-        self.report_states()
+            self.launch(runner)
+        self.console.report_states()
         self._start_scheduler()
         self._next_beat = self.clock.monotonic() + self.heartbeat_interval
         if background and not inline:
@@ -212,7 +201,7 @@ class Daemon:
     def _prepare_start(self) -> dict[str, ItemRunner]:
         """Every operation item's runner, prepared, and the metrics endpoint serving; if
         one of them fails, nothing of the others is left."""
-        runners = self._build_runners(self._operations())
+        runners = self.build_runners(self._operations())
         try:
             self._start_metrics()
         except Exception:
@@ -224,7 +213,7 @@ class Daemon:
     def _start_scheduler(self) -> None:
         """The housekeeping jobs (the heartbeat is the loop's own, see :meth:`tick`); in real
         time the scheduler runs them, and the services, on its thread pool."""
-        self._watch_queues()
+        self.queue_alerts.schedule(self.scheduler)
         self.scheduler.add_housekeeping("forget_dead_daemons", self.production.lease_seconds,
                                         self.forget_dead_daemons, leader_only=True)
         if self.production.retention_days > 0:
@@ -235,60 +224,11 @@ class Daemon:
         else:
             self.scheduler.start(loop=False)  # the daemon's loop ticks it
 
-    def _watch_queues(self) -> None:
-        """Check the queue alerts every QUEUE_ALERT_INTERVAL once an item sets one (not
-        before: an idle daemon — or a virtual one — need not wake every second for it)."""
-        if any(i.operation_settings.queue_count_alert or i.operation_settings.queue_wait_alert
-               for i in self._operations()) and not any(
-                   j.name == "housekeeping:queue_alerts" for j in self.scheduler.jobs):
-            self.scheduler.add_housekeeping("queue_alerts", QUEUE_ALERT_INTERVAL,
-                                            self.check_queue_alerts, leader_only=True)
-
-    def _start_listening(self) -> None:
-        """Wake an item's workers when work for it is announced: by this process, and by
-        every other process — LISTEN/NOTIFY on PostgreSQL, the doorbell of an SQLite file
-        (:meth:`SqlStore.hear_other_processes`)."""
-        self.store.add_queue_callback(self._wake)
-        self.store.add_reconnect_hook(self._wake_all)
-        if not self.inline:
-            self.store.hear_other_processes()
-
-    def _wake(self, note: Announcement) -> None:
-        if note.kind is Kind.DONE or note.kind is Kind.RELOADED:
-            return  # for the waiters (the store's completion hub), for the portals
-        if note.kind in (Kind.RELOAD, Kind.RESTART):
-            if note.ids in self._heard_controls:
-                return  # heard twice (PostgreSQL: our own callback, then our NOTIFY)
-            self._heard_controls.append(note.ids)
-        if note.kind is Kind.RELOAD:  # an admin's Reload in the portal: as SIGHUP
-            self.reload_requested.set()
-            self.wake.set()
-            return
-        if note.kind is Kind.RESTART:
-            if note.item in self.runners:
-                with self._restarts_lock:
-                    self._restarts.add(note.item)
-                self.wake.set()
-            return
-        runner = self.runners.get(note.item)
-        if runner is None:
-            return
-        if note.kind is Kind.SWITCH:
-            runner.dispatcher.switch(note.enabled)
-            return
-        if note.kind is Kind.BREAKER and (guards := self._guards.get(runner)) is not None:
-            guards.changed_elsewhere()  # and the item's dispatcher looks again
-        runner.dispatcher.announce(urgent=note.urgent)
-
-    def _wake_all(self) -> None:
-        for runner in list(self.runners.values()):
-            runner.wakeup.set()
-
     def guards(self, name: str) -> ItemGuards | None:
         """The rate limit and circuit breaker of the running item ``name`` (None: no such
         item running)."""
         runner = self.runners.get(name)
-        return None if runner is None else self._guards.get(runner)
+        return None if runner is None else runner.guards
 
     def is_leader(self) -> bool:
         """True while this daemon holds the leader lease: its scheduler runs business
@@ -332,22 +272,22 @@ class Daemon:
                      self.production.retention_days)
 
     def _operations(self) -> list[ItemConfig]:
-        return [i for i in self.production.items if issubclass(i.cls, BusinessOperation)]
+        return operation_items(self.production)
 
-    def _build_runners(self, items: list[ItemConfig]) -> dict[str, ItemRunner]:
+    def build_runners(self, items: list[ItemConfig]) -> dict[str, ItemRunner]:
         """A prepared runner for each of ``items``; if one fails, tear down the others and
         raise its error."""
         built: dict[str, ItemRunner] = {}
         try:
             for item in items:
-                built[item.name] = self._build_runner(item)
+                built[item.name] = self.build_runner(item)
         except Exception:
             for runner in built.values():
                 runner.discard()
             raise
         return built
 
-    def _build_runner(self, item: ItemConfig) -> ItemRunner:
+    def build_runner(self, item: ItemConfig) -> ItemRunner:
         """``item``'s runner, prepared — adapter made, hosts made, ``on_init`` called — but
         not started. Raises :class:`EncoreError` naming the item; nothing of it is left."""
         lease = None
@@ -357,20 +297,18 @@ class Daemon:
         guards = ItemGuards.for_item(item, store=self.store, clock=self.clock, owner=self.id,
                                      events=self.events, metrics=self.metrics, stop=stop,
                                      lease_seconds=self.production.lease_seconds)
-        runner = ItemRunner(item, store=self.store, clock=self.clock, owner=self.id,
-                            lease_seconds=self.production.lease_seconds,
-                            poll_interval=self.production.poll_interval, env=self.env,
-                            events=self.events, metrics=self.metrics, lease=lease,
-                            production=lambda: self.production,
-                            tracing=self.tracing, observers=guards.observers,
-                            may_claim=guards.may_claim, stop=stop, on_close=guards.close,
-                            adapter=self.adapters.get(item.name), rng=self.rng)
+        runner = ItemRunner(item, ItemContext(
+            store=self.store, clock=self.clock, owner=self.id,
+            lease_seconds=self.production.lease_seconds,
+            poll_interval=self.production.poll_interval, env=self.env, events=self.events,
+            metrics=self.metrics, lease=lease, production=lambda: self.production,
+            tracing=self.tracing, guards=guards, stop=stop,
+            adapter=self.adapters.get(item.name), rng=self.rng))
         guards.wake_with(runner.wakeup.set)
-        self._guards[runner] = guards
         runner.prepare()
         return runner
 
-    def _launch(self, runner: ItemRunner) -> None:
+    def launch(self, runner: ItemRunner) -> None:
         """Start a prepared runner's threads: from now on it claims messages."""
         if runner.lease is not None:
             self.leases.want(item_lease_name(runner.item.name))
@@ -393,11 +331,11 @@ class Daemon:
         leader and item leases and take those that are free."""
         self._sync_clock()
         started, runners = self.clock.monotonic(), list(self.runners.values())
-        claims = [c for runner in runners for c in runner.held_claims()]
+        claims = [c for runner in runners for c in runner.claims.held()]
         self.store.heartbeat(self.id, now=self.clock.now(),
                              lease_seconds=self.production.lease_seconds, claims=claims)
         for runner in runners:
-            runner.dispatcher.renewed(started)
+            runner.claims.renewed(started)
         self.leases.renew()
 
     def _sync_clock(self) -> None:
@@ -406,27 +344,7 @@ class Daemon:
 
     def check_queue_alerts(self) -> None:
         """``queue_count_alert`` / ``queue_wait_alert``: one Alert per crossing."""
-        watched = [i for i in self._operations() if i.operation_settings.queue_count_alert
-                   or i.operation_settings.queue_wait_alert]
-        if not watched:
-            return
-        stats, now = queries.queue_stats(self.store), self.clock.now()
-        for item in watched:
-            alerts = item.operation_settings
-            s = stats.get(item.name, {})
-            depth = s.get("queued", 0)
-            wait = (now - s["oldest"]).total_seconds() if s.get("oldest") else 0.0
-            for kind, threshold, value, text in (
-                    ("count", alerts.queue_count_alert, depth,
-                     f"queue of {item.name} holds {depth} messages "
-                     f"(queue_count_alert = {alerts.queue_count_alert})"),
-                    ("wait", alerts.queue_wait_alert, wait,
-                     f"oldest message of {item.name} has waited {wait:.0f} s "
-                     f"(queue_wait_alert = {alerts.queue_wait_alert:g} s)")):
-                alarm = self._alarms.setdefault((item.name, kind), ThresholdAlarm(threshold))
-                if alarm.crossed(value):
-                    self.events.write("Alert", text, config_name=item.name,
-                                      source_class="Daemon", source_method="check_queue_alerts")
+        self.queue_alerts.check()
 
     def stop(self) -> bool:
         """Stop intake (services first, then workers), wait for in-flight attempts with one
@@ -438,7 +356,7 @@ class Daemon:
         self.wake.set()
         if self._loop_thread is not None and self._loop_thread is not threading.current_thread():
             self._loop_thread.join()  # it ends after its tick; this thread beats from now on
-        self._finish_reload()
+        self.reloader.finish()
         if self.inbound is not None:  # intake first: inbound services take messages in
             self.inbound.stop()
         if self.portal is not None:  # intake first: the portal's API takes messages in
@@ -450,15 +368,14 @@ class Daemon:
         clean = self._join_runners(list(self.runners.values()), deadline)
         clean = self.scheduler.shutdown(
             wait=True, timeout=max(deadline - self.clock.monotonic(), 0.0)) and clean
-        self._stop_listening()
+        self.announcements.stop_listening(others=not self.inline)
         for runner in self.runners.values():  # also those that did not stop in time
-            if (guards := self._guards.get(runner)) is not None:
-                guards.close()
+            runner.guards.close()
         if self.metrics_server is not None:
             self.metrics_server.stop()
         if self.tracing is not None:
             self.tracing.flush()
-        self._guarded(self.flush_rollup, "the console's counters")
+        guarded(self.flush_rollup, "the console's counters")
         try:
             if not clean:
                 self.store.release_claims(self.id)
@@ -482,79 +399,20 @@ class Daemon:
         return all([runner.join(max(deadline - self.clock.monotonic(), 0.0))
                     for runner in runners])
 
-    # -- reload --------------------------------------------------------------------------
+    # -- reload and restart (engine.runtime.reload) ----------------------------------------
     def reload(self) -> None:
-        """Re-read the production file, all or nothing (docs/security.md).
+        """Re-read the production file, all or nothing (:meth:`Reloader.reload
+        <engine.runtime.reload.Reloader.reload>`)."""
+        self.reloader.reload()
 
-        Every new or changed item is built first — adapter, hosts, ``on_init`` — while the
-        running production goes on. If the file or any of those items fails, the reload is
-        refused with one ``Error`` event naming the item and the reason, what was built is
-        torn down, and nothing changes. Otherwise changed and removed items stop, the new
-        runners start, and unchanged items keep running throughout.
-        """
-        if self.production.path is None:
-            log.warning("reload requested, but the production did not come from a file")
-            return
-        try:
-            loaded_hash = running.file_hash(self.production.path)
-            new = load_production(self.production.path, self.env)
-            built = self._build_changed(new)
-        except Exception as exc:  # noqa: BLE001 - a refused reload never stops the daemon
-            self._refuse_reload(exc)
-            return
-        self.file_hash = loaded_hash
-        self._switch_to(new, built)
+    def restart(self, name: str) -> None:
+        """Tear item ``name`` down and start it again (:meth:`Reloader.restart
+        <engine.runtime.reload.Reloader.restart>`)."""
+        self.reloader.restart(name)
 
-    def _build_changed(self, new: ProductionConfig) -> dict[str, ItemRunner]:
-        """Prepared runners for the operation items of ``new`` that are not running as they
-        are; if one fails, nothing of the others is left."""
-        running = {i.name: i for i in _operation_items(self.production)}
-        return self._build_runners([i for i in _operation_items(new)
-                                    if running.get(i.name) != i])
-
-    def _refuse_reload(self, exc: Exception) -> None:
-        """One ``Error`` event naming the item (when known) and the reason."""
-        reason = str(exc) if isinstance(exc, EncoreError) else f"{type(exc).__name__}: {exc}"
-        text = f"reload refused, the production keeps running unchanged: {reason}"
-        if not isinstance(exc, EncoreError):
-            log.error("unexpected error during the reload", exc_info=exc)
-        try:  # the event log also logs it
-            self.events.write("Error", text, config_name=getattr(exc, "item", None),
-                              source_class="Daemon", source_method="reload")
-        except EncoreError as write_error:
-            log.error("%s (not in the event log: %s)", text, write_error)
-        self._refused = {getattr(exc, "item", None) or "(production file)": reason}
-        self._guarded(self.report_states, "the item states")
-
-    def _switch_to(self, new: ProductionConfig, built: dict[str, ItemRunner]) -> None:
-        """Stop the runners of changed and removed items, then start ``built``."""
-        names = {i.name for i in _operation_items(new)}
-        stale = [n for n in self.runners if n in built or n not in names]
-        stopping = [self.runners.pop(name) for name in stale]
-        for runner in stopping:
-            runner.request_stop()
-        deadline = self.clock.monotonic() + new.shutdown_timeout
-        for runner in stopping:
-            runner.join(max(deadline - self.clock.monotonic(), 0.0))
-            if runner.lease is not None:
-                self.leases.release(item_lease_name(runner.item.name))
-        self.production = new
-        self.events.production = new
-        self._watch_queues()
-        for runner in built.values():
-            self._launch(runner)
-        self._refused = {}
-        self._failed = {n: r for n, r in self._failed.items() if n not in built}
-        self._guarded(self.report_states, "the item states")
-        self._guarded(lambda: running.announce(
-            self.store, [Announcement.control(Kind.RELOADED, self.id)]), "the announcement")
-        log.info("production reloaded from %s: %d item(s) running", new.path, len(self.runners))
-
-    def _stop_listening(self) -> None:
-        self.store.remove_queue_callback(self._wake)
-        self.store.remove_reconnect_hook(self._wake_all)
-        if not self.inline:
-            self.store.stop_hearing()
+    def request_restart(self, name: str) -> None:
+        """Restart item ``name`` (as an operator's restart does), on the reload thread."""
+        self.reloader.request_restart(name)
 
     # -- the loop ------------------------------------------------------------------------
     def tick(self, now: float | None = None) -> float:
@@ -565,10 +423,12 @@ class Daemon:
         wake-up — a signal, a stop — may come sooner. A step that fails is logged and tried
         again later; it never ends the loop."""
         now = self.clock.monotonic() if now is None else now
-        waits = [self._beat_if_due(now), self._reload_if_asked(), self._tick_scheduler(),
-                 self._guarded(lambda: self._console(now), "the console's counters")]
+        beat = self._beat_if_due(now)
+        self.reloader.reload_if_asked()
+        waits = [beat, self._tick_scheduler(),
+                 guarded(lambda: self._console(now), "the console's counters")]
         for runner in list(self.runners.values()) if self.inline else ():
-            waits.append(self._guarded(runner.tick, f"item {runner.item.name}"))
+            waits.append(guarded(runner.tick, f"item {runner.item.name}"))
         return max(min(w for w in waits if w is not None), 0.0)
 
     def _beat_if_due(self, now: float) -> float:
@@ -588,136 +448,24 @@ class Daemon:
         """The scheduler's due jobs: on its thread pool in real time (a slow service or
         purge must not hold up the heartbeat), in this thread inline."""
         if not self.inline:
-            return self._guarded(self.scheduler.tick, "the scheduler")
-        self._guarded(lambda: self.scheduler.run_due(self.clock.now()), "the scheduler")
+            return guarded(self.scheduler.tick, "the scheduler")
+        guarded(lambda: self.scheduler.run_due(self.clock.now()), "the scheduler")
         return self.scheduler.seconds_until_next(self.clock.now())
 
-    def _guarded(self, step: Any, what: str) -> float | None:
-        try:
-            return step()  # type: ignore[no-any-return]
-        except EncoreError as exc:
-            log.error("%s: %s; trying again in %.0f s", what, exc, TICK_RETRY_DELAY)
-        except Exception:  # noqa: BLE001 - a failing step never kills the loop
-            log.exception("%s: unexpected error; trying again in %.0f s", what,
-                          TICK_RETRY_DELAY)
-        return TICK_RETRY_DELAY
-
-    def _reload_if_asked(self) -> None:
-        """SIGHUP: reload, on the reload thread (inline: here), one reload at a time."""
-        if not self.reload_requested.is_set() or self.stop_requested.is_set():
-            return
-        if self.inline:
-            self.reload_requested.clear()
-            self.reload()
-            return
-        if self._reloading is not None and not self._reloading.done():
-            return  # asked again meanwhile: it runs when this one is done
-        self.reload_requested.clear()
-        if self._reloader is None:
-            self._reloader = ThreadPoolExecutor(1, thread_name_prefix="encore-reload")
-        self._reloading = self._reloader.submit(self.reload)
-        self._reloading.add_done_callback(lambda _f: self.wake.set())
-
-    # -- the console (docs/portal.md) ------------------------------------------------------
+    # -- the console (docs/portal.md, engine.runtime.console) ------------------------------
     def _console(self, now: float) -> float | None:
-        """Restarts asked for, the item states when they changed, and the rollup flush when
-        due; the seconds until the next flush (None inline: no wake-up of its own)."""
-        self._restart_if_asked()
-        self.report_states()
-        if now >= self._next_flush:
-            self.flush_rollup(now)
-        return None if self.inline else max(self._next_flush - now, 0.0)
+        """Restarts asked for, then the console's report (:meth:`ConsoleReport.tick
+        <engine.runtime.console.ConsoleReport.tick>`)."""
+        self.reloader.restart_if_asked()
+        return self.console.tick(now, inline=self.inline)
 
     def flush_rollup(self, now: float | None = None) -> None:
         """Write the per-minute counters that changed; the leader also deletes old rows."""
-        now = self.clock.monotonic() if now is None else now
-        self._next_flush = now + rollup.FLUSH_INTERVAL
-        prune = None
-        if now >= self._next_prune and self.is_leader():
-            self._next_prune = now + ROLLUP_PRUNE_INTERVAL
-            prune = self.clock.now() - timedelta(days=rollup.KEEP_DAYS)
-        rollup.flush(self.store, self.rollup, self.id, prune_before=prune)
+        self.console.flush_rollup(now)
 
     def item_states(self) -> dict[str, dict[str, Any]]:
         """What this daemon runs of each item, as ``daemon.item_states`` records it."""
-        states: dict[str, dict[str, Any]] = {}
-        for name, runner in list(self.runners.items()):
-            one: dict[str, Any] = {"state": running.READY if runner.ready else
-                                   running.NOT_READY}
-            if (last := self.rollup.last_outcome.get(name)) is not None:
-                one["last_outcome"] = last
-            pool = getattr(runner.adapter, "_servers", None)
-            if pool is not None:
-                one["servers"] = [{"url": url, "bad": pool.is_bad(url)}
-                                  for url in pool.servers]
-            states[name] = one
-        for name, reason in self._failed.items():
-            states.setdefault(name, {"state": running.FAILED})["detail"] = reason
-        for name, reason in self._refused.items():
-            states.setdefault(name, {"state": running.REFUSED})["refused"] = reason
-        return states
-
-    def report_states(self) -> None:
-        """Rewrite ``daemon.items`` and ``daemon.item_states`` if they changed."""
-        states = self.item_states()
-        names = [i.name for i in self._operations() if i.name in self.runners]
-        text = repr((names, sorted(states.items(), key=lambda kv: kv[0]), self.file_hash))
-        if text == self._reported:
-            return
-        running.write_states(self.store, self.id, names, states, file_hash=self.file_hash)
-        self._reported = text
-
-    def request_restart(self, name: str) -> None:
-        """Restart item ``name`` (as an operator's restart does), on the reload thread."""
-        with self._restarts_lock:
-            self._restarts.add(name)
-        self.wake.set()
-
-    def _restart_if_asked(self) -> None:
-        with self._restarts_lock:
-            names, self._restarts = sorted(self._restarts), set()
-        for name in names:
-            if self.inline:
-                self.restart(name)
-            else:
-                if self._reloader is None:
-                    self._reloader = ThreadPoolExecutor(1, thread_name_prefix="encore-reload")
-                self._reloader.submit(self.restart, name).add_done_callback(
-                    lambda _f: self.wake.set())
-
-    def restart(self, name: str) -> None:
-        """Tear item ``name`` down and start it again: its workers finish the attempt in
-        hand, ``on_tear_down`` of every host and the adapter stopped; then a new adapter,
-        new hosts and their ``on_init``. An item that cannot start again is left stopped,
-        with one ``Error`` event saying why (its messages stay queued)."""
-        old = self.runners.pop(name, None)
-        if old is None or self.stop_requested.is_set():
-            if old is not None:
-                self.runners[name] = old
-            return
-        old.request_stop()
-        old.join(self.production.shutdown_timeout)
-        if old.lease is not None:
-            self.leases.release(item_lease_name(name))
-        try:
-            item = self.production.item(name)
-            runner = self._build_runner(item)
-        except Exception as exc:  # noqa: BLE001 - a failed restart never stops the daemon
-            reason = str(exc) if isinstance(exc, EncoreError) else f"{type(exc).__name__}: {exc}"
-            self._failed[name] = reason
-            self.events.write("Error", f"restart failed, the item is stopped: {reason}",
-                              config_name=name, source_class="Daemon", source_method="restart")
-        else:
-            self._failed.pop(name, None)
-            self._launch(runner)
-            log.info("item %s restarted", name)
-        self.report_states()
-
-    def _finish_reload(self) -> None:
-        """At a stop: let a reload in progress end first (it may be launching runners)."""
-        if self._reloader is not None:
-            self._reloader.shutdown(wait=True)
-            self._reloader = None
+        return self.console.item_states()
 
     def _loop(self) -> None:
         """Tick until a stop is requested, waiting between ticks on :attr:`wake`."""
@@ -747,9 +495,11 @@ class Daemon:
 
         def request(signum: int, _frame: Any) -> None:
             log.info("received %s", signal.Signals(signum).name)
-            flag = self.reload_requested if signum == signal.SIGHUP else self.stop_requested
-            flag.set()
-            self.wake.set()
+            if signum == signal.SIGHUP:
+                self.reloader.request()
+            else:
+                self.stop_requested.set()
+                self.wake.set()
 
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, request)

@@ -11,7 +11,7 @@ import pytest
 
 from engine.clock import SystemClock, VirtualClock, utcnow
 from engine.config.production import parse_production
-from engine.delivery.item import ItemRunner
+from engine.delivery.item import ItemContext, ItemRunner
 from engine.delivery.worker import CRASH_TEXT
 from engine.errors import StoreError
 from engine.runtime.cluster import (
@@ -204,8 +204,9 @@ def test_a_fifo_item_is_not_stuck_behind_a_group_commit_cut_short_by_the_databas
     production = parse_production(
         '[[items]]\nname = "Fifo"\nclass = "tests.unit.sample_ops:EchoOperation"\n'
         '[items.settings]\nretry_interval = 0.1\n', env={})
-    runner = ItemRunner(production.item("Fifo"), store=store, clock=SystemClock(), owner="d",
-                        lease_seconds=LEASE, poll_interval=0.05, lease=lambda: True)
+    runner = ItemRunner(production.item("Fifo"), ItemContext(
+        store=store, clock=SystemClock(), owner="d", lease_seconds=LEASE, poll_interval=0.05,
+        lease=lambda: True))
     ids = [store.enqueue(target="Fifo", body_class="tests.unit.sample_ops:Ping",
                          body=f'{{"text": "m{i}"}}') for i in range(2)]
     runner.start()

@@ -7,7 +7,7 @@ from typing import Any
 
 from engine.clock import VirtualClock
 from engine.config.production import parse_production
-from engine.delivery.item import ItemRunner
+from engine.delivery.item import ItemContext, ItemRunner
 from engine.delivery.readiness import NOT_READY_REMINDER_INTERVAL
 from engine.errors import AdapterNotReady
 from engine.store.sql import SqlStore
@@ -52,8 +52,8 @@ def runner_on_a_virtual_clock(store: SqlStore) -> tuple[ItemRunner, VirtualClock
     clock = VirtualClock()
     events, wsdl = Recorder(clock), Wsdl()
     item = parse_production(PRODUCTION, env={}).item("Payments")
-    runner = ItemRunner(item, store=store, clock=clock, owner="d", lease_seconds=30,
-                        poll_interval=0.5, events=events)
+    runner = ItemRunner(item, ItemContext(store=store, clock=clock, owner="d", lease_seconds=30,
+                                          poll_interval=0.5, events=events))
     runner.adapter._open = wsdl.open  # type: ignore[union-attr, method-assign]
     return runner, clock, events, wsdl
 

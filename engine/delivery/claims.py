@@ -1,0 +1,154 @@
+"""The claim book of one item: which messages this process holds claimed, with their tokens.
+
+A claim is a lease on a message (docs/architecture.md): the dispatcher takes claims in
+batches, the heartbeat renews the leases of the claims in the book — and only those — and a
+worker that is about to send asks whether the claim is still this process's. That question
+has two answers, both here: :meth:`ClaimBook.surely_held` — locally, without a write: the
+claim was taken or renewed less than a lease ago — and :func:`confirm_claim`, a write
+conditional on the claim's token that fails with :class:`~engine.errors.ClaimLost` when
+another daemon has taken the message over (fencing).
+
+The book also keeps the claims a failed delivery left behind (a database error cut it
+short): they are released at the next delivery, or at the stop, so that their messages go
+back to the queue instead of waiting for their leases to end.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from engine.clock import Clock
+from engine.errors import ClaimLost, EncoreError
+from engine.runtime.cluster import LEASE_MARGIN  # a claim is given up early locally, as a lease is
+
+if TYPE_CHECKING:
+    from engine.store.hotpath import Claimed, Completion
+    from engine.store.rows import MessageRow
+    from engine.store.sql import SqlStore
+
+__all__ = ["ClaimBook", "confirm_claim"]
+
+log = logging.getLogger(__name__)
+
+
+def confirm_claim(store: SqlStore, row: MessageRow, *, owner: str, lease_seconds: float,
+                  clock: Clock, why: str = "") -> None:
+    """Renew the claim on ``row`` if it is still ``owner``'s, that very claim (its token);
+    else raise ClaimLost. ``why``: what the claim expired during, for the error's text."""
+    if not store.renew_leases(owner, now=clock.now(), lease_seconds=lease_seconds,
+                              claims=[(row.id, row.claim_token)]):
+        during = f" {why}," if why else ""
+        raise ClaimLost(f"message {row.id}: its claim (token {row.claim_token}) expired"
+                        f"{during} and another daemon has taken it over")
+
+
+class ClaimBook:
+    """The claims item ``target`` holds in this process (``owner``), with their tokens."""
+
+    def __init__(self, store: SqlStore, clock: Clock, *, target: str, owner: str,
+                 lease_seconds: float) -> None:
+        self.store = store
+        self.clock = clock
+        self.target = target
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        self._lock = threading.Lock()
+        self._held: dict[int, int] = {}  # message id → claim token, handed out or pending
+        self._claimed_at: dict[int, float] = {}  # message id → monotonic time of its claim
+        self._renewed = float("-inf")  # monotonic start of the last heartbeat renewal
+        self._abandoned: dict[int, int] = {}  # id → token: messages a failed delivery left
+        self._abandoned_batch = 0  # FIFO: the last claim made before a delivery was cut short
+
+    # -- the claims held -----------------------------------------------------------------
+    def took(self, claimed: Iterable[Claimed], at: float) -> None:
+        """The claim begun at monotonic ``at`` took ``claimed``."""
+        with self._lock:
+            for c in claimed:
+                self._held[c.row.id] = c.row.claim_token
+                self._claimed_at[c.row.id] = at
+
+    def ids(self) -> list[int]:
+        """The ids of the messages held (a FIFO claim takes none behind them)."""
+        with self._lock:
+            return list(self._held)
+
+    def held(self) -> list[tuple[int, int]]:
+        """(message id, token) of every claim held: the heartbeat renews these, and only
+        these."""
+        with self._lock:
+            return list(self._held.items())
+
+    def let_go(self, message_id: int, *, pending: bool) -> None:
+        """A worker is done with ``message_id``; ``pending``: its success waits for the
+        group commit, and the claim is held until then (:meth:`committed`)."""
+        with self._lock:
+            if not pending:
+                self._held.pop(message_id, None)
+            self._claimed_at.pop(message_id, None)
+
+    def committed(self, completions: Iterable[Completion]) -> None:
+        """The group commit of ``completions`` ended: their claims are held no more."""
+        with self._lock:
+            for c in completions:
+                if self._held.get(c.message_id) == c.token:
+                    del self._held[c.message_id]
+
+    def renewed(self, started: float) -> None:
+        """The heartbeat that began at monotonic ``started`` renewed the held claims."""
+        with self._lock:
+            self._renewed = max(self._renewed, started)
+
+    # -- is it still held ----------------------------------------------------------------
+    def surely_held(self, message_id: int) -> bool:
+        """True while the claim on ``message_id`` cannot have expired: claimed or renewed
+        less than ``lease_seconds`` ago (less a margin). An attempt begun with the batch claim
+        is sent without another write only then; after that, its start is a write
+        conditional on the claim token (fencing), as a retry's is."""
+        lease = self.lease_seconds * (1 - LEASE_MARGIN)
+        with self._lock:
+            since = max(self._claimed_at.get(message_id, float("-inf")), self._renewed)
+        return self.clock.monotonic() < since + lease
+
+    def confirm(self, row: MessageRow) -> None:
+        """The claim on ``row`` is still this one, or ClaimLost: only a write can tell once
+        it may have expired (:func:`confirm_claim`), none is needed before."""
+        if not self.surely_held(row.id):
+            confirm_claim(self.store, row, owner=self.owner, lease_seconds=self.lease_seconds,
+                          clock=self.clock)
+
+    # -- claims a failed delivery left ---------------------------------------------------
+    def abandon(self, row: MessageRow, batch: int) -> None:
+        """A delivery of ``row``, of claim number ``batch``, was cut short by an error."""
+        with self._lock:
+            self._abandoned[row.id] = row.claim_token
+            self._abandoned_batch = batch
+
+    def behind_abandoned(self, batch: int) -> bool:
+        """True if claim number ``batch`` was made before a delivery was cut short (a FIFO
+        item's messages must not overtake the one that went back to the queue)."""
+        with self._lock:
+            return batch <= self._abandoned_batch
+
+    def release_abandoned(self) -> None:
+        """A delivery cut short by a database error leaves its message claimed by this
+        daemon, and the heartbeat would keep it so (a FIFO item would wait behind it for
+        ever): put it back in the queue; its open attempt counts as outcome unknown."""
+        with self._lock:
+            abandoned = sorted(self._abandoned.items())
+        for message_id, token in abandoned:
+            if self.store.release_claim(message_id, self.owner, token=token):
+                log.warning("item %s: message %d is back in its queue after a failed delivery",
+                            self.target, message_id)
+            with self._lock:
+                self._abandoned.pop(message_id, None)
+
+    def release_abandoned_at_stop(self) -> None:
+        """At a stop, no delivery comes to release what failed deliveries left claimed:
+        release it now, so that it is back in its queue at once, not when its lease ends."""
+        try:
+            self.release_abandoned()
+        except EncoreError as exc:
+            log.warning("item %s: messages of failed deliveries stay claimed until their "
+                        "leases expire: %s", self.target, exc)

@@ -1,0 +1,207 @@
+"""The daemon's reloader: SIGHUP, ``encore reload`` and an admin's Reload re-read the
+production file; an operator's restart tears one item down and starts it again.
+
+A reload is all or nothing (docs/security.md): new and changed items are built first, and if
+one of them cannot start the reload is refused; else changed and removed items stop, the new
+runners start, and the others keep running throughout. Reloads and restarts run on a thread
+of their own — building an item may load a WSDL for seconds — one at a time, never on the
+daemon's loop, whose heartbeat must not be late; started ``inline``, on the caller's thread.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from engine.config.production import ProductionConfig, load_production
+from engine.delivery.item import ItemRunner
+from engine.errors import EncoreError
+from engine.runtime.cluster import item_lease_name
+from engine.runtime.steps import guarded, operation_items
+from engine.store import running
+from engine.store.notify import Announcement, Kind
+
+if TYPE_CHECKING:
+    from engine.runtime.daemon import Daemon
+
+log = logging.getLogger("engine.runtime.daemon")  # the daemon's log, as before the split
+
+
+def _reason(exc: Exception) -> str:
+    """Why ``exc`` stopped an item from starting, as the events and the console say it."""
+    return str(exc) if isinstance(exc, EncoreError) else f"{type(exc).__name__}: {exc}"
+
+
+class Reloader:
+    """Reloads the production of ``daemon``, and restarts its items, when asked.
+
+    ``refused``: item (or ``"(production file)"``) → why the last reload was refused;
+    ``failed``: item → why a restart could not start it again; ``file_hash``: of the file
+    last loaded. The console reports all three (``daemon.item_states``)."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.requested = threading.Event()  # a reload was asked for and has not begun
+        self.refused: dict[str, str] = {}
+        self.failed: dict[str, str] = {}
+        self.file_hash = running.file_hash(daemon.production.path)
+        self._executor: ThreadPoolExecutor | None = None
+        self._reloading: Future[None] | None = None
+        self._restarts: set[str] = set()  # items an operator asked to restart
+        self._restarts_lock = threading.Lock()
+
+    # -- asking ----------------------------------------------------------------------------
+    def request(self) -> None:
+        """Reload at the daemon's next tick (SIGHUP, an admin's Reload)."""
+        self.requested.set()
+        self.daemon.wake.set()
+
+    def request_restart(self, name: str) -> None:
+        """Restart item ``name`` (as an operator's restart does) at the daemon's next tick."""
+        with self._restarts_lock:
+            self._restarts.add(name)
+        self.daemon.wake.set()
+
+    def reload_if_asked(self) -> None:
+        """A reload asked for: on the reload thread (inline: here), one reload at a time."""
+        if not self.requested.is_set() or self.daemon.stop_requested.is_set():
+            return
+        if self.daemon.inline:
+            self.requested.clear()
+            self.reload()
+            return
+        if self._reloading is not None and not self._reloading.done():
+            return  # asked again meanwhile: it runs when this one is done
+        self.requested.clear()
+        self._reloading = self._submit(self.reload)
+
+    def restart_if_asked(self) -> None:
+        """The restarts asked for, on the reload thread (inline: here), one at a time."""
+        with self._restarts_lock:
+            names, self._restarts = sorted(self._restarts), set()
+        for name in names:
+            if self.daemon.inline:
+                self.restart(name)
+            else:
+                self._submit(self.restart, name)
+
+    def _submit(self, work: Callable[..., None], *args: str) -> Future[None]:
+        """``work(*args)`` on the reload thread; the daemon's loop is woken when it ends."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="encore-reload")
+        future = self._executor.submit(work, *args)
+        future.add_done_callback(lambda _f: self.daemon.wake.set())
+        return future
+
+    def finish(self) -> None:
+        """At a stop: let a reload in progress end first (it may be launching runners)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    # -- reload ----------------------------------------------------------------------------
+    def reload(self) -> None:
+        """Re-read the production file, all or nothing (docs/security.md).
+
+        Every new or changed item is built first — adapter, hosts, ``on_init`` — while the
+        running production goes on. If the file or any of those items fails, the reload is
+        refused with one ``Error`` event naming the item and the reason, what was built is
+        torn down, and nothing changes. Otherwise changed and removed items stop, the new
+        runners start, and unchanged items keep running throughout.
+        """
+        daemon = self.daemon
+        if daemon.production.path is None:
+            log.warning("reload requested, but the production did not come from a file")
+            return
+        try:
+            loaded_hash = running.file_hash(daemon.production.path)
+            new = load_production(daemon.production.path, daemon.env)
+            built = self._build_changed(new)
+        except Exception as exc:  # noqa: BLE001 - a refused reload never stops the daemon
+            self._refuse(exc)
+            return
+        self.file_hash = loaded_hash
+        self._switch_to(new, built)
+
+    def _build_changed(self, new: ProductionConfig) -> dict[str, ItemRunner]:
+        """Prepared runners for the operation items of ``new`` that are not running as they
+        are; if one fails, nothing of the others is left."""
+        current = {i.name: i for i in operation_items(self.daemon.production)}
+        return self.daemon.build_runners([i for i in operation_items(new)
+                                          if current.get(i.name) != i])
+
+    def _refuse(self, exc: Exception) -> None:
+        """One ``Error`` event naming the item (when known) and the reason."""
+        reason = _reason(exc)
+        text = f"reload refused, the production keeps running unchanged: {reason}"
+        if not isinstance(exc, EncoreError):
+            log.error("unexpected error during the reload", exc_info=exc)
+        try:  # the event log also logs it
+            self.daemon.events.write("Error", text, config_name=getattr(exc, "item", None),
+                                     source_class="Daemon", source_method="reload")
+        except EncoreError as write_error:
+            log.error("%s (not in the event log: %s)", text, write_error)
+        self.refused = {getattr(exc, "item", None) or "(production file)": reason}
+        guarded(self.daemon.console.report_states, "the item states")
+
+    def _switch_to(self, new: ProductionConfig, built: dict[str, ItemRunner]) -> None:
+        """Stop the runners of changed and removed items, then start ``built``."""
+        daemon = self.daemon
+        names = {i.name for i in operation_items(new)}
+        stale = [n for n in daemon.runners if n in built or n not in names]
+        self._stop([daemon.runners.pop(name) for name in stale], new.shutdown_timeout)
+        daemon.production = new
+        daemon.events.production = new
+        daemon.queue_alerts.schedule(daemon.scheduler)
+        for runner in built.values():
+            daemon.launch(runner)
+        self.refused = {}
+        self.failed = {n: r for n, r in self.failed.items() if n not in built}
+        guarded(daemon.console.report_states, "the item states")
+        guarded(lambda: running.announce(
+            daemon.store, [Announcement.control(Kind.RELOADED, daemon.id)]), "the announcement")
+        log.info("production reloaded from %s: %d item(s) running", new.path,
+                 len(daemon.runners))
+
+    def _stop(self, runners: Iterable[ItemRunner], timeout: float) -> None:
+        """Stop ``runners`` — their workers finish the attempt in hand, within ``timeout``
+        seconds for all — and give up the leases of the FIFO items among them."""
+        stopping = list(runners)
+        for runner in stopping:
+            runner.request_stop()
+        clock = self.daemon.clock
+        deadline = clock.monotonic() + timeout
+        for runner in stopping:
+            runner.join(max(deadline - clock.monotonic(), 0.0))
+            if runner.lease is not None:
+                self.daemon.leases.release(item_lease_name(runner.item.name))
+
+    # -- restart ---------------------------------------------------------------------------
+    def restart(self, name: str) -> None:
+        """Tear item ``name`` down and start it again: its workers finish the attempt in
+        hand, ``on_tear_down`` of every host and the adapter stopped; then a new adapter,
+        new hosts and their ``on_init``. An item that cannot start again is left stopped,
+        with one ``Error`` event saying why (its messages stay queued)."""
+        daemon = self.daemon
+        old = daemon.runners.pop(name, None)
+        if old is None or daemon.stop_requested.is_set():
+            if old is not None:
+                daemon.runners[name] = old
+            return
+        self._stop([old], daemon.production.shutdown_timeout)
+        try:
+            item = daemon.production.item(name)
+            runner = daemon.build_runner(item)
+        except Exception as exc:  # noqa: BLE001 - a failed restart never stops the daemon
+            reason = _reason(exc)
+            self.failed[name] = reason
+            daemon.events.write("Error", f"restart failed, the item is stopped: {reason}",
+                                config_name=name, source_class="Daemon",
+                                source_method="restart")
+        else:
+            self.failed.pop(name, None)
+            daemon.launch(runner)
+            log.info("item %s restarted", name)
+        daemon.console.report_states()
