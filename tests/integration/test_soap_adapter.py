@@ -34,9 +34,10 @@ from tests.servers import (
     trickle,
 )
 
-# seconds: the response timeout (the seed's 10 s, scaled), which bounds the WSDL's load and
-# parse too: no less than a second on a loaded machine
+# seconds: the response timeout of the tests that wait for one to pass (the seed's 10 s,
+# scaled); it bounds the WSDL's load and parse too: no less than a second on a loaded machine
 TIMEOUT = 1.0
+PATIENT = 10.0  # seconds: the response timeout and attempt deadline of the other tests
 SERVER_DELAY = 5.0  # seconds each slow server takes (the seed's 11 s): far past the timeout
 MARGIN = 2.0  # seconds past the timeout a cut call may take on a loaded machine
 
@@ -58,12 +59,12 @@ def closed_port() -> int:
 
 
 def started(settings: dict) -> SoapAdapter:
-    adapter = SoapAdapter({"response_timeout": TIMEOUT, **settings}, item_name="Payments")
+    adapter = SoapAdapter({"response_timeout": PATIENT, **settings}, item_name="Payments")
     adapter.start()
     return adapter
 
 
-def attempt(adapter: SoapAdapter, key: str = "msg-1", timeout: float = TIMEOUT) -> None:
+def attempt(adapter: SoapAdapter, key: str = "msg-1", timeout: float = PATIENT) -> None:
     adapter.begin_attempt(AttemptContext(deadline=time.monotonic() + timeout,
                                          idempotency_key=key))
 
@@ -162,10 +163,11 @@ def test_slow_servers_are_marked_bad_and_attempts_go_a_b_c_then_a_again():
     with SoapTestServer("A", delay=SERVER_DELAY) as a, \
             SoapTestServer("B", delay=SERVER_DELAY) as b, \
             SoapTestServer("C", delay=SERVER_DELAY) as c:
-        adapter = started({"wsdl": a.wsdl, "servers": [a.url, b.url, c.url]})
+        adapter = started({"wsdl": a.wsdl, "servers": [a.url, b.url, c.url],
+                           "response_timeout": TIMEOUT})
         used = []
         for _ in range(4):  # what the worker does, with retry_interval = 0
-            attempt(adapter)
+            attempt(adapter, timeout=TIMEOUT)
             began = time.monotonic()
             with pytest.raises(ResponseTimeout) as caught:
                 adapter.invoke("echo", {"text": "pay"})
@@ -199,8 +201,8 @@ def test_when_every_server_refuses_the_last_connect_failure_is_raised():
 
 def test_a_trickling_soap_server_is_cut_at_the_deadline():
     with raw_soap(trickle(soap_reply("slow").encode())) as srv:
-        adapter = started({"wsdl": srv.url + "/soap?wsdl"})
-        attempt(adapter)
+        adapter = started({"wsdl": srv.url + "/soap?wsdl", "response_timeout": TIMEOUT})
+        attempt(adapter, timeout=TIMEOUT)
         began = time.monotonic()
         with pytest.raises(ResponseTimeout):
             adapter.invoke("echo", {"text": "x"})
