@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
+
+from tests.waiting import answers, wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
@@ -40,17 +40,11 @@ def free_port() -> int:
 
 def wait_for_portal(base: str, proc: subprocess.Popen[Any]) -> None:
     """Until the portal at ``base`` (run by ``proc``) answers its login page."""
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
+    def started() -> bool:
         if proc.poll() is not None:
             raise AssertionError("encore portal exited at start")
-        try:
-            if requests.get(f"{base}/login", timeout=5).status_code == 200:
-                return
-        except requests.RequestException:  # not listening yet, or slow on a loaded machine
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"encore portal did not answer within {START_TIMEOUT} s")
+        return answers(f"{base}/login")
+    wait_until(started, START_TIMEOUT, "encore portal to answer")
 
 
 @pytest.fixture(scope="module")

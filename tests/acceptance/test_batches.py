@@ -16,9 +16,10 @@ from engine.config.production import parse_production
 from engine.delivery import dispatch
 from engine.runtime.daemon import Daemon
 from engine.store.sql import SqlStore
-from tests.acceptance.daemon import RunningDaemon, encore, wait_until
+from tests.acceptance.daemon import RunningDaemon, encore
 from tests.acceptance.test_crash_and_isolation import done, http_item, production, statuses
 from tests.servers import HttpTestServer, Route, respond, sequence
+from tests.waiting import wait_until
 
 HELD = 30.0  # seconds the server holds the request in flight at the kill (never reached)
 FAST = 5  # requests answered at once before that one

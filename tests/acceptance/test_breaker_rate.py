@@ -13,10 +13,11 @@ import pytest
 from sqlalchemy import select
 
 from engine.store.models import event_log, message_attempt
-from tests.acceptance.daemon import encore, wait_until
+from tests.acceptance.daemon import encore
 from tests.acceptance.test_scale_out import Cluster, http_item, post
 from tests.conftest import postgres_url, reset_postgres
 from tests.servers import HttpTestServer, Recorded, _Handler, respond
+from tests.waiting import wait_until
 
 OUTAGE = 3.0  # seconds the server answers 503
 OPEN_SECONDS = 4.0  # breaker_open_seconds: the probe comes after the outage

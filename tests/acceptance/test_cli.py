@@ -15,6 +15,7 @@ import pytest
 from engine.clock import utcnow
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import cli_env, encore
+from tests.waiting import wait_until
 
 PRODUCTION = """
 [production]
@@ -99,9 +100,7 @@ def finish_the_next_message_in_error(workdir: Path) -> threading.Thread:
     """A thread that plays a failing daemon: ends message 1 in Error once it is queued."""
     def play() -> None:
         store = SqlStore(f"sqlite:///{workdir / 'e.db'}")
-        deadline = time.monotonic() + 30
-        while store.get_message(1) is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: store.get_message(1), 30, "message 1")
         store.finish(1, status="Error", error_text="HTTP 302 to /elsewhere", now=utcnow())
         store.dispose()
     thread = threading.Thread(target=play, daemon=True)

@@ -34,6 +34,7 @@ from tests.acceptance.browser import (
 )
 from tests.acceptance.daemon import RunningDaemon, cli_env, encore
 from tests.acceptance.test_portal_browser import PASSWORD, log_in
+from tests.waiting import wait_until
 
 # ENCORE_SCREENSHOTS=1: write the screenshots docs/ shows (else into the test's directory)
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
@@ -180,7 +181,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     try:
         wait_for_portal(base, proc)
         found = Console(root, base, daemon, web)
-        _wait_until(lambda: found.on_init_count() >= 1, 30, "the daemon started Counter")
+        wait_until(lambda: found.on_init_count() >= 1, 30, "the daemon started Counter")
         yield found
     finally:
         proc.terminate()
@@ -196,15 +197,6 @@ def page(browser: Any) -> Iterator[Any]:
     context.set_default_timeout(UI_TIMEOUT)
     yield context.new_page()
     context.close()
-
-
-def _wait_until(check: Any, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not within {seconds} s: {what}")
 
 
 def _shots(console: Console) -> Path:
@@ -252,7 +244,7 @@ def test_a_restart_runs_on_init_again_and_leaves_one_info_event_naming_the_user(
     page.once("dialog", lambda dialog: dialog.accept())
     page.click("button[data-action=restart]")
     page.wait_for_url("**/items/Counter?restarted=1")
-    _wait_until(lambda: console.on_init_count() == before + 1, 30, "on_init ran again")
+    wait_until(lambda: console.on_init_count() == before + 1, 30, "on_init ran again")
     events = console.info_events("restart")
     assert len(events) == 1 and "user 'olga' (operator) through the portal" in events[0]
 
@@ -260,7 +252,7 @@ def test_a_restart_runs_on_init_again_and_leaves_one_info_event_naming_the_user(
 def test_a_test_send_shows_the_response_and_links_its_trace(page: Any,
                                                              console: Console) -> None:
     log_in(page, console.base, "olga", "/items/Counter")
-    _wait_until(lambda: requests.get(f"{console.base}/api/v1/items/Counter", timeout=10,
+    wait_until(lambda: requests.get(f"{console.base}/api/v1/items/Counter", timeout=10,
                                      headers={"Authorization": f"Bearer {console.viewer}"})
                 .json()["state"] == "green", 30, "Counter runs again after its restart")
     page.fill("form.test textarea[name=body]", json.dumps({"order": 42}))
@@ -278,7 +270,7 @@ def test_a_test_send_shows_the_response_and_links_its_trace(page: Any,
     assert page.inner_text("tr[data-setting=response_timeout] td:last-child") == "alias"
     assert page.inner_text("tr[data-setting=retry_interval] td:last-child") == "file"
     assert page.inner_text("tr[data-setting=idempotent] td:last-child") == "class default"
-    _wait_until(lambda: requests.get(f"{console.base}/api/v1/items/Counter", timeout=10,
+    wait_until(lambda: requests.get(f"{console.base}/api/v1/items/Counter", timeout=10,
                                      headers={"Authorization": f"Bearer {console.viewer}"})
                 .json()["counters"]["1h"]["completed"] >= 1, 30, "the rollup counted it")
     page.goto(f"{console.base}/items/Counter")
@@ -345,16 +337,16 @@ def test_a_standalone_portal_takes_intake_for_an_item_a_sighup_added_within_two_
     console.production.write_text(original + LATE_ITEM)
     console.daemon.proc.send_signal(signal.SIGHUP)
     started = time.monotonic()
-    _wait_until(lambda: console.send("Late", {"text": "hi"}).status_code == 202, 2.0,
+    wait_until(lambda: console.send("Late", {"text": "hi"}).status_code == 202, 2.0,
                 "intake accepts the item added by SIGHUP")
     took = time.monotonic() - started
-    _wait_until(lambda: any(line.startswith("Late ") and "1 daemon, ready" in line
+    wait_until(lambda: any(line.startswith("Late ") and "1 daemon, ready" in line
                             for line in encore("status", cwd=console.root).stdout.splitlines()),
                 30, "encore status shows Late running on the daemon")
     log_in(page, console.base, "olga", "/")
     page.wait_for_selector("svg.diagram g[data-item='Late']")
     console.production.write_text(original)
     console.daemon.proc.send_signal(signal.SIGHUP)
-    _wait_until(lambda: console.send("Late", {"text": "gone"}).status_code == 404, 2.0,
+    wait_until(lambda: console.send("Late", {"text": "gone"}).status_code == 404, 2.0,
                 "intake refuses the item removed by SIGHUP")
     print(f"intake accepted the added item {took:.2f} s after the SIGHUP")

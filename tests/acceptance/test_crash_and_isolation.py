@@ -9,8 +9,9 @@ import pytest
 
 from engine.store import queries
 from engine.store.sql import SqlStore
-from tests.acceptance.daemon import RunningDaemon, encore, wait_until
+from tests.acceptance.daemon import RunningDaemon, encore
 from tests.servers import HttpTestServer, respond, sequence
+from tests.waiting import wait_until
 
 FINAL = ("Completed", "Error", "Suspended")
 

@@ -5,7 +5,8 @@ import json
 from pathlib import Path
 
 from engine.store.sql import SqlStore
-from tests.acceptance.daemon import RunningDaemon, encore, wait_until
+from tests.acceptance.daemon import RunningDaemon, encore
+from tests.waiting import wait_until
 
 PRODUCTION = """
 [production]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.daemon import RunningDaemon, encore, wait_until
+from tests.acceptance.daemon import RunningDaemon, encore
+from tests.waiting import wait_until
 
 PRODUCTION = """
 [production]

@@ -16,9 +16,10 @@ import zeep
 
 from engine.store import queries
 from engine.store.sql import SqlStore
-from tests.acceptance.daemon import RunningDaemon, encore, wait_until
+from tests.acceptance.daemon import RunningDaemon, encore
 from tests.integration.inbound_support import EXAMPLE, free_port
 from tests.servers import SoapTestServer
+from tests.waiting import wait_until
 
 START = 60  # seconds a daemon may take to start on a loaded machine
 

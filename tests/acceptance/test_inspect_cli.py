@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from engine.store.sql import SqlStore
-from tests.acceptance.daemon import RunningDaemon, encore, wait_until
+from tests.acceptance.daemon import RunningDaemon, encore
 from tests.servers import HttpTestServer, respond
+from tests.waiting import wait_until
 
 PRODUCTION = """
 [production]

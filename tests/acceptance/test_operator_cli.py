@@ -15,7 +15,8 @@ from sqlalchemy import func, select, update
 from engine.clock import utcnow
 from engine.store.models import event_log, item_state, message_attempt, message_header
 from engine.store.sql import SqlStore
-from tests.acceptance.daemon import RunningDaemon, encore, wait_until
+from tests.acceptance.daemon import RunningDaemon, encore
+from tests.waiting import wait_until
 
 PRODUCTION = """
 [production]

@@ -23,7 +23,8 @@ import pytest
 
 from engine.store import queries
 from engine.store.sql import SqlStore
-from tests.acceptance.daemon import RunningDaemon, encore, wait_until
+from tests.acceptance.daemon import RunningDaemon, encore
+from tests.waiting import wait_until
 
 LEASE = 2  # seconds
 MAX_DELIVERIES = 2

@@ -8,8 +8,9 @@ import json
 import time
 from pathlib import Path
 
-from tests.acceptance.daemon import RunningDaemon, encore, wait_until
+from tests.acceptance.daemon import RunningDaemon, encore
 from tests.servers import HttpTestServer, respond
+from tests.waiting import wait_until
 
 PRODUCTION = """
 [production]

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from engine.store import queries
 from engine.store.sql import SqlStore
-from tests.acceptance.daemon import RunningDaemon, encore, wait_until
+from tests.acceptance.daemon import RunningDaemon, encore
+from tests.waiting import wait_until
 
 HEAD = '[production]\nname = "Reload"\ndatabase = "{url}"\npoll_interval = 0.05\n'
 ECHO = '\n[[items]]\nname = "{name}"\nclass = "tests.unit.sample_ops:EchoOperation"\n'

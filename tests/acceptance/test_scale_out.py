@@ -21,9 +21,10 @@ from engine.client import send_message
 from engine.config.production import ProductionConfig, load_production
 from engine.store.models import message_header
 from engine.store.sql import SqlStore
-from tests.acceptance.daemon import RunningDaemon, cli_env, encore, wait_until
+from tests.acceptance.daemon import RunningDaemon, cli_env, encore
 from tests.conftest import postgres_url, reset_postgres
 from tests.servers import HttpTestServer, respond, sequence
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.postgres
 

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from engine.store.sql import SqlStore
-from tests.acceptance.daemon import ROOT, cli_env, wait_until
+from tests.acceptance.daemon import ROOT, cli_env
 from tests.servers import HttpTestServer, respond
+from tests.waiting import wait_until
 
 ENCORE = Path(sys.executable).with_name("encore")  # the console script pip installed
 README_EXAMPLE = re.search(r"## An operation of your own\n\n```python\n(.*?)```",

@@ -25,10 +25,12 @@ from tests.servers import HttpTestServer, SoapTestServer, reset_after_request, r
 PASSWORD = "s3cr3t-Pa55-do-not-leak"
 ENV = {"ENCORE_CREDENTIALS_PAYMENTS_EU_USERNAME": "alice",
        "ENCORE_CREDENTIALS_PAYMENTS_EU_PASSWORD": PASSWORD}
+DEADLINE = 10.0  # seconds an attempt may take: no test here asserts a time (a loaded machine)
 
 
 def attempt(adapter) -> None:
-    adapter.begin_attempt(AttemptContext(deadline=time.monotonic() + 1.0, idempotency_key="k"))
+    adapter.begin_attempt(AttemptContext(deadline=time.monotonic() + DEADLINE,
+                                         idempotency_key="k"))
 
 
 def credentials_file(tmp_path: Path) -> dict[str, str]:

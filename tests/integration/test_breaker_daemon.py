@@ -14,8 +14,8 @@ from engine.config.production import ProductionConfig, parse_production
 from engine.runtime.daemon import Daemon
 from engine.store import queries
 from engine.store.sql import SqlStore
-from tests.acceptance.daemon import wait_until
 from tests.servers import HttpTestServer, Recorded, _Handler, respond
+from tests.waiting import wait_until
 
 OUTAGE = 1.5  # seconds the server answers 503
 OPEN_SECONDS = 2.0  # breaker_open_seconds, longer than the outage: one probe closes it

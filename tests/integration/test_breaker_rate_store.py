@@ -4,7 +4,6 @@ workers race for it."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 from engine.store.notify import Announcement, QueueListener
 from engine.store.sql import SqlStore
 from tests.conftest import postgres_url, reset_postgres
+from tests.waiting import wait_until
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ITEM = "Payments"
@@ -157,9 +157,7 @@ def test_opening_and_closing_are_announced_to_every_daemon(pg_store: SqlStore) -
         store.breakers.record_failure(ITEM, threshold=2, open_seconds=30, now=at(0))
         store.breakers.take_probe(ITEM, "a", now=at(30), probe_seconds=35)
         store.breakers.close(ITEM, "a", now=at(31))
-        deadline = time.monotonic() + 5
-        while len(heard) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(heard) >= 2, 5, "two announcements")
     finally:
         listener.stop()
     # opened, closed; not the probe

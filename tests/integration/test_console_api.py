@@ -27,6 +27,7 @@ from engine.store.models import daemon as daemon_table
 from engine.store.models import event_log
 from engine.store.sql import SqlStore
 from tests.portal_support import add_token, add_user, bearer, csrf_of, login
+from tests.waiting import wait_until
 
 PATIENCE = 30.0  # seconds a test waits at most for what should take one or two
 PRODUCTION = """
@@ -112,16 +113,6 @@ def setup(tmp_path: Path, store: SqlStore) -> Iterator[Setup]:
     finally:
         app.state.follower.stop()
         daemon.stop()
-
-
-def wait_for(check: Any, what: str, seconds: float = PATIENCE) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"not within {seconds} s: {what}")
 
 
 def info_events(store: SqlStore, method: str) -> list[str]:
@@ -210,7 +201,7 @@ def test_a_restart_tears_down_and_runs_on_init_again_with_one_info_event(
     assert CountedOperation.inits == 1
     answer = setup.client.post("/api/v1/items/Counted/restart", headers=setup.tokens["operator"])
     assert answer.status_code == 202 and answer.json()["restarting_on"] == [setup.daemon.id]
-    wait_for(lambda: CountedOperation.inits == 2, "on_init ran again")
+    wait_until(lambda: CountedOperation.inits == 2, PATIENCE, "on_init ran again")
     time.sleep(1.0)  # heard twice on PostgreSQL (callback and NOTIFY): restarted once
     assert (CountedOperation.inits, CountedOperation.tear_downs) == (2, 1)
     assert send(setup, "Counted", {"after": "restart"})  # the new runner delivers
@@ -311,10 +302,11 @@ def test_a_reload_rewrites_daemon_items_and_the_portal_follows_the_announcement(
                              headers=setup.tokens["operator"]).status_code == 403
     assert setup.client.post("/api/v1/production/reload",
                              headers=setup.tokens["admin"]).status_code == 202
-    wait_for(lambda: reported()[0] == "Echo,Counted,Web,Added", "daemon.items rewritten")
-    wait_for(lambda: setup.client.post("/api/v1/messages/Added", json={"text": "x"},
-                                       headers=setup.tokens["sender"]).status_code == 202,
-             "the portal takes intake for the added item")
+    wait_until(lambda: reported()[0] == "Echo,Counted,Web,Added", PATIENCE,
+               "daemon.items rewritten")
+    wait_until(lambda: setup.client.post("/api/v1/messages/Added", json={"text": "x"},
+                                         headers=setup.tokens["sender"]).status_code == 202,
+               PATIENCE, "the portal takes intake for the added item")
     status = setup.client.get("/api/v1/status", headers=setup.tokens["viewer"]).json()
     assert status["file_changed"] is False
     added = next(i for i in status["items"] if i["name"] == "Added")
@@ -359,11 +351,11 @@ def test_a_failing_item_turns_red_counts_as_retrying_and_marks_its_server_bad(
         item = next(i for i in status["items"] if i["name"] == "Web")
         return item if item["light"] == "red" and item["retrying"] == 1 else None
 
-    item = wait_for(web, "Web red and retrying")
+    item = wait_until(web, PATIENCE, "Web red and retrying")
     assert item["why"] == "last attempt failed"
     page = setup.client.get("/api/v1/items/Web", headers=setup.tokens["viewer"]).json()
     assert page["queue"]["retrying"] == 1
-    marks = wait_for(lambda: [s["bad"] for s in setup.client.get(
+    marks = wait_until(lambda: [s["bad"] for s in setup.client.get(
         "/api/v1/items/Web", headers=setup.tokens["viewer"]).json()["target"]["servers"]
-        if s["bad"]], "a server marked bad")
+        if s["bad"]], PATIENCE, "a server marked bad")
     assert marks == [True] or marks == [True, True]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -22,6 +21,7 @@ from engine.runtime.daemon import Daemon
 from engine.store import queries
 from engine.store.sql import SqlStore
 from tests.servers import HttpTestServer, SoapTestServer, respond, soap_reply, soap_wsdl, soap_xml
+from tests.waiting import wait_until
 
 SLOW = 1.1  # seconds each failover server takes (the seed's 11 s, ÷10)
 
@@ -147,13 +147,6 @@ def test_a_wsdl_that_cannot_load_keeps_messages_queued_until_it_can(store: SqlSt
 
 def fetches(server: HttpTestServer) -> list[Any]:
     return [r for r in server.requests if r.method == "GET"]
-
-
-def wait_until(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.05)
 
 
 PASSWORD = "s3cr3t-Pa55word-9f1c"

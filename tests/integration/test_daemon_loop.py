@@ -11,6 +11,7 @@ from engine.client import send_message
 from engine.config.production import parse_production
 from engine.runtime.daemon import Daemon
 from engine.store.sql import SqlStore
+from tests.waiting import wait_until
 
 LEASE = 3.0  # seconds: a heartbeat every second
 PATIENCE = 20.0  # seconds a test waits at most for what should take a few
@@ -57,13 +58,6 @@ def daemon_for(tmp_path: Path, item: str) -> tuple[Daemon, SqlStore, list[float]
     return daemon, store, beats
 
 
-def wait_for(predicate: Any, what: str) -> None:
-    deadline = time.monotonic() + PATIENCE
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 def test_the_heartbeat_beats_while_a_slow_service_runs(tmp_path: Path) -> None:
     StuckService.entered.clear()
     StuckService.release.clear()
@@ -74,7 +68,8 @@ def test_the_heartbeat_beats_while_a_slow_service_runs(tmp_path: Path) -> None:
     try:
         assert StuckService.entered.wait(PATIENCE)
         before = len(beats)
-        wait_for(lambda: len(beats) >= before + 2, "two heartbeats while the service runs")
+        wait_until(lambda: len(beats) >= before + 2, PATIENCE,
+                   "two heartbeats while the service runs")
         assert not StuckService.release.is_set()  # still stuck: the beats did not wait for it
     finally:
         StuckService.release.set()
@@ -94,9 +89,9 @@ def test_a_stop_beats_the_heartbeat_until_the_workers_have_joined(tmp_path: Path
         stopped: list[bool] = []
         stopping = threading.Thread(target=lambda: stopped.append(daemon.stop()))
         stopping.start()
-        wait_for(lambda: daemon.stop_requested.is_set(), "the stop")
+        wait_until(lambda: daemon.stop_requested.is_set(), PATIENCE, "the stop")
         before = len(beats)
-        wait_for(lambda: len(beats) >= before + 2, "two heartbeats during the stop")
+        wait_until(lambda: len(beats) >= before + 2, PATIENCE, "two heartbeats during the stop")
         assert stopping.is_alive()  # the stop still waits for the worker
         StuckOperation.release.set()
         stopping.join(PATIENCE)

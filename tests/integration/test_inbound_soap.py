@@ -5,8 +5,6 @@ timeout (the message goes on), SOAP 1.2, malformed and hostile requests (Client 
 nothing created), the caller in the trace and refusals logged once."""
 from __future__ import annotations
 
-import time
-
 import pytest
 import requests
 import zeep
@@ -27,6 +25,7 @@ from tests.integration.inbound_support import (
     soap_service,
 )
 from tests.servers import SoapTestServer
+from tests.waiting import wait_until
 
 WAIT = 30  # seconds a test waits for a message at most
 SOAP11 = "http://schemas.xmlsoap.org/soap/envelope/"
@@ -98,9 +97,7 @@ def test_a_raw_soap_11_envelope_from_a_file_and_the_trace(
         assert root.tag == f"{{{SOAP11}}}Envelope"
         assert root.xpath("//*[local-name()='echoResult']/text()") == ["B:from a file"]
         request = next(m for m in _messages(store) if m["source"] == "EchoSoap")
-        deadline = time.monotonic() + 10
-        while not calls_of(store, [request["id"]]) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: calls_of(store, [request["id"]]), 10, "the call's record")
         del daemon
     call = calls_of(store, [request["id"]])[request["id"]]
     assert call.caller.startswith("127.0.0.1:") and call.request == "SOAP echo"

@@ -25,8 +25,8 @@ from engine.runtime.cluster import (
 from engine.runtime.daemon import Daemon
 from engine.store.notify import Announcement, Kind, QueueListener
 from engine.store.sql import Claimed, Completion, SqlStore
-from tests.acceptance.daemon import wait_until
 from tests.servers import HttpTestServer, respond
+from tests.waiting import wait_until
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = 10.0  # seconds
@@ -304,14 +304,12 @@ def test_another_process_hears_of_new_work_at_once_through_notify(store: SqlStor
         assert listener.connected.wait(5)
         sent = time.monotonic()
         other.enqueue(target="Fast", body_class=None, body="{}")
-        deadline = time.monotonic() + 5
-        while not heard and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(lambda: heard, 5, "the listener to hear of the new message")
     finally:
         listener.stop()
         other.dispose()
     assert heard and heard[0][0] == "Fast"
-    assert heard[0][1] - sent < 0.5  # milliseconds in practice; generous bound
+    assert heard[0][1] - sent < 2.0  # milliseconds in practice; generous on a loaded machine
 
 
 # -- the database clock ------------------------------------------------------------------

@@ -8,7 +8,6 @@ these tests install (Encore uses a provider the application has set as it is).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -33,6 +32,7 @@ from engine.otel.spans import Tracing  # noqa: E402
 from engine.runtime.daemon import Daemon  # noqa: E402
 from engine.store.sql import SqlStore  # noqa: E402
 from tests.servers import HttpTestServer, SoapTestServer, respond, sequence  # noqa: E402
+from tests.waiting import wait_until
 
 RETRY = 0.05  # seconds between attempts where the test does not stop in between
 WAIT = 20.0  # seconds a test waits for a message at most
@@ -210,7 +210,8 @@ def test_a_daemon_restart_between_two_attempts_keeps_the_trace(
         prod = production(http_item(server.url, retry_interval=1.5, failure_timeout=30))
         with running(store, prod):
             mid = send_message(store, prod, "Orders", {"method": "POST", "path": "/orders"})
-            _wait_until(lambda: any(a.ended_at for a in store.attempts(mid)))
+            wait_until(lambda: any(a.ended_at for a in store.attempts(mid)), WAIT,
+                       "the attempt to end")
         assert store.get_message(mid).status == "Queued"  # released, retry pending
         with running(store, prod):
             row = wait_for(store, mid, timeout=WAIT)
@@ -251,9 +252,3 @@ def test_with_tracing_off_nothing_is_traced_and_no_header_is_sent(
     assert "traceparent" not in {k.lower() for k in server.requests[0].headers}
     assert spans.get_finished_spans() == ()
 
-
-def _wait_until(condition: Any, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)

@@ -22,9 +22,10 @@ from engine.config.production import load_production
 from engine.store.lite import LiteIntake
 from engine.store.sql import SqlStore
 from engine.store.statuses import ENDED_STATUSES
-from tests.acceptance.daemon import RunningDaemon, encore, wait_until
+from tests.acceptance.daemon import RunningDaemon, encore
 from tests.integration.pg_cluster import PgCluster, pg_cluster  # noqa: F401 - the fixture
 from tests.servers import HttpTestServer, respond
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -186,7 +187,7 @@ def test_a_daemon_rides_out_the_failover_to_its_synchronous_standby(
         arrived.setdefault(r.body.decode(), r.at)
     late = [(body, arrived[body] - at) for at, body in producer.accepted_at
             if at > promoted + 2]
-    assert late and all(wait < 2.0 for _, wait in late), sorted(late, key=lambda x: -x[1])[:5]
+    assert late and all(wait < 5.0 for _, wait in late), sorted(late, key=lambda x: -x[1])[:5]
     assert cli_before.returncode == 0 and cli_after.returncode == 0
     # messages were accepted on the new primary, not only before the failure
     assert any(at > promoted for at, _ in producer.accepted_at)

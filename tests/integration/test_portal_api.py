@@ -18,6 +18,7 @@ from engine.store.models import api_token, event_log, message_header
 from engine.store.rows import AttemptEnd
 from engine.store.sql import SqlStore
 from tests.portal_support import PING, add_token, bearer, production
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -234,13 +235,9 @@ def test_wait_answers_504_when_the_message_is_not_done_in_time(
 def test_wait_answers_200_with_the_response_when_the_message_completes(
         client: TestClient, store: SqlStore, tokens: dict[str, dict[str, str]]) -> None:
     def worker() -> None:  # a stand-in daemon: claim the message, answer it
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            claimed = store.claim("Echo", owner="test", now=store.db_now(), lease_seconds=30)
-            if claimed:
-                _complete(store, claimed[0].row.id, {"text": "HI", "count": 1}, claimed=True)
-                return
-            time.sleep(0.05)
+        claimed = wait_until(lambda: store.claim("Echo", owner="test", now=store.db_now(),
+                                                 lease_seconds=30), 10, "the message to claim")
+        _complete(store, claimed[0].row.id, {"text": "HI", "count": 1}, claimed=True)
 
     thread = threading.Thread(target=worker)
     thread.start()

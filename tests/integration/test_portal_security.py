@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -44,6 +43,7 @@ from tests.portal_support import (
     login,
     production,
 )
+from tests.waiting import wait_until
 
 HTTP_TIMEOUT = 60  # seconds one call may take on a loaded machine
 RACERS = 80  # parallel login guesses
@@ -393,9 +393,7 @@ def test_wait_callers_past_the_cap_get_503_and_create_nothing(
     threads = [threading.Thread(target=wait) for _ in range(2)]
     for thread in threads:
         thread.start()
-    deadline = time.monotonic() + 10
-    while count(store) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: count(store) >= 2, 10, "the two waiting calls' messages")
     refused = requests.post(f"{url}/api/v1/messages/Echo?wait=3", headers=sender,
                             json={"text": "over"}, timeout=HTTP_TIMEOUT)
     assert refused.status_code == 503 and "2 calls are waiting" in refused.json()["error"]

@@ -17,8 +17,9 @@ from engine.config.production import ProductionConfig, parse_production
 from engine.runtime.daemon import Daemon
 from engine.store import queries
 from engine.store.sql import SqlStore
-from tests.acceptance.daemon import encore, wait_until
+from tests.acceptance.daemon import encore
 from tests.servers import HttpTestServer, Recorded, respond
+from tests.waiting import wait_until
 
 SLOW = 1.0  # seconds the slow server takes to answer
 SHORT = 0.2  # seconds a sync call waits for it

@@ -17,7 +17,8 @@ from engine import BusinessOperation, Retry
 from engine.message import JsonMessage
 from engine.store.sql import SqlStore
 from engine.testing import VirtualDaemon
-from tests.acceptance.daemon import RunningDaemon, encore, wait_until
+from tests.acceptance.daemon import RunningDaemon, encore
+from tests.waiting import wait_until
 
 HEAD_FAILS = 3  # the head of the queue is retried three times
 BEHIND = 6  # messages queued behind it, each failing its first attempt once

@@ -34,11 +34,12 @@ from engine.errors import ConfigurationError
 from engine.portal.limits import ConnectionGate, DescriptorBudget, ServerLimits
 from engine.portal.server import PortalServer
 from engine.store.sql import SqlStore
-from tests.acceptance.daemon import cli_env, wait_until
+from tests.acceptance.daemon import cli_env
 from tests.integration.test_portal_server import free_port
 from tests.portal_support import add_token, bearer
 from tests.portal_support import production as portal_production
 from tests.servers import HttpTestServer, make_tls, respond
+from tests.waiting import wait_until
 
 NOFILE = 256  # the daemon's open-file limit here: reserve 128, so 128 connections at most
 READ_TIMEOUT = 1.0  # seconds, [portal] read_timeout of these tests

@@ -34,8 +34,12 @@ from tests.servers import (
     trickle,
 )
 
-TIMEOUT = 0.5  # seconds: the response timeout (the seed's 10 s, scaled)
-SERVER_DELAY = 0.55  # seconds each slow server takes (the seed's 11 s, scaled)
+# seconds: the response timeout of the tests that wait for one to pass (the seed's 10 s,
+# scaled); it bounds the WSDL's load and parse too: no less than a second on a loaded machine
+TIMEOUT = 1.0
+PATIENT = 10.0  # seconds: the response timeout and attempt deadline of the other tests
+SERVER_DELAY = 5.0  # seconds each slow server takes (the seed's 11 s): far past the timeout
+MARGIN = 2.0  # seconds past the timeout a cut call may take on a loaded machine
 
 XXE = soap_envelope(
     '<echoResponse xmlns="urn:encore:test"><echoResult>&xxe;</echoResult></echoResponse>',
@@ -55,12 +59,12 @@ def closed_port() -> int:
 
 
 def started(settings: dict) -> SoapAdapter:
-    adapter = SoapAdapter({"response_timeout": TIMEOUT, **settings}, item_name="Payments")
+    adapter = SoapAdapter({"response_timeout": PATIENT, **settings}, item_name="Payments")
     adapter.start()
     return adapter
 
 
-def attempt(adapter: SoapAdapter, key: str = "msg-1", timeout: float = TIMEOUT) -> None:
+def attempt(adapter: SoapAdapter, key: str = "msg-1", timeout: float = PATIENT) -> None:
     adapter.begin_attempt(AttemptContext(deadline=time.monotonic() + timeout,
                                          idempotency_key=key))
 
@@ -159,14 +163,15 @@ def test_slow_servers_are_marked_bad_and_attempts_go_a_b_c_then_a_again():
     with SoapTestServer("A", delay=SERVER_DELAY) as a, \
             SoapTestServer("B", delay=SERVER_DELAY) as b, \
             SoapTestServer("C", delay=SERVER_DELAY) as c:
-        adapter = started({"wsdl": a.wsdl, "servers": [a.url, b.url, c.url]})
+        adapter = started({"wsdl": a.wsdl, "servers": [a.url, b.url, c.url],
+                           "response_timeout": TIMEOUT})
         used = []
         for _ in range(4):  # what the worker does, with retry_interval = 0
-            attempt(adapter)
+            attempt(adapter, timeout=TIMEOUT)
             began = time.monotonic()
             with pytest.raises(ResponseTimeout) as caught:
                 adapter.invoke("echo", {"text": "pay"})
-            assert time.monotonic() - began < TIMEOUT + 0.4
+            assert time.monotonic() - began < TIMEOUT + MARGIN < SERVER_DELAY
             assert caught.value.delivery is Delivery.UNKNOWN
             used.append(adapter.end_attempt())
         posts = (len(a.posts), len(b.posts), len(c.posts))
@@ -196,12 +201,12 @@ def test_when_every_server_refuses_the_last_connect_failure_is_raised():
 
 def test_a_trickling_soap_server_is_cut_at_the_deadline():
     with raw_soap(trickle(soap_reply("slow").encode())) as srv:
-        adapter = started({"wsdl": srv.url + "/soap?wsdl"})
-        attempt(adapter)
+        adapter = started({"wsdl": srv.url + "/soap?wsdl", "response_timeout": TIMEOUT})
+        attempt(adapter, timeout=TIMEOUT)
         began = time.monotonic()
         with pytest.raises(ResponseTimeout):
             adapter.invoke("echo", {"text": "x"})
-        assert time.monotonic() - began < TIMEOUT + 0.5
+        assert time.monotonic() - began < TIMEOUT + MARGIN
 
 
 @pytest.mark.parametrize("xml, reason", [
@@ -254,7 +259,7 @@ def test_a_trickling_wsdl_is_given_up_within_the_response_timeout():
         began = time.monotonic()
         with pytest.raises(AdapterNotReady):
             adapter.start()
-        assert time.monotonic() - began < TIMEOUT + 0.5
+        assert time.monotonic() - began < TIMEOUT + MARGIN
 
 
 def test_a_wsdl_with_a_dtd_is_refused():

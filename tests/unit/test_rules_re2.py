@@ -46,7 +46,7 @@ def test_a_catastrophic_pattern_answers_at_once() -> None:
     assert nested.matches({"text": "a" * 29 + "!"}) is False
     assert nested.matches({"text": "a" * 10_000 + "!"}) is False
     assert nested.matches({"text": "a" * 29}) is True
-    assert time.monotonic() - started < 1.0  # microseconds, in truth
+    assert time.monotonic() - started < 5.0  # microseconds, in truth; Python's re: minutes
 
 
 @pytest.mark.parametrize(("pattern", "why"), [

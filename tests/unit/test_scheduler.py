@@ -18,6 +18,7 @@ from engine.runtime.scheduler import ProductionScheduler
 from engine.service import BusinessService, parse_schedule
 from engine.store import queries
 from engine.store.sql import SqlStore
+from tests.waiting import wait_until
 
 REAL_INTERVAL = 0.2  # seconds between fires in the real-time test
 REAL_WINDOW = 2.0  # seconds the real-time test waits for two fires (generous)
@@ -311,9 +312,7 @@ def test_in_real_time_a_short_interval_fires_repeatedly_and_stops_on_shutdown(
     service = scheduler.services["Poller"]
     scheduler.start()
     try:
-        deadline = time.monotonic() + REAL_WINDOW
-        while len(service.fired) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: len(service.fired) >= 2, REAL_WINDOW, "two fires")
         assert len(service.fired) >= 2
         with pytest.raises(EncoreError, match="real time"):
             scheduler.run_due(datetime.now(UTC))
@@ -337,9 +336,7 @@ def test_in_real_time_a_slow_job_never_overlaps_itself(file_store: SqlStore) -> 
     scheduler.add_housekeeping("heartbeat", REAL_INTERVAL / 4, lambda: beats.append(1))
     scheduler.start()
     try:
-        deadline = time.monotonic() + REAL_WINDOW
-        while service.calls < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: service.calls >= 2, REAL_WINDOW, "two calls")
     finally:
         scheduler.shutdown(wait=True)
 
