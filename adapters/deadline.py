@@ -86,10 +86,11 @@ class _DeadlineSocketIO(socket.SocketIO):
 
     def __init__(self, sock: socket.socket, scope: TryScope) -> None:
         super().__init__(sock, "rb")
+        self._timed = sock
         self._scope = scope
 
     def readinto(self, b: Any) -> int | None:
-        self._sock.settimeout(self._scope.time_left())
+        self._timed.settimeout(self._scope.time_left())
         return super().readinto(b)
 
 
@@ -121,7 +122,7 @@ class _DeadlineHTTPResponse(http.client.HTTPResponse):
 class _DeadlineConnectionMixin:
     """Marks the scope ``sent`` on the first write and bounds every write by the deadline."""
 
-    response_class = _DeadlineHTTPResponse
+    response_class: type[http.client.HTTPResponse] = _DeadlineHTTPResponse
     sock: socket.socket | None
     _in_connect = False
 

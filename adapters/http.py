@@ -145,6 +145,7 @@ class HttpAdapter(OutboundAdapter):
     def _targets(self) -> list[str]:
         url, servers = self.adapter_settings.url, self.adapter_settings.servers
         if not servers:
+            assert url, "an HTTP item without servers has a url (checked with its settings)"
             return [url]
         return [rebase(url, s) if url else s for s in servers]
 

@@ -119,6 +119,7 @@ class SoapAdapter(OutboundAdapter):
         if not self.adapter_settings.wsdl:
             raise ConfigurationError("a SOAP item needs wsdl, the URL or path of its WSDL",
                                      item=self.item_name or None, key="wsdl")
+        self.wsdl_location: str = self.adapter_settings.wsdl  # the URL or path of the WSDL
         self._session: ItemSession | None = None
         self._client: zeep.Client | None = None
         self._services: dict[str, ServiceProxy] = {}
@@ -171,7 +172,7 @@ class SoapAdapter(OutboundAdapter):
         options = self.adapter_settings
         if self.credentials is not None and options.auth == "wsse":
             wsse = UsernameToken(self.credentials.username, self.credentials.password)
-        wsdl = options.wsdl
+        wsdl = self.wsdl_location
         policy = DocumentPolicy.for_wsdl(wsdl, options.max_response_bytes)
         # forbid_external=False: DeadlineTransport.load decides which documents may be read.
         # force_https only for an http(s) WSDL: beside a local one it turns file:///x into
@@ -195,14 +196,14 @@ class SoapAdapter(OutboundAdapter):
 
     def _configured_origins(self) -> set[Origin]:
         """Scheme, host and port of the ``wsdl`` URL and of each of ``servers``."""
-        urls = (self.adapter_settings.wsdl, *self.adapter_settings.servers)
+        urls = (self.wsdl_location, *self.adapter_settings.servers)
         return {o for o in map(origin_of, urls) if o is not None}
 
     def _trusted_origins(self, address: str | None) -> set[Origin]:
         """Where credentials may go: the configured origins, and the service address of a
         local WSDL file (the operator's own file, as trusted as the production file)."""
         trusted = self._configured_origins()
-        local_wsdl = origin_of(self.adapter_settings.wsdl) is None
+        local_wsdl = origin_of(self.wsdl_location) is None
         if local_wsdl and address and (origin := origin_of(address)) is not None:
             trusted.add(origin)
         return trusted

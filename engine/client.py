@@ -137,7 +137,7 @@ def send_messages(store: SqlStore, production: ProductionConfig | ProductionOutl
     order. Raises MessageError naming the first bad body (by its position, from 1) and
     enqueues nothing."""
     request_class, paths = _intake_of(production, target)
-    encoded = []
+    encoded: list[tuple[str | None, str]] = []
     for position, body in enumerate(bodies, start=1):
         try:
             encoded.append(_validated(request_class, body))
@@ -246,7 +246,8 @@ def _wait(store: SqlStore, message_id: int, timeout: float, *, clock: Clock | No
 
 
 def _status(found: MessageRow | Outcome) -> str:
-    return getattr(found, "row", found).status  # an Outcome holds its row
+    row = found.row if hasattr(found, "row") else found  # an Outcome holds its row
+    return row.status
 
 
 def _pause(woken: threading.Event, seconds: float, stop: threading.Event | None) -> bool:

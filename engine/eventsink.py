@@ -6,7 +6,8 @@ so that both name it without one importing the other (the SQL event log of
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
+from datetime import datetime
+from typing import Protocol
 
 __all__ = ["EventSink"]
 
@@ -14,4 +15,10 @@ __all__ = ["EventSink"]
 class EventSink(Protocol):
     """Where hosts write events (the SQL event log, or a list in tests)."""
 
-    def write(self, type_: str, text: str, **context: Any) -> None: ...
+    def write(self, type_: str, text: str, *, config_name: str | None = None,
+              message_id: int | None = None, session_id: int | None = None,
+              source_class: str | None = None, source_method: str | None = None,
+              stack: str | None = None, job: str | None = None,
+              now: datetime | None = None) -> None:
+        """Append one event of type ``type_`` with its context (the columns of
+        ``event_log``: :meth:`engine.store.eventlog.SqlEventLog.write`)."""

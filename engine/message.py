@@ -76,7 +76,7 @@ class JsonMessage(Message):
         return dict(self.data)
 
     @classmethod
-    def from_dict(cls, data: Any) -> JsonMessage:  # type: ignore[override]
+    def from_dict(cls, data: Any) -> JsonMessage:
         if not isinstance(data, Mapping):
             raise MessageError(f"body must be a JSON object, got {type(data).__name__}")
         return cls(data=dict(data))

@@ -28,7 +28,8 @@ from typing import Any, ClassVar
 
 from engine.config.rules import check_rules, first_match, parse_rules
 from engine.errors import NoRoute
-from engine.host import EventSink, TargetRef
+from engine.eventsink import EventSink
+from engine.host import TargetRef
 from engine.message import JsonMessage
 from engine.process import PROCESS_SETTINGS, BusinessProcess
 from engine.settings import Setting, TypedSettings

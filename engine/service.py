@@ -17,7 +17,8 @@ from engine.clock import Clock, SystemClock
 from engine.config.cron import parse_schedule
 from engine.config.production import ProductionConfig
 from engine.errors import CallFailed, CallTimedOut, ConfigurationError, EncoreError, MessageError
-from engine.host import BusinessHost, EventSink
+from engine.eventsink import EventSink
+from engine.host import BusinessHost
 from engine.message import Message
 from engine.settings import Setting, TypedSettings
 from engine.store.sql import SqlStore

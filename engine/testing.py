@@ -104,7 +104,8 @@ class SimulatedServerAdapter(OutboundAdapter):
         self.total_requests = 0
 
     def invoke(self) -> str:
-        return self.call(None)
+        answer: str = self.call(None)
+        return answer
 
     def _open(self) -> None:
         pass

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Table
     from sqlalchemy.engine import URL
 
+    from engine.store.queries import EventFilter
     from engine.store.sql import SqlStore
 
 # Imported when first used: `encore send` never needs SQLAlchemy (engine.store.lite), and
@@ -464,7 +465,7 @@ def log_command(ctx: Context, type_: str | None, item: str | None, message_id: i
         _follow_events(ctx.store, flt, rows[-1]["id"] if rows else 0, as_json)
 
 
-def _follow_events(store: SqlStore, flt: queries.EventFilter, last_id: int,
+def _follow_events(store: SqlStore, flt: EventFilter, last_id: int,
                    as_json: bool) -> None:
     """Print events newer than ``last_id`` that match ``flt`` — its ``since`` too, so that
     an empty window does not let the whole history through — every half second."""

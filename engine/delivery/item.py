@@ -40,7 +40,8 @@ from engine.delivery.readiness import ReadinessLog
 from engine.delivery.window import ScheduleWindow
 from engine.delivery.worker import MessageWorker
 from engine.errors import AdapterNotReady, ClaimLost, ConfigurationError, EncoreError, Interrupted
-from engine.host import BusinessOperation, EventSink
+from engine.eventsink import EventSink
+from engine.host import BusinessOperation
 from engine.otel import NO_DELIVERY, Delivery
 from engine.process import BusinessProcess, ProcessContext
 from engine.runtime.metrics import Metrics
@@ -97,8 +98,7 @@ class ItemRunner:
         self.context = context
         self.store = context.store
         self.clock = context.clock
-        # the store's SqlEventLog names the keywords an EventSink takes as **context
-        self.events = cast("EventSink", context.events or context.store.events)
+        self.events: EventSink = context.events or context.store.events
         self.lease = context.lease
         self.guards = context.guards
         self.stop_event = context.stop

@@ -63,7 +63,8 @@ class ScheduleWindow:
         return cls(parse_schedule(value["start"]), parse_schedule(value["stop"]))
 
     def is_open(self, now: datetime) -> bool:
-        if self._valid_until is None or not self._valid_from <= now < self._valid_until:
+        if (self._valid_from is None or self._valid_until is None
+                or not self._valid_from <= now < self._valid_until):
             self._valid_from = now
             last_start, last_stop = _last_fire(self.start, now), _last_fire(self.stop, now)
             self._open = last_start is not None and (last_stop is None or last_start > last_stop)

@@ -112,7 +112,8 @@ class SoapContract:
         if not operations:
             raise ValueError("the WSDL binds no SOAP 1.1 or 1.2 operation")
         self._operations = operations
-        self._document = zeep.loader.parse_xml(self._transport.load(self.path),
+        # zeep annotates the content str; lxml parses the bytes the transport reads
+        self._document = zeep.loader.parse_xml(self._transport.load(self.path),  # type: ignore[arg-type]
                                                self._transport, settings=self.settings)
 
     @property
@@ -155,7 +156,8 @@ class SoapContract:
 
     def _envelope(self, content: bytes) -> lxml.etree._Element:
         try:
-            root = zeep.loader.parse_xml(content, self._transport, settings=self.settings)
+            root = zeep.loader.parse_xml(content,  # type: ignore[arg-type]  # bytes, as above
+                                         self._transport, settings=self.settings)
         except (zeep.exceptions.DTDForbidden, zeep.exceptions.EntitiesForbidden) as exc:
             raise ClientFault("XML with a DTD or entity declarations is refused") from exc
         except zeep.exceptions.Error as exc:

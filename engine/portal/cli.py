@@ -15,7 +15,7 @@ import click
 
 from engine.cli import report
 from engine.clock import utcnow
-from engine.config.production import PortalConfig, ProductionConfig
+from engine.config.production import PortalConfig, ProductionConfig, ProductionOutline
 from engine.errors import ConfigurationError, OperatorError
 from engine.portal.auth import check_password, hash_password, new_token, token_digest
 from engine.store import accounts
@@ -33,6 +33,9 @@ class PortalContext(Protocol):
 
     @property
     def production(self) -> ProductionConfig: ...
+
+    @property
+    def outline(self) -> ProductionOutline: ...
 
 
 @click.command()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -184,8 +184,9 @@ def _bool_cell(value: bool | None) -> str:
 
 
 # columns whose CSV cell is not the value as csv writes it (None is written as nothing)
-_CELLS = {"time_created": _time_cell, "time_completed": _time_cell,
-          "time_logged": _time_cell, "retry_needed": _bool_cell}
+_CELLS: dict[str, Callable[[Any], str]] = {"time_created": _time_cell, "time_completed": _time_cell,
+                                          "time_logged": _time_cell,
+                                          "retry_needed": _bool_cell}
 
 
 def export_store(store: SqlStore, flt: viewer.MessageFilter, fmt: str) -> Iterator[str]:

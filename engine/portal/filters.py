@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
+from typing import TypedDict
 from urllib.parse import urlencode
 
 from engine.clock import utcnow
@@ -126,7 +127,15 @@ def event_filter(params: Mapping[str, str]) -> EventFilter:
                        message_id=_int(params, "message"), since=_time(params, "since"))
 
 
-def cursor(params: Mapping[str, str]) -> dict[str, int | None]:
+class Cursor(TypedDict):
+    """Where a page starts (the keywords of the viewer's page readers)."""
+
+    before: int | None
+    after: int | None
+    limit: int
+
+
+def cursor(params: Mapping[str, str]) -> Cursor:
     """``before``, ``after`` and ``limit`` (default :data:`PAGE_SIZE`) for a page."""
     limit = _int(params, "limit")
     return {"before": _int(params, "before"), "after": _int(params, "after"),

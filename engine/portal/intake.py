@@ -40,7 +40,8 @@ from engine.portal.api import api_user, cached_api_user, reply
 from engine.portal.context import portal_of
 from engine.process import KEY_PREFIX as PROCESS_KEY_PREFIX
 from engine.store.completions import SAFETY_POLL
-from engine.store.sql import Accepted, Outcome, SqlStore
+from engine.store.hotpath import Outcome
+from engine.store.sql import Accepted, SqlStore
 
 MAX_BODY_BYTES = 1024 * 1024  # bytes of one intake body
 MAX_WAIT = 300.0  # seconds ?wait= may ask for
@@ -52,8 +53,9 @@ def routes() -> list[BaseRoute]:
 
 
 async def intake(request: Request) -> Response:
-    who = cached_api_user(request, "sender") or await run_in_threadpool(api_user, request,
-                                                                        "sender")
+    who = cached_api_user(request, "sender")
+    if who is None:
+        who = await run_in_threadpool(api_user, request, "sender")
     portal = portal_of(request)
     target = request.path_params["target"]
     if target not in portal.items:

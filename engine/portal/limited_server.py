@@ -271,8 +271,9 @@ class LimitedServer(uvicorn.Server):
             log.error("could not listen on %s:%s: %s", config.host, config.port, exc)
             await self.lifespan.shutdown()
             raise SystemExit(STARTUP_FAILURE) from exc
+        # uvicorn only closes and awaits its servers: a LimitedListener does both
         self.servers = [LimitedListener(sock, self.gate, self._protocol, tls=config.ssl,
-                                        loop=loop) for sock in bound]  # type: ignore[list-item]
+                                        loop=loop) for sock in bound]  # type: ignore[misc]
         for listener in self.servers:
             listener.start()  # type: ignore[attr-defined]
         self.started = True

@@ -51,8 +51,9 @@ def queued_page(store: SqlStore, item: str, *, after: int | None = None,
     if after is not None:
         query = query.where(h.id > after)
     with store.read() as conn:
-        rows = [{k: as_utc(v) if isinstance(v, datetime) else v for k, v in r.items()}
-                for r in conn.execute(query.order_by(h.id).limit(limit + 1)).mappings()]
+        rows: list[dict[str, Any]] = [
+            {k: as_utc(v) if isinstance(v, datetime) else v for k, v in r.items()}
+            for r in conn.execute(query.order_by(h.id).limit(limit + 1)).mappings()]
     more = len(rows) > limit
     rows = rows[:limit]
     return rows, rows[-1]["id"] if more and rows else None

@@ -221,7 +221,7 @@ def _zigzag(y: float, width: float, step: float = 8.0) -> str:
 def _legend(svg: ET.Element, y: float) -> None:
     """A sample of each line style of :data:`STYLES`, drawn as the picture draws it."""
     group = ET.SubElement(svg, "g", {"class": "legend"})
-    x = LEFT
+    x: float = LEFT
     for key, label in LEGEND:
         entry = ET.SubElement(group, "g", {"data-legend": key})
         ET.SubElement(entry, "line", {"x1": str(x), "y1": str(y + 16), "x2": str(x + 34),

@@ -121,7 +121,7 @@ def backoff_from_settings(settings: RetrySettings | Mapping[str, Any]) -> Backof
     kind: Any = settings.backoff
     if not isinstance(kind, str):
         if callable(getattr(kind, "next_start", None)):
-            return kind  # type: ignore[no-any-return]
+            return kind
         raise ConfigurationError(f"expected a strategy name or 'module:function', got {kind!r}",
                                  key="backoff")
     try:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from engine.clock import Clock
 from engine.config.production import ItemConfig
-from engine.host import EventSink
+from engine.eventsink import EventSink
 from engine.runtime.alerts import ThresholdAlarm
 from engine.runtime.scheduler import ProductionScheduler
 from engine.store import queries

@@ -39,7 +39,7 @@ from engine.clock import Clock, SystemClock
 from engine.config.cron import parse_schedule
 from engine.config.production import ProductionConfig
 from engine.errors import EncoreError
-from engine.host import EventSink
+from engine.eventsink import EventSink
 from engine.service import BusinessService
 from engine.store.sql import SqlStore
 
