@@ -21,14 +21,18 @@ from typing import TYPE_CHECKING
 
 from engine.clock import Clock
 from engine.errors import ClaimLost, EncoreError
-from engine.runtime.cluster import LEASE_MARGIN  # a claim is given up early locally, as a lease is
 
 if TYPE_CHECKING:
     from engine.store.hotpath import Claimed, Completion
     from engine.store.rows import MessageRow
     from engine.store.sql import SqlStore
 
-__all__ = ["ClaimBook", "confirm_claim"]
+__all__ = ["LEASE_MARGIN", "ClaimBook", "confirm_claim"]
+
+# The fraction of lease_seconds a claim — or a daemon's lease (engine.runtime.cluster) — is
+# given up early, locally: this process stops relying on it before the database would let
+# another daemon take it.
+LEASE_MARGIN = 0.1
 
 log = logging.getLogger(__name__)
 

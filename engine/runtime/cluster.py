@@ -24,6 +24,7 @@ from pathlib import Path
 
 from engine.clock import Clock, SystemClock
 from engine.config.production import ItemConfig
+from engine.delivery.claims import LEASE_MARGIN  # a lease is given up early, as a claim is
 from engine.errors import StoreError
 from engine.store.sql import SqlStore
 
@@ -33,7 +34,6 @@ __all__ = ["LEADER", "DatabaseClock", "LeaseKeeper", "forget_silent_daemons", "i
 log = logging.getLogger(__name__)
 
 LEADER = "leader"  # name of the scheduler's lease
-LEASE_MARGIN = 0.1  # fraction of lease_seconds a lease is given up early, locally
 CLOCK_TOLERANCE = 0.005  # seconds of measured offset change ignored as jitter
 
 

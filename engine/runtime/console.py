@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from engine.clock import Clock
 from engine.config.production import ItemConfig
@@ -18,8 +18,19 @@ from engine.delivery.item import ItemRunner
 from engine.store import rollup, running
 from engine.store.sql import SqlStore
 
-if TYPE_CHECKING:
-    from engine.runtime.reload import Reloader
+
+class ReloadState(Protocol):
+    """What the console reports of the daemon's reloader
+    (:class:`engine.runtime.reload.Reloader`)."""
+
+    @property
+    def refused(self) -> Mapping[str, str]: ...
+
+    @property
+    def failed(self) -> Mapping[str, str]: ...
+
+    @property
+    def file_hash(self) -> str | None: ...
 
 ROLLUP_PRUNE_INTERVAL = 3600.0  # seconds between the leader's deletions of old rollup rows
 
@@ -31,7 +42,7 @@ class ConsoleReport:
     holds the leader lease."""
 
     def __init__(self, store: SqlStore, clock: Clock, daemon_id: str, *,
-                 runners: Mapping[str, ItemRunner], reloader: Reloader,
+                 runners: Mapping[str, ItemRunner], reloader: ReloadState,
                  items: Callable[[], list[ItemConfig]], leader: Callable[[], bool]) -> None:
         self.store = store
         self.clock = clock

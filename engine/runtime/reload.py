@@ -11,20 +11,23 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from engine.config.production import ProductionConfig, load_production
+from engine.clock import Clock
+from engine.config.production import ItemConfig, ProductionConfig, load_production
 from engine.delivery.item import ItemRunner
 from engine.errors import EncoreError
-from engine.runtime.cluster import item_lease_name
+from engine.runtime.alerts import AlertingEventLog
+from engine.runtime.cluster import LeaseKeeper, item_lease_name
+from engine.runtime.console import ConsoleReport
+from engine.runtime.queue_alerts import QueueAlerts
+from engine.runtime.scheduler import ProductionScheduler
 from engine.runtime.steps import guarded, operation_items
 from engine.store import running
 from engine.store.notify import Announcement, Kind
-
-if TYPE_CHECKING:
-    from engine.runtime.daemon import Daemon
+from engine.store.sql import SqlStore
 
 log = logging.getLogger("engine.runtime.daemon")  # the daemon's log, as before the split
 
@@ -34,6 +37,62 @@ def _reason(exc: Exception) -> str:
     return str(exc) if isinstance(exc, EncoreError) else f"{type(exc).__name__}: {exc}"
 
 
+class ReloadHost(Protocol):
+    """What the reloader needs of its daemon (:class:`engine.runtime.daemon.Daemon`, which
+    makes it: the reloader names the protocol, not the daemon)."""
+
+    @property
+    def production(self) -> ProductionConfig: ...
+
+    @production.setter
+    def production(self, value: ProductionConfig) -> None: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def events(self) -> AlertingEventLog: ...
+
+    @property
+    def leases(self) -> LeaseKeeper: ...
+
+    @property
+    def console(self) -> ConsoleReport: ...
+
+    @property
+    def wake(self) -> threading.Event: ...
+
+    @property
+    def stop_requested(self) -> threading.Event: ...
+
+    @property
+    def inline(self) -> bool: ...
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def store(self) -> SqlStore: ...
+
+    @property
+    def env(self) -> Mapping[str, str]: ...
+
+    @property
+    def runners(self) -> dict[str, ItemRunner]: ...
+
+    @property
+    def scheduler(self) -> ProductionScheduler: ...
+
+    @property
+    def queue_alerts(self) -> QueueAlerts: ...
+
+    def build_runner(self, item: ItemConfig) -> ItemRunner: ...
+
+    def build_runners(self, items: list[ItemConfig]) -> dict[str, ItemRunner]: ...
+
+    def launch(self, runner: ItemRunner) -> None: ...
+
+
 class Reloader:
     """Reloads the production of ``daemon``, and restarts its items, when asked.
 
@@ -41,7 +100,7 @@ class Reloader:
     ``failed``: item → why a restart could not start it again; ``file_hash``: of the file
     last loaded. The console reports all three (``daemon.item_states``)."""
 
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: ReloadHost) -> None:
         self.daemon = daemon
         self.requested = threading.Event()  # a reload was asked for and has not begun
         self.refused: dict[str, str] = {}
