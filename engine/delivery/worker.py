@@ -39,7 +39,7 @@ from engine.delivery.events import (
     TraceObserver,
 )
 from engine.delivery.policy import DeliveryPolicy, Judgement, Verdict
-from engine.errors import AttemptHeld, OutcomeUnknown, StoreError
+from engine.errors import CRASH_TEXT, AttemptHeld, OutcomeUnknown, StoreError
 from engine.host import DEFAULT_MAX_DELIVERIES, BusinessOperation, OperationSettings
 from engine.message import decode_message, encode_response
 from engine.retry import AttemptState, ReplyCodeActions, RetryPolicy, RetrySettings
@@ -54,8 +54,6 @@ __all__ = ["CRASH_TEXT", "MessageWorker", "Result", "error_text", "idempotency_k
 
 log = logging.getLogger(__name__)
 
-CRASH_TEXT = ("outcome unknown: the delivery was cut short (the daemon stopped, or lost its "
-              "database) while this attempt was in flight")
 
 
 def poison_text(interrupted: int, limit: int) -> str:

@@ -170,18 +170,8 @@ async def _key_reused(request: Request, exc: Exception) -> Response:
 async def _conflict(request: Request, exc: Exception) -> Response:
     """A refused action: 404 when what it names does not exist (:class:`NotFound`), else
     409, the action does not fit what it names."""
-    status = 404 if isinstance(exc, NotFound) or _untyped_not_found(exc) else 409
+    status = 404 if isinstance(exc, NotFound) else 409
     return error_response(request, status, str(exc))
-
-
-# Until engine/store/operator.py raises ItemNotFound (unknown item of an enable or disable)
-# and MessageNotFound (an action on a message id that does not exist), its two refusals are
-# plain OperatorErrors known by their text; remove with that change.
-_UNTYPED_NOT_FOUND = ("does not exist", "no item named")
-
-
-def _untyped_not_found(exc: Exception) -> bool:
-    return any(text in str(exc) for text in _UNTYPED_NOT_FOUND)
 
 
 async def _unavailable(request: Request, exc: Exception) -> Response:

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, exists, func, literal, or_, select, update
 
 from engine.clock import as_utc
-from engine.errors import OperatorError
+from engine.errors import ItemNotFound, MessageNotFound, OperatorError
 from engine.store.models import (
     event_log,
     message_attempt,
@@ -126,7 +126,7 @@ def disable_item(store: SqlStore, item: str, *, known_items: Collection[str],
 def _set_enabled(store: SqlStore, item: str, enabled: bool, *, reason: str | None,
                  known_items: Collection[str], now: datetime, by: str) -> None:
     if item not in known_items:
-        raise OperatorError(f"no item named {item!r} in the production (items: "
+        raise ItemNotFound(f"no item named {item!r} in the production (items: "
                             f"{', '.join(sorted(known_items)) or 'none'})")
     store.set_item_enabled(item, enabled, reason=reason, now=now)
     text = f"item {'enabled' if enabled else 'disabled'} by {by}"
@@ -269,7 +269,7 @@ def _require(row: MessageRow | None, message_id: int, allowed: Sequence[str],
              verb: str) -> MessageRow:
     """``row``; refused unless it is a request in one of ``allowed`` statuses."""
     if row is None:
-        raise OperatorError(f"message {message_id} does not exist")
+        raise MessageNotFound(f"message {message_id} does not exist")
     if row.kind != "request":
         of = f" to request {row.corresponding_id}" if row.corresponding_id else ""
         raise OperatorError(f"message {message_id} is a response{of}; only requests can be "

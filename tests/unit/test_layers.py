@@ -13,11 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grimp
 import pytest
-
-grimp = pytest.importorskip(
-    "grimp", reason="import-linter (which brings grimp) is not installed: pip install "
-                    "import-linter")
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("engine", "adapters", "operations")
