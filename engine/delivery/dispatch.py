@@ -85,16 +85,14 @@ class DispatchSettings:
 class Dispatcher:
     """Feeds one item's workers (see the module docstring). ``ready()`` is asked before each
     claim: False while the adapter cannot start, the schedule window is closed or another
-    daemon holds the FIFO item's lease. ``book``: the item's claim book, which its workers
-    share (a new one when None)."""
+    daemon holds the FIFO item's lease. :attr:`book`: the claims the item holds, which its
+    workers check before they send."""
 
     def __init__(self, settings: DispatchSettings, *, store: SqlStore, clock: Clock,
-                 ready: Callable[[], bool], stop: threading.Event,
-                 book: ClaimBook | None = None) -> None:
+                 ready: Callable[[], bool], stop: threading.Event) -> None:
         self.settings = settings
-        self.book = book if book is not None else ClaimBook(
-            store, clock, target=settings.target, owner=settings.owner,
-            lease_seconds=settings.lease_seconds)
+        self.book = ClaimBook(store, clock, target=settings.target, owner=settings.owner,
+                              lease_seconds=settings.lease_seconds)
         self.store = store
         self.clock = clock
         self.ready = ready

@@ -124,16 +124,14 @@ class ItemRunner:
         self._next_start_try = 0.0
         self._readiness = ReadinessLog(self._write_readiness, self.clock,
                                        retry_interval=self.retry_interval)
-        # the claims this item holds, shared by its dispatcher and its workers
-        self.claims = ClaimBook(self.store, self.clock, target=item.name, owner=context.owner,
-                                lease_seconds=context.lease_seconds)
         self.dispatcher = Dispatcher(DispatchSettings(
             target=item.name, owner=context.owner, pool_size=item.pool_size,
             fifo=self.lease is not None, begin=item.retry_settings.idempotent,
             enabled=item.enabled, lease_seconds=context.lease_seconds,
             poll_interval=context.poll_interval),
-            store=self.store, clock=self.clock, ready=self._can_claim, stop=self.stop_event,
-            book=self.claims)
+            store=self.store, clock=self.clock, ready=self._can_claim, stop=self.stop_event)
+        # the claims this item holds: its dispatcher takes them, its workers check them
+        self.claims: ClaimBook = self.dispatcher.book
 
     @property
     def ready(self) -> bool:
@@ -182,7 +180,7 @@ class ItemRunner:
     def _make_host(self) -> BusinessOperation:
         """One host instance, its ``on_init`` called; a user's error becomes the item's."""
         try:
-            cls = cast("type[BusinessOperation]", self.item.cls)  # the daemon's items are
+            cls = cast("type[BusinessOperation]", self.item.cls)  # a runner's item is one
             host = cls(self.item.name, self.item.settings, events=self.events,
                        adapter=self.adapter)
             production = self.context.production
