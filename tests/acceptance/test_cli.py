@@ -30,8 +30,13 @@ class = "tests.unit.sample_ops:EchoOperation"
 
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
+    """The production file and its database at the latest schema. The schema is made here
+    as ``encore db upgrade`` makes it (tests/acceptance/test_second_hour_cli.py runs that
+    command), without a process of its own for each of the tests here."""
     (tmp_path / "production.toml").write_text(PRODUCTION.format(db=tmp_path / "e.db"))
-    encore("db", "upgrade", cwd=tmp_path)
+    store = SqlStore(f"sqlite:///{tmp_path / 'e.db'}")
+    store.upgrade()
+    store.dispose()
     return tmp_path
 
 
