@@ -41,6 +41,10 @@ from engine.testing import (
 )
 
 ITEM = "Simulated"
+# The loggers ``encore simulate`` silences while it runs: its timeline says what they would.
+NOISY_LOGGERS = ("alembic", "engine.store.eventlog", "engine.delivery.worker",
+                 "engine.delivery.breaker", "engine.runtime.cluster", "engine.runtime.daemon",
+                 "engine.delivery.item")
 MAX_SECONDS = 1e9  # seconds (about 31 years) any simulated time may take: the virtual clock's
 #                    dates must stay within the calendar
 MAX_SERVERS = 100  # simulated servers
@@ -234,12 +238,17 @@ def simulate_command(response_timeout: float, retry_interval: float, failure_tim
                 "breaker_open_seconds": breaker_open_seconds}
     behaviour = ServerBehaviour(delay=server_delay, fail_first=fail_first, status=status,
                                 retry_after=retry_after)
-    for noisy in ("alembic", "engine.store.eventlog", "engine.delivery.worker",
-                  "engine.delivery.breaker",
-                  "engine.runtime.cluster", "engine.runtime.daemon", "engine.delivery.item"):
-        # the timeline says it all
-        logging.getLogger(noisy).setLevel(logging.CRITICAL + 1)
-    result = simulate(settings, behaviour, servers=servers, seed=seed)
+    # the timeline says it all: the engine's own log lines are silenced while it runs, and
+    # given back their levels after (the command may run inside a larger process: tests)
+    quiet = [logging.getLogger(name) for name in NOISY_LOGGERS]
+    levels = [logger.level for logger in quiet]
+    for logger in quiet:
+        logger.setLevel(logging.CRITICAL + 1)
+    try:
+        result = simulate(settings, behaviour, servers=servers, seed=seed)
+    finally:
+        for logger, level in zip(quiet, levels):
+            logger.setLevel(level)
     if as_json:
         click.echo(json.dumps([{k: v for k, v in asdict(e).items() if k != "detail"}
                                for e in result.timeline]))
