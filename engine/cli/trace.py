@@ -7,6 +7,10 @@ A session of several hops — a message from the command line to a router, the r
 request to an operation, the responses back — is one time line too: each hop is indented
 under the message whose handling sent it, and when the session holds more than one request
 every attempt and event line names its message.
+
+A session an inbound service started (docs/inbound.md) begins with its caller — the
+client's address and, when it authenticated, its user or token — and what it asked, and
+ends with what the caller was answered, as the Visual Trace draws them.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from typing import Any
 
 from engine.errors import OperatorError
 from engine.store import queries
+from engine.store.inbound import InboundCall, calls_of
 from engine.store.sql import SqlStore
 
 INDENT = "  "  # per hop
@@ -68,6 +73,8 @@ def trace_lines(store: SqlStore, ident: int) -> list[str]:
     lines: list[TraceLine] = []
     for m in messages:
         lines.extend(_message_lines(store, m, INDENT * depths[m["id"]], several))
+    for mid, call in calls_of(store, [m["id"] for m in messages]).items():
+        lines.extend(_call_lines(mid, call, INDENT * depths[mid]))
     for e in queries.events(store, queries.EventFilter(session_id=session)):
         mid = e["message_id"] or 0
         of = f" (message {mid})" if several and mid else ""
@@ -108,6 +115,18 @@ def _message_lines(store: SqlStore, m: Mapping[str, Any], pad: str,
             if m["next_attempt_at"] else ""
         lines.append(TraceLine(m["time_created"], mid, 5,
                                f"{pad}message {mid} is {m['status']}{nxt}"))
+    return lines
+
+
+def _call_lines(mid: int, call: InboundCall, pad: str) -> list[TraceLine]:
+    """The caller of an inbound service: what it asked (before the message it made) and
+    what it was answered."""
+    who = f"caller {call.caller}" + (f" ({call.principal})" if call.principal else "")
+    lines = [TraceLine(call.received_at, mid, -1,
+                       f"{pad}{who} -> {call.service}: {call.request}")]
+    if call.answered_at is not None:
+        lines.append(TraceLine(call.answered_at, mid, 6, f"{pad}{call.service} -> {who} "
+                                                         f"answered: {call.answer or '-'}"))
     return lines
 
 

@@ -75,3 +75,9 @@ class InboundService(BusinessHost):
 
     def start(self) -> None:
         """Called once when the inbound server starts (before it listens)."""
+
+    def prepare(self) -> None:
+        """Called at a reload before the server switches to this service (it replaces one
+        running under the same name): raise ConfigurationError to refuse the reload, and
+        the running services go on."""
+        self.start()

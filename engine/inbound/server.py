@@ -8,19 +8,26 @@ sync caller is woken by the commit that ends it on whichever daemon does.
 :func:`inbound_http_server` is the one place the server is made: it holds the same
 connection and read-time caps as the portal's (docs/security.md).
 
-Services are built when the daemon starts; a SIGHUP reload does not change them (restart the
-daemon after changing an inbound service or ``[inbound]``).
+Services are built when the daemon starts, and again at every reload (SIGHUP, ``encore
+reload``; :func:`prepare_inbound`): the new services are built and their WSDLs read again
+first, while the old ones go on answering; a reload whose services cannot be built, or whose
+WSDL cannot be loaded, is refused whole, as for any item. Then the server's app is switched
+at once — requests in progress finish on the services they began with. A changed ``[inbound]`` table
+(host, port, TLS) stops the old server and starts one where the table says; added, it
+starts one; removed, it stops it.
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from engine.config.production import InboundConfig, ProductionConfig
+from engine.config.production import InboundConfig, ItemConfig, ProductionConfig
 from engine.errors import ConfigurationError
 from engine.inbound.app import create_app
 from engine.inbound.auth import CallerAuth
@@ -32,7 +39,8 @@ from engine.portal.limits import ServerLimits
 from engine.runtime.network import is_loopback
 from engine.store.sql import SqlStore
 
-__all__ = ["InboundServer", "inbound_http_server", "inbound_services"]
+__all__ = ["InboundChange", "InboundServer", "inbound_http_server", "inbound_services",
+           "prepare_inbound"]
 
 log = logging.getLogger(__name__)
 
@@ -41,24 +49,49 @@ STOP_TIMEOUT = 5.0  # seconds the server may take to stop
 GRACEFUL_SECONDS = 3.0  # seconds open requests may take to finish at a stop
 
 
+def inbound_items(production: ProductionConfig) -> tuple[ItemConfig, ...]:
+    """The enabled inbound service items of ``production``."""
+    return tuple(item for item in production.items if item.enabled
+                 and isinstance(item.cls, type) and issubclass(item.cls, InboundService))
+
+
 def inbound_services(production: ProductionConfig, store: SqlStore) -> list[InboundService]:
-    """An instance of every enabled inbound service item, its ``on_init`` called."""
+    """An instance of every enabled inbound service item, its ``on_init`` called; if one
+    fails, those built before it are torn down."""
     services: list[InboundService] = []
-    for item in production.items:
-        if not (isinstance(item.cls, type) and issubclass(item.cls, InboundService)):
-            continue
-        if not item.enabled:
-            continue
+    for item in inbound_items(production):
+        cls: type[InboundService] = item.cls  # type: ignore[assignment]  # inbound_items checked
         try:
-            service = item.cls(item.name, item.settings, events=store.events)
+            service = cls(item.name, item.settings, events=store.events)
             service.on_init()
-        except ConfigurationError:
-            raise
         except Exception as exc:  # noqa: BLE001 - user code: its error names the item
+            tear_down(services)
+            if isinstance(exc, ConfigurationError):
+                raise
             raise ConfigurationError(f"{item.class_path} failed to start (on_init): "
                                      f"{type(exc).__name__}: {exc}", item=item.name) from exc
         services.append(service)
     return services
+
+
+def tear_down(services: Sequence[InboundService]) -> None:
+    """``on_tear_down`` of each of ``services``; an error is logged, never raised."""
+    for service in services:
+        try:
+            service.on_tear_down()
+        except Exception:  # noqa: BLE001 - tear-down must not stop a stop or a reload
+            log.exception("error during tear-down of %s", service.name)
+
+
+class _Switch:
+    """The ASGI app the server runs: the app of the current services, replaced whole at a
+    reload (a request in progress finishes on the app it began with)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
 
 
 def inbound_http_server(app: ASGIApp, config: InboundConfig) -> LimitedServer:
@@ -92,8 +125,12 @@ class InboundServer:
         self.context = InboundContext(store=store, production=production,
                                       auth=CallerAuth(store), refusals=RefusalLog(store.events),
                                       recorder=self.recorder)
-        app = create_app(self.services, self.context)
-        self._server = inbound_http_server(app, config)
+        try:
+            self._app = _Switch(create_app(self.services, self.context))
+            self._server = inbound_http_server(self._app, config)
+        except Exception:
+            tear_down(self.services)
+            raise
         self._thread = threading.Thread(target=self._server.run, name="inbound", daemon=True)
 
     @property
@@ -126,11 +163,20 @@ class InboundServer:
         self._server.should_exit = True
         self._thread.join(STOP_TIMEOUT)
         self.recorder.stop()
-        for service in self.services:
-            try:
-                service.on_tear_down()
-            except Exception:  # noqa: BLE001 - tear-down must not stop the shutdown
-                log.exception("error during tear-down of %s", service.name)
+        tear_down(self.services)
+
+    def replace(self, production: ProductionConfig,
+                services: list[InboundService] | None, app: ASGIApp | None) -> None:
+        """After a reload: new requests see ``production`` (their targets), and, when
+        ``services`` is given, are served by them (``app``); the old ones are torn down."""
+        self.context.production = production
+        if services is None or app is None:
+            return
+        old, self.services = self.services, services
+        self._app.app = app
+        tear_down(old)
+        log.info("inbound services now %s on %s", ", ".join(s.name for s in services) or
+                 "none", self.url)
 
     def _warn_if_exposed(self) -> None:
         if is_loopback(self.config.host) or self.config.tls:
@@ -140,3 +186,57 @@ class InboundServer:
                                 "tokens cross the network in clear; set tls_cert and tls_key in "
                                 "[inbound], or keep it on loopback behind a TLS proxy",
                                 source_class="InboundServer", source_method="start")
+
+
+@dataclass
+class InboundChange:
+    """What a reload does to the inbound services, prepared before the reload commits to
+    anything (:func:`prepare_inbound`): :meth:`apply` it when the reload goes ahead,
+    :meth:`discard` it when the reload is refused."""
+
+    production: ProductionConfig
+    services: list[InboundService] | None = None  # new services for the running server
+    app: ASGIApp | None = None  # their app
+    server: InboundServer | None = None  # a new server, in place of the running one
+    remove: bool = False  # no [inbound] any more: stop the running server
+
+    def apply(self, current: InboundServer | None) -> InboundServer | None:
+        """The server that runs after the reload; ConfigurationError if a new one cannot
+        listen (the old one is stopped by then)."""
+        if self.remove or self.server is not None:
+            if current is not None:
+                current.stop()
+            if self.server is not None:
+                self.server.start()
+            return self.server
+        if current is not None:
+            current.replace(self.production, self.services, self.app)
+        return current
+
+    def discard(self) -> None:
+        """The reload was refused: tear down what was built for it."""
+        tear_down(self.services or ())
+        if self.server is not None:
+            tear_down(self.server.services)
+
+
+def prepare_inbound(current: InboundServer | None, store: SqlStore,
+                    new: ProductionConfig) -> InboundChange:
+    """Build what ``new`` needs of the inbound services, leaving ``current`` running: its
+    services afresh (their ``on_init``, their WSDLs read again: an operator who edited a
+    contract reloads), or a new server when ``[inbound]`` changed. ConfigurationError
+    (nothing left built) when a service cannot be built, its WSDL cannot be loaded, or two
+    claim one path: the reload is refused and the running services go on."""
+    if new.inbound is None:
+        return InboundChange(new, remove=current is not None)
+    if current is None or current.config != new.inbound:
+        return InboundChange(new, server=InboundServer(store, new, new.inbound))
+    services = inbound_services(new, store)
+    try:
+        app = create_app(services, current.context)
+        for service in services:
+            service.prepare()
+    except Exception:
+        tear_down(services)
+        raise
+    return InboundChange(new, services=services, app=app)

@@ -16,8 +16,9 @@
     auth = "basic"                   # none (loopback callers only) | basic | token
 
 ``GET /soap/orders?wsdl`` serves the WSDL with its SOAP addresses rewritten to the URL it was
-asked at. A ``POST /soap/orders`` holding a SOAP 1.1 envelope (or 1.2, where the WSDL binds
-it) is parsed against the WSDL (:mod:`engine.inbound.wsdl`) into ``{"operation": NAME,
+asked at, and ``GET /soap/orders?xsd=NAME`` each schema file it references (its references
+rewritten likewise). A ``POST /soap/orders`` holding a SOAP 1.1 envelope (or 1.2, where the
+WSDL binds it) is parsed against the WSDL (:mod:`engine.inbound.wsdl`) into ``{"operation": NAME,
 "args": {...}}`` — the request body of :class:`operations.soap.SoapOperation`, so a
 passthrough is a Router to one — and sent to ``target`` in a new session; the caller waits
 for the target's response ``{"result": ...}``, written as the operation's output message.
@@ -132,6 +133,16 @@ class SoapService(InboundService):
     def start(self) -> None:
         self._loaded()
 
+    def prepare(self) -> None:
+        """At a reload the WSDL must load: else the reload is refused, and the running
+        service keeps the contract it has."""
+        try:
+            self.contract.load()
+        except Exception as exc:  # noqa: BLE001 - zeep, lxml and the policy raise many kinds
+            raise ConfigurationError(f"cannot load the WSDL {self.contract.path}: "
+                                     f"{type(exc).__name__}: {exc}", item=self.name,
+                                     key="wsdl") from exc
+
     # -- the WSDL ------------------------------------------------------------------------
     def _loaded(self) -> bool:
         """True once the WSDL is loaded; tries again every WSDL_RETRY seconds."""
@@ -235,15 +246,22 @@ class SoapService(InboundService):
         return response
 
     async def _wsdl(self, request: Request) -> Response:
-        if not any(k.lower() == "wsdl" for k in request.query_params):
-            return Response(f"GET {self.path}?wsdl serves the WSDL; SOAP requests are POSTs\n",
-                            400, media_type="text/plain")
+        asked = {k.lower(): v for k, v in request.query_params.items()}
+        if "wsdl" not in asked and "xsd" not in asked:
+            return Response(f"GET {self.path}?wsdl serves the WSDL (and ?xsd=NAME the schema "
+                            "files it references); SOAP requests are POSTs\n", 400,
+                            media_type="text/plain")
         if not await run_in_threadpool(self._loaded):
             return Response("the service's WSDL is not loaded: see the event log\n", 503,
                             media_type="text/plain")
         address = str(request.url.replace(query=""))
-        return Response(self.contract.served(address), 200,
-                        media_type="text/xml; charset=utf-8")
+        name = asked.get("xsd") if "wsdl" not in asked else None
+        document = self.contract.served(address, name or None)
+        if document is None:
+            known = ", ".join(self.contract.imported) or "none"
+            return Response(f"the WSDL references no document {name!r} (documents: "
+                            f"{known})\n", 404, media_type="text/plain")
+        return Response(document, 200, media_type="text/xml; charset=utf-8")
 
 
 def _envelope_of(content_type: str) -> str:

@@ -14,13 +14,22 @@ The WSDL is a local file read under docs/security.md's rules for local WSDLs
 directory only, never a URL, a device or a special file; each document size-limited.
 Requests are parsed with zeep's parser with DTDs and entities forbidden (no XXE, no
 billion laughs), after the inbound server limited their size.
+
+A WSDL may keep its types in schema files beside it (``xsd:import``, ``xsd:include``,
+``xsd:redefine``, ``wsdl:import``, relative locations). They are served too, each at
+``{path}?xsd=NAME`` — NAME its path from the WSDL's directory — and every served document
+points its references there, so a client generated from ``{path}?wsdl`` finds them. Only the
+documents the WSDL references, directly or through one another, are served.
 """
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+import os
+import posixpath
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import lxml.etree
 import zeep
@@ -30,7 +39,7 @@ from lxml.builder import ElementMaker
 from zeep.wsdl.bindings.soap import Soap11Binding, Soap12Binding, SoapOperation
 from zeep.xsd.context import XmlParserContext
 
-from adapters.soap_transport import DocumentPolicy, origin_of, read_local
+from adapters.soap_transport import DocumentPolicy, local_path, origin_of, read_local
 from engine.errors import DocumentRefused
 from operations.soap import to_json_value
 
@@ -40,6 +49,12 @@ SOAP11 = "http://schemas.xmlsoap.org/soap/envelope/"
 SOAP12 = "http://www.w3.org/2003/05/soap-envelope"
 WSDL_SOAP11 = "http://schemas.xmlsoap.org/wsdl/soap/"
 WSDL_SOAP12 = "http://schemas.xmlsoap.org/wsdl/soap12/"
+XSD = "http://www.w3.org/2001/XMLSchema"
+WSDL = "http://schemas.xmlsoap.org/wsdl/"
+# the elements that name another document, and the attribute that holds its location
+REFERENCES = ((XSD, "import", "schemaLocation"), (XSD, "include", "schemaLocation"),
+              (XSD, "redefine", "schemaLocation"), (WSDL, "import", "location"))
+MAX_DOCUMENTS = 200  # documents one WSDL may reference, itself included
 MAX_WSDL_BYTES = 16 * 1024 * 1024  # bytes of one WSDL or schema document
 CONTENT_TYPES = {SOAP11: "text/xml; charset=utf-8", SOAP12: "application/soap+xml; charset=utf-8"}
 _VERSIONS = {SOAP11: "1.1", SOAP12: "1.2"}
@@ -91,8 +106,12 @@ class SoapContract:
         policy = DocumentPolicy.for_wsdl(path, MAX_WSDL_BYTES)
         self.settings = zeep.Settings(strict=True, xml_huge_tree=False, forbid_dtd=True,
                                       forbid_entities=True, forbid_external=False)
+        self._policy = policy
         self._transport = _LocalTransport(policy)
         self._document: lxml.etree._Element | None = None
+        # name (its path from the WSDL's directory, posix) → (real path, document), for the
+        # documents the WSDL references
+        self._imports: dict[str, tuple[str, lxml.etree._Element]] = {}
         self._operations: dict[tuple[str, str], SoapOperation] = {}
         self._types: Any = None
 
@@ -112,9 +131,34 @@ class SoapContract:
         if not operations:
             raise ValueError("the WSDL binds no SOAP 1.1 or 1.2 operation")
         self._operations = operations
+        document = self._parse(self.path)
+        self._imports = self._referenced(document)
+        self._document = document
+
+    def _parse(self, path: str) -> lxml.etree._Element:
         # zeep annotates the content str; lxml parses the bytes the transport reads
-        self._document = zeep.loader.parse_xml(self._transport.load(self.path),  # type: ignore[arg-type]
-                                               self._transport, settings=self.settings)
+        return zeep.loader.parse_xml(self._transport.load(path),  # type: ignore[arg-type]
+                                     self._transport, settings=self.settings)
+
+    def _referenced(self, document: lxml.etree._Element) -> dict[str, tuple[str, Any]]:
+        """Every local document ``document`` references, directly or through another, by
+        name. zeep has just loaded them all, so each reads as it did for zeep."""
+        root = os.path.dirname(os.path.realpath(self.path))
+        found: dict[str, tuple[str, Any]] = {}
+        pending = [(os.path.realpath(self.path), document)]
+        while pending:
+            path, doc = pending.pop()
+            for _node, _attribute, location in _references(doc):
+                name = _name_of(root, path, location)
+                if name is None or name in found:
+                    continue
+                if len(found) >= MAX_DOCUMENTS:
+                    raise ValueError(f"the WSDL references more than {MAX_DOCUMENTS} "
+                                     "documents")
+                real = self._policy.check_local(os.path.join(root, name))
+                found[name] = (real, self._parse(real))
+                pending.append(found[name])
+        return found
 
     @property
     def loaded(self) -> bool:
@@ -127,14 +171,33 @@ class SoapContract:
     def versions(self) -> list[str]:
         return sorted({_VERSIONS[envelope] for envelope, _ in self._operations})
 
+    @property
+    def imported(self) -> list[str]:
+        """The names of the documents served beside the WSDL (``?xsd=NAME``)."""
+        return sorted(self._imports)
+
     # -- the WSDL as served ------------------------------------------------------------
-    def served(self, address: str) -> bytes:
-        """The WSDL with every SOAP 1.1 and 1.2 port's address set to ``address``."""
+    def served(self, address: str, name: str | None = None) -> bytes | None:
+        """The WSDL (``name`` None) or its referenced document ``name`` as served at
+        ``address``: every SOAP 1.1 and 1.2 port's address set to ``address``, every
+        reference to another document pointing at ``address?xsd=NAME``. None: the WSDL
+        references no document ``name``."""
         assert self._document is not None
-        document = copy.deepcopy(self._document)
+        root = os.path.dirname(os.path.realpath(self.path))
+        if name is None:
+            path, original = os.path.realpath(self.path), self._document
+        elif name in self._imports:
+            path, original = self._imports[name]
+        else:
+            return None
+        document = copy.deepcopy(original)
         for namespace in (WSDL_SOAP11, WSDL_SOAP12):
             for node in document.iter(f"{{{namespace}}}address"):
                 node.set("location", address)
+        for node, attribute, location in _references(document):
+            referenced = _name_of(root, path, location)
+            if referenced is not None:
+                node.set(attribute, f"{address}?xsd={quote(referenced, safe='/')}")
         return bytes(lxml.etree.tostring(document, xml_declaration=True, encoding="UTF-8"))
 
     # -- requests ----------------------------------------------------------------------
@@ -212,6 +275,31 @@ class SoapContract:
         except (zeep.exceptions.Error, TypeError, ValueError) as exc:
             raise ValueError(f"the target's result does not fit the output of operation "
                              f"{call.name}: {exc}") from exc
+
+
+def _references(document: Any) -> Iterator[tuple[Any, str, str]]:
+    """``(element, attribute, location)`` of every reference to another document."""
+    for namespace, tag, attribute in REFERENCES:
+        for node in document.iter(f"{{{namespace}}}{tag}"):
+            location = node.get(attribute)
+            if location:
+                yield node, attribute, location
+
+
+def _name_of(root: str, path: str, location: str) -> str | None:
+    """The served name of ``location`` referenced from the document at ``path``: its path
+    from the WSDL's directory ``root``, posix; None for a URL or anything outside ``root``
+    (zeep refused those when it loaded the WSDL)."""
+    if origin_of(location) is not None:
+        return None
+    local = local_path(location) if location.startswith("file:") else \
+        os.path.normpath(os.path.join(os.path.dirname(path), location))
+    if local is None:
+        return None
+    real = os.path.realpath(local)
+    if os.path.commonpath([real, root]) != root or real == root:
+        return None
+    return posixpath.join(*os.path.relpath(real, root).split(os.sep))
 
 
 def _fields(body: Any) -> set[str]:

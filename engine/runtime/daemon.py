@@ -83,6 +83,7 @@ from engine.store.sql import SqlStore
 
 if TYPE_CHECKING:
     from adapters.base import OutboundAdapter
+    from engine.inbound.server import InboundServer
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ class Daemon:
                                              events=self.events, leader=self.is_leader)
         self.metrics_server: MetricsServer | None = None
         self.portal: Any = None  # engine.portal.server.PortalServer, with [portal]
-        self.inbound: Any = None  # engine.inbound.server.InboundServer, with [inbound]
+        self.inbound: InboundServer | None = None  # with [inbound]
         self.tracing = tracing_for(production)  # None: tracing off (read at start only)
         self.adapters = dict(adapters or {})
         self.rng = rng

@@ -13,12 +13,12 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from engine.clock import Clock
 from engine.config.production import ItemConfig, ProductionConfig, load_production
 from engine.delivery.item import ItemRunner
-from engine.errors import EncoreError
+from engine.errors import ConfigurationError, EncoreError
 from engine.runtime.alerts import AlertingEventLog
 from engine.runtime.cluster import LeaseKeeper, item_lease_name
 from engine.runtime.console import ConsoleReport
@@ -28,6 +28,9 @@ from engine.runtime.steps import guarded, operation_items
 from engine.store import running
 from engine.store.notify import Announcement, Kind
 from engine.store.sql import SqlStore
+
+if TYPE_CHECKING:  # the inbound services (Starlette, zeep) load only for a production with them
+    from engine.inbound.server import InboundChange, InboundServer
 
 log = logging.getLogger("engine.runtime.daemon")  # the daemon's log, as before the split
 
@@ -85,6 +88,8 @@ class ReloadHost(Protocol):
 
     @property
     def queue_alerts(self) -> QueueAlerts: ...
+
+    inbound: InboundServer | None  # the inbound services' server, with [inbound]
 
     def build_runner(self, item: ItemConfig) -> ItemRunner: ...
 
@@ -174,15 +179,24 @@ class Reloader:
         if daemon.production.path is None:
             log.warning("reload requested, but the production did not come from a file")
             return
+        inbound: InboundChange | None = None
         try:
             loaded_hash = running.file_hash(daemon.production.path)
             new = load_production(daemon.production.path, daemon.env)
+            if new.inbound is not None or daemon.inbound is not None:
+                from engine.inbound.server import prepare_inbound
+
+                inbound = prepare_inbound(daemon.inbound, daemon.store, new)
             built = self._build_changed(new)
         except Exception as exc:  # noqa: BLE001 - a refused reload never stops the daemon
+            if inbound is not None:
+                inbound.discard()
             self._refuse(exc)
             return
         self.file_hash = loaded_hash
         self._switch_to(new, built)
+        if inbound is not None:
+            self._switch_inbound(inbound)
 
     def _build_changed(self, new: ProductionConfig) -> dict[str, ItemRunner]:
         """Prepared runners for the operation items of ``new`` that are not running as they
@@ -223,6 +237,18 @@ class Reloader:
             daemon.store, [Announcement.control(Kind.RELOADED, daemon.id)]), "the announcement")
         log.info("production reloaded from %s: %d item(s) running", new.path,
                  len(daemon.runners))
+
+    def _switch_inbound(self, change: InboundChange) -> None:
+        """The inbound services of the new production (docs/inbound.md); a new server that
+        cannot listen leaves them stopped, with one ``Error`` event, until the next reload."""
+        daemon = self.daemon
+        try:
+            daemon.inbound = change.apply(daemon.inbound)
+        except ConfigurationError as exc:
+            daemon.inbound = None
+            daemon.events.write("Error", f"the inbound services are stopped: {exc}; fix "
+                                "[inbound] and reload", config_name="[inbound]",
+                                source_class="Daemon", source_method="reload")
 
     def _stop(self, runners: Iterable[ItemRunner], timeout: float) -> None:
         """Stop ``runners`` — their workers finish the attempt in hand, within ``timeout``

@@ -5,6 +5,7 @@ call leaves the caller with a closed connection and the message to finish after 
 nothing lost."""
 from __future__ import annotations
 
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -69,6 +70,13 @@ def test_the_documented_passthrough_end_to_end(tmp_path: Path) -> None:
     first = min(requests_, key=lambda m: m["id"])
     trace = encore("trace", str(first["id"]), cwd=tmp_path).stdout
     assert "EchoService -> EchoRouter" in trace and "EchoRouter -> EchoBackend" in trace
+    # the caller first, with its address and what it asked; what it was answered last
+    lines = trace.splitlines()[1:]
+    assert re.search(r"caller 127\.0\.0\.1:\d+ -> EchoService: SOAP echo$", lines[0]), trace
+    answered = [i for i, line in enumerate(lines)
+                if re.search(r"EchoService -> caller 127\.0\.0\.1:\d+ answered: 200 echo", line)]
+    completed = [i for i, line in enumerate(lines) if f"message {first['id']} Completed" in line]
+    assert answered and completed and answered[0] > completed[0], trace
 
 
 def test_a_kill_9_during_a_sync_call_loses_nothing(tmp_path: Path) -> None:

@@ -211,3 +211,31 @@ def test_basic_authentication_for_the_wsdl_and_the_calls(
     assert len([m for m in _messages(store) if m["source"] == "EchoSoap"]) == 1
     calls = calls_of(store, [m["id"] for m in _messages(store)])
     assert [c.principal for c in calls.values()] == ["user:caller"]
+
+
+def test_schema_files_the_wsdl_imports_are_served_beside_it(
+        store: SqlStore, backends: tuple[SoapTestServer, SoapTestServer]) -> None:
+    """A WSDL whose types are in an xsd:import that xsd:includes another file: both are
+    served at ?xsd=NAME, every served reference points there, and a zeep client generated
+    from the served WSDL alone (no access to the files) calls through."""
+    fast, slow = backends
+    wsdl = DATA / "imported" / "orders.wsdl"
+    items = (soap_service(path="/soap/imported", wsdl=wsdl) + router()
+             + soap_operation("Backend", fast.wsdl))
+    port = free_port()
+    with running(store, items, port):
+        base = f"http://127.0.0.1:{port}/soap/imported"
+        served = requests.get(base + "?wsdl", timeout=10)
+        assert served.status_code == 200
+        assert f'schemaLocation="{base}?xsd=schemas/echo.xsd"' in served.text
+        imported = requests.get(base + "?xsd=schemas/echo.xsd", timeout=10)
+        assert imported.status_code == 200
+        assert f'schemaLocation="{base}?xsd=schemas/common/result.xsd"' in imported.text
+        included = requests.get(base + "?xsd=schemas/common/result.xsd", timeout=10)
+        assert included.status_code == 200 and 'name="echoResult"' in included.text
+        for name in ("../echo_request.xml", "orders.wsdl/../../echo_request.xml", "nope.xsd"):
+            refused = requests.get(base, params={"xsd": name}, timeout=10)
+            assert refused.status_code == 404, name
+            assert "schemas/echo.xsd" in refused.text  # it names what is there
+        client = zeep.Client(base + "?wsdl")
+        assert client.service.echo(text="imported") == "B:imported"

@@ -50,3 +50,10 @@ class BrokenInitOperation(EchoOperation):
 
     def on_init(self) -> None:
         raise RuntimeError("the ledger file is locked")
+
+
+class NamedEchoOperation(BusinessOperation):
+    """Answers with its own item name and the JSON it was sent (any JSON object)."""
+
+    def on_message(self, request: Any) -> Any:
+        return {"by": self.name, "data": request.data}
