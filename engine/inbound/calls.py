@@ -25,14 +25,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
-
 from engine.client import accept_message
 from engine.clock import utcnow
 from engine.config.production import ProductionConfig
 from engine.inbound.auth import CallerAuth
 from engine.inbound.refusals import RefusalLog
 from engine.portal.intake import MAX_KEY_LENGTH, accept_and_wait, check_idempotency_key
+from engine.portal.threads import to_thread
 from engine.store.inbound import InboundCall, record_calls
 from engine.store.sql import Accepted, SqlStore
 
@@ -102,9 +101,9 @@ async def submit(context: InboundContext, service: str, target: str, body: Any, 
     for a key used with another body) and, with ``wait`` seconds, wait for its end."""
     store = context.store
     if wait is None:
-        accepted = await run_in_threadpool(
-            accept_message, store, context.production, target, body, source=service,
-            idempotency_key=key, same_body=True)
+        accepted = await to_thread(lambda: accept_message(
+            store, context.production, target, body, source=service, idempotency_key=key,
+            same_body=True))
         return Ended(accepted, None)
     accepted, outcome = await accept_and_wait(
         store, lambda: accept_message(store, context.production, target, body, source=service,

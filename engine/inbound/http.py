@@ -41,7 +41,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -56,6 +55,7 @@ from engine.inbound.base import COMMON_SETTINGS, InboundService
 from engine.inbound.body import read_body
 from engine.inbound.calls import Caller, Ended, InboundContext, call_record, scoped_key, submit
 from engine.inbound.refusals import Refused
+from engine.portal.threads import to_thread
 from engine.settings import Setting
 
 __all__ = ["HTTP_SERVICE_SETTINGS", "HttpService"]
@@ -196,7 +196,7 @@ class HttpService(InboundService):
         header = request.headers.get("authorization")
         if self.auth == "none":
             return context.auth.principal("none", header, caller.host)
-        return await run_in_threadpool(context.auth.principal, self.auth, header, caller.host)
+        return await to_thread(context.auth.principal, self.auth, header, caller.host)
 
     def _message(self, request: Request, content: bytes) -> dict[str, Any]:
         query: dict[str, Any] = {}

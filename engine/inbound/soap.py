@@ -39,7 +39,6 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -64,6 +63,7 @@ from engine.inbound.wsdl import (
     SoapContract,
     fault_envelope,
 )
+from engine.portal.threads import to_thread
 from engine.settings import Setting
 
 __all__ = ["SOAP_SERVICE_SETTINGS", "SoapService"]
@@ -177,7 +177,7 @@ class SoapService(InboundService):
             caller = Caller(caller.host, caller.port, principal)
             if request.method == "GET":  # the WSDL, to the same callers as the service
                 return await self._wsdl(request)
-            if not await run_in_threadpool(self._loaded):
+            if not self.contract.loaded and not await to_thread(self._loaded):
                 return _fault(envelope, "Server", "the service's WSDL is not loaded: see the "
                                                   "event log", 503)
             call = self.contract.parse(await read_body(request, self.max_body_bytes))
@@ -213,7 +213,7 @@ class SoapService(InboundService):
         header = request.headers.get("authorization")
         if self.auth == "none":
             return context.auth.principal("none", header, caller.host)
-        return await run_in_threadpool(context.auth.principal, self.auth, header, caller.host)
+        return await to_thread(context.auth.principal, self.auth, header, caller.host)
 
     def _answer(self, call: SoapCall, ended: Any) -> tuple[Response, str]:
         """The response to send for ``call``'s message end, and a short text of it."""
@@ -251,7 +251,7 @@ class SoapService(InboundService):
             return Response(f"GET {self.path}?wsdl serves the WSDL (and ?xsd=NAME the schema "
                             "files it references); SOAP requests are POSTs\n", 400,
                             media_type="text/plain")
-        if not await run_in_threadpool(self._loaded):
+        if not self.contract.loaded and not await to_thread(self._loaded):
             return Response("the service's WSDL is not loaded: see the event log\n", 503,
                             media_type="text/plain")
         address = str(request.url.replace(query=""))

@@ -25,10 +25,8 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -38,6 +36,7 @@ from engine.client import TERMINAL, accept_message, decode_body
 from engine.errors import MessageError
 from engine.portal.api import api_user, cached_api_user, reply
 from engine.portal.context import portal_of
+from engine.portal.threads import to_thread
 from engine.process import KEY_PREFIX as PROCESS_KEY_PREFIX
 from engine.store.completions import SAFETY_POLL
 from engine.store.hotpath import Outcome
@@ -55,7 +54,7 @@ def routes() -> list[BaseRoute]:
 async def intake(request: Request) -> Response:
     who = cached_api_user(request, "sender")
     if who is None:
-        who = await run_in_threadpool(api_user, request, "sender")
+        who = await to_thread(api_user, request, "sender")
     portal = portal_of(request)
     target = request.path_params["target"]
     if target not in portal.items:
@@ -63,8 +62,8 @@ async def intake(request: Request) -> Response:
     wait = _wait(request.query_params.get("wait"))
     key = check_idempotency_key(request.headers.get("idempotency-key"))
     text = await _body_text(request)
-    if wait is None:  # decoded, checked and committed in one hop to the thread pool
-        accepted: Accepted = await run_in_threadpool(
+    if wait is None:  # decoded, checked and committed in one hop to a thread
+        accepted: Accepted = await to_thread(
             lambda: accept_message(portal.store, portal.production, target,
                                    decode_body(text, where="request"),
                                    source=f"api:{who.name}", idempotency_key=key,
@@ -136,48 +135,75 @@ def check_idempotency_key(text: str | None) -> str | None:
 async def accept_and_wait(store: SqlStore, accept: Callable[[], Accepted], wait: float, *,
                           stopping: threading.Event | None = None
                           ) -> tuple[Accepted, dict[str, Any] | None]:
-    """Run ``accept`` (an :func:`~engine.client.accept_message` with ``waited=True``) on the
-    thread pool, then wait up to ``wait`` seconds for the message's end, woken by the commit
+    """Run ``accept`` (an :func:`~engine.client.accept_message` with ``waited=True``) on a
+    thread, then wait up to ``wait`` seconds for the message's end, woken by the commit
     that ends it: (the accepted message, its outcome — None if it had not ended in time, or
     ``stopping`` was set first). The intake API's ``?wait``, the Testing Service and the
     inbound services all wait so.
 
-    The watch begins before the first look, so no end is missed; that look is skipped for a
-    message the call created after this process was already hearing every end (the hub
-    then knows whether it ended: :meth:`CompletionHub.ended_lately`)."""
+    The watch begins (here, on the event loop, once the message exists) before the first
+    look, so no end is missed. That look is skipped for a message the call created after
+    this process was already hearing every end — the hub then knows whether it ended
+    (:meth:`CompletionHub.ended_lately`) — and a success committed here after the watch
+    began comes with its response (:meth:`CompletionHub.response`): no read at all."""
     hub = store.completions
-    woken = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    with ExitStack() as watch:
-        def take_in() -> tuple[Accepted, dict[str, Any] | None]:
-            heard = hub.hearing
-            accepted = accept()
-            watch.enter_context(hub.watching(
-                accepted.id, lambda: loop.call_soon_threadsafe(woken.set)))
-            if accepted.created and heard and not hub.ended_lately(accepted.id):
-                return accepted, None
-            return accepted, outcome_if_ended(store, accepted.id)
-
-        accepted, outcome = await run_in_threadpool(take_in)
+    if not hub.hearing:  # the first wait: it may wait for a listener to connect
+        await to_thread(hub.start_hearing)
+    heard = hub.hearing  # before the commit: then every end of the message is heard here
+    accepted = await to_thread(accept)
+    woken = _Wake(asyncio.get_running_loop())
+    with hub.watching(accepted.id, woken.set):
+        outcome = None
+        if not (accepted.created and heard and not hub.ended_lately(accepted.id)):
+            outcome = await to_thread(outcome_if_ended, store, accepted.id)
         if outcome is None:
-            outcome = await _ended(store, accepted.id, wait, woken, stopping)
+            outcome = await _ended(store, accepted, wait, woken, stopping)
     return accepted, outcome
 
 
-async def _ended(store: SqlStore, message_id: int, wait: float, woken: asyncio.Event,
+class _Wake:
+    """A wake-up for a waiter on the event loop, set from any thread."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._future: asyncio.Future[None] = loop.create_future()
+
+    def set(self) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._settle)
+        except RuntimeError:  # the loop closed: nobody waits any more
+            pass
+
+    def _settle(self) -> None:
+        if not self._future.done():
+            self._future.set_result(None)
+
+    async def wait(self, timeout: float) -> None:
+        """Until set (since the last wait), or ``timeout`` seconds."""
+        if not self._future.done():
+            timer = self._loop.call_later(timeout, self._settle)
+            try:
+                await self._future
+            finally:
+                timer.cancel()
+        self._future = self._loop.create_future()  # before the look: a later set counts
+
+
+async def _ended(store: SqlStore, accepted: Accepted, wait: float, woken: _Wake,
                  stopping: threading.Event | None) -> dict[str, Any] | None:
     """The outcome of the message once it has finished (or is suspended), woken by
     ``woken``; None after ``wait`` seconds, or once ``stopping`` is set."""
+    hub = store.completions
     deadline = time.monotonic() + wait
     while (left := deadline - time.monotonic()) > 0:
         if stopping is not None and stopping.is_set():
             return None
-        try:
-            await asyncio.wait_for(woken.wait(), min(left, SAFETY_POLL))
-        except TimeoutError:
-            pass
-        woken.clear()  # before the look: an end announced during it wakes the next wait
-        outcome = await run_in_threadpool(outcome_if_ended, store, message_id)
+        await woken.wait(min(left, SAFETY_POLL))
+        known, body = hub.response(accepted.id)
+        if known:  # completed in this process: its response came with the announcement
+            return {"id": accepted.id, "session_id": accepted.session_id,
+                    "status": "Completed", "response": _decoded(body), "error": None}
+        outcome = await to_thread(outcome_if_ended, store, accepted.id)
         if outcome is not None:
             return outcome
     return None
@@ -189,11 +215,17 @@ def outcome_if_ended(store: SqlStore, message_id: int) -> dict[str, Any] | None:
 
 
 def _outcome(found: Outcome) -> dict[str, Any]:
-    row, body = found.row, None
-    if found.response and found.response_body:
-        try:
-            body = json.loads(found.response_body)
-        except ValueError:
-            body = found.response_body
+    row = found.row
+    body = _decoded(found.response_body) if found.response else None
     return {"id": row.id, "session_id": row.session_id, "status": row.status,
             "response": body, "error": row.error_text}
+
+
+def _decoded(body: str | None) -> Any:
+    """A response body as the caller sees it: its JSON value (None: none, or empty)."""
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body

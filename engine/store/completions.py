@@ -10,6 +10,11 @@ PostgreSQL (sent in the ending transaction) or the SQLite doorbell. So a complet
 committed before the waiter's look, which then sees it, or is announced after the callback
 was registered: none is missed. Bulk traffic, which nobody waits for, announces nothing.
 
+A success committed in this process also leaves its response with the hub for the waiters
+registered here (:meth:`CompletionHub.completed`, before the announcement), so the waiter
+woken answers without reading the message back (:meth:`CompletionHub.response`); any other
+end, or one committed elsewhere, is read from the database.
+
 Announcements can still be lost (a listener reconnecting, a full socket buffer): waiters
 look again every :data:`SAFETY_POLL` seconds whatever happens, and all of them look again
 when a listener reconnects.
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from engine.store.notify import Announcement, Kind
@@ -36,11 +41,15 @@ class CompletionHub:
         """``on_first_watch``: called (once) before the first waiter registers — the store
         starts hearing other processes then."""
         self._lock = threading.Lock()
+        self._first_lock = threading.Lock()
         self._waiters: dict[int, list[Waker]] = {}
         self._on_first_watch = on_first_watch
         # waited-for messages whose end was announced here lately, oldest first
         self._recent: deque[int] = deque(maxlen=RECENT)
         self._recent_set: set[int] = set()
+        # message id → its response body (None: no response) once it completed here, for
+        # the messages with a waiter in this process
+        self._responses: dict[int, str | None] = {}
 
     @property
     def hearing(self) -> bool:
@@ -49,13 +58,22 @@ class CompletionHub:
         its end announced here, whoever commits it."""
         return self._on_first_watch is None
 
+    def start_hearing(self) -> None:
+        """Hear other processes from now on, as the first watch does. It may wait for a
+        listener to connect (PostgreSQL): a waiter on an event loop calls it on a thread
+        first."""
+        if self._on_first_watch is None:
+            return
+        with self._first_lock:  # a second caller waits until the hearing has begun
+            if self._on_first_watch is not None:
+                self._on_first_watch()
+                self._on_first_watch = None
+
     @contextmanager
     def watching(self, message_id: int, wake: Waker) -> Iterator[None]:
         """Call ``wake()`` (from any thread) when ``message_id`` may have ended, while the
         block runs."""
-        if self._on_first_watch is not None:
-            first, self._on_first_watch = self._on_first_watch, None
-            first()
+        self.start_hearing()
         with self._lock:
             self._waiters.setdefault(message_id, []).append(wake)
         try:
@@ -68,6 +86,7 @@ class CompletionHub:
                         wakers.remove(wake)
                     if not wakers:
                         del self._waiters[message_id]
+                        self._responses.pop(message_id, None)
 
     def ended_lately(self, message_id: int) -> bool:
         """True if the end of ``message_id`` was announced to this hub lately (the last
@@ -78,6 +97,23 @@ class CompletionHub:
         remembered here; one committed after wakes the waiter."""
         with self._lock:
             return message_id in self._recent_set
+
+    def completed(self, responses: Mapping[int, str | None]) -> None:
+        """The messages of ``responses`` were committed Completed with these response bodies
+        (None: no response) in this process: kept for their waiters here, until the last
+        of them stops watching. Called after the commit, before its announcement."""
+        with self._lock:
+            for message_id, body in responses.items():
+                if message_id in self._waiters:
+                    self._responses[message_id] = body
+
+    def response(self, message_id: int) -> tuple[bool, str | None]:
+        """``(True, body)`` when ``message_id`` completed in this process while watched
+        here, its response body (None: no response); ``(False, None)``: read it."""
+        with self._lock:
+            if message_id in self._responses:
+                return True, self._responses[message_id]
+        return False, None
 
     def ended(self, ids: Iterable[int]) -> None:
         """``ids`` ended (their commit is done): wake their waiters."""

@@ -71,6 +71,7 @@ class SqlStore:
         self.rate_buckets = SqlRateBuckets(self.db)  # rate-limit token buckets (item_rate)
         # waiters on messages, woken by the announcements of their end
         self.completions = CompletionHub(on_first_watch=self.hear_other_processes)
+        self.db.hot.on_completed = self.completions.completed
         self.db.announcer.add_callback(self.completions.hear)
         self._listener: QueueListener | None = None  # PostgreSQL: hears other processes
         self._reconnect_hooks: list[Callable[[], object]] = [self.completions.wake_all]

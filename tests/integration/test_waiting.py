@@ -7,18 +7,22 @@ The safety net's period is set far above the bounds asserted here (``NO_POLL``),
 that returns in time was woken by the announcement, not by a poll."""
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
 import time
 from contextlib import ExitStack
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import create_engine, text
 
 from engine.client import accept_message, wait_for
 from engine.clock import utcnow
 from engine.config.production import parse_production
+from engine.portal.intake import accept_and_wait
+from engine.store.hotpath.base import Completion
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import ROOT
 from tests.waiting import wait_until
@@ -244,3 +248,60 @@ def test_an_idle_daemon_hears_another_processes_message_at_once(database_url: st
         daemon.stop()
         daemon.store.dispose()
         store.dispose()
+
+
+def _claim_and_complete(store: SqlStore, body: str) -> None:
+    """Claim the one Echo message and record its success through the hot path, as a
+    dispatcher's group commit does."""
+    claim = {"owner": "here", "lease_seconds": 30, "limit": 1, "fifo": False, "begin": True,
+             "enabled": True}
+    _, claimed = store.complete_and_claim([], now=utcnow(), target="Echo", **claim)
+    assert len(claimed) == 1 and claimed[0].begun is not None
+    row = claimed[0].row
+    now = utcnow()
+    done = store.complete_many([Completion(
+        message_id=row.id, token=row.claim_token, attempt_id=claimed[0].begun, started_at=now,
+        ended_at=now, server=None, response_class=None, response_body=body, urgent=True)],
+        now=now)
+    assert done == [row.id]
+
+
+def test_a_success_committed_here_answers_its_waiter_without_a_read(database_url: str) -> None:
+    """The intake's wait (``accept_and_wait``): a success this process commits leaves its
+    response with the hub, and the waiter answers with it — no read of the message; one
+    committed by another process is read, as before."""
+    store, other = SqlStore(database_url), SqlStore(database_url)
+    store.upgrade()
+    reads: list[int] = []
+    read = store.get_outcome
+
+    def counted(message_id: int):  # type: ignore[no-untyped-def]
+        reads.append(message_id)
+        return read(message_id)
+
+    store.get_outcome = counted  # type: ignore[method-assign]
+
+    async def call(completer: SqlStore, body: str) -> dict[str, Any] | None:
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(0.3, lambda: threading.Thread(
+            target=_claim_and_complete, args=(completer, body)).start())
+        try:
+            _, outcome = await accept_and_wait(
+                store, lambda: accept_message(store, PRODUCTION, "Echo", {"text": "hi"},
+                                              waited=True), 30)
+        finally:
+            timer.cancel()
+        return outcome
+
+    try:
+        here = asyncio.run(call(store, '{"answer": 42}'))
+        assert here is not None and here["status"] == "Completed"
+        assert here["response"] == {"answer": 42} and here["error"] is None
+        assert reads == []  # answered from the hub
+        there = asyncio.run(call(other, '{"answer": 7}'))
+        assert there is not None and there["response"] == {"answer": 7}
+        assert len(reads) == 1  # read once, after the other process's announcement
+        assert store.completions.waiting == 0  # nothing left behind
+    finally:
+        store.dispose()
+        other.dispose()

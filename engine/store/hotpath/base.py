@@ -175,7 +175,9 @@ class HotPath:
     """The per-message statements of one store. Subclasses bind them to a driver.
 
     ``on_waited_done(ids)`` is called after the commit that completed messages someone waits
-    for (their ``waited`` flag is set), so that the store announces them."""
+    for (their ``waited`` flag is set), so that the store announces them; just before it,
+    ``on_completed(responses)`` with their response bodies (message id → body, None: no
+    response), which the store's waiters here answer with."""
 
     paramstyle_named = re.compile(r"(?<!:):(\w+)")
 
@@ -186,6 +188,7 @@ class HotPath:
         in-memory database)."""
         self._engine = engine
         self.on_waited_done: Callable[[list[int]], object] = lambda ids: None
+        self.on_completed: Callable[[dict[int, str | None]], object] = lambda responses: None
         self._is_driver_error = translate
         # idle connections by durability: commits that wait for the disk, and those that do
         # not (lists: append and pop are atomic, and cost no lock, unlike a queue.Queue's)
@@ -193,6 +196,16 @@ class HotPath:
         # a store dropped without dispose() closes its connections when it is collected
         weakref.finalize(self, _close_all, self._idle)
         self._shared = shared  # one in-memory database
+
+    def _waited_completed(self, completions: Sequence[Completion], waited: list[int]) -> None:
+        """After the commit of ``completions``: those someone waits for (``waited``) go to
+        ``on_completed`` with their responses, then are announced."""
+        if not waited:
+            return
+        ids = set(waited)
+        self.on_completed({c.message_id: c.response_body for c in completions
+                           if c.message_id in ids})
+        self.on_waited_done(waited)
 
     # -- connections ---------------------------------------------------------------------
     def _new_connection(self, durable: bool) -> Any:

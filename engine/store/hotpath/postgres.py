@@ -241,7 +241,6 @@ class PostgresHotPath(HotPath):
              "server": c.server, "body_class": c.response_class, "body": c.response_body}
             for c in completions])
         rows = self._run(self._COMPLETE, {"completions": document, "now": now})
-        waited = [int(r[0]) for r in rows if r[1]]
-        if waited:  # NOTIFY went with the commit; this process's waiters too
-            self.on_waited_done(waited)
+        # NOTIFY went with the commit; this process's waiters too
+        self._waited_completed(completions, [int(r[0]) for r in rows if r[1]])
         return [int(r[0]) for r in rows]

@@ -226,8 +226,7 @@ class SqliteHotPath(HotPath):
         with self._transaction() as cur:
             done = self._guard(lambda: self._complete(cur, completions, _sqlite_time(now),
                                                       waited))
-        if waited:
-            self.on_waited_done(waited)
+        self._waited_completed(completions, waited)
         return done
 
     def complete_and_claim(self, completions: Sequence[Completion], *, now: datetime,
@@ -243,8 +242,7 @@ class SqliteHotPath(HotPath):
                         if completions else [])
                 return done, *self._claim(cur, params)
             done, raw, begun, before = self._guard(step)
-        if waited:
-            self.on_waited_done(waited)
+        self._waited_completed(completions, waited)
         # rows are made after the commit: the write lock is held for the SQL alone
         rows = sorted((self._row(r) for r in raw), key=lambda r: r.id)
         return done, [Claimed(r, begun.get(r.id), before[r.id]) for r in rows]
