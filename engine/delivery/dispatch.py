@@ -119,6 +119,9 @@ class Dispatcher:
         # pool_size > 1: claim batches sized by the pool's recent speed (False: one message
         # per idle worker, as a ticked dispatcher on a virtual clock does)
         self.batched = True
+        # a success someone waits for is committed on its worker's thread (False: a ticked
+        # dispatcher, which commits each at its own step of the virtual clock)
+        self.urgent_here = True
         self._linger_until = 0.0  # monotonic seconds
         # True while only new work can end the dispatcher's wait: set before a claim looks
         # at the queue, so that a message committed after the claim's look always wakes it;
@@ -128,8 +131,20 @@ class Dispatcher:
 
     # -- what workers call ---------------------------------------------------------------
     def defer(self, completion: Completion) -> None:
-        """Record a success with the next group commit (the worker goes on meanwhile); one
-        that someone waits for (``urgent``) is committed at the dispatcher's next step."""
+        """Record a success with the next group commit (the worker goes on meanwhile). One
+        that someone waits for (``urgent``) is committed at once, on the worker's thread
+        (``urgent_here``; a waiter should not wait for the dispatcher to wake), else — a
+        ticked dispatcher, or that commit failed — at the dispatcher's next step."""
+        if completion.urgent and self.urgent_here:
+            try:
+                done = self.store.complete_many([completion], now=self.clock.now())
+            except EncoreError as exc:
+                log.warning("item %s: the success of message %d is recorded with the next "
+                            "group commit: %s", self.settings.target, completion.message_id,
+                            exc)
+            else:
+                self._committed([completion], done)
+                return
         with self._lock:
             if not self._pending or completion.urgent:
                 self._oldest_pending = (self.clock.monotonic() - FLUSH_WINDOW

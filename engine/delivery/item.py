@@ -206,6 +206,7 @@ class ItemRunner:
                                    for host in self.hosts]
             self.dispatcher.linger = 0.0  # and no linger: it would shift a virtual timeline
             self.dispatcher.batched = False  # nor batches sized by a virtual clock's speed
+            self.dispatcher.urgent_here = False  # and each success at its tick's time
             return
         for index, host in enumerate(self.hosts):
             thread = threading.Thread(target=self._work, args=(host,), daemon=True,

@@ -108,22 +108,33 @@ def test_work_someone_waits_for_ends_a_linger_and_is_claimed_at_once(store: SqlS
     assert handed_out(d) == [waited]
 
 
-def test_a_success_someone_waits_for_is_committed_at_the_next_step(store: SqlStore) -> None:
+def test_a_success_someone_waits_for_is_committed_on_the_workers_thread(
+        store: SqlStore) -> None:
+    """Not after the 20 ms group-commit window, and not after the dispatcher wakes: the
+    worker's ``defer`` commits it (and its waiter hears of it) before it returns. A ticked
+    dispatcher (``urgent_here`` off, as on a virtual clock) commits it at its next step."""
     from engine.store.hotpath import Completion
 
     clock = VirtualClock()
-    d = dispatcher(store, clock, pool_size=2)
-    (mid,) = produce(store, d, 1)
-    d.tick()
-    (claimed,) = d.work.get()[1]  # type: ignore[index]
-    d.wakeup.clear()
-    now = clock.now()
-    d.defer(Completion(mid, claimed.row.claim_token, claimed.begun or 0, now, now, None, None,
-                       '{"ok": true}', urgent=True))
-    assert d.wakeup.is_set()  # not after the 20 ms group-commit window
-    assert d.tick() >= 0
-    row = store.get_message(mid)
-    assert row is not None and row.status == "Completed"
+    for here in (True, False):
+        d = dispatcher(store, clock, pool_size=2)
+        d.urgent_here = here
+        (mid,) = produce(store, d, 1)
+        d.tick()
+        (claimed,) = d.work.get()[1]  # type: ignore[index]
+        d.wakeup.clear()
+        now = clock.now()
+        d.defer(Completion(mid, claimed.row.claim_token, claimed.begun or 0, now, now, None,
+                           None, '{"ok": true}', urgent=True))
+        row = store.get_message(mid)
+        assert row is not None
+        if here:
+            assert row.status == "Completed" and not d.wakeup.is_set()
+            continue
+        assert row.status == "Delivered" and d.wakeup.is_set()  # the next step commits it
+        assert d.tick() >= 0
+        row = store.get_message(mid)
+        assert row is not None and row.status == "Completed"
 
 
 def test_a_fast_pool_claims_a_batch_and_claims_again_only_when_half_is_done(
