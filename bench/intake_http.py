@@ -5,6 +5,9 @@
 client posts one message at a time over a kept-alive connection, and a second figure posts
 from 4 threads at once.
 
+The one-client key posts through ``http.client`` (bench/keepalive.py says why); the same
+posts through ``requests`` and the bare endpoint's one-client figure are printed beside it.
+
 intake_http_16_msgs_per_s (issue 21): 16 client threads of this process post at once, each
 on its own kept-alive session, to the same ``encore portal``; bare_intake_http_msgs_per_s is
 the same 16 clients against bench/bare_intake.py (a bare Starlette app under uvicorn doing
@@ -22,6 +25,7 @@ from pathlib import Path
 import requests
 
 from bench import harness as h
+from bench.keepalive import KeepAlive
 from bench.report import Outcome
 from engine.clock import utcnow
 from engine.portal.auth import new_token, token_digest
@@ -91,20 +95,42 @@ def _rate(base: str, token: str, count: int, threads: int) -> float:
     return each * threads / (time.perf_counter() - t0)
 
 
+def _lean_rate(base: str, token: str | None, count: int) -> float:
+    """Messages/s of one client posting ``count`` messages one at a time over one kept-alive
+    ``http.client`` connection (bench/keepalive.py), after 20 untimed ones."""
+    with KeepAlive(base, token) as client:
+        for i in range(20 + count):
+            if i == 20:
+                t0 = time.perf_counter()
+            status, answer = client.post(f"/api/v1/messages/{ITEM}", BODY)
+            if status != 202:
+                raise RuntimeError(f"intake answered {status}: {answer}")
+    return count / (time.perf_counter() - t0)
+
+
 def intake_http(work: Path, count: int) -> Outcome:
     out = Outcome()
     proc, base, token = _portal(work, h.sqlite_url(work, "intake-http.db"))
     try:
         _post_all(base, token, 20)  # warm: connection, token cache, statement caches
-        one = _rate(base, token, count, 1)
+        one = _lean_rate(base, token, count)
+        through_requests = _rate(base, token, count, 1)
         many = _rate(base, token, count, CLIENT_THREADS)
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop(proc)
+    proc, bare_base = _bare(work)
+    try:
+        bare = _lean_rate(bare_base, None, count)
+    finally:
+        stop(proc)
     out.key("intake_http_msgs_per_s", "POST /api/v1/messages/{target}, one client, SQLite",
             one, "msg/s", f"n={count:,}; a durable commit per message; encore portal in a "
-                          "subprocess")
-    out.info(f"the same, {CLIENT_THREADS} clients at once", many, "msg/s")
+                          "subprocess; one kept-alive http.client connection")
+    out.info("the same through requests.Session (its own CPU: ~0.65 ms a call)",
+             through_requests, "msg/s")
+    out.info("bare Starlette/uvicorn, one durable insert per POST, the same client", bare,
+             "msg/s", "bench/bare_intake.py: the limit of one client here")
+    out.info(f"the same, {CLIENT_THREADS} requests clients at once", many, "msg/s")
     return out
 
 

@@ -13,8 +13,10 @@ PostgreSQL database for the ``_pg`` keys), with three items:
 The keys:
 
 - ``sync_roundtrip_ms_p50`` / ``_p99`` (``_pg``): sequential ``POST
-  /api/v1/messages/Echo?wait=5`` over one kept-alive ``requests.Session``, each answered
-  200 with the message Completed; the client's time of each call.
+  /api/v1/messages/Echo?wait=5`` over one kept-alive ``http.client`` connection
+  (bench/keepalive.py says why not ``requests``), each answered 200 with the message
+  Completed; the client's time of each call. The same calls through a ``requests.Session``
+  are shown beside (info).
 - ``router_hop_ms_p50``: the same calls to ``Router`` in the same daemon, right after,
   alternated with as many direct calls to ``Echo`` (so that both see the same machine: a
   change of load between two runs would be taken for the hop); p50 of the router calls
@@ -48,6 +50,7 @@ import requests
 
 from bench import harness as h
 from bench.intake_http import _free_port
+from bench.keepalive import KeepAlive
 from bench.report import Outcome
 from engine.client import send_message
 from engine.clock import as_utc, utcnow
@@ -124,6 +127,9 @@ class Daemon:
         session.headers["Authorization"] = f"Bearer {self.token}"
         return session
 
+    def client(self) -> KeepAlive:
+        return KeepAlive(self.base, self.token)
+
 
 @contextmanager
 def daemon(work: Path, url: str, label: str) -> Iterator[Daemon]:
@@ -161,46 +167,59 @@ def _wait_portal(proc: h.DaemonProcess, base: str) -> None:
 
 # -- measurements ----------------------------------------------------------------------------
 
+def _timed(client: KeepAlive, target: str, count: int, warm: int) -> list[float]:
+    durations = []
+    path = f"/api/v1/messages/{target}"
+    for i in range(warm + count):
+        t0 = time.perf_counter()
+        status, answer = client.post(path, {}, {"wait": WAIT_S})
+        elapsed = (time.perf_counter() - t0) * 1000
+        _check(status, answer, target)
+        if i >= warm:
+            durations.append(elapsed)
+    return durations
+
+
 def roundtrips(d: Daemon, target: str, count: int, *, warm: int = WARM_CALLS) -> list[float]:
     """Milliseconds of each of ``count`` sequential ``POST /api/v1/messages/{target}?wait=5``
-    on one kept-alive session (after ``warm`` untimed ones); each must answer 200 with the
-    message Completed."""
+    on one kept-alive ``http.client`` connection (after ``warm`` untimed ones); each must
+    answer 200 with the message Completed."""
+    with d.client() as client:
+        return _timed(client, target, count, warm)
+
+
+def roundtrips_requests(d: Daemon, target: str, count: int) -> list[float]:
+    """:func:`roundtrips` through one ``requests.Session`` (shown beside the key)."""
     url = f"{d.base}/api/v1/messages/{target}?wait={WAIT_S}"
     durations = []
     with d.session() as session:
-        for i in range(warm + count):
+        for i in range(WARM_CALLS + count):
             t0 = time.perf_counter()
             reply = session.post(url, json={}, timeout=WAIT_S + 30)
             elapsed = (time.perf_counter() - t0) * 1000
-            _check(reply, target)
-            if i >= warm:
+            _check(reply.status_code, reply.json(), target)
+            if i >= WARM_CALLS:
                 durations.append(elapsed)
     return durations
 
 
 def alternated(d: Daemon, count: int) -> tuple[list[float], list[float]]:
     """(milliseconds of ``count`` round trips to Echo, of ``count`` to Router), the two
-    alternated call by call on one kept-alive session, after ``WARM_CALLS`` untimed ones
+    alternated call by call on one kept-alive connection, after ``WARM_CALLS`` untimed ones
     of each."""
-    urls = {target: f"{d.base}/api/v1/messages/{target}?wait={WAIT_S}"
-            for target in (ECHO, ROUTER)}
     durations: dict[str, list[float]] = {ECHO: [], ROUTER: []}
-    with d.session() as session:
+    with d.client() as client:
         for i in range(WARM_CALLS + count):
-            for target, url in urls.items():
-                t0 = time.perf_counter()
-                reply = session.post(url, json={}, timeout=WAIT_S + 30)
-                elapsed = (time.perf_counter() - t0) * 1000
-                _check(reply, target)
+            for target in (ECHO, ROUTER):
+                (ms,) = _timed(client, target, 1, 0)
                 if i >= WARM_CALLS:
-                    durations[target].append(elapsed)
+                    durations[target].append(ms)
     return durations[ECHO], durations[ROUTER]
 
 
-def _check(reply: requests.Response, target: str) -> dict[str, Any]:
-    if reply.status_code != 200:
-        raise RuntimeError(f"intake to {target} answered {reply.status_code}: {reply.text}")
-    answer: dict[str, Any] = reply.json()
+def _check(status: int, answer: Any, target: str) -> dict[str, Any]:
+    if status != 200 or not isinstance(answer, dict):
+        raise RuntimeError(f"intake to {target} answered {status}: {answer}")
     if answer.get("status") != "Completed":
         raise RuntimeError(f"the message to {target} ended {answer.get('status')}: "
                            f"{answer.get('error')}")
@@ -212,12 +231,13 @@ def process_calls(d: Daemon, count: int) -> list[float]:
     timed inside the process (a short untimed request to it first)."""
     url = f"{d.base}/api/v1/messages/{CALLER}"
     with d.session() as session:
-        _check(session.post(url, params={"wait": 60}, json={"n": WARM_CALLS}, timeout=90),
-               CALLER)
+        reply = session.post(url, params={"wait": 60}, json={"n": WARM_CALLS}, timeout=90)
+        _check(reply.status_code, reply.json(), CALLER)
         # today's engine: ~50 ms a call; the wait must hold the slowest plausible run
         wait = min(300, 30 + count)
-        answer = _check(session.post(url, params={"wait": wait}, json={"n": count},
-                                     timeout=wait + 30), CALLER)
+        reply = session.post(url, params={"wait": wait}, json={"n": count},
+                             timeout=wait + 30)
+        answer = _check(reply.status_code, reply.json(), CALLER)
     return [float(ms) for ms in answer["response"]["ms"]]
 
 
@@ -266,6 +286,7 @@ def latency(work: Path, sizes: Sizes) -> Outcome:
     out = Outcome()
     with daemon(work, h.sqlite_url(work, "latency.db"), "latency") as d:
         direct = roundtrips(d, ECHO, sizes.roundtrips)
+        through_requests = roundtrips_requests(d, ECHO, sizes.roundtrips // 2)
         beside, routed = alternated(d, sizes.router)
         calls = process_calls(d, sizes.process)
         picked, send_ms = pickups(d, sizes.pickups)
@@ -274,6 +295,8 @@ def latency(work: Path, sizes: Sizes) -> Outcome:
     out.key("sync_roundtrip_ms_p50", f"intake ?wait=5 → no-op operation → 200, {where}", p50,
             "ms", _spread(direct))
     out.key("sync_roundtrip_ms_p99", "the same, p99", percentile(direct, 99), "ms")
+    out.info("the same through requests.Session, p50", statistics.median(through_requests),
+             "ms", f"{_spread(through_requests)}; requests' own CPU is ~0.65 ms a call")
     router_p50, beside_p50 = statistics.median(routed), statistics.median(beside)
     out.key("router_hop_ms_p50", "one Router hop: p50 through it − p50 direct, alternated",
             router_p50 - beside_p50, "ms", f"router round trip p50 {router_p50:.2f} ms, "
@@ -300,9 +323,12 @@ def latency_pg(work: Path, sizes: Sizes, pg_url: str | None) -> Outcome:
         return out
     with daemon(work, pg_url, "latency-pg") as d:
         direct = roundtrips(d, ECHO, sizes.roundtrips)
+        through_requests = roundtrips_requests(d, ECHO, sizes.roundtrips // 2)
         picked, send_ms = pickups(d, sizes.pickups)
     out.key("sync_roundtrip_ms_p50_pg", "intake ?wait=5 → no-op operation → 200, PostgreSQL",
             statistics.median(direct), "ms", _spread(direct))
+    out.info("the same through requests.Session, p50, PostgreSQL",
+             statistics.median(through_requests), "ms", _spread(through_requests))
     out.key("pickup_ms_p50_pg", "send_message from another process → attempt start, idle "
             "daemon, PostgreSQL", statistics.median(picked), "ms",
             f"{_spread(picked)}; {PICKUP_GAP * 1000:.0f} ms idle before each send")

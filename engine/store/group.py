@@ -46,15 +46,22 @@ class GroupCommit(Generic[W, R]):
 
     def submit(self, write: W) -> R:
         """Commit ``write`` (with whatever else is waiting); its result once durable."""
-        ticket: _Ticket[W, R] = _Ticket(write)
         with self._lock:
-            self._queue.append(ticket)
-            leader = not self._busy
+            alone = not self._busy
             self._busy = True
-        if not leader:
-            ticket.done.wait()
-            if not ticket.lead:
-                return self._outcome(ticket)
+            if not alone:
+                ticket: _Ticket[W, R] = _Ticket(write)
+                self._queue.append(ticket)
+        if alone:  # nobody is committing: this write is a batch of one, led at once
+            self.commits += 1
+            self.writes += 1
+            try:
+                return self._commit_one(write)
+            finally:
+                self._hand_on()
+        ticket.done.wait()
+        if not ticket.lead:
+            return self._outcome(ticket)
         self._lead()
         return self._outcome(ticket)
 
@@ -64,16 +71,20 @@ class GroupCommit(Generic[W, R]):
         try:
             self._commit(batch)
         finally:
-            with self._lock:
-                following = self._queue[0] if self._queue else None
-                if following is None:
-                    self._busy = False
-                else:
-                    following.lead = True
             for ticket in batch:
                 ticket.done.set()
-            if following is not None:
-                following.done.set()
+            self._hand_on()
+
+    def _hand_on(self) -> None:
+        """A commit ended: the first write queued meanwhile leads the next one."""
+        with self._lock:
+            following = self._queue[0] if self._queue else None
+            if following is None:
+                self._busy = False
+            else:
+                following.lead = True
+        if following is not None:
+            following.done.set()
 
     def _commit(self, batch: list[_Ticket[W, R]]) -> None:
         self.commits += 1
