@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from engine.clock import Clock
 from engine.delivery.claims import ClaimBook
 from engine.errors import EncoreError
-from engine.store.hotpath import Claimed, Completion
+from engine.store.hotpath import Claimed, Completion, Grant
 from engine.store.sql import SqlStore
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,10 @@ class Dispatcher:
         # a success someone waits for is committed on its worker's thread (False: a ticked
         # dispatcher, which commits each at its own step of the virtual clock)
         self.urgent_here = True
+        # direct takes (:meth:`reserve`): None, none; else asked before each, as ``ready``
+        # is before a claim (set by the item, which knows its guards, window and lease)
+        self.direct: Callable[[], bool] | None = None
+        self._closed = False  # the workers were told to stop: no direct take any more
         self._linger_until = 0.0  # monotonic seconds
         # True while only new work can end the dispatcher's wait: set before a claim looks
         # at the queue, so that a message committed after the claim's look always wakes it;
@@ -171,6 +175,56 @@ class Dispatcher:
         if idle:
             self.wakeup.set()
 
+    # -- direct takes (what SqlStore.accept calls; docs/waiting.md) ------------------------
+    def reserve(self) -> Grant | None:
+        """A worker free now for a waited-for message the intake will claim as it accepts
+        it, counted as handed out until :meth:`take` or :meth:`release`; None — stopping,
+        switched off, a suspect in hand, no worker free, a FIFO item with anything in hand,
+        or ``direct`` says no (guards, a schedule window, an adapter not started, the FIFO
+        lease elsewhere) — and the message is queued and claimed as usual."""
+        s = self.settings
+        with self._lock:
+            if (self._closed or self.stop.is_set() or self.held_back.is_set()
+                    or self._suspect is not None or self.direct is None):
+                return None
+            if s.fifo and (self._outstanding or self.book.ids()):
+                return None
+            if self._outstanding >= s.pool_size:
+                return None
+            self._outstanding += 1
+        if not self.direct():
+            self.release()
+            return None
+        return Grant(owner=s.owner, lease_seconds=s.lease_seconds, begin=s.begin,
+                     fifo=s.fifo, enabled=s.enabled)
+
+    def take(self, claimed: Claimed) -> None:
+        """The reserved worker's message, claimed by its intake: booked as any claim's and
+        handed to the workers. After the stop it goes back to the queue unsent."""
+        with self._lock:
+            if not self._closed:
+                self.book.took([claimed], self.clock.monotonic())
+                self.claims += 1
+                self.work.put((self.claims, (claimed,)))
+                # the queue had nothing for it: linger, as after a claim that ran dry,
+                # rather than claim again the moment this one is done
+                self._linger_until = self.clock.monotonic() + self.linger
+                return
+            self._outstanding -= 1
+        row = claimed.row
+        try:
+            self.store.hold(row.id, token=row.claim_token, until=self.clock.now(),
+                            begun=claimed.begun)
+        except EncoreError as exc:  # its lease ends, and another claim takes it
+            log.warning("item %s: message %d, taken at the stop, is left to its lease: %s",
+                        self.settings.target, row.id, exc)
+
+    def release(self) -> None:
+        """Undo :meth:`reserve`: the message was not claimed for the worker."""
+        with self._lock:
+            self._outstanding -= 1
+        self.wakeup.set()
+
     def announce(self, *, urgent: bool = False) -> None:
         """New work was committed for the item: wake the dispatcher if it is waiting for
         work (not when it is busy or lingering: it claims again soon without being told).
@@ -219,8 +273,10 @@ class Dispatcher:
                               self.settings.target)
                 wait = STORE_RETRY_DELAY
             self.wakeup.wait(wait)
-        for _ in range(self.settings.pool_size):
-            self.work.put(None)  # after what is queued: workers put those back, then stop
+        with self._lock:  # no direct take after the workers' stop
+            self._closed = True
+            for _ in range(self.settings.pool_size):
+                self.work.put(None)  # after what is queued: workers put those back, then stop
         self._drain()
 
     def _drain(self) -> None:

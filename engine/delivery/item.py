@@ -214,6 +214,9 @@ class ItemRunner:
             self.threads.append(thread)
             thread.start()
         self.dispatcher.start()
+        # waited-for messages accepted in this process go straight to a free worker
+        self.dispatcher.direct = self._can_take_directly
+        self.store.add_taker(self.item.name, self.dispatcher)
 
     def discard(self) -> None:
         """Undo :meth:`prepare` for a runner that will never start: ``on_tear_down`` of
@@ -228,6 +231,7 @@ class ItemRunner:
     def request_stop(self) -> None:
         """Stop intake: workers finish the attempt in hand and claim nothing more; messages
         claimed and not begun go back to the queue."""
+        self.store.remove_taker(self.item.name, self.dispatcher)
         self.stop_event.set()
         self.wakeup.set()
 
@@ -390,6 +394,13 @@ class ItemRunner:
             return False
         return (self._try_start_adapter() and (self.lease is None or self.lease())
                 and ((may_claim := self.guards.may_claim) is None or may_claim()))
+
+    def _can_take_directly(self) -> bool:
+        """A waited-for message may be claimed by its intake (Dispatcher.reserve): the
+        adapter started, no guard and no schedule window to ask first (their claims stay
+        the dispatcher's), and this daemon holds the FIFO item's lease (if any)."""
+        return (self.ready and self.window is None and self.guards.may_claim is None
+                and (self.lease is None or self.lease()))
 
     def _try_start_adapter(self) -> bool:
         """Start the adapter once; if it cannot start, try again every retry_interval, with

@@ -38,7 +38,7 @@ from engine.portal.api import api_user, cached_api_user, reply
 from engine.portal.context import portal_of
 from engine.portal.threads import to_thread
 from engine.process import KEY_PREFIX as PROCESS_KEY_PREFIX
-from engine.store.completions import SAFETY_POLL
+from engine.store.completions import SAFETY_POLL, CompletionHub
 from engine.store.hotpath import Outcome
 from engine.store.sql import Accepted, SqlStore
 
@@ -155,10 +155,22 @@ async def accept_and_wait(store: SqlStore, accept: Callable[[], Accepted], wait:
     with hub.watching(accepted.id, woken.set):
         outcome = None
         if not (accepted.created and heard and not hub.ended_lately(accepted.id)):
-            outcome = await to_thread(outcome_if_ended, store, accepted.id)
+            outcome = _completed_here(hub, accepted)  # ended already, here: no read
+            if outcome is None:
+                outcome = await to_thread(outcome_if_ended, store, accepted.id)
         if outcome is None:
             outcome = await _ended(store, accepted, wait, woken, stopping)
     return accepted, outcome
+
+
+def _completed_here(hub: CompletionHub, accepted: Accepted) -> dict[str, Any] | None:
+    """The outcome of ``accepted`` if it completed in this process lately (its response
+    kept by the hub), else None: read it."""
+    known, body = hub.response(accepted.id)
+    if not known:
+        return None
+    return {"id": accepted.id, "session_id": accepted.session_id, "status": "Completed",
+            "response": _decoded(body), "error": None}
 
 
 class _Wake:
@@ -199,11 +211,9 @@ async def _ended(store: SqlStore, accepted: Accepted, wait: float, woken: _Wake,
         if stopping is not None and stopping.is_set():
             return None
         await woken.wait(min(left, SAFETY_POLL))
-        known, body = hub.response(accepted.id)
-        if known:  # completed in this process: its response came with the announcement
-            return {"id": accepted.id, "session_id": accepted.session_id,
-                    "status": "Completed", "response": _decoded(body), "error": None}
-        outcome = await to_thread(outcome_if_ended, store, accepted.id)
+        outcome = _completed_here(hub, accepted)  # its response came with the announcement
+        if outcome is None:
+            outcome = await to_thread(outcome_if_ended, store, accepted.id)
         if outcome is not None:
             return outcome
     return None

@@ -22,7 +22,7 @@ when a listener reconnects.
 from __future__ import annotations
 
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
@@ -30,6 +30,8 @@ from engine.store.notify import Announcement, Kind
 
 SAFETY_POLL = 2.0  # seconds between a waiter's looks when no announcement reaches it
 RECENT = 4096  # ended ids a hub remembers, so that a waiter who just registered need not look
+RECENT_RESPONSES = 256  # responses of unwatched ends a hub keeps for a waiter about to look
+RECENT_RESPONSE_BYTES = 64 * 1024  # characters of such a response at most
 
 Waker = Callable[[], object]
 
@@ -50,6 +52,8 @@ class CompletionHub:
         # message id → its response body (None: no response) once it completed here, for
         # the messages with a waiter in this process
         self._responses: dict[int, str | None] = {}
+        # the same for the last messages that completed here with nobody watching yet
+        self._recent_responses: OrderedDict[int, str | None] = OrderedDict()
 
     @property
     def hearing(self) -> bool:
@@ -101,18 +105,27 @@ class CompletionHub:
     def completed(self, responses: Mapping[int, str | None]) -> None:
         """The messages of ``responses`` were committed Completed with these response bodies
         (None: no response) in this process: kept for their waiters here, until the last
-        of them stops watching. Called after the commit, before its announcement."""
+        of them stops watching — and, for one nobody watches yet (it ended before its
+        waiter registered: a direct take is that fast), the last :data:`RECENT_RESPONSES`
+        bodies of at most :data:`RECENT_RESPONSE_BYTES`. Called after the commit, before
+        its announcement."""
         with self._lock:
             for message_id, body in responses.items():
                 if message_id in self._waiters:
                     self._responses[message_id] = body
+                elif body is None or len(body) <= RECENT_RESPONSE_BYTES:
+                    self._recent_responses[message_id] = body
+                    if len(self._recent_responses) > RECENT_RESPONSES:
+                        self._recent_responses.popitem(last=False)
 
     def response(self, message_id: int) -> tuple[bool, str | None]:
-        """``(True, body)`` when ``message_id`` completed in this process while watched
-        here, its response body (None: no response); ``(False, None)``: read it."""
+        """``(True, body)`` when ``message_id`` completed in this process lately, its
+        response body (None: no response); ``(False, None)``: read it."""
         with self._lock:
             if message_id in self._responses:
                 return True, self._responses[message_id]
+            if message_id in self._recent_responses:
+                return True, self._recent_responses[message_id]
         return False, None
 
     def ended(self, ids: Iterable[int]) -> None:

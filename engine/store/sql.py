@@ -36,7 +36,7 @@ from engine.store.connector import (
 )
 from engine.store.database import create_db_engine
 from engine.store.group import GroupCommit
-from engine.store.hotpath import Accepted, Claimed, Completion, Intake, Outcome
+from engine.store.hotpath import Accepted, Claimed, Completion, Intake, Outcome, Taker
 from engine.store.leases import SqlLeases
 from engine.store.models import daemon, item_state, message_attempt, message_header
 from engine.store.notify import (
@@ -73,6 +73,9 @@ class SqlStore:
         self.completions = CompletionHub(on_first_watch=self.hear_other_processes)
         self.db.hot.on_completed = self.completions.completed
         self.db.announcer.add_callback(self.completions.hear)
+        # items of this process that take waited-for messages as they are accepted (SQLite:
+        # engine.delivery.dispatch registers them; docs/waiting.md, "Direct takes")
+        self.takers: dict[str, Taker] = {}
         self._listener: QueueListener | None = None  # PostgreSQL: hears other processes
         self._reconnect_hooks: list[Callable[[], object]] = [self.completions.wake_all]
         self._hearing_lock = threading.Lock()
@@ -132,6 +135,14 @@ class SqlStore:
         loss in a crash of the machine is recovered otherwise (a business process's call:
         the process's own attempt is then outcome unknown and sends it again).
         ``search_paths``: the target's search properties, indexed with the message."""
+        if waited and idempotency_key is None and not search_paths:
+            taker = self.takers.get(target)
+            if taker is not None:
+                accepted = self._take_directly(taker, target, body_class, body, source,
+                                               session_id, now or utcnow(), trace_context,
+                                               durable)
+                if accepted is not None:
+                    return accepted
         intake = Intake(target, body_class, body, source, session_id, now or utcnow(),
                         idempotency_key, trace_context, waited, tuple(search_paths))
         accepted = self.intake.submit(intake) if durable else self._accept_one(intake, False)
@@ -139,6 +150,43 @@ class SqlStore:
             self.db.announcer.call_back([Announcement.work(target, urgent=waited)])
         elif waited:
             self.mark_waited(accepted.id)
+        return accepted
+
+    def add_taker(self, target: str, taker: Taker) -> bool:
+        """Let ``taker`` take ``target``'s waited-for messages as they are accepted here
+        (:meth:`_take_directly`); False where the driver cannot (PostgreSQL, for now)."""
+        if not self.db.hot.direct_takes:
+            return False
+        self.takers[target] = taker
+        return True
+
+    def remove_taker(self, target: str, taker: Taker) -> None:
+        """Undo :meth:`add_taker` (at the item's stop)."""
+        if self.takers.get(target) is taker:
+            del self.takers[target]
+
+    def _take_directly(self, taker: Taker, target: str, body_class: str | None, body: str,
+                       source: str | None, session_id: int | None, now: datetime,
+                       trace_context: str | None, durable: bool) -> Accepted | None:
+        """A direct take (docs/waiting.md): a waited-for message whose item runs in this
+        process with a worker free is claimed by the transaction that accepts it and handed
+        to that worker — no announcement, no wake-up, no claim of its own. None: the item
+        has no worker free now; the message is accepted as any other."""
+        grant = taker.reserve()
+        if grant is None:
+            return None
+        try:
+            accepted, claimed = self.db.hot.accept_claimed(
+                target, body_class, body, source=source, session_id=session_id, now=now,
+                trace_context=trace_context, durable=durable, grant=grant)
+        except BaseException:
+            taker.release()
+            raise
+        if claimed is None:  # switched off, or FIFO with a message ahead: queued
+            taker.release()
+            self.db.announcer.call_back([Announcement.work(target, urgent=True)])
+        else:
+            taker.take(claimed)
         return accepted
 
     def _accept_one(self, intake: Intake, durable: bool = True) -> Accepted:

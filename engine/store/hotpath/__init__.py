@@ -13,9 +13,18 @@ Timestamps are aware UTC in and out; SQLite stores them as SQLAlchemy does (naiv
 """
 from __future__ import annotations
 
-from engine.store.hotpath.base import Accepted, Claimed, Completion, HotPath, Intake, Outcome
+from engine.store.hotpath.base import (
+    Accepted,
+    Claimed,
+    Completion,
+    Grant,
+    HotPath,
+    Intake,
+    Outcome,
+    Taker,
+)
 from engine.store.hotpath.postgres import PostgresHotPath
 from engine.store.hotpath.sqlite import SqliteHotPath
 
-__all__ = ["Accepted", "Claimed", "Completion", "HotPath", "Intake", "Outcome",
-           "PostgresHotPath", "SqliteHotPath"]
+__all__ = ["Accepted", "Claimed", "Completion", "Grant", "HotPath", "Intake", "Outcome",
+           "PostgresHotPath", "SqliteHotPath", "Taker"]

@@ -149,6 +149,33 @@ class Claimed:
 
 
 @dataclass(frozen=True)
+class Grant:
+    """An item's leave to take a new message claimed as it is accepted (a *direct take*,
+    :meth:`engine.store.sql.SqlStore.accept`): the claim's owner and lease, whether the
+    claim begins attempt 1 (idempotent items), whether the item is FIFO (then only a
+    message with nothing of the item queued or delivered ahead of it) and its configured
+    switch (the operator's override in ``item_state`` wins, as for any claim)."""
+
+    owner: str
+    lease_seconds: float
+    begin: bool
+    fifo: bool
+    enabled: bool
+
+
+class Taker(Protocol):
+    """What takes messages directly (an item's dispatcher in this process): ``reserve()``
+    a free worker (None: none now, claim as usual), then ``take(claimed)`` the message
+    claimed for it, or ``release()`` the reservation when the message was not claimed."""
+
+    def reserve(self) -> Grant | None: ...
+
+    def take(self, claimed: Claimed) -> None: ...
+
+    def release(self) -> None: ...
+
+
+@dataclass(frozen=True)
 class Completion:
     """A successful attempt to record: the message's completion, its attempt's end and its
     response (if any), conditional on the claim ``token``."""
@@ -206,6 +233,15 @@ class HotPath:
         self.on_completed({c.message_id: c.response_body for c in completions
                            if c.message_id in ids})
         self.on_waited_done(waited)
+
+    # a driver whose hot path claims a message as it accepts it (:meth:`accept_claimed`)
+    direct_takes = False
+
+    def accept_claimed(self, target: str, body_class: str | None, body: str, *,
+                       source: str | None, session_id: int | None, now: datetime,
+                       trace_context: str | None, durable: bool, grant: Grant
+                       ) -> tuple[Accepted, Claimed | None]:
+        raise NotImplementedError
 
     # -- connections ---------------------------------------------------------------------
     def _new_connection(self, durable: bool) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from engine.store import properties
@@ -20,6 +20,7 @@ from engine.store.hotpath.base import (
     Claimed,
     Completion,
     Connector,
+    Grant,
     HotPath,
     Intake,
     Outcome,
@@ -172,6 +173,53 @@ class SqliteHotPath(HotPath):
                 _index(cur, new_id, body, search_paths)
                 return Accepted(new_id, new_id if session_id is None else session_id, True)
             return self._guard(accept)
+
+    # a new message claimed as it is inserted (a direct take): Delivered, leased to :owner,
+    # token 1, one delivery, attempt 1 begun with :begin — as CLAIM_SET would claim it —
+    # if the item is not switched off and, FIFO, has nothing queued or delivered ahead
+    _ACCEPT_CLAIMED = (
+        f"INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}, idempotency_caller, "
+        "claimed_by, lease_expires_at, time_processed, deliveries, first_attempt_at) "
+        "SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', "
+        ":body_class, :body, 'Delivered', 0, :now, 0, :begin, 1, NULL, :trace, 1, "
+        f"{_CALLER}, :owner, :expires, :now, 1, CASE WHEN :begin THEN :now END "
+        "FROM (SELECT coalesce(max(id), 0) + 1 AS id FROM message_header) AS n "
+        "WHERE coalesce((SELECT s.enabled FROM item_state s WHERE s.config_name = :target), "
+        ":enabled) AND NOT (:fifo AND EXISTS (SELECT 1 FROM message_header q "
+        "WHERE q.target = :target AND q.status IN ('Queued', 'Delivered'))) "
+        f"RETURNING {', '.join(COLUMNS)}")
+    direct_takes = True
+    _BEGIN_ONE = ("INSERT INTO message_attempt (message_id, attempt, started_at) "
+                  "VALUES (:id, 1, :now) RETURNING id")
+
+    def accept_claimed(self, target: str, body_class: str | None, body: str, *,
+                       source: str | None, session_id: int | None, now: datetime,
+                       trace_context: str | None, durable: bool, grant: Grant
+                       ) -> tuple[Accepted, Claimed | None]:
+        """Accept a waited-for message and, as ``grant`` allows, claim it in the same
+        transaction (None: it could not be claimed — the item is switched off, or FIFO with
+        a message ahead — and is queued as any other)."""
+        stamp = _sqlite_time(now)
+        params = {"session_id": session_id, "source": source, "target": target,
+                  "body_class": body_class, "body": body, "now": stamp, "key": None,
+                  "trace": trace_context, "waited": 1, "owner": grant.owner,
+                  "expires": _sqlite_time(now + timedelta(seconds=grant.lease_seconds)),
+                  "begin": int(grant.begin), "fifo": int(grant.fifo),
+                  "enabled": int(grant.enabled)}
+        with self._transaction(durable=durable) as cur:
+            def accept() -> tuple[Accepted, Any, int | None]:
+                raw = cur.execute(self._ACCEPT_CLAIMED, params).fetchone()
+                if raw is None:
+                    new_id = cur.execute(self._ACCEPT, params).lastrowid
+                    return Accepted(new_id, new_id if session_id is None else session_id,
+                                    True), None, None
+                begun = (cur.execute(self._BEGIN_ONE, {"id": raw[0], "now": stamp})
+                         .fetchone()[0] if grant.begin else None)
+                return Accepted(raw[0], raw[1], True), raw, begun
+            accepted, raw, begun = self._guard(accept)
+        if raw is None:
+            return accepted, None
+        return accepted, Claimed(self._row(raw), begun, 0)
 
     def accept_many(self, intakes: Sequence[Intake]) -> list[Accepted]:
         with self._transaction(durable=True) as cur:  # BEGIN IMMEDIATE: no racing insert
