@@ -135,12 +135,12 @@ class SqlStore:
         loss in a crash of the machine is recovered otherwise (a business process's call:
         the process's own attempt is then outcome unknown and sends it again).
         ``search_paths``: the target's search properties, indexed with the message."""
-        if waited and idempotency_key is None and not search_paths:
+        if waited and not search_paths:
             taker = self.takers.get(target)
             if taker is not None:
                 accepted = self._take_directly(taker, target, body_class, body, source,
-                                               session_id, now or utcnow(), trace_context,
-                                               durable)
+                                               session_id, now or utcnow(), idempotency_key,
+                                               trace_context, durable)
                 if accepted is not None:
                     return accepted
         intake = Intake(target, body_class, body, source, session_id, now or utcnow(),
@@ -167,7 +167,8 @@ class SqlStore:
 
     def _take_directly(self, taker: Taker, target: str, body_class: str | None, body: str,
                        source: str | None, session_id: int | None, now: datetime,
-                       trace_context: str | None, durable: bool) -> Accepted | None:
+                       idempotency_key: str | None, trace_context: str | None,
+                       durable: bool) -> Accepted | None:
         """A direct take (docs/waiting.md): a waited-for message whose item runs in this
         process with a worker free is claimed by the transaction that accepts it and handed
         to that worker — no announcement, no wake-up, no claim of its own. None: the item
@@ -178,15 +179,19 @@ class SqlStore:
         try:
             accepted, claimed = self.db.hot.accept_claimed(
                 target, body_class, body, source=source, session_id=session_id, now=now,
-                trace_context=trace_context, durable=durable, grant=grant)
+                idempotency_key=idempotency_key, trace_context=trace_context,
+                durable=durable, grant=grant)
         except BaseException:
             taker.release()
             raise
-        if claimed is None:  # switched off, or FIFO with a message ahead: queued
-            taker.release()
-            self.db.announcer.call_back([Announcement.work(target, urgent=True)])
-        else:
+        if claimed is not None:
             taker.take(claimed)
+            return accepted
+        taker.release()
+        if not accepted.created:  # the key's earlier message: someone waits for it now
+            self.mark_waited(accepted.id)
+        else:  # switched off, or FIFO with a message ahead: queued
+            self.db.announcer.call_back([Announcement.work(target, urgent=True)])
         return accepted
 
     def _accept_one(self, intake: Intake, durable: bool = True) -> Accepted:

@@ -179,3 +179,20 @@ def test_a_taken_message_whose_daemon_dies_is_delivered_after_its_lease(
     (claimed,) = [c for work in [survivor.work.get()] if work for c in work[1]]
     assert claimed.row.id == mid and claimed.row.claimed_by == "d2"
     assert claimed.interrupted == 1
+
+
+def test_an_idempotency_key_is_honoured_by_the_taking_intake(store: SqlStore) -> None:
+    """A business process's call carries a key: taken directly the first time; the same key
+    again returns that message, creates nothing and takes no worker."""
+    clock = VirtualClock()
+    d = dispatcher(store, clock, pool_size=2)
+    if not store.add_taker("A", d):
+        return
+    first = store.accept(target="A", body_class=None, body="{}", waited=True,
+                         idempotency_key="proc:7:1:0", now=clock.now())
+    assert first.created and handed_out(d) == [first.id]
+    again = store.accept(target="A", body_class=None, body="{}", waited=True,
+                         idempotency_key="proc:7:1:0", now=clock.now())
+    assert (again.id, again.created) == (first.id, False) and handed_out(d) == []
+    assert d.reserve() is not None  # the pool's second worker is still free
+    d.release()

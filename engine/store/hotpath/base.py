@@ -239,8 +239,8 @@ class HotPath:
 
     def accept_claimed(self, target: str, body_class: str | None, body: str, *,
                        source: str | None, session_id: int | None, now: datetime,
-                       trace_context: str | None, durable: bool, grant: Grant
-                       ) -> tuple[Accepted, Claimed | None]:
+                       idempotency_key: str | None, trace_context: str | None,
+                       durable: bool, grant: Grant) -> tuple[Accepted, Claimed | None]:
         raise NotImplementedError
 
     # -- connections ---------------------------------------------------------------------

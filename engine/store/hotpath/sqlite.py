@@ -181,7 +181,7 @@ class SqliteHotPath(HotPath):
         f"INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}, idempotency_caller, "
         "claimed_by, lease_expires_at, time_processed, deliveries, first_attempt_at) "
         "SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', "
-        ":body_class, :body, 'Delivered', 0, :now, 0, :begin, 1, NULL, :trace, 1, "
+        ":body_class, :body, 'Delivered', 0, :now, 0, :begin, 1, :key, :trace, 1, "
         f"{_CALLER}, :owner, :expires, :now, 1, CASE WHEN :begin THEN :now END "
         "FROM (SELECT coalesce(max(id), 0) + 1 AS id FROM message_header) AS n "
         "WHERE coalesce((SELECT s.enabled FROM item_state s WHERE s.config_name = :target), "
@@ -194,20 +194,26 @@ class SqliteHotPath(HotPath):
 
     def accept_claimed(self, target: str, body_class: str | None, body: str, *,
                        source: str | None, session_id: int | None, now: datetime,
-                       trace_context: str | None, durable: bool, grant: Grant
-                       ) -> tuple[Accepted, Claimed | None]:
+                       idempotency_key: str | None, trace_context: str | None,
+                       durable: bool, grant: Grant) -> tuple[Accepted, Claimed | None]:
         """Accept a waited-for message and, as ``grant`` allows, claim it in the same
         transaction (None: it could not be claimed — the item is switched off, or FIFO with
-        a message ahead — and is queued as any other)."""
+        a message ahead — and is queued as any other; or the ``idempotency_key`` names an
+        earlier message, which is returned, ``created`` False, and nothing is made)."""
         stamp = _sqlite_time(now)
         params = {"session_id": session_id, "source": source, "target": target,
-                  "body_class": body_class, "body": body, "now": stamp, "key": None,
+                  "body_class": body_class, "body": body, "now": stamp,
+                  "key": idempotency_key,
                   "trace": trace_context, "waited": 1, "owner": grant.owner,
                   "expires": _sqlite_time(now + timedelta(seconds=grant.lease_seconds)),
                   "begin": int(grant.begin), "fifo": int(grant.fifo),
                   "enabled": int(grant.enabled)}
         with self._transaction(durable=durable) as cur:
             def accept() -> tuple[Accepted, Any, int | None]:
+                found = (cur.execute(self._FIND_KEY, params).fetchone()
+                         if idempotency_key is not None else None)
+                if found is not None:
+                    return Accepted(int(found[0]), int(found[1]), False), None, None
                 raw = cur.execute(self._ACCEPT_CLAIMED, params).fetchone()
                 if raw is None:
                     new_id = cur.execute(self._ACCEPT, params).lastrowid
