@@ -64,9 +64,22 @@ class Portal:
     waiters: Waiters = field(
         default_factory=lambda: Waiters(PortalConfig.defaults().max_waiters))
 
+    _names: tuple[ProductionConfig | None, frozenset[str]] = field(
+        default=(None, frozenset()), init=False, repr=False)
+
     @property
     def items(self) -> list[str]:
         return [item.name for item in self.production.items]
+
+    def has_item(self, name: str) -> bool:
+        """True if the production has an item ``name`` (a set per production: the intake
+        asks on every call)."""
+        production, names = self._names
+        if production is not self.production:
+            production = self.production
+            names = frozenset(item.name for item in production.items)
+            self._names = (production, names)
+        return name in names
 
     def render(self, request: Request, template: str, context: Mapping[str, Any], *,
                user: Principal | None, status_code: int = 200) -> Response:

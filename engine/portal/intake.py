@@ -29,7 +29,7 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from engine.client import TERMINAL, accept_message, decode_body
@@ -57,9 +57,9 @@ async def intake(request: Request) -> Response:
         who = await to_thread(api_user, request, "sender")
     portal = portal_of(request)
     target = request.path_params["target"]
-    if target not in portal.items:
+    if not portal.has_item(target):
         raise HTTPException(404, f"unknown target {target!r}: no such item in the production")
-    wait = _wait(request.query_params.get("wait"))
+    wait = _wait(request.query_params.get("wait")) if request.scope["query_string"] else None
     key = check_idempotency_key(request.headers.get("idempotency-key"))
     text = await _body_text(request)
     if wait is None:  # decoded, checked and committed in one hop to a thread
@@ -68,7 +68,7 @@ async def intake(request: Request) -> Response:
                                    decode_body(text, where="request"),
                                    source=f"api:{who.name}", idempotency_key=key,
                                    same_body=True))
-        response = reply({"id": accepted.id, "session_id": accepted.session_id}, 202)
+        response = JSONResponse({"id": accepted.id, "session_id": accepted.session_id}, 202)
         if not accepted.created:
             response.headers["idempotent-replayed"] = "true"
         return response
