@@ -9,6 +9,7 @@ import json
 import math
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -213,36 +214,54 @@ def wait_for(store: SqlStore, message_id: int, timeout: float, *,
     hub knows whether it ended and the first look is skipped unless it did. On a virtual clock
     it looks every :data:`VIRTUAL_POLL` virtual seconds instead, each sleep running the
     harness's deliveries."""
-    return _wait(store, message_id, timeout, clock=clock, poll=poll, stop=stop,
-                 marked=marked, fresh=fresh, look=store.get_message)
+    found = _wait(store, message_id, timeout, clock=clock, poll=poll, stop=stop,
+                  marked=marked, fresh=fresh, look=store.get_message)
+    assert not isinstance(found, Kept)  # only wait_for_response takes kept responses
+    return found
 
 
 def _wait(store: SqlStore, message_id: int, timeout: float, *, clock: Clock | None,
           poll: float, stop: threading.Event | None, marked: bool, fresh: bool,
-          look: Callable[[int], _Found | None]) -> _Found | None:
+          look: Callable[[int], _Found | None], kept: bool = False) -> _Found | Kept | None:
     """:func:`wait_for`, each look being ``look(message_id)`` (a row, or a row with its
-    response's body)."""
+    response's body) — or, with ``kept``, the response the hub kept when the message
+    completed in this process (:meth:`CompletionHub.kept`: no read)."""
     clock = clock or SystemClock()
     deadline = clock.monotonic() + timeout
     if isinstance(clock, VirtualClock):
         return _wait_virtual(look, message_id, deadline, clock, stop)
     woken = threading.Event()
     hub = store.completions
+    def looked() -> _Found | Kept | None:
+        response = hub.kept(message_id) if kept else None
+        return Kept(*response) if response is not None else look(message_id)
+
     with hub.watching(message_id, woken.set):
+        found: _Found | Kept | None
         if fresh and not hub.ended_lately(message_id):
             found = None
         elif marked or fresh:
-            found = look(message_id)
+            found = looked()
         else:
             store.mark_waited(message_id)
-            found = look(message_id)
-        while found is None or _status(found) not in TERMINAL:
+            found = looked()
+        while found is None or (not isinstance(found, Kept)
+                                and _status(found) not in TERMINAL):
             left = deadline - clock.monotonic()
             if left <= 0 or _pause(woken, min(left, poll), stop):
                 return None
             woken.clear()  # before the look: an end announced during it wakes the next wait
-            found = look(message_id)
+            found = looked()
         return found
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A message that completed in this process, with its response as the hub kept it
+    (``body`` None: no response)."""
+
+    response_class: str | None
+    body: str | None
 
 
 def _status(found: MessageRow | Outcome) -> str:
@@ -291,7 +310,10 @@ def wait_for_response(store: SqlStore, message_id: int, target: str, timeout: fl
     clock = clock or SystemClock()
     deadline_at = clock.now() + timedelta(seconds=min(timeout, MAX_WAIT))
     found = _wait(store, message_id, timeout, clock=clock, poll=poll, stop=stop,
-                  marked=marked, fresh=fresh, look=store.get_outcome)
+                  marked=marked, fresh=fresh, look=store.get_outcome, kept=True)
+    if isinstance(found, Kept):  # completed here, before the deadline (it is not over)
+        return None if found.body is None else decode_message(found.response_class,
+                                                              found.body)
     row = found.row if found is not None else None
     if row is None or (row.time_completed is not None and row.time_completed > deadline_at):
         current = row or store.get_message(message_id)

@@ -34,6 +34,7 @@ RECENT_RESPONSES = 256  # responses of unwatched ends a hub keeps for a waiter a
 RECENT_RESPONSE_BYTES = 64 * 1024  # characters of such a response at most
 
 Waker = Callable[[], object]
+Kept = tuple["str | None", "str | None"]  # a response kept for a waiter: (class, body)
 
 
 class CompletionHub:
@@ -51,9 +52,9 @@ class CompletionHub:
         self._recent_set: set[int] = set()
         # message id → its response body (None: no response) once it completed here, for
         # the messages with a waiter in this process
-        self._responses: dict[int, str | None] = {}
+        self._responses: dict[int, Kept] = {}
         # the same for the last messages that completed here with nobody watching yet
-        self._recent_responses: OrderedDict[int, str | None] = OrderedDict()
+        self._recent_responses: OrderedDict[int, Kept] = OrderedDict()
 
     @property
     def hearing(self) -> bool:
@@ -102,31 +103,34 @@ class CompletionHub:
         with self._lock:
             return message_id in self._recent_set
 
-    def completed(self, responses: Mapping[int, str | None]) -> None:
-        """The messages of ``responses`` were committed Completed with these response bodies
-        (None: no response) in this process: kept for their waiters here, until the last
-        of them stops watching — and, for one nobody watches yet (it ended before its
-        waiter registered: a direct take is that fast), the last :data:`RECENT_RESPONSES`
-        bodies of at most :data:`RECENT_RESPONSE_BYTES`. Called after the commit, before
-        its announcement."""
+    def completed(self, responses: Mapping[int, Kept]) -> None:
+        """The messages of ``responses`` were committed Completed with these responses
+        (``(class, body)``; body None: no response) in this process: kept for their waiters
+        here, until the last of them stops watching — and, for one nobody watches yet (it
+        ended before its waiter registered: a direct take is that fast), the last
+        :data:`RECENT_RESPONSES` bodies of at most :data:`RECENT_RESPONSE_BYTES`. Called
+        after the commit, before its announcement."""
         with self._lock:
-            for message_id, body in responses.items():
+            for message_id, kept in responses.items():
                 if message_id in self._waiters:
-                    self._responses[message_id] = body
-                elif body is None or len(body) <= RECENT_RESPONSE_BYTES:
-                    self._recent_responses[message_id] = body
+                    self._responses[message_id] = kept
+                elif kept[1] is None or len(kept[1]) <= RECENT_RESPONSE_BYTES:
+                    self._recent_responses[message_id] = kept
                     if len(self._recent_responses) > RECENT_RESPONSES:
                         self._recent_responses.popitem(last=False)
+
+    def kept(self, message_id: int) -> Kept | None:
+        """``(response class, body)`` (body None: no response) when ``message_id``
+        completed in this process lately; None: read it."""
+        with self._lock:
+            found = self._responses.get(message_id)
+            return found if found is not None else self._recent_responses.get(message_id)
 
     def response(self, message_id: int) -> tuple[bool, str | None]:
         """``(True, body)`` when ``message_id`` completed in this process lately, its
         response body (None: no response); ``(False, None)``: read it."""
-        with self._lock:
-            if message_id in self._responses:
-                return True, self._responses[message_id]
-            if message_id in self._recent_responses:
-                return True, self._recent_responses[message_id]
-        return False, None
+        kept = self.kept(message_id)
+        return (False, None) if kept is None else (True, kept[1])
 
     def ended(self, ids: Iterable[int]) -> None:
         """``ids`` ended (their commit is done): wake their waiters."""

@@ -203,8 +203,8 @@ class HotPath:
 
     ``on_waited_done(ids)`` is called after the commit that completed messages someone waits
     for (their ``waited`` flag is set), so that the store announces them; just before it,
-    ``on_completed(responses)`` with their response bodies (message id → body, None: no
-    response), which the store's waiters here answer with."""
+    ``on_completed(responses)`` with their responses (message id → (class, body), body
+    None: no response), which the store's waiters here answer with."""
 
     paramstyle_named = re.compile(r"(?<!:):(\w+)")
 
@@ -215,7 +215,8 @@ class HotPath:
         in-memory database)."""
         self._engine = engine
         self.on_waited_done: Callable[[list[int]], object] = lambda ids: None
-        self.on_completed: Callable[[dict[int, str | None]], object] = lambda responses: None
+        self.on_completed: Callable[[dict[int, tuple[str | None, str | None]]], object] = \
+            lambda responses: None
         self._is_driver_error = translate
         # idle connections by durability: commits that wait for the disk, and those that do
         # not (lists: append and pop are atomic, and cost no lock, unlike a queue.Queue's)
@@ -230,8 +231,8 @@ class HotPath:
         if not waited:
             return
         ids = set(waited)
-        self.on_completed({c.message_id: c.response_body for c in completions
-                           if c.message_id in ids})
+        self.on_completed({c.message_id: (c.response_class, c.response_body)
+                           for c in completions if c.message_id in ids})
         self.on_waited_done(waited)
 
     # a driver whose hot path claims a message as it accepts it (:meth:`accept_claimed`)
