@@ -156,8 +156,16 @@ class Reloader:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="encore-reload")
         future = self._executor.submit(work, *args)
-        future.add_done_callback(lambda _f: self.daemon.wake.set())
+        future.add_done_callback(self._done)
         return future
+
+    def _done(self, future: Future[None]) -> None:
+        """A reload or restart ended: wake the daemon's loop, and log what it raised (the
+        reload thread's future would keep it to itself)."""
+        error = None if future.cancelled() else future.exception()
+        if error is not None:
+            log.error("unexpected error on the reload thread", exc_info=error)
+        self.daemon.wake.set()
 
     def finish(self) -> None:
         """At a stop: let a reload in progress end first (it may be launching runners)."""
@@ -246,6 +254,7 @@ class Reloader:
             daemon.inbound = change.apply(daemon.inbound)
         except ConfigurationError as exc:
             daemon.inbound = None
+            change.discard()  # the services the new server had started
             daemon.events.write("Error", f"the inbound services are stopped: {exc}; fix "
                                 "[inbound] and reload", config_name="[inbound]",
                                 source_class="Daemon", source_method="reload")

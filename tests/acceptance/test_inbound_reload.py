@@ -1,9 +1,11 @@
 """SIGHUP rebuilds the inbound services (docs/inbound.md): a changed route, a new service and
 a new port take effect without a restart; a reload whose WSDL cannot be loaded is refused
-whole, and the running services go on answering."""
+whole, and the running services go on answering; a port that cannot be listened on stops
+the inbound services with one Error event, and the daemon goes on."""
 from __future__ import annotations
 
 import signal
+import socket
 from pathlib import Path
 
 import requests
@@ -80,11 +82,30 @@ def test_sighup_rebuilds_the_inbound_services_and_moves_their_port(tmp_path: Pat
         wait_until(lambda: status(f"{other_base}/b") == 200, START, "the new port")
         assert requests.post(f"{other_base}/b", json={}, timeout=20).json()["by"] == "First"
         wait_until(lambda: status(f"{base}/b") is None, 20, "the old port to close")
+
+        # a port another process holds: the services stop, with one Error event; the rest
+        # of the reload holds, and the daemon goes on
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            reload(daemon, path, HEAD.format(port=taken.getsockname()[1]) + TARGETS
+                   + http_service("/b", "First"))
+            wait_until(lambda: errors(tmp_path, "the inbound services are stopped"), START,
+                       "the failure to listen")
+        assert status(f"{other_base}/b") is None
+        assert daemon.proc.poll() is None
         assert daemon.terminate() == 0
+    refusals = errors(tmp_path, "reload refused")
+    assert len(refusals) == 1 and "broken.wsdl" in refusals[0], refusals
+    stopped = errors(tmp_path, "the inbound services are stopped")
+    assert len(stopped) == 1 and "could not listen" in stopped[0], stopped
+
+
+def errors(tmp_path: Path, text: str) -> list[str]:
+    """The Error events of the production that hold ``text``."""
     store = SqlStore(f"sqlite:///{tmp_path / 'e.db'}")
     try:
-        refusals = [e["text"] for e in queries.events(store, queries.EventFilter(type="Error"))
-                    if "reload refused" in e["text"]]
+        return [e["text"] for e in queries.events(store, queries.EventFilter(type="Error"))
+                if text in e["text"]]
     finally:
         store.dispose()
-    assert len(refusals) == 1 and "broken.wsdl" in refusals[0], refusals

@@ -1,4 +1,4 @@
-"""The seed timeline (docs/retries.md) scaled ÷5, in real time, through the daemon against a
+"""The seed timeline (docs/retries.md) scaled ÷2.5, in real time, through the daemon against a
 real SOAP server — on SQLite and PostgreSQL. Exact times belong to the virtual-clock tests;
 here we assert the order and generous bounds."""
 from __future__ import annotations
@@ -10,12 +10,16 @@ from engine.store import queries
 from engine.store.sql import SqlStore
 from tests.servers import SoapTestServer
 
-# ÷5 rather than ÷10: the fourth attempt happens only if the third ends before the failure
-# timeout, and the slack (retry interval − response timeout) must outlast a loaded machine's
-# late wake-ups.
-SCALE = 5
+# ÷2.5 rather than ÷10: the fourth attempt happens only if the third ends before the failure
+# timeout, and the slack (retry interval − response timeout, 1.2 s here) must outlast a
+# loaded machine's late wake-ups and slow commits (÷5 left 0.6 s, which a CI run at load 6 on
+# PostgreSQL once used up: its third attempt began 0.75 s late).
+SCALE = 2.5
 SERVER_DELAY = 8 / SCALE  # the seed's 8 s
-PRODUCTION = """
+RESPONSE_TIMEOUT = 7 / SCALE
+RETRY_INTERVAL = 10 / SCALE
+FAILURE_TIMEOUT = 30 / SCALE
+PRODUCTION = f"""
 [production]
 name = "SeedRealTime"
 poll_interval = 0.05
@@ -23,10 +27,10 @@ poll_interval = 0.05
 name = "Seed"
 class = "operations.soap:SoapOperation"
 [items.settings]
-wsdl = "{wsdl}"
-response_timeout = 1.4
-retry_interval = 2.0
-failure_timeout = 6.0
+wsdl = "{{wsdl}}"
+response_timeout = {RESPONSE_TIMEOUT}
+retry_interval = {RETRY_INTERVAL}
+failure_timeout = {FAILURE_TIMEOUT}
 """
 
 
@@ -47,17 +51,18 @@ def test_the_seed_timeline_scaled_down_holds_in_real_time(store: SqlStore) -> No
     starts = [(a.started_at - attempts[0].started_at).total_seconds() for a in attempts]
     assert posts == 4 and len(attempts) == 4
     assert [a.outcome for a in attempts] == ["timeout"] * 4
-    # Order and generous bounds only (a loaded machine wakes threads late): about 2 s
-    # apart — 0, 2, 4, 6 — never early; each attempt cut at the 1.4 s deadline (its outcome
-    # is a timeout, not the 1.6 s answer), never before it.
+    # Order and generous bounds only (a loaded machine wakes threads late): a retry interval
+    # apart — 0, 4, 8, 12 s — never early; each attempt cut at the 2.8 s deadline (its
+    # outcome is a timeout, not the 3.2 s answer), never before it.
     assert starts == sorted(starts)
     for k, start in enumerate(starts):
-        assert 2 * k - 0.05 <= start <= 2 * k + 1.0, starts
+        assert RETRY_INTERVAL * k - 0.05 <= start <= RETRY_INTERVAL * k + 1.15, starts
     for a in attempts:
-        assert (a.ended_at - a.started_at).total_seconds() >= 1.35
+        assert (a.ended_at - a.started_at).total_seconds() >= RESPONSE_TIMEOUT - 0.05
     gave_up = (row.time_completed - attempts[0].started_at).total_seconds()
-    assert 7.35 <= gave_up <= 10.0
+    assert FAILURE_TIMEOUT + RESPONSE_TIMEOUT - 0.05 <= gave_up <= \
+        FAILURE_TIMEOUT + RESPONSE_TIMEOUT + 2.6
     errors = queries.events(store, queries.EventFilter(type="Error", message_id=mid))
     assert len(errors) == 2
-    assert "FailureTimeout of 6 seconds exceeded" in errors[1]["text"]
+    assert f"FailureTimeout of {FAILURE_TIMEOUT:g} seconds exceeded" in errors[1]["text"]
     assert not row.retry_needed and row.attempts == 4
