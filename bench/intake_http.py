@@ -9,9 +9,10 @@ The one-client key posts through ``http.client`` (bench/keepalive.py says why); 
 posts through ``requests`` and the bare endpoint's one-client figure are printed beside it.
 
 intake_http_16_msgs_per_s (issue 21): 16 client threads of this process post at once, each
-on its own kept-alive session, to the same ``encore portal``; bare_intake_http_msgs_per_s is
-the same 16 clients against bench/bare_intake.py (a bare Starlette app under uvicorn doing
-one durable SQLite insert per POST), in the same run; intake_http_ratio = Encore ÷ bare.
+on its own kept-alive ``http.client`` connection, to the same ``encore portal``;
+bare_intake_http_msgs_per_s is the same 16 clients against bench/bare_intake.py (a bare
+Starlette app under uvicorn doing one durable SQLite insert per POST), in the same run;
+intake_http_ratio = Encore ÷ bare.
 """
 from __future__ import annotations
 
@@ -148,31 +149,28 @@ def _bare(work: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 def _concurrent_rate(base: str, token: str, count: int, clients: int) -> float:
     """Messages/s of ``clients`` threads posting ``count // clients`` messages each, every
-    thread on its own kept-alive session (warmed by two posts before the clock starts)."""
+    thread on its own kept-alive ``http.client`` connection (bench/keepalive.py; warmed by
+    two posts before the clock starts)."""
     each = count // clients
-    sessions = []
-    for _ in range(clients):
-        session = requests.Session()
-        session.headers["Authorization"] = f"Bearer {token}"
-        sessions.append(session)
+    connections = [KeepAlive(base, token) for _ in range(clients)]
     start = threading.Barrier(clients + 1)
     failures: list[str] = []
 
-    def post(session: requests.Session, n: int) -> None:
+    def post(client: KeepAlive, n: int) -> None:
         try:
             for _ in range(n):
-                reply = session.post(f"{base}/api/v1/messages/{ITEM}", json=BODY, timeout=60)
-                if reply.status_code != 202:
-                    raise RuntimeError(f"intake answered {reply.status_code}: {reply.text}")
+                status, answer = client.post(f"/api/v1/messages/{ITEM}", BODY)
+                if status != 202:
+                    raise RuntimeError(f"intake answered {status}: {answer}")
         except Exception as exc:  # noqa: BLE001 - reported by the caller
             failures.append(f"{type(exc).__name__}: {exc}")
 
-    def client(session: requests.Session) -> None:
-        post(session, 2)
+    def client(connection: KeepAlive) -> None:
+        post(connection, 2)
         start.wait()
-        post(session, each)
+        post(connection, each)
 
-    workers = [threading.Thread(target=client, args=(s,)) for s in sessions]
+    workers = [threading.Thread(target=client, args=(c,)) for c in connections]
     for worker in workers:
         worker.start()
     start.wait()
@@ -180,8 +178,8 @@ def _concurrent_rate(base: str, token: str, count: int, clients: int) -> float:
     for worker in workers:
         worker.join()
     elapsed = time.perf_counter() - t0
-    for session in sessions:
-        session.close()
+    for connection in connections:
+        connection.close()
     if failures:
         raise RuntimeError(f"{len(failures)} intake client(s) failed: {failures[0]}")
     return each * clients / elapsed
