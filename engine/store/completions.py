@@ -50,8 +50,8 @@ class CompletionHub:
         # waited-for messages whose end was announced here lately, oldest first
         self._recent: deque[int] = deque(maxlen=RECENT)
         self._recent_set: set[int] = set()
-        # message id → its response body (None: no response) once it completed here, for
-        # the messages with a waiter in this process
+        # message id → its response, (class, body; None: no response), once it completed
+        # here, for the messages with a waiter in this process
         self._responses: dict[int, Kept] = {}
         # the same for the last messages that completed here with nobody watching yet
         self._recent_responses: OrderedDict[int, Kept] = OrderedDict()
