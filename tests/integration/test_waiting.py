@@ -267,12 +267,8 @@ def _claim_and_complete(store: SqlStore, body: str) -> None:
     assert done == [row.id]
 
 
-def test_a_success_committed_here_answers_its_waiter_without_a_read(database_url: str) -> None:
-    """The intake's wait (``accept_and_wait``): a success this process commits leaves its
-    response with the hub, and the waiter answers with it — no read of the message; one
-    committed by another process is read, as before."""
-    store, other = SqlStore(database_url), SqlStore(database_url)
-    store.upgrade()
+def _count_outcome_reads(store: SqlStore) -> list[int]:
+    """The ids ``store.get_outcome`` is asked for from now on (a waiter's reads)."""
     reads: list[int] = []
     read = store.get_outcome
 
@@ -281,6 +277,16 @@ def test_a_success_committed_here_answers_its_waiter_without_a_read(database_url
         return read(message_id)
 
     store.get_outcome = counted  # type: ignore[method-assign]
+    return reads
+
+
+def test_a_success_committed_here_answers_its_waiter_without_a_read(database_url: str) -> None:
+    """The intake's wait (``accept_and_wait``): a success this process commits leaves its
+    response with the hub, and the waiter answers with it — no read of the message; one
+    committed by another process is read, as before."""
+    store, other = SqlStore(database_url), SqlStore(database_url)
+    store.upgrade()
+    reads = _count_outcome_reads(store)
 
     async def call(completer: SqlStore, body: str) -> dict[str, Any] | None:
         loop = asyncio.get_running_loop()
@@ -318,14 +324,7 @@ def test_a_sync_call_completed_here_returns_its_response_without_a_read(
     commits is read."""
     store, other = SqlStore(database_url), SqlStore(database_url)
     store.upgrade()
-    reads: list[int] = []
-    read = store.get_outcome
-
-    def counted(message_id: int):  # type: ignore[no-untyped-def]
-        reads.append(message_id)
-        return read(message_id)
-
-    store.get_outcome = counted  # type: ignore[method-assign]
+    reads = _count_outcome_reads(store)
     store.completions.start_hearing()  # as a daemon's process is: its first look is skipped
     try:
         for completer, body in ((store, '{"answer": 42}'), (other, '{"answer": 7}')):
