@@ -47,7 +47,16 @@ class _Pool:
             else:
                 self._idle -= 1  # this job takes an idle thread (or queues, past the cap)
         if start:
-            threading.Thread(target=self._serve, name="encore-intake", daemon=True).start()
+            try:
+                threading.Thread(target=self._serve, name="encore-intake", daemon=True).start()
+            except RuntimeError:  # no thread to be had (the process at its limit)
+                with self._lock:
+                    self._threads -= 1
+                    alone = self._threads == 0
+                    if not alone:
+                        self._idle -= 1  # it waits in the queue for a thread already there
+                if alone:
+                    raise  # nothing would ever run it: the caller hears why, nothing done
         self._jobs.put(job)
 
     def _serve(self) -> None:

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from engine.portal import threads
 from engine.portal.threads import to_thread
 
 REQUEST: contextvars.ContextVar[str] = contextvars.ContextVar("request", default="none")
@@ -62,3 +63,36 @@ def test_hops_at_once_run_at_once() -> None:
         return list(await asyncio.gather(*(to_thread(barrier.wait) for _ in range(16))))
 
     assert sorted(asyncio.run(call())) == list(range(16))
+
+
+def test_without_a_new_thread_a_hop_waits_for_one_or_says_why(monkeypatch) -> None:
+    """A process at its thread limit: with no thread at all the caller hears the error and
+    nothing runs; with a busy thread the hop waits in the queue for it."""
+    pool = threads._Pool()  # a pool of its own, with no thread yet
+    monkeypatch.setattr(threads, "_POOL", pool)
+    start = threading.Thread.start
+
+    def refuse(self: threading.Thread) -> None:
+        if self.name == "encore-intake":
+            raise RuntimeError("can't start new thread")
+        start(self)
+
+    ran: list[str] = []
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    with pytest.raises(RuntimeError, match="can't start"):
+        asyncio.run(to_thread(ran.append, "first"))
+    assert ran == []  # the caller was told, and nothing was done
+    monkeypatch.setattr(threading.Thread, "start", start)
+    release = threading.Event()
+
+    async def two() -> list[object]:
+        busy = asyncio.ensure_future(to_thread(release.wait, 10))  # the one thread, busy
+        await asyncio.sleep(0.1)
+        monkeypatch.setattr(threading.Thread, "start", refuse)
+        queued = asyncio.ensure_future(to_thread(ran.append, "second"))
+        await asyncio.sleep(0.1)
+        assert ran == []  # it waits for the busy thread
+        release.set()
+        return list(await asyncio.gather(busy, queued))
+
+    assert asyncio.run(two()) == [True, None] and ran == ["second"]
