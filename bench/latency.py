@@ -39,7 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -167,12 +167,17 @@ def _wait_portal(proc: h.DaemonProcess, base: str) -> None:
 
 # -- measurements ----------------------------------------------------------------------------
 
-def _timed(client: KeepAlive, target: str, count: int, warm: int) -> list[float]:
+Post = Callable[[str], tuple[int, Any]]  # a POST to the path: (status, the answer's JSON)
+
+
+def _timed(post: Post, target: str, count: int, warm: int) -> list[float]:
+    """Milliseconds of each of ``count`` sequential ``?wait`` calls to ``target`` (after
+    ``warm`` untimed ones); each must answer 200 with the message Completed."""
     durations = []
-    path = f"/api/v1/messages/{target}"
+    path = f"/api/v1/messages/{target}?wait={WAIT_S}"
     for i in range(warm + count):
         t0 = time.perf_counter()
-        status, answer = client.post(path, {}, {"wait": WAIT_S})
+        status, answer = post(path)
         elapsed = (time.perf_counter() - t0) * 1000
         _check(status, answer, target)
         if i >= warm:
@@ -180,27 +185,25 @@ def _timed(client: KeepAlive, target: str, count: int, warm: int) -> list[float]
     return durations
 
 
+def _lean(client: KeepAlive) -> Post:
+    return lambda path: client.post(path, {})
+
+
 def roundtrips(d: Daemon, target: str, count: int, *, warm: int = WARM_CALLS) -> list[float]:
     """Milliseconds of each of ``count`` sequential ``POST /api/v1/messages/{target}?wait=5``
     on one kept-alive ``http.client`` connection (after ``warm`` untimed ones); each must
     answer 200 with the message Completed."""
     with d.client() as client:
-        return _timed(client, target, count, warm)
+        return _timed(_lean(client), target, count, warm)
 
 
 def roundtrips_requests(d: Daemon, target: str, count: int) -> list[float]:
     """:func:`roundtrips` through one ``requests.Session`` (shown beside the key)."""
-    url = f"{d.base}/api/v1/messages/{target}?wait={WAIT_S}"
-    durations = []
     with d.session() as session:
-        for i in range(WARM_CALLS + count):
-            t0 = time.perf_counter()
-            reply = session.post(url, json={}, timeout=WAIT_S + 30)
-            elapsed = (time.perf_counter() - t0) * 1000
-            _check(reply.status_code, reply.json(), target)
-            if i >= WARM_CALLS:
-                durations.append(elapsed)
-    return durations
+        def post(path: str) -> tuple[int, Any]:
+            reply = session.post(d.base + path, json={}, timeout=WAIT_S + 30)
+            return reply.status_code, reply.json()
+        return _timed(post, target, count, WARM_CALLS)
 
 
 def alternated(d: Daemon, count: int) -> tuple[list[float], list[float]]:
@@ -211,7 +214,7 @@ def alternated(d: Daemon, count: int) -> tuple[list[float], list[float]]:
     with d.client() as client:
         for i in range(WARM_CALLS + count):
             for target in (ECHO, ROUTER):
-                (ms,) = _timed(client, target, 1, 0)
+                (ms,) = _timed(_lean(client), target, 1, 0)
                 if i >= WARM_CALLS:
                     durations[target].append(ms)
     return durations[ECHO], durations[ROUTER]
