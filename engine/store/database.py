@@ -262,9 +262,33 @@ SQLITE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON",
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
     cursor = dbapi_connection.cursor()
-    for pragma in SQLITE_PRAGMAS:
-        cursor.execute(f"PRAGMA {pragma}")
-    cursor.close()
+    try:
+        for pragma in SQLITE_PRAGMAS:
+            _sqlite_pragma(cursor, pragma)
+    finally:
+        cursor.close()
+
+
+def _sqlite_pragma(cursor: Any, pragma: str, *, wait: float = SQLITE_BUSY_TIMEOUT) -> None:
+    """Run ``PRAGMA pragma``, trying again while the database is locked, for up to ``wait``
+    seconds. Connections that switch a new database to WAL at the same moment may deadlock
+    on its lock, and SQLite then answers one of them "database is locked" at once, without
+    its busy timeout (several daemons, or ``encore db upgrade`` on several hosts, that
+    start together on a new file)."""
+    import sqlite3
+    import time
+
+    deadline = time.monotonic() + wait
+    pause = 0.001
+    while True:
+        try:
+            cursor.execute(f"PRAGMA {pragma}")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _sqlite_on_begin(conn: Any) -> None:

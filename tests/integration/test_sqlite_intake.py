@@ -1,13 +1,20 @@
-"""SQLite specifics of the hot path: one-statement intake from several processes at once, and
-a claim that begins attempts committed without a flush of the write-ahead log."""
+"""SQLite specifics of the hot path: one-statement intake from several processes at once, a
+claim that begins attempts committed without a flush of the write-ahead log, and connections
+that switch one new file to WAL at the same moment."""
 from __future__ import annotations
 
 import multiprocessing
+import sqlite3
 import sys
+import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
 from engine.clock import utcnow
+from engine.store.database import _sqlite_pragma
 from engine.store.sql import SqlStore
 
 PER_PROCESS = 150
@@ -80,3 +87,44 @@ def test_a_claim_that_begins_attempts_commits_without_waiting_for_the_disk(
     assert store.claim("A", owner="d", now=now + timedelta(seconds=1), lease_seconds=30,
                        limit=2, begin=True) == []
     store.dispose()
+
+
+def _locked_file(path: Path) -> sqlite3.Connection:
+    """A connection holding ``path``'s exclusive lock: another connection's switch to WAL is
+    answered "database is locked" (at once, on a connection without a busy timeout, as
+    SQLite answers the loser of two connections that switch a new file together)."""
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN EXCLUSIVE")
+    return holder
+
+
+def test_a_switch_to_wal_answered_locked_is_tried_again_until_the_lock_goes(
+        tmp_path: Path) -> None:
+    db = tmp_path / "new.db"
+    holder = _locked_file(db)
+    other = sqlite3.connect(db, timeout=0, isolation_level=None)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        other.execute("PRAGMA journal_mode=WAL")  # what a connection met without a retry
+    release = threading.Timer(0.3, lambda: holder.execute("COMMIT"))
+    release.start()
+    began = time.monotonic()
+    _sqlite_pragma(other.cursor(), "journal_mode=WAL", wait=30)
+    assert time.monotonic() - began >= 0.25  # it waited for the lock, and then switched
+    assert other.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    release.join()
+    other.close()
+    holder.close()
+
+
+def test_a_switch_to_wal_gives_up_after_its_wait(tmp_path: Path) -> None:
+    db = tmp_path / "held.db"
+    holder = _locked_file(db)
+    other = sqlite3.connect(db, timeout=0, isolation_level=None)
+    began = time.monotonic()
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        _sqlite_pragma(other.cursor(), "journal_mode=WAL", wait=0.2)
+    assert 0.1 <= time.monotonic() - began < 5
+    other.close()
+    holder.execute("ROLLBACK")
+    holder.close()
