@@ -159,20 +159,31 @@ class Dispatcher:
         if full or completion.urgent:
             self.wakeup.set()
 
-    def finished(self, message_id: int, seconds: float) -> None:
-        """A worker is done with ``message_id`` (after ``seconds`` of work)."""
+    def finished(self, message_id: int, seconds: float, *, ended: bool = False) -> None:
+        """A worker is done with ``message_id`` (after ``seconds`` of work). ``ended``: the
+        worker committed the message's end itself (Completed, Error, Suspended), so the
+        queue is as it was."""
         with self._lock:
             self._outstanding -= 1
-            if message_id == self._suspect:
+            suspect = message_id == self._suspect
+            if suspect:
                 self._suspect = None
             # a success that waits for the group commit is held until then
-            self.book.let_go(message_id, pending=message_id in self._pending_ids)
+            pending = message_id in self._pending_ids
+            self.book.let_go(message_id, pending=pending)
             self._seconds_per_message += (seconds - self._seconds_per_message) * 0.2
             self._fastest = min(self._fastest * FASTEST_DRIFT, seconds)
             again_at = (self._pool_batch()[1] if self.settings.pool_size > 1
                         else self._refill_at)
             idle = self._outstanding <= again_at
-        if idle:
+            # Waiting for new work (its last look found nothing to claim), it would only
+            # look again and find nothing: what ended here added nothing to the queue, and
+            # new work wakes it. Not woken, it leaves the interpreter to whoever waited for
+            # this message (a FIFO item's next message, a suspect's release, a success left
+            # for the group commit, a message back in the queue: those wake it).
+            quiet = (ended and self.awaits_work and not pending and not suspect
+                     and not self.settings.fifo)
+        if idle and not quiet:
             self.wakeup.set()
 
     # -- direct takes (what SqlStore.accept calls; docs/waiting.md) ------------------------

@@ -38,7 +38,7 @@ from engine.delivery.dispatch import (
 from engine.delivery.guards import ItemGuards
 from engine.delivery.readiness import ReadinessLog
 from engine.delivery.window import ScheduleWindow
-from engine.delivery.worker import MessageWorker
+from engine.delivery.worker import MessageWorker, Result
 from engine.errors import AdapterNotReady, ClaimLost, ConfigurationError, EncoreError, Interrupted
 from engine.eventsink import EventSink
 from engine.host import BusinessOperation
@@ -55,6 +55,8 @@ if TYPE_CHECKING:  # adapters import the engine; the engine only names their bas
 
 log = logging.getLogger(__name__)
 
+# how a delivery leaves a message whose end its worker committed: the queue is as it was
+ENDED = frozenset({Result.COMPLETED, Result.ERROR, Result.SUSPENDED})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -292,10 +294,12 @@ class ItemRunner:
 
     def _take(self, worker: MessageWorker, batch: int, claimed: Claimed) -> None:
         started = self.clock.monotonic()
+        result: Result | None = None
         try:
-            self._deliver(worker, claimed, batch)
+            result = self._deliver(worker, claimed, batch)
         finally:
-            self.dispatcher.finished(claimed.row.id, self.clock.monotonic() - started)
+            self.dispatcher.finished(claimed.row.id, self.clock.monotonic() - started,
+                                     ended=result in ENDED)
 
     def tick(self) -> float | None:
         """A runner started with ``threads=False``: one dispatcher step, then every message
@@ -324,18 +328,21 @@ class ItemRunner:
         finally:
             self._ticking = False
 
-    def _deliver(self, worker: MessageWorker, claimed: Claimed, batch: int) -> None:
+    def _deliver(self, worker: MessageWorker, claimed: Claimed, batch: int) -> Result | None:
+        """Deliver ``claimed``; how it left the message (None: not delivered, or cut short)."""
         row = claimed.row
         try:
             self.claims.release_abandoned()
             if (self.stop_event.is_set() or self.dispatcher.held_back.is_set()
                     or self._behind_abandoned(batch)):
                 self._put_back_unsent(claimed)
-                return
+                return None
             if claimed.begun is not None:
                 self.claims.confirm(row)  # no write of its own before its request: fence it
             with self._traced(row) as delivery:
-                delivery.ended(worker.deliver(row, claimed.begun, claimed.interrupted).value)
+                result = worker.deliver(row, claimed.begun, claimed.interrupted)
+                delivery.ended(result.value)
+            return result
         except Interrupted as exc:  # a process was waiting when the stop came
             self._put_back(row, exc)
         except ClaimLost as exc:
@@ -349,6 +356,7 @@ class ItemRunner:
             self.claims.abandon(row, self.dispatcher.claims)
             log.exception("item %s: unexpected error in worker", self.item.name)
             self.stop_event.wait(STORE_RETRY_DELAY)
+        return None
 
     def _traced(self, row: MessageRow) -> AbstractContextManager[Delivery]:
         """The CONSUMER span of this delivery of ``row`` (tracing on), else nothing."""

@@ -13,8 +13,9 @@ from engine.delivery.dispatch import CHUNK_WORK, CLAIM_LINGER, Dispatcher, Dispa
 from engine.store.sql import SqlStore
 
 
-def dispatcher(store: SqlStore, clock: VirtualClock, pool_size: int = 1) -> Dispatcher:
-    return Dispatcher(DispatchSettings(target="A", owner="d1", pool_size=pool_size, fifo=False,
+def dispatcher(store: SqlStore, clock: VirtualClock, pool_size: int = 1, *,
+               fifo: bool = False) -> Dispatcher:
+    return Dispatcher(DispatchSettings(target="A", owner="d1", pool_size=pool_size, fifo=fifo,
                                        begin=True, enabled=True, lease_seconds=60,
                                        poll_interval=5),
                       store=store, clock=clock, ready=lambda: True, stop=threading.Event())
@@ -62,6 +63,39 @@ def test_a_busy_or_lingering_dispatcher_is_not_woken_by_each_message(store: SqlS
     clock.advance(CLAIM_LINGER)
     d.tick()
     assert handed_out(d) == more
+
+
+def test_an_end_its_worker_committed_leaves_a_dispatcher_waiting_for_work_asleep(
+        store: SqlStore) -> None:
+    """A dispatcher whose last look found nothing to claim would only look again, and find
+    nothing, when a worker's message ends: the end changed nothing in the queue, and new
+    work wakes it. Woken, it takes the interpreter from whoever waited for that message (a
+    synchronous call's caller). Everything else a finish can mean still wakes it: a message
+    back in the queue, a success left for the group commit, a FIFO item's next message."""
+    from engine.store.hotpath import Completion
+
+    clock = VirtualClock()
+    for case in ("ended", "back in the queue", "success pending", "fifo"):
+        store.engine.dispose()
+        d = dispatcher(store, clock, pool_size=2, fifo=case == "fifo")
+        d.urgent_here = True
+        (mid,) = produce(store, d)
+        d.tick()  # claims it, fewer than it asked for: it lingers
+        (claimed,) = d.work.get()[1]  # type: ignore[index]
+        clock.advance(CLAIM_LINGER)
+        d.tick()  # looks again and finds nothing: it waits for new work
+        assert d.awaits_work
+        d.wakeup.clear()
+        if case == "success pending":
+            now = clock.now()
+            d.defer(Completion(mid, claimed.row.claim_token, claimed.begun or 0, now, now,
+                               None, None, '{"ok": true}'))
+        d.finished(mid, 0.001, ended=case != "back in the queue")
+        assert d.wakeup.is_set() == (case != "ended"), case
+        d.flush()
+        store.complete_many([Completion(mid, claimed.row.claim_token, claimed.begun or 0,
+                                        clock.now(), clock.now(), None, None, "{}")],
+                            now=clock.now())  # done with it, whatever the case said
 
 
 def test_work_committed_just_after_the_claim_looked_still_wakes_it(store: SqlStore) -> None:
