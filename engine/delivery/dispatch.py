@@ -348,7 +348,7 @@ class Dispatcher:
                 hold, again_at = self._pool_batch()
                 if self._outstanding > again_at:  # the next batch is claimed meanwhile
                     return 0
-                return max(hold - self._outstanding, 0)
+                return min(max(hold - self._outstanding, 0), MAX_BATCH)
             if self._outstanding > self._refill_at:  # the next batch is claimed meanwhile
                 return 0
             return max(1, min(MAX_BATCH, int(BATCH_WINDOW / max(self._seconds_per_message,
@@ -356,19 +356,21 @@ class Dispatcher:
 
     def _pool_batch(self) -> tuple[int, int]:
         """For ``pool_size > 1``: (messages to hold — in the workers' hands and queued for
-        them —, claim again once no more than this many are left). A fast item holds about
-        :data:`BATCH_WINDOW` of its pool's work and claims the next batch once half of it is
-        done, so its workers take from a local batch instead of waiting for a claim each
-        (one transaction per message would make more workers slower); a slow one, whose
-        batch would be no bigger than its pool, one message per worker, claimed as each
-        worker frees. A ticked dispatcher (the virtual clock) keeps to one per worker."""
+        them —, claim again once no more than this many are left). A fast item claims about
+        :data:`BATCH_WINDOW` of its pool's work at once, and the next batch as big once half
+        of it is done, so its workers take from a local batch instead of waiting for a claim
+        each (one transaction per message would make more workers slower), and a claim costs
+        it no more per message than a ``pool_size = 1`` item's; a slow one, whose batch would
+        be no bigger than its pool, holds one message per worker, claimed as each worker
+        frees. A ticked dispatcher (the virtual clock) keeps to one per worker."""
         pool = self.settings.pool_size
         if not self.batched:
             return pool, pool - 1
         batch = min(MAX_BATCH, int(BATCH_WINDOW * pool / max(self._seconds_per_message, 1e-6)))
         if batch <= pool:
             return pool, pool - 1
-        return batch, max(pool, batch // 2)
+        again_at = max(pool, batch // 2)
+        return again_at + batch, again_at
 
     def _claim(self, limit: int) -> int:
         s = self.settings

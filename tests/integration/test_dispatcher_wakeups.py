@@ -177,7 +177,7 @@ def test_a_fast_pool_claims_a_batch_and_claims_again_only_when_half_is_done(
     not one message per idle worker, so more workers never mean a transaction per message."""
     clock = VirtualClock()
     d = dispatcher(store, clock, pool_size=4)
-    ids = produce(store, d, 200)
+    ids = produce(store, d, 300)
     d.tick()  # before it knows how fast it is: a little more than its pool
     first = handed_out(d)
     assert len(first) > 4
@@ -193,6 +193,10 @@ def test_a_fast_pool_claims_a_batch_and_claims_again_only_when_half_is_done(
     assert not d.wakeup.is_set()  # more than half still in hand: no claim, no wake-up
     d.finished(batch[len(batch) // 2], 0.001)
     assert d.wakeup.is_set()
+    d.tick()  # half is left: the next batch is as big as this one, not what would top it up
+    refill = handed_out(d)
+    assert len(refill) == len(batch)
+    assert refill == ids[len(first) + len(batch):len(first) + 2 * len(batch)]
 
 
 def test_a_slow_pool_claims_one_message_per_free_worker(store: SqlStore) -> None:
