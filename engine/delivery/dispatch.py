@@ -311,6 +311,9 @@ class Dispatcher:
         if self.held_back.is_set():
             self._look_at_switch()
         wait = self.settings.poll_interval
+        # not waiting for work until the claim looks: a worker that finishes from here on
+        # wakes it (finished() leaves a dispatcher that waits for work asleep)
+        self.awaits_work = False
         slots = self._free_slots()
         if slots and not self.held_back.is_set() and self.ready():
             self.awaits_work = True
@@ -324,7 +327,6 @@ class Dispatcher:
         else:
             # busy (a worker's finish wakes it), lingering (its timer does), held back or
             # not ready (the switch or the poll interval does): new work changes nothing
-            self.awaits_work = False
             if self._flush_wait(wait) == 0.0:
                 self.flush()
         with self._lock:

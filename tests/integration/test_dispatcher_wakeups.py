@@ -98,6 +98,31 @@ def test_an_end_its_worker_committed_leaves_a_dispatcher_waiting_for_work_asleep
                             now=clock.now())  # done with it, whatever the case said
 
 
+def test_a_worker_that_finishes_while_a_step_finds_the_pool_busy_still_wakes_it(
+        store: SqlStore) -> None:
+    """A step that finds no worker free waits for a finish; one that comes after the step
+    looked, from a dispatcher that was waiting for work before the step, must wake it."""
+    clock = VirtualClock()
+    d = dispatcher(store, clock, pool_size=2)
+    (first,) = produce(store, d)
+    d.tick()
+    assert handed_out(d) == [first]
+    clock.advance(CLAIM_LINGER)
+    d.tick()  # finds nothing more: it waits for new work
+    assert d.awaits_work
+    looked = d._free_slots
+
+    def busy_then_finished() -> int:
+        looked()
+        d.finished(first, 0.001, ended=True)  # right after the look saw the pool busy
+        return 0
+
+    d._free_slots = busy_then_finished  # type: ignore[method-assign]
+    d.wakeup.clear()
+    d.tick()
+    assert d.wakeup.is_set()  # else the queue would wait for the poll interval
+
+
 def test_work_committed_just_after_the_claim_looked_still_wakes_it(store: SqlStore) -> None:
     """A producer whose commit comes after the claim's look, and whose announcement comes
     before the dispatcher has gone back to sleep, must find it willing to be woken."""
