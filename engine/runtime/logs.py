@@ -8,7 +8,10 @@ first record of a kind through and counts the rest; when the minute is over it l
 line with the count ("… (N more like it in the last minute)") and, while the failure goes
 on, one such line a minute; the counts still open are logged when the process exits. A kind
 is the logger and the message *template* (``record.msg``, before its arguments), so "refused a
-connection from %s" is one kind for every address. Records below WARNING are never held back.
+connection from %s" is one kind for every address, unless the record names its kind itself
+(``extra={"repeat_kind": ...}``): an event of the event log is of its item and the method that
+reported it, so that one item's flood does not hide another item's event, nor a give-up hide
+behind its first failure. Records below WARNING are never held back.
 
 :func:`limit_repeats` puts one shared filter on the loggers whose failures can repeat per
 connection or per message (uvicorn's, asyncio's, the engine's workers, dispatchers, daemon
@@ -73,7 +76,7 @@ class RepeatFilter(logging.Filter):
         if record.levelno < self.level or getattr(record, "repeat_summary", False):
             return True
         now = self._clock()
-        key = (record.name, record.levelno, str(record.msg))
+        key = (record.name, record.levelno, str(getattr(record, "repeat_kind", record.msg)))
         with self._lock:
             ended = self._take_ended(now)
             run = self._runs.get(key)

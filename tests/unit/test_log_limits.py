@@ -141,3 +141,42 @@ def test_the_counts_still_open_are_logged_when_everything_is_flushed(
     assert repeats.held() == 0 and repeats.flush(everything=True) == 0
     logger.warning("closed a connection from %s", "127.0.0.2")
     assert len(lines) == 3  # a new window: the first passes
+
+
+def test_events_are_of_their_item_and_reporting_method_not_of_one_shared_template(
+        clock: Clock) -> None:
+    """The event log mirrors every event through one template ("[item] message N: text"):
+    each names its kind, so a flood of one item's first failures is held back while another
+    item's event, and the same item's give-up, still reach the log at once."""
+    from engine.store.eventlog import SqlEventLog
+    from engine.store.sql import SqlStore
+
+    store = SqlStore("sqlite://")
+    store.upgrade()
+    handler = Lines()
+    repeats = RepeatFilter(window=60.0, clock=clock)
+    logger = logging.getLogger("engine.store.eventlog")
+    logger.addHandler(handler)
+    logger.addFilter(repeats)
+    try:
+        events: SqlEventLog = store.events
+        for n in range(1, 51):  # fifty messages of Soap fail at once
+            events.write("Error", f"attempt 1 failed: connection refused ({n})",
+                         config_name="Soap", message_id=n, source_class="Soap",
+                         source_method="on_first_failure")
+        events.write("Error", "attempt 1 failed: HTTP 500", config_name="Http",
+                     message_id=99, source_class="Http", source_method="on_first_failure")
+        events.write("Error", "gave up after 2 attempts", config_name="Soap", message_id=1,
+                     source_class="Soap", source_method="on_give_up")
+        assert [line.split(": ", 1)[1] for line in handler.lines] == [
+            "[Soap] message 1: attempt 1 failed: connection refused (1)",
+            "[Http] message 99: attempt 1 failed: HTTP 500",
+            "[Soap] message 1: gave up after 2 attempts"]
+        assert repeats.held() == 49
+        with store.engine.connect() as conn:  # the table has every one of them
+            from sqlalchemy import text
+            assert conn.execute(text("SELECT count(*) FROM event_log")).scalar() == 52
+    finally:
+        logger.removeHandler(handler)
+        logger.removeFilter(repeats)
+        store.dispose()
