@@ -20,13 +20,18 @@ R = TypeVar("R")  # its result
 
 
 class _Ticket(Generic[W, R]):
+    """A queued write. ``done`` is held from the start and released once, when its caller
+    may go on (a lock is the cheapest one-shot signal: an Event builds a Condition, and the
+    portal makes a ticket per concurrent request)."""
+
     __slots__ = ("write", "result", "error", "done", "lead")
 
     def __init__(self, write: W) -> None:
         self.write = write
         self.result: R | None = None
         self.error: BaseException | None = None
-        self.done = threading.Event()
+        self.done = threading.Lock()
+        self.done.acquire()
         self.lead = False  # woken to lead the next commit, not with a result
 
 
@@ -59,7 +64,7 @@ class GroupCommit(Generic[W, R]):
                 return self._commit_one(write)
             finally:
                 self._hand_on()
-        ticket.done.wait()
+        ticket.done.acquire()  # released with its result, or to lead the next commit
         if not ticket.lead:
             return self._outcome(ticket)
         self._lead()
@@ -72,7 +77,8 @@ class GroupCommit(Generic[W, R]):
             self._commit(batch)
         finally:
             for ticket in batch:
-                ticket.done.set()
+                if not ticket.lead:  # the leader's own ticket woke it already
+                    ticket.done.release()
             self._hand_on()
 
     def _hand_on(self) -> None:
@@ -84,7 +90,7 @@ class GroupCommit(Generic[W, R]):
             else:
                 following.lead = True
         if following is not None:
-            following.done.set()
+            following.done.release()
 
     def _commit(self, batch: list[_Ticket[W, R]]) -> None:
         self.commits += 1
