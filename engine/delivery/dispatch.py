@@ -106,6 +106,7 @@ class Dispatcher:
         self._lock = threading.Lock()
         self._outstanding = 0  # claims handed to workers and not finished
         self._suspect: int | None = None  # a suspect being delivered: claim nothing more
+        self._looked_alone = True  # the last claim was made with nothing in hand
         self._pending: list[Completion] = []
         self._pending_ids: set[int] = set()
         self._oldest_pending = 0.0  # monotonic seconds
@@ -179,10 +180,13 @@ class Dispatcher:
             # Waiting for new work (its last look found nothing to claim), it would only
             # look again and find nothing: what ended here added nothing to the queue, and
             # new work wakes it. Not woken, it leaves the interpreter to whoever waited for
-            # this message (a FIFO item's next message, a suspect's release, a success left
-            # for the group commit, a message back in the queue: those wake it).
+            # this message. Woken still: a FIFO item's next message, a suspect's release, a
+            # success left for the group commit, a message back in the queue, and the last
+            # message in hand when the last look was made with others in hand (a suspect,
+            # claimed only by an item that holds nothing else, may be waiting for that).
             quiet = (ended and self.awaits_work and not pending and not suspect
-                     and not self.settings.fifo)
+                     and not self.settings.fifo
+                     and (self._outstanding > 0 or self._looked_alone))
         if idle and not quiet:
             self.wakeup.set()
 
@@ -380,6 +384,7 @@ class Dispatcher:
         with self._lock:
             held = self.book.ids() if s.fifo else []
             alone = self._outstanding == 0  # a suspect may be claimed (delivered alone)
+            self._looked_alone = alone
         with self._committing() as pending:
             done, claimed = self.store.complete_and_claim(
                 pending, now=self.clock.now(), target=s.target, owner=s.owner,

@@ -79,23 +79,47 @@ def test_an_end_its_worker_committed_leaves_a_dispatcher_waiting_for_work_asleep
         store.engine.dispose()
         d = dispatcher(store, clock, pool_size=2, fifo=case == "fifo")
         d.urgent_here = True
-        (mid,) = produce(store, d)
-        d.tick()  # claims it, fewer than it asked for: it lingers
-        (claimed,) = d.work.get()[1]  # type: ignore[index]
+        produce(store, d, 2)
+        d.tick()  # claims both, fewer than it asked for: it lingers
+        claimed = [c for _ in range(2) for c in d.work.get()[1]]  # type: ignore[index]
         clock.advance(CLAIM_LINGER)
         d.tick()  # looks again and finds nothing: it waits for new work
         assert d.awaits_work
         d.wakeup.clear()
+        first = claimed[0]
+        mid = first.row.id
         if case == "success pending":
             now = clock.now()
-            d.defer(Completion(mid, claimed.row.claim_token, claimed.begun or 0, now, now,
+            d.defer(Completion(mid, first.row.claim_token, first.begun or 0, now, now,
                                None, None, '{"ok": true}'))
-        d.finished(mid, 0.001, ended=case != "back in the queue")
+        d.finished(mid, 0.001, ended=case != "back in the queue")  # the other still in hand
         assert d.wakeup.is_set() == (case != "ended"), case
         d.flush()
-        store.complete_many([Completion(mid, claimed.row.claim_token, claimed.begun or 0,
-                                        clock.now(), clock.now(), None, None, "{}")],
-                            now=clock.now())  # done with it, whatever the case said
+        for c in claimed:
+            if c is not first:
+                d.finished(c.row.id, 0.001, ended=True)
+            store.complete_many([Completion(c.row.id, c.row.claim_token, c.begun or 0,
+                                            clock.now(), clock.now(), None, None, "{}")],
+                                now=clock.now())  # done with them, whatever the case said
+
+
+def test_the_last_message_in_hand_wakes_it_when_its_last_look_had_others_in_hand(
+        store: SqlStore) -> None:
+    """A suspect is claimed only by an item that holds nothing else: an empty look made with
+    messages in hand may have passed one over, so the end of the last of them wakes it."""
+    clock = VirtualClock()
+    d = dispatcher(store, clock, pool_size=2)
+    first, second = produce(store, d, 2)
+    d.tick()
+    assert handed_out(d) == [first, second]
+    clock.advance(CLAIM_LINGER)
+    d.tick()  # finds nothing, with both in hand
+    assert d.awaits_work
+    d.wakeup.clear()
+    d.finished(first, 0.001, ended=True)
+    assert not d.wakeup.is_set()  # one still in hand: nothing a look could claim now
+    d.finished(second, 0.001, ended=True)
+    assert d.wakeup.is_set()  # nothing in hand: a suspect passed over may be claimed
 
 
 def test_a_worker_that_finishes_while_a_step_finds_the_pool_busy_still_wakes_it(
