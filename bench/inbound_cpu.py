@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -78,6 +79,7 @@ def measure(calls: int) -> None:
     finally:
         spyne.stdin.close()  # type: ignore[union-attr]
         spyne.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
     kinds: dict[str, float] = {}
     for tid, ms in after.items():
         kind = re.sub(r"-\d+$", "-N", names.get(tid, f"thread {tid}"))
