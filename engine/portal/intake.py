@@ -145,7 +145,7 @@ async def accept_and_wait(store: SqlStore, accept: Callable[[], Accepted], wait:
     look, so no end is missed. That look is skipped for a message the call created after
     this process was already hearing every end — the hub then knows whether it ended
     (:meth:`CompletionHub.ended_lately`) — and a success committed here after the watch
-    began comes with its response (:meth:`CompletionHub.response`): no read at all."""
+    began comes with its response (:meth:`CompletionHub.kept`): no read at all."""
     hub = store.completions
     if not hub.hearing:  # the first wait: it may wait for a listener to connect
         await to_thread(hub.start_hearing)
@@ -166,11 +166,11 @@ async def accept_and_wait(store: SqlStore, accept: Callable[[], Accepted], wait:
 def _completed_here(hub: CompletionHub, accepted: Accepted) -> dict[str, Any] | None:
     """The outcome of ``accepted`` if it completed in this process lately (its response
     kept by the hub), else None: read it."""
-    known, body = hub.response(accepted.id)
-    if not known:
+    kept = hub.kept(accepted.id)
+    if kept is None:
         return None
     return {"id": accepted.id, "session_id": accepted.session_id, "status": "Completed",
-            "response": _decoded(body), "error": None}
+            "response": _decoded(kept[1]), "error": None}
 
 
 class _Wake:

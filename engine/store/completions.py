@@ -12,7 +12,7 @@ was registered: none is missed. Bulk traffic, which nobody waits for, announces 
 
 A success committed in this process also leaves its response with the hub for the waiters
 registered here (:meth:`CompletionHub.completed`, before the announcement), so the waiter
-woken answers without reading the message back (:meth:`CompletionHub.response`); any other
+woken answers without reading the message back (:meth:`CompletionHub.kept`); any other
 end, or one committed elsewhere, is read from the database.
 
 Announcements can still be lost (a listener reconnecting, a full socket buffer): waiters
@@ -125,12 +125,6 @@ class CompletionHub:
         with self._lock:
             found = self._responses.get(message_id)
             return found if found is not None else self._recent_responses.get(message_id)
-
-    def response(self, message_id: int) -> tuple[bool, str | None]:
-        """``(True, body)`` when ``message_id`` completed in this process lately, its
-        response body (None: no response); ``(False, None)``: read it."""
-        kept = self.kept(message_id)
-        return (False, None) if kept is None else (True, kept[1])
 
     def ended(self, ids: Iterable[int]) -> None:
         """``ids`` ended (their commit is done): wake their waiters."""

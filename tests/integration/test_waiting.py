@@ -118,14 +118,7 @@ def test_a_fresh_waiter_skips_its_first_look_yet_misses_no_end_before_it_registe
         with store.completions.watching(0, lambda: None):
             pass  # the first watch starts the hearing, for good
         assert store.completions.hearing
-        looks: list[int] = []
-        look = store.get_message
-
-        def counted(message_id: int):  # type: ignore[no-untyped-def]
-            looks.append(message_id)
-            return look(message_id)
-
-        store.get_message = counted  # type: ignore[method-assign]
+        looks = _count_reads(store, "get_message")
         for completer in (store, other):
             mid = _accept(store)
             _complete(completer, mid)  # ends before the waiter registers
@@ -267,16 +260,17 @@ def _claim_and_complete(store: SqlStore, body: str) -> None:
     assert done == [row.id]
 
 
-def _count_outcome_reads(store: SqlStore) -> list[int]:
-    """The ids ``store.get_outcome`` is asked for from now on (a waiter's reads)."""
+def _count_reads(store: SqlStore, method: str = "get_outcome") -> list[int]:
+    """The ids the store's ``method`` (a read of one message) is asked for from now on (a
+    waiter's reads)."""
     reads: list[int] = []
-    read = store.get_outcome
+    read = getattr(store, method)
 
     def counted(message_id: int):  # type: ignore[no-untyped-def]
         reads.append(message_id)
         return read(message_id)
 
-    store.get_outcome = counted  # type: ignore[method-assign]
+    setattr(store, method, counted)
     return reads
 
 
@@ -286,7 +280,7 @@ def test_a_success_committed_here_answers_its_waiter_without_a_read(database_url
     committed by another process is read, as before."""
     store, other = SqlStore(database_url), SqlStore(database_url)
     store.upgrade()
-    reads = _count_outcome_reads(store)
+    reads = _count_reads(store)
 
     async def call(completer: SqlStore, body: str) -> dict[str, Any] | None:
         loop = asyncio.get_running_loop()
@@ -324,7 +318,7 @@ def test_a_sync_call_completed_here_returns_its_response_without_a_read(
     commits is read."""
     store, other = SqlStore(database_url), SqlStore(database_url)
     store.upgrade()
-    reads = _count_outcome_reads(store)
+    reads = _count_reads(store)
     store.completions.start_hearing()  # as a daemon's process is: its first look is skipped
     try:
         for completer, body in ((store, '{"answer": 42}'), (other, '{"answer": 7}')):
