@@ -30,6 +30,11 @@ POSTGRES_DEFAULTS = {
     "keepalives_interval": "2",
     "keepalives_count": "2",
     "tcp_user_timeout": "10000",  # ms sent data may stay unacknowledged: the peer is gone
+    # a session idle inside a transaction for 10 s is ended by the server, and its row locks
+    # with it: a daemon frozen (SIGSTOP, a paused VM) in the middle of a transaction, say a
+    # lease renewal, must not stop every other daemon's claims of those rows until it wakes.
+    # The engine's transactions never wait between statements.
+    "options": "-c idle_in_transaction_session_timeout=10000",
 }
 # ... and with several hosts: only the one that takes writes (never a standby)
 MULTI_HOST_DEFAULTS = {"target_session_attrs": "read-write"}

@@ -4,6 +4,8 @@ and by ``encore send``'s path without it (engine.store.lite); what libpq is give
 URL says otherwise; a read-only session is dropped from the pool."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy import create_engine, event, text
@@ -117,6 +119,54 @@ def test_a_session_gets_encores_connection_settings() -> None:
         store.dispose()
     assert params["connect_timeout"] == POSTGRES_DEFAULTS["connect_timeout"]
     assert params["tcp_user_timeout"] == POSTGRES_DEFAULTS["tcp_user_timeout"]
+    store = SqlStore(postgres_url())
+    try:
+        with store.engine.connect() as conn:
+            limit = conn.execute(text("SHOW idle_in_transaction_session_timeout")).scalar()
+    finally:
+        store.dispose()
+    assert limit == "10s"  # a session frozen inside a transaction holds its locks no longer
+
+
+@pytest.mark.postgres
+def test_a_daemon_frozen_inside_a_transaction_holds_its_messages_rows_only_so_long() -> None:
+    """A daemon stopped (SIGSTOP, a paused VM) between a lease renewal's UPDATE and its
+    commit holds the message's row lock; another daemon taking back the expired claim waits
+    for it. The server ends such a session after idle_in_transaction_session_timeout (10 s by
+    default, 1 s here through the URL's own ``options``), and the claim is taken back."""
+    from datetime import timedelta
+
+    from sqlalchemy import make_url
+
+    from engine.clock import utcnow
+    from tests.conftest import reset_postgres
+
+    base = postgres_url()
+    reset_postgres(base)
+    url = make_url(base).update_query_dict(
+        {"options": "-c idle_in_transaction_session_timeout=1000"}).render_as_string(
+        hide_password=False)
+    frozen, other = SqlStore(url), SqlStore(base)
+    frozen.upgrade()
+    held = frozen.engine.connect()
+    try:
+        mid = frozen.enqueue(target="A", body_class=None, body="{}")
+        (claimed,) = frozen.claim("A", owner="frozen", now=utcnow(), lease_seconds=0.2)
+        held.execute(text("UPDATE message_header SET lease_expires_at = lease_expires_at "
+                          "WHERE id = :id"), {"id": mid})  # the renewal's lock, no commit
+        released: list[int] = []
+        taker = threading.Thread(target=lambda: released.append(other.release_expired_claims(
+            "A", now=utcnow() + timedelta(seconds=1))), daemon=True)
+        taker.start()
+        taker.join(15)
+        assert released == [1], "the expired claim was not taken back"
+        row = other.get_message(mid)
+        assert row is not None and row.status == "Queued" and claimed.row.id == mid
+    finally:
+        held.invalidate()  # its session was ended by the server
+        held.close()
+        frozen.dispose()
+        other.dispose()
 
 
 @pytest.mark.postgres
