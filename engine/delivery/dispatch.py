@@ -15,7 +15,8 @@ One thread per item talks to the queue, so idle workers never poll the database
   every attempt durably, one by one, just before its request is sent (the worker does);
 - the workers hand it their successes (:meth:`Dispatcher.defer`), which it writes in one
   transaction before its next claim, or after :data:`FLUSH_WINDOW` at the latest, so a FIFO
-  head is never left looking Delivered;
+  head is never left looking Delivered — except that on a server database the workers of a
+  pool commit their chunks' successes themselves (:class:`OwnCommits`), side by side;
 - it knows the next due time of the item's parked messages and sleeps until then, the
   poll interval, or a wake-up (new work announced, a worker free, an operator's switch).
 
@@ -105,6 +106,7 @@ class Dispatcher:
         self.held_back = threading.Event()  # an operator switched the item off
         self._lock = threading.Lock()
         self._outstanding = 0  # claims handed to workers and not finished
+        self._kept = 0  # successes finished and waiting for their worker's own commit
         self._suspect: int | None = None  # a suspect being delivered: claim nothing more
         self._looked_alone = True  # the last claim was made with nothing in hand
         self._pending: list[Completion] = []
@@ -160,18 +162,24 @@ class Dispatcher:
         if full or completion.urgent:
             self.wakeup.set()
 
-    def finished(self, message_id: int, seconds: float, *, ended: bool = False) -> None:
+    def finished(self, message_id: int, seconds: float, *, ended: bool = False,
+                 kept: bool = False) -> None:
         """A worker is done with ``message_id`` (after ``seconds`` of work). ``ended``: the
         worker committed the message's end itself (Completed, Error, Suspended), so the
-        queue is as it was."""
+        queue is as it was. ``kept``: its success waits for the worker's own commit
+        (:class:`OwnCommits`): the claim is held until then, and a stop waits for it, but
+        the dispatcher has nothing to commit for it."""
         with self._lock:
             self._outstanding -= 1
             suspect = message_id == self._suspect
             if suspect:
                 self._suspect = None
-            # a success that waits for the group commit is held until then
+            # a success that waits for a commit is held until then
             pending = message_id in self._pending_ids
-            self.book.let_go(message_id, pending=pending)
+            self.book.let_go(message_id, pending=pending or kept)
+            if kept:
+                self._kept += 1
+                ended = True
             self._seconds_per_message += (seconds - self._seconds_per_message) * 0.2
             self._fastest = min(self._fastest * FASTEST_DRIFT, seconds)
             again_at = (self._pool_batch()[1] if self.settings.pool_size > 1
@@ -298,7 +306,7 @@ class Dispatcher:
         """After a stop: group-commit the successes of the workers as they finish."""
         while True:
             with self._lock:
-                busy = self._outstanding > 0
+                busy = self._outstanding > 0 or self._kept > 0
             self._flush_quietly()
             if not busy:
                 return
@@ -418,11 +426,17 @@ class Dispatcher:
         for start in range(0, len(claimed), max(size, 1)):
             yield tuple(claimed[start:start + size])
 
-    def give_back(self, batch: int, rest: tuple[Claimed, ...]) -> None:
+    def give_back(self, batch: int, rest: tuple[Claimed, ...]) -> bool:
         """A worker hands the undelivered ``rest`` of its chunk to the item's workers after
-        a slow answer: one message per hand-off, as a slow item's are."""
-        for claimed in rest:
-            self.work.put((batch, (claimed,)))
+        a slow answer: one message per hand-off, as a slow item's are. False after the stop,
+        whose last word to the workers is queued already (they would never see ``rest``):
+        the worker keeps ``rest`` and puts it back in the queue itself."""
+        with self._lock:
+            if self._closed:
+                return False
+            for claimed in rest:
+                self.work.put((batch, (claimed,)))
+        return True
 
     def _idle_wait(self) -> float:
         """Nothing to claim: until the next parked message is due, at most poll_interval
@@ -463,6 +477,24 @@ class Dispatcher:
                 self._pending_ids.update(c.message_id for c in pending)
             raise
 
+    def commit_own(self, completions: list[Completion]) -> None:
+        """A worker's own commit of the successes it kept (:class:`OwnCommits`); if it
+        fails, they wait for the group commit instead."""
+        failed = False
+        try:
+            self._committed(completions, self.store.complete_many(completions,
+                                                                  now=self.clock.now()))
+        except EncoreError as exc:
+            log.warning("item %s: %d success(es) are recorded with the next group commit: %s",
+                        self.settings.target, len(completions), exc)
+            for completion in completions:
+                self.defer(completion)
+            failed = True
+        with self._lock:
+            self._kept -= len(completions)
+        if failed or self._closed:
+            self.wakeup.set()  # a group commit to make, or a stop waiting for this one
+
     def _committed(self, pending: list[Completion], done_ids: list[int]) -> None:
         done = set(done_ids)
         lost = [c.message_id for c in pending if c.message_id not in done]
@@ -481,3 +513,47 @@ class Dispatcher:
             with self._lock:
                 self._pending.clear()
                 self._pending_ids.clear()
+
+
+class OwnCommits:
+    """The successes of one worker of a pool on a server database, committed by the worker
+    itself at the end of each chunk, in one transaction on a connection of its own: a pool's
+    commits then run side by side with each other and with the dispatcher's claims, instead
+    of one after the other on the dispatcher's thread. A success someone waits for is
+    committed at once, as any (:meth:`Dispatcher.defer`), and so are the successes of a
+    chunk of one message (a slow item's): the group commit gathers those of all the workers.
+    Until its commit, a success's claim is held (the heartbeat renews it) and a stop waits
+    for it."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+        self.chunk = 0  # messages in the chunk being delivered
+        self._oldest = 0.0  # monotonic seconds: when the oldest success kept was
+        self._pending: list[Completion] = []
+        self._ids: set[int] = set()
+
+    def defer(self, completion: Completion) -> None:
+        """Where the worker's successes go (its ``defer``)."""
+        if completion.urgent or self.chunk < 2:
+            self.dispatcher.defer(completion)
+        else:
+            if not self._pending:
+                self._oldest = self.dispatcher.clock.monotonic()
+            self._pending.append(completion)
+            self._ids.add(completion.message_id)
+
+    def due(self) -> bool:
+        """A success kept has waited :data:`FLUSH_WINDOW`: commit now, chunk done or not."""
+        return bool(self._pending) and (self.dispatcher.clock.monotonic() - self._oldest
+                                        >= FLUSH_WINDOW)
+
+    def finished(self, message_id: int, seconds: float, *, ended: bool) -> None:
+        """:meth:`Dispatcher.finished`, told whether the success waits here."""
+        self.dispatcher.finished(message_id, seconds, ended=ended,
+                                 kept=message_id in self._ids)
+
+    def flush(self) -> None:
+        """Commit the successes kept (if that fails, the group commit takes them)."""
+        if self._pending:
+            pending, self._pending, self._ids = self._pending, [], set()
+            self.dispatcher.commit_own(pending)

@@ -34,6 +34,7 @@ from engine.delivery.dispatch import (
     STORE_RETRY_DELAY,
     Dispatcher,
     DispatchSettings,
+    OwnCommits,
 )
 from engine.delivery.guards import ItemGuards
 from engine.delivery.readiness import ReadinessLog
@@ -280,26 +281,36 @@ class ItemRunner:
                                         observers=self.observers)
 
     def _work(self, host: BusinessOperation) -> None:
-        worker = self._worker(host, defer=self.dispatcher.defer)
+        own = (OwnCommits(self.dispatcher) if self.item.pool_size > 1
+               and self.store.db.hot.parallel_commits else None)
+        worker = self._worker(host, defer=self.dispatcher.defer if own is None else own.defer)
         while (work := self.dispatcher.work.get()) is not None:
             batch, chunk = work
-            for i, claimed in enumerate(chunk):
-                started = self.clock.monotonic()
-                self._take(worker, batch, claimed)
-                if (self.item.pool_size > 1 and i + 1 < len(chunk)  # never behind later work
-                        and self.clock.monotonic() - started > CHUNK_GIVE_BACK):
-                    # far slower than the item's usual: the rest goes to the idle workers
-                    self.dispatcher.give_back(batch, chunk[i + 1:])
-                    break
+            if own is not None:
+                own.chunk = len(chunk)
+            try:
+                for i, claimed in enumerate(chunk):
+                    started = self.clock.monotonic()
+                    self._take(worker, batch, claimed, own)
+                    if own is not None and own.due():
+                        own.flush()
+                    if (self.item.pool_size > 1 and i + 1 < len(chunk)  # never behind later work
+                            and self.clock.monotonic() - started > CHUNK_GIVE_BACK
+                            and self.dispatcher.give_back(batch, chunk[i + 1:])):
+                        break  # far slower than the item's usual: the rest went to the others
+            finally:
+                if own is not None:
+                    own.flush()
 
-    def _take(self, worker: MessageWorker, batch: int, claimed: Claimed) -> None:
+    def _take(self, worker: MessageWorker, batch: int, claimed: Claimed,
+              own: OwnCommits | None = None) -> None:
         started = self.clock.monotonic()
         result: Result | None = None
         try:
             result = self._deliver(worker, claimed, batch)
         finally:
-            self.dispatcher.finished(claimed.row.id, self.clock.monotonic() - started,
-                                     ended=result in ENDED)
+            (own or self.dispatcher).finished(claimed.row.id, self.clock.monotonic() - started,
+                                              ended=result in ENDED)
 
     def tick(self) -> float | None:
         """A runner started with ``threads=False``: one dispatcher step, then every message

@@ -237,6 +237,7 @@ class HotPath:
 
     # a driver whose hot path claims a message as it accepts it (:meth:`accept_claimed`)
     direct_takes = False
+    parallel_commits = False  # commits on several connections run side by side
 
     def accept_claimed(self, target: str, body_class: str | None, body: str, *,
                        source: str | None, session_id: int | None, now: datetime,

@@ -53,6 +53,8 @@ class PostgresHotPath(HotPath):
     the message back in its queue, a lost completion leaves its attempt open, which the next
     delivery treats as outcome unknown."""
 
+    parallel_commits = True
+
     _INSERT = _pg(
         f"WITH n AS (SELECT nextval('message_header_id_seq') AS id, b.ord, b.body_class, b.body "
         f"FROM unnest(:body_classes::text[], :bodies::text[]) WITH ORDINALITY "
