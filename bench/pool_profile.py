@@ -234,7 +234,7 @@ class Profiled:
 
 
 def _production(kind: str, url: str, pool: int, http_url: str) -> tuple[str, Any, dict[str, Any]]:
-    if kind == "noop":
+    if kind in ("noop", "noop_pg"):
         return "Noop", h.load(h.production_text(database=url, item="Noop",
                                                 cls="bench.ops:NoopOperation",
                                                 pool_size=pool)), {"n": 1}
@@ -244,8 +244,10 @@ def _production(kind: str, url: str, pool: int, http_url: str) -> tuple[str, Any
 
 
 def profile_drain(work: Path, kind: str, pool: int, count: int, http_url: str,
-                  server_pid: int | None) -> Profiled:
-    url = h.sqlite_url(work, f"pool-profile-{kind}-{pool}.db")
+                  server_pid: int | None, pg_url: str | None = None) -> Profiled:
+    """One drain; ``kind`` ``noop_pg`` drains on ``pg_url`` (wiped), the others on SQLite."""
+    url = pg_url if kind == "noop_pg" and pg_url else h.sqlite_url(
+        work, f"pool-profile-{kind}-{pool}.db")
     store = h.fresh_store(url)
     item, prod, body = _production(kind, url, pool, http_url)
     calls = Calls(item)
@@ -282,7 +284,7 @@ def profile_drain(work: Path, kind: str, pool: int, count: int, http_url: str,
     if claims is None:
         missing.append("Dispatcher.claims")
     return Profiled(
-        service="no-op" if kind == "noop" else f"HTTP {FAST_MS} ms", pool=pool, count=count,
+        service=SERVICES.get(kind, f"HTTP {FAST_MS} ms"), pool=pool, count=count,
         msgs_per_s=h.rate(count, w.first_processed, w.last_completed), load=load,
         threads=by_role(threads0, threads1, item),
         process_cpu_s=(ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime),
@@ -344,8 +346,15 @@ def format_profile(rows: list[Profiled]) -> str:
     return "\n".join(lines)
 
 
+SERVICES = {"noop": "no-op", "noop_pg": "no-op, PostgreSQL"}
+
+
 def run(*, quick: bool, pools: tuple[int, ...] = POOLS,
-        kinds: tuple[str, ...] = ("noop", "http")) -> str:
+        kinds: tuple[str, ...] = ("noop", "http"), pg_url: str | None = None) -> str:
+    """The table; with ``pg_url``, the no-op drains on PostgreSQL too (the server's own CPU
+    is not counted: "server CPU" is the HTTP server's)."""
+    if pg_url and "noop_pg" not in kinds:
+        kinds = (*kinds, "noop_pg")
     sizes = QUICK if quick else FULL
     t0, load0 = time.monotonic(), loadavg()
     rows = []
@@ -353,12 +362,13 @@ def run(*, quick: bool, pools: tuple[int, ...] = POOLS,
         server_pid = servers.proc.pid if servers.proc is not None else None
         for kind in kinds:
             for pool in pools:
-                count = sizes.noop if kind == "noop" else sizes.http
+                count = sizes.http if kind == "http" else sizes.noop
                 print(f"[pool-profile] {kind}, pool {pool}, n={count:,} (load average "
                       f"{loadavg()})", file=sys.stderr, flush=True)
                 rows.append(profile_drain(work, kind, pool, count, servers.urls["http"],
-                                          server_pid))
-    head = (f"### Pool profile (issue 27): SQLite, queue filled first, in-process daemon; "
+                                          server_pid, pg_url))
+    where = "SQLite" + (", and PostgreSQL where the row says" if "noop_pg" in kinds else "")
+    head = (f"### Pool profile (issue 27): {where}, queue filled first, in-process daemon; "
             f"{os.cpu_count()} CPUs; {'--quick' if quick else 'full size'}; load average "
             f"{load0} at the start")
     foot = (f"Done in {time.monotonic() - t0:.0f} s; load average {load0} at the start, "
@@ -370,10 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small drains")
     parser.add_argument("--pools", type=int, nargs="+", default=list(POOLS))
-    parser.add_argument("--kinds", nargs="+", choices=("noop", "http"),
+    parser.add_argument("--kinds", nargs="+", choices=("noop", "http", "noop_pg"),
                         default=["noop", "http"])
+    parser.add_argument("--pg-url", help="also the no-op drains on this PostgreSQL database "
+                        "(wiped)")
     args = parser.parse_args(argv)
-    print(run(quick=args.quick, pools=tuple(args.pools), kinds=tuple(args.kinds)))
+    print(run(quick=args.quick, pools=tuple(args.pools), kinds=tuple(args.kinds),
+              pg_url=args.pg_url))
     return 0
 
 

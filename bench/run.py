@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     pg_url = args.pg_url or os.environ.get(PG_ENV) or None
     if args.profile_pool:
         from bench import pool_profile
-        print(pool_profile.run(quick=args.quick))
+        print(pool_profile.run(quick=args.quick, pg_url=pg_url))
         return 0
     if args.profile:
         from bench import profile
