@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from argon2 import PasswordHasher
 from sqlalchemy import create_engine, make_url, text
 
 from engine.store.database import normalise_url
@@ -59,6 +60,16 @@ def reset_postgres(url: str) -> None:
         conn.execute(text("DROP SCHEMA public CASCADE"))
         conn.execute(text("CREATE SCHEMA public"))
     engine.dispose()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def quick_password_hashes() -> None:
+    """Passwords hashed in the test process use argon2's cheapest parameters: the defaults
+    cost a quarter of a second of CPU per hash and per check, and most portal tests make
+    users and log them in (a daemon or command the tests start keeps the defaults, and
+    re-hashes such a password at its first login there, as for any changed parameters)."""
+    from engine.portal import auth
+    auth._hasher = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -21,6 +21,7 @@
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import secrets
@@ -111,6 +112,14 @@ def check_password(password: str, min_length: int) -> None:
     if len(password) < min_length:
         raise OperatorError(f"the password has {len(password)} characters; it needs at least "
                             f"{min_length} ([portal] password_min_length)")
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """A hash of a random password, verified for a login that names no user, so that such a
+    login takes as long as one with a wrong password. One per process: each portal and
+    inbound service of a daemon would otherwise spend a hash's CPU on its own at start."""
+    return _hasher.hash(secrets.token_hex(8))
 
 
 def hash_password(password: str) -> str:
@@ -220,7 +229,7 @@ class Authenticator:
         self.limiter = limiter or StoredLoginLimiter(store)
         self._sessions = URLSafeTimedSerializer(secret, salt="encore-portal-session")
         self._login_forms = URLSafeTimedSerializer(secret, salt="encore-portal-login")
-        self._dummy_hash = _hasher.hash(secrets.token_hex(8))
+        _dummy_hash()  # made now, not at the first login naming no user, which it would slow
         self._tokens: dict[str, tuple[float, Principal]] = {}  # digest → (read at, holder)
 
     # logins
@@ -230,7 +239,7 @@ class Authenticator:
         name_key, address_key = limit_key("user", username), limit_key("addr", client)
         self.limiter.guess([name_key, address_key])  # counted before the password is checked
         user = accounts.get_user(self.store, username)
-        if not self._verify(user.password_hash if user else self._dummy_hash, password) \
+        if not self._verify(user.password_hash if user else _dummy_hash(), password) \
                 or user is None:
             raise NotAuthenticated("wrong user name or password")
         self.limiter.succeeded(name_key, [address_key])
