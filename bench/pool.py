@@ -43,7 +43,7 @@ class PoolSizes:
 
 
 # --quick: the three scenarios take about 40 s on two cores shared with other work
-QUICK = PoolSizes(noop=3000, noop_pg=3000, rounds=2, peer_rounds=2, fast=800, dramatiq=2000)
+QUICK = PoolSizes(noop=3000, noop_pg=3000, rounds=3, peer_rounds=2, fast=800, dramatiq=2000)
 FULL = PoolSizes(noop=20_000, noop_pg=10_000, rounds=3, peer_rounds=3, fast=5000,
                  dramatiq=10_000)
 
