@@ -83,6 +83,18 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def pg_store() -> Iterator[SqlStore]:
+    """A store at the latest schema on the wiped PostgreSQL test database only (for what
+    only PostgreSQL has: LISTEN/NOTIFY, commits on several connections at once)."""
+    url = postgres_url()
+    reset_postgres(url)
+    s = SqlStore(url)
+    s.upgrade()
+    yield s
+    s.dispose()
+
+
+@pytest.fixture
 def store(database_url: str) -> Iterator[SqlStore]:
     """A store at the latest schema, on every database."""
     s = SqlStore(database_url)

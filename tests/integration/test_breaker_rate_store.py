@@ -4,7 +4,7 @@ workers race for it."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,7 +12,6 @@ import pytest
 
 from engine.store.notify import Announcement, QueueListener
 from engine.store.sql import SqlStore
-from tests.conftest import postgres_url, reset_postgres
 from tests.waiting import wait_until
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -131,17 +130,6 @@ def test_a_success_resets_the_count_of_a_closed_breaker_only(store: SqlStore) ->
     store.breakers.reset_failures(ITEM, now=at(3))
     row = store.breakers.get(ITEM)
     assert row is not None and (row.state, row.failures) == ("open", 3)
-
-
-@pytest.fixture
-def pg_store() -> Iterator[SqlStore]:
-    """A store on the PostgreSQL test database only (LISTEN/NOTIFY is PostgreSQL's)."""
-    url = postgres_url()
-    reset_postgres(url)
-    s = SqlStore(url)
-    s.upgrade()
-    yield s
-    s.dispose()
 
 
 @pytest.mark.postgres

@@ -26,7 +26,7 @@ from engine.errors import StoreError
 from engine.runtime.daemon import Daemon
 from engine.store.hotpath import Completion
 from engine.store.sql import SqlStore
-from tests.conftest import postgres_url, reset_postgres
+from tests.conftest import postgres_url
 from tests.waiting import wait_until
 
 COUNT = 600  # messages drained
@@ -152,17 +152,6 @@ def test_a_pool_of_one_leaves_its_successes_to_the_group_commit(
     seen = drain(store, database_url, 1)
     assert by_workers(seen) == []
     assert statuses(store) == {"Completed": COUNT}
-
-
-@pytest.fixture
-def pg_store() -> Iterator[SqlStore]:
-    """A store on the wiped PostgreSQL test database."""
-    url = postgres_url()
-    reset_postgres(url)
-    store = SqlStore(url)
-    store.upgrade()
-    yield store
-    store.dispose()
 
 
 @pytest.mark.postgres
