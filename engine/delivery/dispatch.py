@@ -480,16 +480,20 @@ class Dispatcher:
     def commit_own(self, completions: list[Completion]) -> None:
         """A worker's own commit of the successes it kept (:class:`OwnCommits`); if it
         fails, they wait for the group commit instead."""
-        failed = False
+        failed = True
         try:
             self._committed(completions, self.store.complete_many(completions,
                                                                   now=self.clock.now()))
+            failed = False
         except EncoreError as exc:
             log.warning("item %s: %d success(es) are recorded with the next group commit: %s",
                         self.settings.target, len(completions), exc)
+        except Exception:  # noqa: BLE001 - the worker must outlive one bad commit
+            log.exception("item %s: %d success(es) are recorded with the next group commit "
+                          "after an unexpected error", self.settings.target, len(completions))
+        if failed:
             for completion in completions:
                 self.defer(completion)
-            failed = True
         with self._lock:
             self._kept -= len(completions)
         if failed or self._closed:

