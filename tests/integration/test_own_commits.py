@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -210,7 +211,9 @@ def test_a_slow_message_at_the_stop_leaves_the_rest_of_its_chunk_put_back(
         store.set_item_enabled("Quick", True, reason=None, now=utcnow())
         assert HeldOperation.entered.wait(PATIENCE)
         threading.Thread(target=lambda: (daemon.stop(), stopped.set()), daemon=True).start()
-        time.sleep(0.5)  # the stop is under way: no new claim, the workers told to end
+        # the stop is under way: the workers were given their last word
+        dispatcher = daemon.runners["Quick"].dispatcher
+        wait_until(lambda: dispatcher._closed, PATIENCE, "the workers told to stop")
     finally:
         HeldOperation.release.set()
     assert stopped.wait(PATIENCE / 3), "the stop waits for messages no worker will see"
@@ -218,7 +221,9 @@ def test_a_slow_message_at_the_stop_leaves_the_rest_of_its_chunk_put_back(
     assert attempts_not_ok(store) == 0
 
 
-def test_a_kept_success_waits_no_longer_than_the_flush_window(store: SqlStore) -> None:
+def test_a_kept_success_waits_no_longer_than_the_flush_window(tmp_path: Path) -> None:
+    store = SqlStore(f"sqlite:///{tmp_path / 'encore.db'}")  # nothing is committed here
+    store.upgrade()
     clock = VirtualClock()
     dispatcher = Dispatcher(DispatchSettings(target="Quick", owner="d1", pool_size=4,
                                              fifo=False, begin=True, enabled=True,
@@ -237,7 +242,8 @@ def test_a_kept_success_waits_no_longer_than_the_flush_window(store: SqlStore) -
     assert not own.due()
     clock.advance(FLUSH_WINDOW / 2)
     assert own.due()
-    # a chunk of one message, or a success someone waits for, goes to the group commit
+    # a chunk of one message goes to the group commit
     own.chunk = 1
     own.defer(success)
     assert len(dispatcher._pending) == 1
+    store.dispose()
