@@ -1,6 +1,7 @@
 """SQLite: every step one ``BEGIN IMMEDIATE`` transaction in-process, or one statement."""
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -91,6 +92,36 @@ class SqliteHotPath(HotPath):
                  "RETURNING session_id, target, source, waited")
     _END_ATTEMPT = ("UPDATE message_attempt SET started_at = :started_at, ended_at = :ended_at, "
                     "outcome = 'ok', server = :server WHERE id = :attempt_id")
+    # Set-based forms of the statements above, for a batch given as one JSON array: one call
+    # into the driver for the whole batch. Each call hands the GIL back and must wait to take
+    # it again, with the write lock held; under load (an inbound server, busy workers) those
+    # waits, not the statements, made a batch's transaction long.
+    # many intakes without an idempotency key or search properties: one autocommit statement,
+    # ids drawn in order from max(id) + 1 (the last one read back as the row id); each row
+    # is [session_id, source, target, body_class, body, now, trace, waited]
+    _ACCEPT_MANY = (f"INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}, "
+                    "idempotency_caller) "
+                    "SELECT n.id + c.key, coalesce(c.value ->> 0, n.id + c.key), "
+                    "c.value ->> 1, c.value ->> 2, 'request', c.value ->> 3, c.value ->> 4, "
+                    "'Queued', 0, c.value ->> 5, 0, 0, 0, NULL, c.value ->> 6, c.value ->> 7, "
+                    "CASE WHEN substr(c.value ->> 1, 1, 4) = 'api:' THEN c.value ->> 1 "
+                    "ELSE '' END "
+                    "FROM (SELECT coalesce(max(id), 0) + 1 AS id FROM message_header) AS n, "
+                    "json_each(:rows) AS c ORDER BY c.key")
+    # completions without a response; each row is [message_id, token, started_at]
+    _COMPLETE_MANY = ("UPDATE message_header AS h SET status = 'Completed', is_error = 0, "
+                      "retry_needed = 0, next_attempt_at = NULL, time_completed = :now, "
+                      "claimed_by = NULL, lease_expires_at = NULL, corresponding_id = NULL, "
+                      "first_attempt_at = CASE WHEN h.attempts = 1 THEN c.value ->> 2 "
+                      "ELSE h.first_attempt_at END "
+                      "FROM json_each(:rows) AS c "
+                      "WHERE h.id = c.value ->> 0 AND h.claim_token = c.value ->> 1 "
+                      "AND +h.status = 'Delivered' "
+                      "RETURNING id, waited")
+    # each row is [attempt_id, started_at, ended_at, server]
+    _END_ATTEMPTS = ("UPDATE message_attempt AS a SET started_at = c.value ->> 1, "
+                     "ended_at = c.value ->> 2, outcome = 'ok', server = c.value ->> 3 "
+                     "FROM json_each(:rows) AS c WHERE a.id = c.value ->> 0")
     _RESPONSE = ("INSERT INTO message_header (id, session_id, source, target, kind, body_class, "
                  "body, status, is_error, time_created, time_processed, time_completed, "
                  "corresponding_id, retry_needed, attempts, claim_token) VALUES (:id, "
@@ -228,6 +259,16 @@ class SqliteHotPath(HotPath):
         return accepted, Claimed(self._row(raw), begun, 0)
 
     def accept_many(self, intakes: Sequence[Intake]) -> list[Accepted]:
+        if not any(i.idempotency_key is not None or i.search_paths for i in intakes):
+            rows = json.dumps([[i.session_id, i.source, i.target, i.body_class, i.body,
+                                _sqlite_time(i.now), i.trace_context, int(i.waited)]
+                               for i in intakes])
+            with self._write_lock, self._connection(True) as conn:  # one statement: atomic
+                last = self._guard(lambda: conn.execute(self._ACCEPT_MANY,
+                                                        {"rows": rows}).lastrowid)
+            first = last - len(intakes) + 1
+            return [Accepted(first + n, first + n if i.session_id is None else i.session_id,
+                             True) for n, i in enumerate(intakes)]
         with self._transaction(durable=True) as cur:  # BEGIN IMMEDIATE: no racing insert
             def accept() -> list[Accepted]:
                 out = []
@@ -322,6 +363,38 @@ class SqliteHotPath(HotPath):
                   waited: list[int]) -> list[int]:
         """Record ``completions``; the ids completed (``waited``: those someone waits for,
         appended)."""
+        plain = [c for c in completions if c.response_body is None]
+        if len(plain) > 1 and len({c.message_id for c in plain}) == len(plain):
+            return self._complete_plain(cur, completions, plain, stamp, waited)
+        return self._complete_each(cur, completions, stamp, waited)
+
+    def _complete_plain(self, cur: Any, completions: Sequence[Completion],
+                        plain: list[Completion], stamp: str | None,
+                        waited: list[int]) -> list[int]:
+        """:meth:`_complete` of the completions without a response in two statements for
+        them all (the others one by one)."""
+        ended = {int(i): bool(w) for i, w in cur.execute(self._COMPLETE_MANY, {
+            "now": stamp, "rows": json.dumps([[c.message_id, c.token, _sqlite_time(c.started_at)]
+                                              for c in plain])}).fetchall()}
+        if ended:
+            cur.execute(self._END_ATTEMPTS, {"rows": json.dumps([
+                [c.attempt_id, _sqlite_time(c.started_at), _sqlite_time(c.ended_at), c.server]
+                for c in plain if c.message_id in ended])})
+        others = [c for c in completions if c.response_body is not None]
+        done_others = set(self._complete_each(cur, others, stamp, waited)) if others else set()
+        done = []
+        for c in completions:
+            if c.message_id in done_others:
+                done.append(c.message_id)
+            elif c.response_body is None and c.message_id in ended:
+                done.append(c.message_id)
+                if ended[c.message_id]:
+                    waited.append(c.message_id)
+        return done
+
+    def _complete_each(self, cur: Any, completions: Sequence[Completion], stamp: str | None,
+                       waited: list[int]) -> list[int]:
+        """:meth:`_complete`, a few statements per completion."""
         done: list[int] = []
         next_id = None
         for c in completions:
