@@ -61,8 +61,7 @@ def accept_message(store: SqlStore, production: ProductionConfig | ProductionOut
     ``same_body``: that message must have this body (the same JSON value), else
     IdempotencyConflict. ``waited``: the caller will :func:`wait_for` it (pass
     ``marked=True`` there); ``durable``: see :meth:`SqlStore.accept`."""
-    request_class, paths = _intake_of(production, target)
-    body_class, text = _validated(request_class, body)
+    body_class, text, paths = checked_body(production, target, body)
     with producer_span(production, target) as producer:
         accepted = store.accept(target=target, body_class=body_class,
                                 body=text, source=source, session_id=session_id,
@@ -72,13 +71,28 @@ def accept_message(store: SqlStore, production: ProductionConfig | ProductionOut
         if accepted.created:
             producer.sent([accepted.id])
     if same_body and not accepted.created:
-        first = store.get_message(accepted.id)  # a replay: one read, never on a first call
-        if first is not None and (first.body_class, _canonical(first.body)) != \
-                (body_class, _canonical(text)):
-            raise IdempotencyConflict(
-                f"Idempotency-Key {idempotency_key!r} was used for message {accepted.id} "
-                "with another body; use a new key for a new message")
+        check_replay(store, accepted, body_class, text, idempotency_key)
     return accepted
+
+
+def checked_body(production: ProductionConfig | ProductionOutline, target: str,
+                 body: str | dict[str, Any] | Message) -> tuple[str, str, tuple[str, ...]]:
+    """``body`` checked as a request for ``target``: its body class, its JSON text and the
+    target's search properties; MessageError (nothing accepted) if it does not fit."""
+    request_class, paths = _intake_of(production, target)
+    return (*_validated(request_class, body), paths)
+
+
+def check_replay(store: SqlStore, accepted: Accepted, body_class: str, text: str,
+                 idempotency_key: str | None) -> None:
+    """IdempotencyConflict if ``accepted``, the earlier message of a repeated key, has
+    another body than this one (one read; never made for a first call)."""
+    first = store.get_message(accepted.id)
+    if first is not None and (first.body_class, _canonical(first.body)) != \
+            (body_class, _canonical(text)):
+        raise IdempotencyConflict(
+            f"Idempotency-Key {idempotency_key!r} was used for message {accepted.id} "
+            "with another body; use a new key for a new message")
 
 
 class IdempotencyConflict(MessageError):

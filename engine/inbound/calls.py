@@ -25,13 +25,16 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.client import accept_message
+from engine.client import accept_message, check_replay, checked_body
 from engine.clock import utcnow
 from engine.config.production import ProductionConfig
 from engine.inbound.auth import CallerAuth
 from engine.inbound.refusals import RefusalLog
+from engine.otel import producer_span
+from engine.portal.batch_intake import BatchIntake
 from engine.portal.intake import MAX_KEY_LENGTH, accept_and_wait, check_idempotency_key
 from engine.portal.threads import to_thread
+from engine.store.hotpath import Intake
 from engine.store.inbound import InboundCall, record_calls
 from engine.store.sql import Accepted, SqlStore
 
@@ -45,13 +48,15 @@ RECORD_BATCH = 500  # calls written in one transaction at most
 @dataclass
 class InboundContext:
     """What the services of one inbound server share: the store, the production, the
-    callers' authentication, the refusal log, the call recorder and the stop flag."""
+    callers' authentication, the refusal log, the call recorder, the batched intake of
+    callers that do not wait, and the stop flag."""
 
     store: SqlStore
     production: ProductionConfig
     auth: CallerAuth
     refusals: RefusalLog
     recorder: CallRecorder
+    intake: BatchIntake
     stopping: threading.Event = field(default_factory=threading.Event)
 
 
@@ -100,10 +105,17 @@ async def submit(context: InboundContext, service: str, target: str, body: Any, 
     """Commit ``body`` for ``target`` (MessageError if it does not fit; IdempotencyConflict
     for a key used with another body) and, with ``wait`` seconds, wait for its end."""
     store = context.store
-    if wait is None:
-        accepted = await to_thread(lambda: accept_message(
-            store, context.production, target, body, source=service, idempotency_key=key,
-            same_body=True))
+    if wait is None:  # as accept_message, with the commit batched on the loop's behalf
+        production = context.production
+        body_class, text, paths = checked_body(production, target, body)
+        with producer_span(production, target) as producer:
+            accepted = await context.intake.accept(Intake(
+                target, body_class, text, service, None, utcnow(), key, producer.context,
+                search_paths=paths))
+            if accepted.created:
+                producer.sent([accepted.id])
+        if not accepted.created:
+            await to_thread(check_replay, store, accepted, body_class, text, key)
         return Ended(accepted, None)
     accepted, outcome = await accept_and_wait(
         store, lambda: accept_message(store, context.production, target, body, source=service,

@@ -34,6 +34,7 @@ from engine.inbound.auth import CallerAuth
 from engine.inbound.base import InboundService
 from engine.inbound.calls import CallRecorder, InboundContext
 from engine.inbound.refusals import RefusalLog
+from engine.portal.batch_intake import BatchIntake
 from engine.portal.limited_server import LimitedServer, limited_server
 from engine.portal.limits import ServerLimits
 from engine.runtime.network import is_loopback
@@ -122,9 +123,10 @@ class InboundServer:
         self.store = store
         self.services = inbound_services(production, store)
         self.recorder = CallRecorder(store)
+        self.intake = BatchIntake(store, name="inbound-intake")
         self.context = InboundContext(store=store, production=production,
                                       auth=CallerAuth(store), refusals=RefusalLog(store.events),
-                                      recorder=self.recorder)
+                                      recorder=self.recorder, intake=self.intake)
         try:
             self._app = _Switch(create_app(self.services, self.context))
             self._server = inbound_http_server(self._app, config)
@@ -144,11 +146,13 @@ class InboundServer:
             service.start()
         self._warn_if_exposed()
         self.recorder.start()
+        self.intake.start()
         self._thread.start()
         deadline = time.monotonic() + START_TIMEOUT
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 self.recorder.stop()
+                self.intake.stop()
                 raise ConfigurationError(f"the inbound services could not listen on {self.url}",
                                          item="[inbound]")
             time.sleep(0.02)
@@ -162,6 +166,7 @@ class InboundServer:
         self.store.completions.wake_all()
         self._server.should_exit = True
         self._thread.join(STOP_TIMEOUT)
+        self.intake.stop()  # after the server: requests still open may still commit
         self.recorder.stop()
         tear_down(self.services)
 

@@ -152,6 +152,33 @@ class SqlStore:
             self.mark_waited(accepted.id)
         return accepted
 
+    def accept_batch(self, intakes: Sequence[Intake]) -> list[Accepted | Exception]:
+        """:meth:`accept` of each of ``intakes`` (durably, none taken directly) in one
+        transaction, for a caller that batches them itself (an event loop's intake,
+        :mod:`engine.portal.batch_intake`); each result in order, an Accepted or the error
+        of that intake alone: if the batch fails as a whole, each is tried on its own."""
+        results: list[Accepted | Exception]
+        try:
+            results = list(self.db.hot.accept_many(intakes))
+        except Exception:  # noqa: BLE001 - tried again one by one: one bad intake fails alone
+            results = []
+            for intake in intakes:
+                try:
+                    results.append(self._accept_one(intake))
+                except Exception as exc:  # noqa: BLE001 - handed to its caller
+                    results.append(exc)
+        work: dict[str, bool] = {}  # target → urgent
+        for intake, result in zip(intakes, results):
+            if isinstance(result, Accepted):
+                if result.created:
+                    work[intake.target] = work.get(intake.target, False) or intake.waited
+                elif intake.waited:
+                    self.mark_waited(result.id)
+        if work:  # PostgreSQL: NOTIFY went with the INSERTs
+            self.db.announcer.call_back([Announcement.work(target, urgent=urgent)
+                                         for target, urgent in work.items()])
+        return results
+
     def add_taker(self, target: str, taker: Taker) -> bool:
         """Let ``taker`` take ``target``'s waited-for messages as they are accepted here
         (:meth:`_take_directly`); False where the driver cannot (PostgreSQL, for now)."""
