@@ -109,3 +109,26 @@ def test_a_batch_of_intakes_gets_ids_in_order_each_in_its_own_session_or_the_giv
         callers = conn.execute(text("SELECT idempotency_caller FROM message_header "
                                     "WHERE id > :id ORDER BY id"), {"id": before}).scalars()
         assert list(callers) == ["", "api:shop", ""]
+
+
+def test_a_batch_with_a_nul_character_is_written_whole_on_sqlite(tmp_path: Any) -> None:
+    """SQLite's JSON functions end a string at a NUL: such a batch goes the one-by-one way
+    (PostgreSQL's text holds no NUL at all, so this is SQLite's alone)."""
+    store = SqlStore(f"sqlite:///{tmp_path / 'nul.db'}")
+    store.upgrade()
+    try:
+        now = utcnow()
+        accepted = store.db.hot.accept_many([
+            Intake("A", None, "{}", "svc\x00tail", None, now, None, None),
+            Intake("A", None, "{}", "plain", None, now, None, None)])
+        assert [store.get_message(a.id).source for a in accepted] == [  # type: ignore[union-attr]
+            "svc\x00tail", "plain"]
+        claimed = _claim(store, "A", 2)
+        done = store.complete_many([Completion(
+            c.row.id, c.row.claim_token, c.begun, now, now, f"http://s\x00/{n}", None, None)
+            for n, c in enumerate(claimed)], now=now)
+        assert done == [a.id for a in accepted]
+        assert [store.attempts(a.id)[0].server for a in accepted] == [
+            "http://s\x00/0", "http://s\x00/1"]
+    finally:
+        store.dispose()

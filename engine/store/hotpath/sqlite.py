@@ -93,9 +93,10 @@ class SqliteHotPath(HotPath):
     _END_ATTEMPT = ("UPDATE message_attempt SET started_at = :started_at, ended_at = :ended_at, "
                     "outcome = 'ok', server = :server WHERE id = :attempt_id")
     # Set-based forms of the statements above, for a batch given as one JSON array: one call
-    # into the driver for the whole batch. Each call hands the GIL back and must wait to take
-    # it again, with the write lock held; under load (an inbound server, busy workers) those
-    # waits, not the statements, made a batch's transaction long.
+    # into the driver for the whole batch instead of one or more per message, each of which
+    # hands the GIL back and must win it again while the write lock is held (a no-op drain
+    # spent 3-20 % less CPU a message, BENCHMARKS.md). SQLite's JSON functions end a string
+    # at a NUL character, so a batch with one in its text goes the one-by-one way.
     # many intakes without an idempotency key or search properties: one autocommit statement,
     # ids drawn in order from max(id) + 1 (the last one read back as the row id); each row
     # is [session_id, source, target, body_class, body, now, trace, waited]
@@ -259,7 +260,8 @@ class SqliteHotPath(HotPath):
         return accepted, Claimed(self._row(raw), begun, 0)
 
     def accept_many(self, intakes: Sequence[Intake]) -> list[Accepted]:
-        if not any(i.idempotency_key is not None or i.search_paths for i in intakes):
+        if not any(i.idempotency_key is not None or i.search_paths or _has_nul(
+                i.source, i.target, i.body_class, i.body, i.trace_context) for i in intakes):
             rows = json.dumps([[i.session_id, i.source, i.target, i.body_class, i.body,
                                 _sqlite_time(i.now), i.trace_context, int(i.waited)]
                                for i in intakes])
@@ -363,13 +365,16 @@ class SqliteHotPath(HotPath):
                   waited: list[int]) -> list[int]:
         """Record ``completions``; the ids completed (``waited``: those someone waits for,
         appended)."""
-        plain = [c for c in completions if c.response_body is None]
+        plain: list[Completion] = []  # no response: the set-based statements
+        others: list[Completion] = []
+        for c in completions:
+            (plain if c.response_body is None and not _has_nul(c.server) else others).append(c)
         if len(plain) > 1 and len({c.message_id for c in plain}) == len(plain):
-            return self._complete_plain(cur, completions, plain, stamp, waited)
+            return self._complete_plain(cur, completions, plain, others, stamp, waited)
         return self._complete_each(cur, completions, stamp, waited)
 
     def _complete_plain(self, cur: Any, completions: Sequence[Completion],
-                        plain: list[Completion], stamp: str | None,
+                        plain: list[Completion], others: list[Completion], stamp: str | None,
                         waited: list[int]) -> list[int]:
         """:meth:`_complete` of the completions without a response in two statements for
         them all (the others one by one)."""
@@ -380,13 +385,12 @@ class SqliteHotPath(HotPath):
             cur.execute(self._END_ATTEMPTS, {"rows": json.dumps([
                 [c.attempt_id, _sqlite_time(c.started_at), _sqlite_time(c.ended_at), c.server]
                 for c in plain if c.message_id in ended])})
-        others = [c for c in completions if c.response_body is not None]
         done_others = set(self._complete_each(cur, others, stamp, waited)) if others else set()
         done = []
         for c in completions:
             if c.message_id in done_others:
                 done.append(c.message_id)
-            elif c.response_body is None and c.message_id in ended:
+            elif c.message_id in ended:
                 done.append(c.message_id)
                 if ended[c.message_id]:
                     waited.append(c.message_id)
@@ -434,6 +438,12 @@ class SqliteHotPath(HotPath):
         data["retry_needed"] = bool(data["retry_needed"])
         data["waited"] = bool(data["waited"])
         return MessageRow(**data)
+
+
+def _has_nul(*texts: str | None) -> bool:
+    """True if one of ``texts`` holds a NUL character (see the set-based statements)."""
+    return any(t is not None and "\x00" in t for t in texts)
+
 
 
 def _json_ids(ids: Sequence[int]) -> str:
