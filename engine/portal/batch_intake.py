@@ -67,7 +67,9 @@ class BatchIntake:
             self._pending.append((intake, loop, future))
             if len(self._pending) == 1:
                 self._ready.notify()
-        return await asyncio.shield(future)  # a caller that goes away leaves the commit be
+        # a caller that goes away (its client closed the connection) cancels only its wait:
+        # the intake is queued and is committed all the same, as a hop's work was
+        return await future
 
     def _run(self) -> None:
         while True:

@@ -148,3 +148,24 @@ def test_async_requests_from_many_clients_are_committed_in_batches(store: SqlSto
         assert batcher.intakes == 80
     rows = {m["id"]: m for m in queries.messages(store, item="Sink")}
     assert sorted(ids) == sorted(rows) and len(rows) == 80  # each answered id is a message
+
+
+def test_a_caller_that_goes_away_leaves_its_intake_to_be_committed(store: SqlStore) -> None:
+    batcher = BatchIntake(store)
+    batcher.start()
+    held = _write_lock(store)
+
+    async def main() -> None:
+        gone = asyncio.ensure_future(batcher.accept(_intake(1)))
+        stays = asyncio.ensure_future(batcher.accept(_intake(2)))
+        await asyncio.sleep(0.2)
+        gone.cancel()  # its client closed the connection
+        await asyncio.sleep(0.05)
+        held.release()
+        accepted = await stays
+        assert accepted.created and gone.cancelled()
+    try:
+        asyncio.run(main())
+    finally:
+        batcher.stop()
+    assert sorted(m["body"] for m in queries.messages(store)) == ['{"n": 1}', '{"n": 2}']
