@@ -1,9 +1,11 @@
 """From an accepted request to a message and back: what every inbound service shares.
 
-:func:`submit` commits the message (``source`` = the service's name, a new session) exactly
-as the intake API does (:func:`engine.client.accept_message`: the body checked against the
-target's message class, an ``Idempotency-Key`` honoured once per target, caller and key),
-and, for a caller that waits, watches for its end through the store's
+:func:`submit` commits the message (``source`` = the service's name, a new session) with
+the intake API's checks (:func:`engine.client.accept_message`: the body checked against the
+target's message class, an ``Idempotency-Key`` honoured once per target, caller and key) —
+for a caller that does not wait, on the event loop, with the commit batched with others'
+(:class:`~engine.portal.batch_intake.BatchIntake`) — and, for a caller that waits, watches
+for its end through the store's
 :class:`~engine.store.completions.CompletionHub` — woken by the commit that ends it, in this
 process or any other, with a look every :data:`~engine.store.completions.SAFETY_POLL`
 seconds only as the safety net. A stop of the daemon wakes every waiter, which answers that
