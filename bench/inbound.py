@@ -10,7 +10,9 @@ inbound_http_msgs_per_s: 16 client threads (``http.client``, each on its own kep
 connection) POST a small JSON body to an async HttpService route; messages per second
 accepted (202), each a durable commit, while the same daemon delivers them to a no-op
 operation (a switched-off target would not make it cheaper: its dispatcher still looks at
-its queue at every announcement).
+its queue at every announcement). Beside it, the same 16 clients post to bench/bare_intake.py
+(a bare Starlette app doing one durable SQLite insert per POST, nothing delivered) in the same
+run: what the machine gives a durable HTTP intake with no engine at all.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import requests
 import zeep
 
 from bench import harness as h
+from bench import intake_http
 from bench.report import Outcome
 from engine.store import queries
 from engine.store.inbound import calls_of
@@ -236,6 +239,14 @@ def inbound_http(work: Path, count: int) -> Outcome:
     out.key("inbound_http_msgs_per_s", f"{CLIENTS} clients POST to an async HttpService, "
             "SQLite, durable", each * CLIENTS / seconds, "msg/s",
             f"n={each * CLIENTS:,}; the daemon used {cpu:.1f} s of CPU in all")
+    bare, base = intake_http._bare(work)  # the same load on a bare durable endpoint
+    try:
+        peer = intake_http._concurrent_rate(base, "none", count, CLIENTS)
+    finally:
+        intake_http.stop(bare)
+    out.info("  bare Starlette/uvicorn, one durable insert per POST, the same load", peer,
+             "msg/s", "bench/bare_intake.py in a subprocess, no delivery; "
+             f"the HttpService ÷ it: {each * CLIENTS / seconds / peer:.2f}")
     return out
 
 
