@@ -95,23 +95,34 @@ class GroupCommit(Generic[W, R]):
     def _commit(self, batch: list[_Ticket[W, R]]) -> None:
         self.commits += 1
         self.writes += len(batch)
-        if len(batch) > 1:
-            try:
-                results = self._commit_many([t.write for t in batch])
-            except Exception:  # noqa: BLE001 - tried again one by one below
-                pass
+        outcomes = commit_together([t.write for t in batch], self._commit_one, self._commit_many)
+        for ticket, outcome in zip(batch, outcomes):
+            if isinstance(outcome, BaseException):
+                ticket.error = outcome
             else:
-                for ticket, result in zip(batch, results):
-                    ticket.result = result
-                return
-        for ticket in batch:
-            try:
-                ticket.result = self._commit_one(ticket.write)
-            except BaseException as exc:  # noqa: BLE001 - handed to its caller
-                ticket.error = exc
+                ticket.result = outcome
 
     @staticmethod
     def _outcome(ticket: _Ticket[W, R]) -> R:
         if ticket.error is not None:
             raise ticket.error
         return cast(R, ticket.result)  # set: no error, so the commit gave it
+
+
+def commit_together(writes: Sequence[W], commit_one: Callable[[W], R],
+                    commit_many: Callable[[Sequence[W]], list[R]]) -> list[R | BaseException]:
+    """``writes`` in one transaction (``commit_many``) or, when that fails as a whole, each
+    in one of its own: each write's result in order, or the error of a write that failed
+    alone (a batch of one is committed alone at once)."""
+    if len(writes) > 1:
+        try:
+            return list(commit_many(writes))
+        except Exception:  # noqa: BLE001 - tried again one by one below
+            pass
+    outcomes: list[R | BaseException] = []
+    for write in writes:
+        try:
+            outcomes.append(commit_one(write))
+        except BaseException as exc:  # noqa: BLE001 - handed to that write's caller
+            outcomes.append(exc)
+    return outcomes

@@ -35,7 +35,7 @@ from engine.store.connector import (
     work_announcements,
 )
 from engine.store.database import create_db_engine
-from engine.store.group import GroupCommit
+from engine.store.group import GroupCommit, commit_together
 from engine.store.hotpath import Accepted, Claimed, Completion, Intake, Outcome, Taker
 from engine.store.leases import SqlLeases
 from engine.store.models import daemon, item_state, message_attempt, message_header
@@ -152,21 +152,12 @@ class SqlStore:
             self.mark_waited(accepted.id)
         return accepted
 
-    def accept_batch(self, intakes: Sequence[Intake]) -> list[Accepted | Exception]:
+    def accept_batch(self, intakes: Sequence[Intake]) -> list[Accepted | BaseException]:
         """:meth:`accept` of each of ``intakes`` (durably, none taken directly) in one
         transaction, for a caller that batches them itself (an event loop's intake,
         :mod:`engine.portal.batch_intake`); each result in order, an Accepted or the error
         of that intake alone: if the batch fails as a whole, each is tried on its own."""
-        results: list[Accepted | Exception]
-        try:
-            results = list(self.db.hot.accept_many(intakes))
-        except Exception:  # noqa: BLE001 - tried again one by one: one bad intake fails alone
-            results = []
-            for intake in intakes:
-                try:
-                    results.append(self._accept_one(intake))
-                except Exception as exc:  # noqa: BLE001 - handed to its caller
-                    results.append(exc)
+        results = commit_together(intakes, self._accept_one, self.db.hot.accept_many)
         work: dict[str, bool] = {}  # target → urgent
         for intake, result in zip(intakes, results):
             if isinstance(result, Accepted):
