@@ -42,6 +42,9 @@ ACCEPT_BATCH = 64  # connections accepted per wake-up of the loop (it stays resp
 LISTEN_BACKLOG = 128  # connections the kernel queues for us (they cost us no descriptor)
 ACCEPT_PAUSE = 1.0  # seconds accepting pauses when the system has no descriptor left
 SWEEP_INTERVAL = 1.0  # seconds between looks for connections closed behind our back
+# seconds a connection the server closed at its stop may take to go (a TLS connection waits
+# for its peer's close_notify, which an idle keep-alive client never sends) before it is cut
+SHUTDOWN_GRACE = 0.5
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends a reset, no TIME_WAIT
 STARTUP_FAILURE = 3  # uvicorn's exit status when it cannot start
 # uvloop's event loop where it is installed (a dependency on Linux and macOS), asyncio's
@@ -230,6 +233,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._read_timeout = slot.gate.limits.read_timeout
         self._reading: asyncio.TimerHandle | None = None
         self._stalled: asyncio.TimerHandle | None = None
+        self._lingering: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
@@ -237,8 +241,9 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        if self._stalled is not None:
-            self._stalled.cancel()
+        for timer in (self._stalled, self._lingering):
+            if timer is not None:
+                timer.cancel()
         try:
             super().connection_lost(exc)
         finally:
@@ -255,6 +260,19 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._disarm()
+
+    def shutdown(self) -> None:
+        """The server stops: an idle connection is closed now, one answering once its answer
+        is sent (uvicorn's way); either is cut :data:`SHUTDOWN_GRACE` seconds after its
+        close if it has not gone by then, so that a stop never waits on a client."""
+        super().shutdown()
+        self._lingering = self.loop.call_later(SHUTDOWN_GRACE, self._cut_short)
+
+    def _cut_short(self) -> None:
+        if self.transport.is_closing():  # closed, waiting on the peer
+            self.transport.abort()
+        else:  # still answering: look again
+            self._lingering = self.loop.call_later(SHUTDOWN_GRACE, self._cut_short)
 
     def pause_writing(self) -> None:
         super().pause_writing()

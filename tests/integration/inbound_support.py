@@ -23,8 +23,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def running(store: SqlStore, items: str, port: int) -> Iterator[Daemon]:
-    text = (f"[production]\npoll_interval = 0.05\n[inbound]\nport = {port}\n" + items)
+def running(store: SqlStore, items: str, port: int, inbound: str = "") -> Iterator[Daemon]:
+    """The daemon of ``items`` started, its [inbound] on ``port`` (``inbound``: more of
+    that table's lines)."""
+    text = (f"[production]\npoll_interval = 0.05\n[inbound]\nport = {port}\n{inbound}\n"
+            + items)
     daemon = Daemon(parse_production(text, env={}), store=store, env={})
     daemon.start()
     try:

@@ -2,11 +2,12 @@
 sync mode answering with the target's response (an HttpOperation's status, headers and body;
 a process's JSON), async mode answering 202 with the id, a target's error (502) and
 timeout (504), bad requests refused with nothing created (400, 404, 405, 413),
-Idempotency-Key per caller, and the three kinds of authentication."""
+Idempotency-Key per caller, the three kinds of authentication, and TLS as the portal has it."""
 from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from engine.process import BusinessProcess
 from engine.store import accounts, queries
 from engine.store.sql import SqlStore
 from tests.integration.inbound_support import free_port, running
-from tests.servers import HttpTestServer, respond
+from tests.servers import HttpTestServer, make_tls, respond
 
 WAIT = 30  # seconds a test waits for a message at most
 
@@ -229,3 +230,21 @@ def test_basic_and_token_authentication(
     assert no_token.status_code == 401 and "Bearer" in no_token.json()["error"]
     assert with_token.status_code == 202
     assert len(queries.messages(store, item="Echo")) == 2
+
+
+def test_tls_as_for_the_portal(store: SqlStore, servers: tuple[HttpTestServer, HttpTestServer],
+                               tmp_path: Path) -> None:
+    fast, slow = servers
+    tls = make_tls(tmp_path)
+    port = free_port()
+    with running(store, _items(fast, slow), port,
+                 f'tls_cert = "{tls.server_cert}"\ntls_key = "{tls.server_cert}"'):
+        answer = requests.post(f"https://127.0.0.1:{port}/echo", json={"n": 1}, timeout=30,
+                               verify=str(tls.ca))
+        with pytest.raises(requests.exceptions.SSLError):  # not the CA it trusts
+            requests.post(f"https://127.0.0.1:{port}/echo", json={"n": 2}, timeout=30)
+        with pytest.raises(requests.ConnectionError):  # the port speaks TLS only
+            requests.post(f"http://127.0.0.1:{port}/echo", json={"n": 3}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["json"] == {"n": 1}
+    assert len(queries.messages(store, item="Echo")) == 1

@@ -466,6 +466,24 @@ def test_a_tls_portal_closes_a_connection_that_never_finishes_its_handshake_or_r
     assert answer.status_code == 200
 
 
+def test_a_stop_never_waits_on_an_idle_tls_client(sqlite_store: SqlStore,
+                                                 tmp_path: Path) -> None:
+    """A TLS connection closed by the server waits for its peer's close_notify; an idle
+    keep-alive client never sends one, and the server's thread outlived its stop (then
+    its event loop would not close: a connection still open)."""
+    tls = make_tls(tmp_path)
+    server = _served(sqlite_store, tls_cert=str(tls.server_cert), tls_key=str(tls.server_cert))
+    client = requests.Session()
+    try:
+        assert client.get(f"{server.url}/login", verify=str(tls.ca), timeout=10).ok
+        started = time.monotonic()
+        server.stop()  # the client keeps its connection, idle
+        took = time.monotonic() - started
+    finally:
+        client.close()
+    assert not server._thread.is_alive(), f"the portal still ran {took:.1f} s after its stop"
+
+
 def test_the_proxies_of_forwarded_allow_ips_are_spared_the_per_client_cap(
         sqlite_store: SqlStore) -> None:
     server = _served(sqlite_store, max_connections_per_client=4, read_timeout=5.0,
