@@ -4,7 +4,9 @@ inbound_soap_ms_p50: a zeep client generated from the WSDL a SoapService serves 
 ``echo`` through an ``engine.router:Router`` and a SoapOperation to a loopback spyne echo
 (bench/spyne_echo.py, a process of its own); the figure is that call's p50 MINUS the p50 of
 the same zeep call made directly to spyne in the same run (measured before and after the
-inbound calls; the lower of the two is taken): what Encore adds.
+inbound calls; the lower of the two is taken): what Encore adds. Below it, where a call's
+time goes, hop by hop: from the client's clock to the call's record in the database, the
+database's timestamps along the chain, and back to the client.
 
 inbound_http_msgs_per_s: 16 client threads (``http.client``, each on its own kept-alive
 connection) POST a small JSON body to an async HttpService route; messages per second
@@ -33,6 +35,7 @@ import zeep
 from bench import harness as h
 from bench import intake_http
 from bench.report import Outcome
+from engine.clock import as_utc
 from engine.store import queries
 from engine.store.inbound import calls_of
 from engine.store.sql import SqlStore
@@ -70,12 +73,17 @@ def _wait_listening(url: str, timeout: float = 60, status: int = 200) -> None:
         time.sleep(0.1)
 
 
-def _p50_ms(client: zeep.Client, calls: int) -> float:
+def _p50_ms(client: zeep.Client, calls: int,
+            stamps: list[tuple[float, float]] | None = None) -> float:
+    """The median milliseconds of ``calls`` echo calls; each call's wall-clock start and
+    end (``time.time()``) appended to ``stamps``."""
     times = []
     for n in range(calls):
-        t0 = time.perf_counter()
+        t0, wall = time.perf_counter(), time.time()
         result = client.service.echo(text=f"t{n}")
         times.append((time.perf_counter() - t0) * 1000)
+        if stamps is not None:
+            stamps.append((wall, wall + times[-1] / 1000))
         if result != f"echo:t{n}":
             raise RuntimeError(f"unexpected answer {result!r}")
     return statistics.median(times)
@@ -113,14 +121,18 @@ wsdl = "{wsdl_url}"
     return path
 
 
-HOPS = ("caller → message committed", "committed → router's attempt", "router → its call",
+HOPS = ("zeep's call sent → SoapService has it", "caller → message committed",
+        "committed → router's attempt", "router → its call",
         "call committed → operation's attempt", "operation's attempt (spyne)",
-        "attempt end → call done", "call done → router done", "router done → answer")
+        "attempt end → call done", "call done → router done", "router done → answer",
+        "answer → zeep's call returns")
 
 
-def _hops(url: str, last: int) -> list[float]:
-    """Median milliseconds of each of :data:`HOPS` over the ``last`` inbound calls, from
-    the database's timestamps: where the time through Encore goes."""
+def _hops(url: str, stamps: list[tuple[float, float]]) -> list[float]:
+    """Median milliseconds of each of :data:`HOPS` over the inbound calls of ``stamps``
+    (the client's start and end of each, in order), from the database's timestamps between
+    them: where the time through Encore goes. The first and last include the client's own
+    zeep work, which the direct call has too."""
     store = SqlStore(url)
     try:
         messages = queries.messages(store)
@@ -128,15 +140,17 @@ def _hops(url: str, last: int) -> list[float]:
         children = {m["session_id"]: m for m in messages
                     if m["source"] == "Router" and m["kind"] == "request"}
         rows = []
-        for m in [m for m in messages if m["id"] in calls][-last:]:
+        timed = [m for m in messages if m["id"] in calls][-len(stamps):]
+        for (sent, returned), m in zip(stamps[-len(timed):], timed):
             child, call = children.get(m["session_id"]), calls[m["id"]]
             router, attempt = store.attempts(m["id"]), store.attempts(child["id"]) if child else []
             if not (child and router and attempt and attempt[0].ended_at and call.answered_at):
                 continue
-            marks = [call.received_at, m["time_created"], router[0].started_at,
-                     child["time_created"], attempt[0].started_at, attempt[0].ended_at,
-                     child["time_completed"], m["time_completed"], call.answered_at]
-            rows.append([(b - a).total_seconds() * 1000 for a, b in zip(marks, marks[1:])])
+            marks = [sent, *(as_utc(t).timestamp() for t in (
+                call.received_at, m["time_created"], router[0].started_at,
+                child["time_created"], attempt[0].started_at, attempt[0].ended_at,
+                child["time_completed"], m["time_completed"], call.answered_at)), returned]
+            rows.append([(b - a) * 1000 for a, b in zip(marks, marks[1:])])
     finally:
         store.engine.dispose()
     return [statistics.median(r[i] for r in rows) if rows else float("nan")
@@ -159,18 +173,21 @@ def inbound_soap(work: Path, calls: int) -> Outcome:
             _wait_listening(served)
             inbound = zeep.Client(served)
             _p50_ms(inbound, 20)  # warm: connections, statement caches
-            through = _p50_ms(inbound, calls)
+            stamps: list[tuple[float, float]] = []
+            through = _p50_ms(inbound, calls, stamps)
         after = _p50_ms(direct, calls)
     finally:
         spyne.stdin.close()  # type: ignore[union-attr]
         spyne.wait(10)
     base = min(before, after)
-    hops = _hops(h.sqlite_url(work, "inbound-soap.db"), calls)
+    hops = _hops(h.sqlite_url(work, "inbound-soap.db"), stamps)
     out.key("inbound_soap_ms_p50", "zeep → SoapService → Router → SoapOperation → spyne, "
             "minus zeep → spyne", through - base, "ms",
             f"n={calls}; through Encore {through:.2f} ms, direct {before:.2f} / {after:.2f} ms")
-    for name, ms in zip(HOPS, hops):
-        out.info(f"  {name}", ms, "ms", "p50, from the database's timestamps")
+    for n, (name, ms) in enumerate(zip(HOPS, hops)):
+        edge = n in (0, len(HOPS) - 1)  # one end is the client's clock
+        out.info(f"  {name}", ms, "ms", "p50, the client's clock and the database's"
+                 if edge else "p50, from the database's timestamps")
     return out
 
 
