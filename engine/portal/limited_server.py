@@ -45,6 +45,7 @@ SWEEP_INTERVAL = 1.0  # seconds between looks for connections closed behind our 
 # seconds a connection the server closed at its stop may take to go (a TLS connection waits
 # for its peer's close_notify, which an idle keep-alive client never sends) before it is cut
 SHUTDOWN_GRACE = 0.5
+COALESCE_BYTES = 65536  # bytes of an answer held for one write at most (CoalescingTransport)
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends a reset, no TIME_WAIT
 STARTUP_FAILURE = 3  # uvicorn's exit status when it cannot start
 # uvloop's event loop where it is installed (a dependency on Linux and macOS), asyncio's
@@ -186,24 +187,31 @@ class CoalescingTransport:
     at once: two system calls and two TCP segments for a small answer, the first a third of
     the event loop's time for a route that answers 202 (BENCHMARKS.md). Whatever is written
     before :meth:`close` goes out before the close; :meth:`abort` drops it with the
-    connection. Everything else is the transport's own."""
+    connection. Once :data:`COALESCE_BYTES` are held they go at once, so that a large body
+    meets the transport's flow control (``pause_writing``) as it did. Everything else is
+    the transport's own."""
 
-    __slots__ = ("_transport", "_loop", "_pending")
+    __slots__ = ("_transport", "_loop", "_pending", "_held")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
         self._pending: list[bytes] = []
+        self._held = 0  # bytes in _pending
 
     def write(self, data: bytes) -> None:
         if not self._pending:
             self._loop.call_soon(self._flush)
         self._pending.append(data)
+        self._held += len(data)
+        if self._held >= COALESCE_BYTES:
+            self._flush()
 
     def _flush(self) -> None:
         if self._pending:
             data = b"".join(self._pending)
             self._pending.clear()
+            self._held = 0
             if not self._transport.is_closing():
                 self._transport.write(data)
 
@@ -213,10 +221,11 @@ class CoalescingTransport:
 
     def abort(self) -> None:
         self._pending.clear()
+        self._held = 0
         self._transport.abort()
 
     def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + sum(map(len, self._pending))
+        return self._transport.get_write_buffer_size() + self._held
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)

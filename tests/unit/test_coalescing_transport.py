@@ -9,7 +9,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from engine.portal.limited_server import CoalescingTransport
+from engine.portal.limited_server import COALESCE_BYTES, CoalescingTransport
 
 
 class Counting:
@@ -122,3 +122,19 @@ def test_everything_else_is_the_transport_s_own() -> None:
     run(look)
     assert seen["socket"] is not None
     assert seen["reading"] is False
+
+
+def test_a_large_body_goes_at_once_and_meets_flow_control() -> None:
+    chunk = b"x" * (COALESCE_BYTES // 2)
+    held = []
+
+    def stream(transport: CoalescingTransport, loop: Any) -> None:
+        transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        transport.write(chunk)
+        held.append(transport.get_write_buffer_size())  # not sent yet
+        transport.write(chunk)  # over the bound: all of it leaves now, in one write
+
+    writes, got = run(stream)
+    assert held == [len(b"HTTP/1.1 200 OK\r\n\r\n") + len(chunk)]
+    assert writes == [b"HTTP/1.1 200 OK\r\n\r\n" + chunk + chunk]
+    assert got == writes[0]
