@@ -94,6 +94,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
+        if len(body) < length:  # the client went away mid-request (killed): no request
+            self.close_connection = True
+            return
         record = Recorded(self.command, self.path, dict(self.headers.items()), body)
         self.server.owner.requests.append(record)
         self.server.owner.route_for(self.command, self.path)(self, record)

@@ -24,8 +24,8 @@ class = "operations.http:HttpOperation"
 [items.settings]
 url = "{http}"
 response_timeout = 0.3
-retry_interval = 0.4
-failure_timeout = 1.0
+retry_interval = 1.0
+failure_timeout = 2.0
 
 [[items]]
 name = "Fine"
@@ -37,7 +37,11 @@ url = "{http}"
 
 @pytest.fixture(scope="module")
 def filled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, int, int]]:
-    """A database after a real run: one message that gave up, one that completed."""
+    """A database after a real run: one message that gave up, one that completed. Flaky's
+    attempts start at 0, 1 and 2 s and fail 0.3 s later; a failure 2 s or more after the
+    first start gives up. So three attempts: the second's failure may come 0.7 s late (it
+    had 0.3 s, and on a busy machine a late one left two), and the third's can never come
+    before 2.3 s."""
     tmp = tmp_path_factory.mktemp("inspect")
     url = f"sqlite:///{tmp / 'e.db'}"
     routes = {"/slow": respond(200, "late", delay=0.5), "/ok": respond(200, "fine")}
@@ -65,7 +69,7 @@ def test_log_prints_aligned_columns_and_filters_by_type_and_item(filled) -> None
     rows = [json.loads(line) for line in encore("log", "--json", "--message", str(failed),
                                                 "--type", "Error", cwd=tmp).stdout.splitlines()]
     assert [r["message_id"] for r in rows] == [failed, failed]
-    assert "FailureTimeout of 1 seconds exceeded" in rows[-1]["text"]
+    assert "FailureTimeout of 2 seconds exceeded" in rows[-1]["text"]
     assert encore("log", "--type", "Error", "--item", "Fine", cwd=tmp).stdout == ""
 
 
