@@ -5,7 +5,9 @@ The zeep client is built once, in :meth:`SoapAdapter.start`, from ``wsdl`` (fetc
 :class:`~engine.errors.AdapterNotReady` and the worker tries again later. The WSDL and what it
 imports are read only as :class:`~adapters.soap_transport.DocumentPolicy` allows (its own
 host, or files beside a local WSDL; each document size-limited). Responses are parsed with
-DTDs, entities and external references forbidden (no XXE, no billion laughs).
+DTDs, entities and external references forbidden (no XXE, no billion laughs), after one
+linear pass held them to the item's XML limits (``xml_max_*``, :mod:`adapters.xml_guard`):
+a response past them fails the attempt as answered, naming the limit.
 
 Credentials go only to the configured hosts: the WSDL's own scheme, host and port, each of
 ``servers``, and (a local WSDL file being the operator's own) the service address it names.
@@ -44,6 +46,7 @@ from adapters.soap_transport import (
     origin_of,
 )
 from adapters.urls import redact_userinfo
+from adapters.xml_guard import XML_LIMIT_SETTINGS, XmlLimits
 from engine.errors import (
     AdapterError,
     AdapterNotReady,
@@ -82,6 +85,7 @@ SOAP_SETTINGS: tuple[Setting, ...] = (
     Setting(name="auth", kind=str, default="wsse", choices=("wsse", "basic"),
             help="how credentials are sent"),
     *COMMON_SETTINGS,
+    *XML_LIMIT_SETTINGS,
 )
 
 
@@ -94,6 +98,10 @@ class SoapAdapterSettings(AdapterSettings):
 
     wsdl: str | None
     auth: str  # "wsse" or "basic"
+    xml_max_attributes: int  # attributes and namespace declarations on one element
+    xml_max_elements: int  # elements in one response
+    xml_max_depth: int  # elements nested in one another
+    xml_max_text_chars: int  # characters of one text node or attribute value
 
 
 @dataclass(frozen=True)
@@ -184,7 +192,8 @@ class SoapAdapter(OutboundAdapter):
                              headers=self.attempt_headers,
                              retry_on_status=self.retry_on_status,
                              monotonic=self.clock.monotonic,
-                             response_timeout=self.response_timeout)
+                             response_timeout=self.response_timeout,
+                             xml_limits=XmlLimits.of(self.settings))
         transport = DeadlineTransport(hooks, session, policy)
         try:
             with try_scope(self.clock.monotonic() + self.response_timeout, self.clock.monotonic):

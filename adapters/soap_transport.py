@@ -8,12 +8,18 @@ POST through the item's session (deadline-bounded, size-limited, the idempotency
 added) and loads the WSDL and every document it imports only as its
 :class:`DocumentPolicy` allows: over http(s) from the WSDL's own scheme, host and port, or,
 for a local WSDL file, regular files under that file's directory. Each document is at most
-``max_response_bytes``; redirects are followed on the WSDL's own host only.
+``max_response_bytes``; redirects are followed on the WSDL's own host only. Every response and
+document is held to the item's XML limits (:mod:`adapters.xml_guard`) before zeep parses it:
+a response past them fails the attempt as answered (the request reached the server), a
+document past them leaves the WSDL unloaded. A schema document's elements are not counted
+(its size bounds them: a large contract is not hostile).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
+import sys
 from collections.abc import Callable, Collection, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -27,6 +33,7 @@ import zeep
 
 from adapters.deadline import current_scope, try_scope
 from adapters.session import ItemSession, status_error
+from adapters.xml_guard import XmlLimitExceeded, XmlLimits, check_xml
 from engine.errors import DocumentRefused, ResponseRejected
 
 __all__ = ["AttemptHooks", "DeadlineTransport", "DocumentPolicy", "HostBoundBasicAuth", "Origin",
@@ -174,13 +181,15 @@ class HostBoundBasicAuth(requests.auth.HTTPBasicAuth):
 @dataclass(frozen=True)
 class AttemptHooks:
     """What the transport needs of its adapter, as callables: the current attempt's
-    deadline (monotonic seconds) and headers, the statuses to retry, and the clock."""
+    deadline (monotonic seconds) and headers, the statuses to retry, and the clock; and
+    the XML limits of its responses and documents."""
 
     deadline: Callable[[], float]
     headers: Callable[[], Mapping[str, str]]
     retry_on_status: Collection[int]
     monotonic: Callable[[], float]
     response_timeout: float
+    xml_limits: XmlLimits = dataclasses.field(default_factory=XmlLimits.defaults)
 
 
 class DeadlineTransport(zeep.Transport):
@@ -209,6 +218,11 @@ class DeadlineTransport(zeep.Transport):
                 headers={**headers, **self._hooks.headers()})
         if response.status_code >= 400 and not _may_be_fault(response):
             raise status_error(response, self._hooks.retry_on_status, address)
+        try:
+            check_xml(response.content, self._hooks.xml_limits)
+        except XmlLimitExceeded as exc:
+            raise ResponseRejected(f"response from {address} (HTTP {response.status_code}) "
+                                   f"refused: {exc}") from exc
         return response
 
     def get(self, address: str, params: Any, headers: Mapping[str, str]) -> requests.Response:
@@ -225,6 +239,11 @@ class DeadlineTransport(zeep.Transport):
             content = self._fetch(url)
         else:
             content = read_local(url, self._policy.check_local(url), self._policy.limit)
+        try:
+            check_xml(content, dataclasses.replace(self._hooks.xml_limits,
+                                                   xml_max_elements=sys.maxsize))
+        except XmlLimitExceeded as exc:
+            raise DocumentRefused(url, str(exc)) from exc
         self._loaded_bytes += len(content)
         total = max(WSDL_TOTAL_BYTES, self._policy.limit)
         if self._loaded_bytes > total:

@@ -14,17 +14,23 @@
     target = "Router"
     response_timeout = 10
     auth = "basic"                   # none (loopback callers only) | basic | token
+    public_url = "https://soap.example.com/soap/orders"  # unset: the bound address
 
-``GET /soap/orders?wsdl`` serves the WSDL with its SOAP addresses rewritten to the URL it was
-asked at, and ``GET /soap/orders?xsd=NAME`` each schema file it references (its references
-rewritten likewise). A ``POST /soap/orders`` holding a SOAP 1.1 envelope (or 1.2, where the
-WSDL binds it) is parsed against the WSDL (:mod:`engine.inbound.wsdl`) into ``{"operation": NAME,
-"args": {...}}`` — the request body of :class:`operations.soap.SoapOperation`, so a
-passthrough is a Router to one — and sent to ``target`` in a new session; the caller waits
-for the target's response ``{"result": ...}``, written as the operation's output message.
+``GET /soap/orders?wsdl`` serves the WSDL with its SOAP addresses set to ``public_url`` (or,
+when it is not set, to the address the request came in on: the server's own, never the
+request's ``Host`` header, which a cache in front would keep for everyone), and ``GET
+/soap/orders?xsd=NAME`` each schema file it references (its references set likewise). A
+``POST /soap/orders`` holding a SOAP 1.1 envelope (or 1.2, where the WSDL binds it) is
+parsed against the WSDL (:mod:`engine.inbound.wsdl`) into ``{"operation": NAME, "args":
+{...}}`` — the request body of :class:`operations.soap.SoapOperation`, so a passthrough is
+a Router to one — and sent to ``target`` in a new session; the caller waits for the
+target's response ``{"result": ...}``, written as the operation's output message.
 
-Faults: a request the WSDL does not allow (not XML, a DTD, another element, a wrong type)
-answers a ``Client`` fault naming what is wrong and creates nothing; a target that ends in
+Faults: a request the WSDL does not allow (not XML, a DTD, past the XML limits
+``xml_max_*``, another element, two elements in the Body, a SOAP action of another
+operation, a wrong type) answers a ``Client`` fault naming what is wrong and creates
+nothing, as a header block marked ``mustUnderstand`` answers a ``MustUnderstand`` fault; the
+request is parsed and checked on a thread, never on the event loop; a target that ends in
 ``Error`` (or Suspended, ...) answers a ``Server`` fault with its error text; one that has
 not answered within ``response_timeout`` a ``Server`` fault saying so — the message goes on.
 A WSDL that cannot be loaded does not stop the daemon (docs/security.md): one ``Error`` event,
@@ -45,6 +51,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from adapters.soap_transport import local_path, origin_of
+from adapters.xml_guard import XML_LIMIT_SETTINGS, XmlLimits
 from engine.client import IdempotencyConflict
 from engine.clock import utcnow
 from engine.errors import ConfigurationError, MessageError
@@ -81,6 +88,13 @@ def _local_wsdl(value: str) -> str:
     return value
 
 
+def _public_url(value: str) -> str:
+    if origin_of(value) is None or any(c in value for c in "?# "):
+        raise ValueError(f"{value!r} is not allowed; expected the http(s) URL clients call the "
+                         "service at, like 'https://soap.example.com/soap/orders' (no query)")
+    return value
+
+
 def check_path(value: str) -> str:
     if not value.startswith("/") or any(c in value for c in "?#{} ") or "//" in value:
         raise ValueError(f"{value!r} is not allowed; expected a URL path like '/soap/orders' "
@@ -95,7 +109,11 @@ SOAP_SERVICE_SETTINGS: tuple[Setting, ...] = (
             help="URL path the service answers, e.g. '/soap/orders'"),
     Setting(name="target", kind=str, default=None,
             help="item that receives {\"operation\": NAME, \"args\": {...}}"),
+    Setting(name="public_url", kind=str, default=None, check=_public_url,
+            help="URL clients call the service at, written into the served WSDL; unset: "
+                 "the address the server is bound to"),
     *COMMON_SETTINGS,
+    *XML_LIMIT_SETTINGS,
 )
 
 
@@ -112,7 +130,8 @@ class SoapService(InboundService):
                 raise ConfigurationError(f"a SoapService needs {key}", item=name, key=key)
         self.path: str = self.settings["path"]
         self.target: str = self.settings["target"]
-        self.contract = SoapContract(self.settings["wsdl"])
+        self.public_url: str | None = self.settings["public_url"]
+        self.contract = SoapContract(self.settings["wsdl"], XmlLimits.of(self.settings))
         self._load_lock = threading.Lock()
         self._next_load = 0.0  # monotonic seconds of the next try to load a failed WSDL
         self._load_failed = False
@@ -180,7 +199,8 @@ class SoapService(InboundService):
             if not self.contract.loaded and not await to_thread(self._loaded):
                 return _fault(envelope, "Server", "the service's WSDL is not loaded: see the "
                                                   "event log", 503)
-            call = self.contract.parse(await read_body(request, self.max_body_bytes))
+            body = await read_body(request, self.max_body_bytes)
+            call = await to_thread(self._parse, request, body, envelope)
             envelope = call.envelope
             key = scoped_key(self.name, caller, request.headers.get("idempotency-key"))
             ended = await submit(context, self.name, self.target,
@@ -191,7 +211,7 @@ class SoapService(InboundService):
         except HTTPException as exc:  # a bad Idempotency-Key, as the intake API says it
             return self._refuse(context, caller, envelope, str(exc.detail), exc.status_code)
         except ClientFault as exc:
-            return self._refuse(context, caller, exc.envelope, str(exc), 500)
+            return self._refuse(context, caller, exc.envelope, str(exc), 500, code=exc.code)
         except IdempotencyConflict as exc:
             return self._refuse(context, caller, envelope, str(exc), 422)
         except MessageError as exc:
@@ -238,10 +258,16 @@ class SoapService(InboundService):
         return (Response(content, 200, media_type=CONTENT_TYPES[call.envelope]),
                 f"200 {call.name} response")
 
+    def _parse(self, request: Request, body: bytes, envelope: str) -> SoapCall:
+        """The call in ``body`` (on a thread: parsing is CPU), with the request's action."""
+        return self.contract.parse(body, action=_action_of(request.headers, envelope),
+                                   hint=envelope)
+
     def _refuse(self, context: InboundContext, caller: Caller, envelope: str, text: str,
-                status: int, headers: Mapping[str, str] | None = None) -> Response:
+                status: int, headers: Mapping[str, str] | None = None, *,
+                code: str = "Client") -> Response:
         context.refusals.refused(self.name, caller.host, text)
-        response = _fault(envelope, "Client", text, status)
+        response = _fault(envelope, code, text, status)
         response.headers.update(headers or {})
         return response
 
@@ -254,7 +280,7 @@ class SoapService(InboundService):
         if not self.contract.loaded and not await to_thread(self._loaded):
             return Response("the service's WSDL is not loaded: see the event log\n", 503,
                             media_type="text/plain")
-        address = str(request.url.replace(query=""))
+        address = self.public_url or _bound_address(request, self.path)
         name = asked.get("xsd") if "wsdl" not in asked else None
         document = self.contract.served(address, name or None)
         if document is None:
@@ -268,6 +294,27 @@ def _envelope_of(content_type: str) -> str:
     """The envelope a refusal answers in before the request was parsed: SOAP 1.2 for
     ``application/soap+xml``, else 1.1."""
     return SOAP12 if "application/soap+xml" in content_type.lower() else SOAP11
+
+
+def _action_of(headers: Mapping[str, str], envelope: str) -> str | None:
+    """The SOAP action a request names: SOAP 1.2's ``action`` parameter of its Content-Type,
+    SOAP 1.1's ``SOAPAction`` header; unquoted, None when there is none."""
+    if envelope == SOAP12:
+        for param in headers.get("content-type", "").split(";")[1:]:
+            name, _, value = param.strip().partition("=")
+            if name.strip().lower() == "action":
+                return value.strip().strip('"')
+        return None
+    action = headers.get("soapaction")
+    return action.strip().strip('"') if action is not None else None
+
+
+def _bound_address(request: Request, path: str) -> str:
+    """The service's URL at the address the request came in on: the server's own socket
+    (scope ``server``) and scheme, nothing the client wrote (no ``Host`` header)."""
+    host, port = request.scope.get("server") or ("127.0.0.1", 0)
+    host = f"[{host}]" if ":" in host else host
+    return f"{request.scope.get('scheme', 'http')}://{host}:{port}{path}"
 
 
 def _fault(envelope: str, code: str, text: str, status: int | None = None) -> Response:

@@ -13,7 +13,15 @@ The WSDL is a local file read under docs/security.md's rules for local WSDLs
 (:class:`adapters.soap_transport.DocumentPolicy`): it and regular files under its
 directory only, never a URL, a device or a special file; each document size-limited.
 Requests are parsed with zeep's parser with DTDs and entities forbidden (no XXE, no
-billion laughs), after the inbound server limited their size.
+billion laughs), after the inbound server limited their size and one linear pass
+(:func:`adapters.xml_guard.check_xml`) held them to the service's XML limits: zeep is not
+linear in an element's attributes.
+
+The SOAP contract as the WSDL says it (docs/security.md): one request element in the Body;
+a ``SOAPAction`` (1.1) or ``action`` (1.2) that is not the soapAction the binding declares
+for that element's operation is a Client fault; a header block addressed to this node with
+``mustUnderstand`` set is a ``MustUnderstand`` fault, as the service understands none (it
+passes only the Body to its target).
 
 A WSDL may keep its types in schema files beside it (``xsd:import``, ``xsd:include``,
 ``xsd:redefine``, ``wsdl:import``, relative locations). They are served too, each at
@@ -40,6 +48,7 @@ from zeep.wsdl.bindings.soap import Soap11Binding, Soap12Binding, SoapOperation
 from zeep.xsd.context import XmlParserContext
 
 from adapters.soap_transport import DocumentPolicy, local_path, origin_of, read_local
+from adapters.xml_guard import XmlLimitExceeded, XmlLimits, check_xml
 from engine.errors import DocumentRefused
 from operations.soap import to_json_value
 
@@ -58,15 +67,21 @@ MAX_DOCUMENTS = 200  # documents one WSDL may reference, itself included
 MAX_WSDL_BYTES = 16 * 1024 * 1024  # bytes of one WSDL or schema document
 CONTENT_TYPES = {SOAP11: "text/xml; charset=utf-8", SOAP12: "application/soap+xml; charset=utf-8"}
 _VERSIONS = {SOAP11: "1.1", SOAP12: "1.2"}
+# the actor (1.1) / role (1.2) attribute of a header block, and the values that address this
+# node (the attribute absent addresses it too); a block for another node is not ours to check
+_ROLES = {SOAP11: ("actor", {"http://schemas.xmlsoap.org/soap/actor/next"}),
+          SOAP12: ("role", {"http://www.w3.org/2003/05/soap-envelope/role/next",
+                            "http://www.w3.org/2003/05/soap-envelope/role/ultimateReceiver"})}
 
 
 class ClientFault(Exception):
     """A request the WSDL does not allow: the text names what is wrong. ``envelope``: the
-    SOAP namespace to answer in."""
+    SOAP namespace to answer in; ``code``: the fault code, ``Client`` or ``MustUnderstand``."""
 
-    def __init__(self, text: str, envelope: str = SOAP11) -> None:
+    def __init__(self, text: str, envelope: str = SOAP11, code: str = "Client") -> None:
         super().__init__(text)
         self.envelope = envelope
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -99,10 +114,11 @@ class _LocalTransport(zeep.Transport):
 
 class SoapContract:
     """The WSDL file at ``path``, loaded once (:meth:`load` raises what zeep or the
-    document policy raised)."""
+    document policy raised); requests are held to ``limits`` (the defaults: None)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, limits: XmlLimits | None = None) -> None:
         self.path = path
+        self.limits = limits or XmlLimits.defaults()
         policy = DocumentPolicy.for_wsdl(path, MAX_WSDL_BYTES)
         self.settings = zeep.Settings(strict=True, xml_huge_tree=False, forbid_dtd=True,
                                       forbid_entities=True, forbid_external=False)
@@ -201,11 +217,19 @@ class SoapContract:
         return bytes(lxml.etree.tostring(document, xml_declaration=True, encoding="UTF-8"))
 
     # -- requests ----------------------------------------------------------------------
-    def parse(self, content: bytes) -> SoapCall:
+    def parse(self, content: bytes, *, action: str | None = None,
+              hint: str = SOAP11) -> SoapCall:
         """The call in a request envelope, checked against the WSDL; :class:`ClientFault`
-        naming what does not fit."""
+        naming what does not fit. ``action``: the request's SOAPAction (1.1) or ``action``
+        (1.2), unquoted; None or "" when it sent none. ``hint``: the envelope to answer a
+        request past the XML limits in (from its Content-Type)."""
+        try:
+            check_xml(content, self.limits)
+        except XmlLimitExceeded as exc:
+            raise ClientFault(f"the request is refused: {exc}", hint) from exc
         root = self._envelope(content)
         envelope = lxml.etree.QName(root).namespace or ""
+        _check_headers(root, envelope)
         body = root.find(f"{{{envelope}}}Body")
         if body is None:
             raise ClientFault(f"the SOAP {_VERSIONS[envelope]} envelope has no Body", envelope)
@@ -213,9 +237,29 @@ class SoapContract:
         if not children:
             raise ClientFault("the Body is empty: it must hold the request element of an "
                               "operation", envelope)
+        if len(children) > 1:
+            raise ClientFault(f"the Body holds {len(children)} elements "
+                              f"({', '.join(str(c.tag) for c in children[:3])}"
+                              f"{', ...' if len(children) > 3 else ''}); it must hold one, the "
+                              "request element of an operation", envelope)
         operation = self._operation(envelope, children[0].tag)
+        self._check_action(operation, action, envelope)
         args = self._arguments(operation, children[0], envelope)
         return SoapCall(operation, args, envelope)
+
+    def _check_action(self, operation: SoapOperation, action: str | None,
+                      envelope: str) -> None:
+        """A Client fault when the binding declares a soapAction for ``operation`` and the
+        request sent another one."""
+        declared = operation.soapaction or ""
+        if not declared or not action or action == declared:
+            return
+        named = sorted({str(op.name) for (e, _), op in self._operations.items()
+                        if e == envelope and op.soapaction == action})
+        said = f"names operation {named[0]}" if named else "names no operation of the WSDL"
+        raise ClientFault(f"the request's SOAP action {action!r} {said}, but the Body holds the "
+                          f"request element of operation {operation.name} (soapAction "
+                          f"{declared!r})", envelope)
 
     def _envelope(self, content: bytes) -> lxml.etree._Element:
         try:
@@ -275,6 +319,24 @@ class SoapContract:
         except (zeep.exceptions.Error, TypeError, ValueError) as exc:
             raise ValueError(f"the target's result does not fit the output of operation "
                              f"{call.name}: {exc}") from exc
+
+
+def _check_headers(root: Any, envelope: str) -> None:
+    """A ``MustUnderstand`` fault for the first header block addressed to this node with
+    ``mustUnderstand`` set: the service understands none."""
+    header = root.find(f"{{{envelope}}}Header")
+    if header is None:
+        return
+    attribute, ours = _ROLES[envelope]
+    for block in header:
+        if not isinstance(block.tag, str):
+            continue
+        must = (block.get(f"{{{envelope}}}mustUnderstand") or "").strip()
+        role = block.get(f"{{{envelope}}}{attribute}")
+        if must in ("1", "true") and (role is None or role.strip() in ours):
+            raise ClientFault(f"the header block {block.tag} is marked mustUnderstand, and "
+                              "this service understands no header block (it passes only the "
+                              "Body to its target)", envelope, code="MustUnderstand")
 
 
 def _references(document: Any) -> Iterator[tuple[Any, str, str]]:
