@@ -35,6 +35,7 @@ from bench import (
     celery_peer,
     drain,
     harness,
+    hostile_xml,
     inbound,
     intake_http,
     latency,
@@ -59,7 +60,9 @@ SCENARIOS = ("overhead", "noop", "drain", "drain_pg", "intake", "intake_http", "
              # (100,000 with --quick)
              "viewer",
              # issue 25 (bench/inbound.py): SoapService's added latency, HttpService intake
-             "inbound")
+             "inbound",
+             # issue 36 (bench/hostile_xml.py): another item's delays under hostile XML
+             "hostile_xml")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -112,6 +115,7 @@ def run_scenarios(args: argparse.Namespace, pg_url: str | None) -> Outcome:
             "dramatiq": lambda: pool.dramatiq(work, pools),
             "viewer": lambda: viewer.outcome(work, args.quick, pg_url),
             "inbound": lambda: inbound.inbound(work, quick=args.quick),
+            "hostile_xml": lambda: hostile_xml.hostile_xml(work, quick=args.quick),
         }
         for name in SCENARIOS:
             if name not in wanted:
