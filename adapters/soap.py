@@ -101,6 +101,7 @@ class SoapAdapterSettings(AdapterSettings):
     xml_max_attributes: int  # attributes and namespace declarations on one element
     xml_max_elements: int  # elements in one response
     xml_max_depth: int  # elements nested in one another
+    xml_max_children: int  # child elements of one element
     xml_max_text_chars: int  # characters of one text node or attribute value
 
 

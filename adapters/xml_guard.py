@@ -5,9 +5,11 @@ zeep's work on an element is not always linear in its size: ``ComplexType.parse_
 copies an element's attribute map, and lxml finds each attribute's value by name, one walk
 of the attribute list per attribute — 60,000 attributes on one element (650 KB) cost 15 s in
 a single C call that holds the interpreter, stalling every thread of the daemon. lxml itself
-parses that document in 0.02 s. :func:`check_xml` runs lxml's parser with a target that sees
-each element's attributes once, as its parser reports them, and refuses a document past
-any of :class:`XmlLimits` before zeep sees it; nothing here looks an attribute up by name.
+parses that document in 0.02 s. A repeated ``xsd:choice`` copies an element's remaining
+children once per child it reads (40,000 children: 10 s). :func:`check_xml` runs lxml's
+parser with a target that sees each element's attributes once, as its parser reports them,
+and refuses a document past any of :class:`XmlLimits` before zeep sees it; nothing here
+looks an attribute up by name.
 
 Both edges use it: an inbound SOAP request (:mod:`engine.inbound.wsdl`) and an outbound SOAP
 response or WSDL document (:mod:`adapters.soap_transport`). What is not well-formed XML, or
@@ -28,6 +30,7 @@ __all__ = ["XML_LIMIT_SETTINGS", "XmlLimitExceeded", "XmlLimits", "check_xml"]
 DEFAULT_MAX_ATTRIBUTES = 256  # attributes and namespace declarations on one element
 DEFAULT_MAX_ELEMENTS = 100_000  # elements in one document
 DEFAULT_MAX_DEPTH = 100  # elements nested in one another, the root counting 1
+DEFAULT_MAX_CHILDREN = 10_000  # child elements of one element (zeep's choice: quadratic)
 DEFAULT_MAX_TEXT_CHARS = 8 * 1024 * 1024  # characters of one text node or attribute value
 
 XML_LIMIT_SETTINGS: tuple[Setting, ...] = (
@@ -37,6 +40,8 @@ XML_LIMIT_SETTINGS: tuple[Setting, ...] = (
             help="elements one XML document may hold"),
     Setting(name="xml_max_depth", kind=int, default=DEFAULT_MAX_DEPTH, minimum=1,
             help="how deep XML elements may nest (the root element is depth 1)"),
+    Setting(name="xml_max_children", kind=int, default=DEFAULT_MAX_CHILDREN, minimum=1,
+            help="child elements one XML element may hold (a list of more items needs more)"),
     Setting(name="xml_max_text_chars", kind=int, default=DEFAULT_MAX_TEXT_CHARS, minimum=1,
             help="characters of one XML text node or attribute value"),
 )
@@ -61,6 +66,7 @@ class XmlLimits(TypedSettings):
     xml_max_attributes: int
     xml_max_elements: int
     xml_max_depth: int
+    xml_max_children: int
     xml_max_text_chars: int
 
     @classmethod
@@ -80,6 +86,7 @@ class _Counter:
         self.limits = limits
         self.elements = 0
         self.depth = 0
+        self.children = [0]  # child elements so far of each open element (and the document)
         self.declared = 0  # namespace declarations seen since the last start tag
         self.text = 0  # characters of the text node being read
 
@@ -107,6 +114,12 @@ class _Counter:
         if self.depth > limits.xml_max_depth:
             raise self._exceeded("xml_max_depth", f"elements nested more than "
                                                   f"{limits.xml_max_depth} deep (at <{tag}>)")
+        self.children[-1] += 1
+        if self.children[-1] > limits.xml_max_children:
+            raise self._exceeded("xml_max_children", f"an element with more than "
+                                                     f"{limits.xml_max_children} child elements "
+                                                     f"(the last <{tag}>)")
+        self.children.append(0)
         longest = max(map(len, attrib.values()), default=0)
         if longest > limits.xml_max_text_chars:
             raise self._exceeded("xml_max_text_chars", f"an attribute value of {longest} "
@@ -115,6 +128,7 @@ class _Counter:
     def end(self, tag: str) -> None:
         self.depth -= 1
         self.text = 0
+        self.children.pop()
 
     def data(self, text: str) -> None:
         self.text += len(text)  # lxml hands one text node over in pieces

@@ -1,9 +1,17 @@
-"""Reading a request body within its limit: refused (413) past it, before it is all read."""
+"""Reading a request body within its limit: refused (413) past it, before it is all read.
+
+A body is parsed (JSON, XML) off the event loop, which every caller of the inbound server
+shares: on a thread (:func:`engine.portal.threads.to_thread`). Only a body of at most
+:data:`INLINE_PARSE_BYTES` may be parsed on the loop itself: JSON that small decodes in
+well under a millisecond, less than the hop to a thread and back costs.
+"""
 from __future__ import annotations
 
 from starlette.requests import Request
 
 from engine.inbound.refusals import Refused
+
+INLINE_PARSE_BYTES = 16 * 1024  # bytes: a JSON body this small is decoded on the event loop
 
 
 async def read_body(request: Request, limit: int) -> bytes:

@@ -138,6 +138,8 @@ def test_an_envelope_of_60000_attributes_is_refused_quickly_while_other_calls_go
      "xml_max_attributes 2"),
     ("xml_max_depth = 3", _envelope(_echo()), "xml_max_depth 3"),  # Envelope/Body/echo/text: 4
     ("xml_max_elements = 3", _envelope(_echo()), "xml_max_elements 3"),
+    # the Envelope's two children: a Header and the Body
+    ("xml_max_children = 1", _envelope(_echo(), header="<x:h/>"), "xml_max_children 1"),
     ("xml_max_text_chars = 5", _envelope(_echo("longer")), "xml_max_text_chars 5"),
 ])
 def test_a_service_s_xml_limits_are_its_settings(store: SqlStore, backend: SoapTestServer,

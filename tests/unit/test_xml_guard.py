@@ -18,8 +18,8 @@ from adapters.xml_guard import (
 from engine.errors import ConfigurationError
 from engine.settings import validate_settings
 
-SMALL = XmlLimits(xml_max_attributes=3, xml_max_elements=5, xml_max_depth=3,
-                  xml_max_text_chars=10)
+SMALL = XmlLimits(xml_max_attributes=3, xml_max_elements=6, xml_max_depth=3,
+                  xml_max_children=4, xml_max_text_chars=10)
 
 
 def _attributes(count: int) -> bytes:
@@ -33,7 +33,8 @@ def _nested(depth: int) -> bytes:
 @pytest.mark.parametrize(("document", "setting"), [
     (_attributes(4), "xml_max_attributes"),  # one attribute too many
     (b'<r xmlns="urn:a" xmlns:b="urn:b" b:c="1" d="2"/>', "xml_max_attributes"),  # 2 + 2
-    (b"<r>" + b"<e/>" * 5 + b"</r>", "xml_max_elements"),  # six elements
+    (b"<r><e><e/><e/></e><e><e/><e/></e></r>", "xml_max_elements"),  # seven elements
+    (b"<r>" + b"<e/>" * 5 + b"</r>", "xml_max_children"),  # five children of one
     (_nested(4), "xml_max_depth"),  # four deep
     (b"<r>" + b"x" * 11 + b"</r>", "xml_max_text_chars"),  # a text node of 11
     (b"<r>" + b"x" * 6 + b"&amp;" + b"y" * 4 + b"</r>", "xml_max_text_chars"),  # 11, in pieces
@@ -49,7 +50,8 @@ def test_a_document_just_past_a_limit_is_refused_naming_it(document: bytes,
 
 @pytest.mark.parametrize("document", [
     _attributes(3),  # at the attribute limit
-    b"<r>" + b"<e/>" * 4 + b"</r>",  # five elements
+    b"<r>" + b"<e/>" * 4 + b"</r>",  # four children
+    b"<r><e><e/><e/></e><e><e/></e></r>",  # six elements, none with more than two children
     _nested(3),  # three deep
     b"<r>" + b"x" * 10 + b"</r><!-- " + b"c" * 50 + b" -->",  # ten characters; comments free
     b"<r>" + b"<e>xxxxxxxxxx</e>" * 2 + b"</r>",  # two text nodes of ten, each counted alone
