@@ -218,16 +218,22 @@ class DeadlineTransport(zeep.Transport):
                 headers={**headers, **self._hooks.headers()})
         if response.status_code >= 400 and not _may_be_fault(response):
             raise status_error(response, self._hooks.retry_on_status, address)
+        return self._checked(address, response)
+
+    def get(self, address: str, params: Any, headers: Mapping[str, str]) -> requests.Response:
+        with self._scope() as scope:
+            response = self._item_session.request("GET", address, scope, headers=headers)
+        return self._checked(address, response)
+
+    def _checked(self, address: str, response: requests.Response) -> requests.Response:
+        """``response``, unless its XML passes the item's limits: then
+        :class:`~engine.errors.ResponseRejected` (answered: the server has the request)."""
         try:
             check_xml(response.content, self._hooks.xml_limits)
         except XmlLimitExceeded as exc:
             raise ResponseRejected(f"response from {address} (HTTP {response.status_code}) "
                                    f"refused: {exc}") from exc
         return response
-
-    def get(self, address: str, params: Any, headers: Mapping[str, str]) -> requests.Response:
-        with self._scope() as scope:
-            return self._item_session.request("GET", address, scope, headers=headers)
 
     def load(self, url: str) -> bytes:
         """A WSDL or schema document, checked against the policy before anything is read.

@@ -126,7 +126,7 @@ def hostile_xml(work: Path, *, quick: bool) -> Outcome:
         store.dispose()
     statuses = sorted({status for _, status in answers})
     out.key("xml_attr_stall_ms", f"longest delivery delay of another item while envelopes "
-            f"of {ATTRIBUTES} attributes are posted ({len(answers)})",
+            f"of {ATTRIBUTES} attributes are posted ({len(answers)} envelopes)",
             max(attacked) if attacked else None, "ms",
             f"n={len(attacked)} messages, one every {TICK * 1000:g} ms; p50 "
             f"{statistics.median(attacked):.1f} ms" if attacked else "no message sent")
