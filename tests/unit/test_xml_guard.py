@@ -15,6 +15,7 @@ from adapters.xml_guard import (
     XmlLimits,
     check_xml,
 )
+from engine.config.production import parse_production
 from engine.errors import ConfigurationError
 from engine.settings import validate_settings
 
@@ -85,3 +86,29 @@ def test_the_limits_are_settings_with_their_defaults_and_bounds() -> None:
     check_xml(_attributes(300), raised)
     with pytest.raises(ConfigurationError, match="xml_max_depth"):
         validate_settings("Item", {"xml_max_depth": 0}, XML_LIMIT_SETTINGS)
+
+
+INBOUND = ('[inbound]\nport = 8099\n[[items]]\nname = "In"\nclass = "engine.inbound:SoapService"\n'
+           '[items.settings]\nwsdl = "x.wsdl"\npath = "/soap/x"\ntarget = "Noop"\n{extra}\n'
+           '[[items]]\nname = "Noop"\nclass = "operations.http:HttpOperation"\n'
+           '[items.settings]\nurl = "http://127.0.0.1:9"\n')
+
+
+@pytest.mark.parametrize(("extra", "key"), [
+    ('public_url = "ftp://soap.example.com/x"', "public_url"),  # not http(s)
+    ('public_url = "https://soap.example.com/x?wsdl"', "public_url"),  # a query
+    ("xml_max_children = 0", "xml_max_children"),  # below 1
+])
+def test_a_soap_service_s_bad_public_url_or_limit_is_refused_naming_the_key(
+        extra: str, key: str) -> None:
+    with pytest.raises(ConfigurationError, match=key):
+        parse_production(INBOUND.format(extra=extra), env={})
+
+
+def test_a_soap_service_takes_its_public_url_and_limits() -> None:
+    production = parse_production(INBOUND.format(
+        extra='public_url = "https://soap.example.com/x"\nxml_max_depth = 7'), env={})
+    settings = production.item("In").settings
+    assert settings["public_url"] == "https://soap.example.com/x"
+    assert XmlLimits.of(settings).xml_max_depth == 7
+    assert XmlLimits.of(settings).xml_max_attributes == DEFAULT_MAX_ATTRIBUTES
