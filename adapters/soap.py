@@ -30,7 +30,7 @@ from zeep.proxy import ServiceProxy
 from zeep.wsse.username import UsernameToken
 
 from adapters.base import InvalidRequest, OutboundAdapter
-from adapters.deadline import TryScope, try_scope
+from adapters.deadline import TryScope, attempt_deadline, try_scope
 from adapters.failover import rebase
 from adapters.session import ItemSession, classify_transport_error, describe, retry_after_note
 from adapters.settings import COMMON_SETTINGS, AdapterSettings, not_empty
@@ -77,7 +77,7 @@ def _wsdl_location(value: str) -> str:
 
 
 SOAP_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="wsdl", kind=str, default=None, check=_wsdl_location,
+    Setting(name="wsdl", kind=str, default=None, check=_wsdl_location, path=True,
             help="http(s) URL or local path of the WSDL, loaded once at start"),
     Setting(name="auth", kind=str, default="wsse", choices=("wsse", "basic"),
             help="how credentials are sent"),
@@ -187,7 +187,8 @@ class SoapAdapter(OutboundAdapter):
                              response_timeout=self.response_timeout)
         transport = DeadlineTransport(hooks, session, policy)
         try:
-            with try_scope(self.clock.monotonic() + self.response_timeout, self.clock.monotonic):
+            with try_scope(attempt_deadline(self.clock.monotonic(), self.response_timeout),
+                           self.clock.monotonic):
                 return zeep.Client(wsdl, transport=transport, settings=settings, wsse=wsse)
         except _LOAD_ERRORS as exc:
             session.close()
