@@ -143,6 +143,21 @@ class SoapAdapter(OutboundAdapter):
                                  + ", ".join(self._operations), code="UnknownOperation")
         return self.call(_Call(operation, dict(args or {})))
 
+    def check_call(self, operation: str, args: Mapping[str, Any] | None = None) -> None:
+        """Raise :class:`InvalidRequest` if the WSDL has no ``operation`` or ``args`` do not
+        fit its input; the request is built, never sent (after :meth:`start`)."""
+        if self._client is None or not self._services:
+            raise AdapterNotReady(f"item {self.item_name!r}: the WSDL is not loaded yet")
+        if operation not in self._operations:
+            raise InvalidRequest(f"unknown operation {operation!r}; the WSDL offers: "
+                                 + ", ".join(self._operations), code="UnknownOperation")
+        service = next(iter(self._services.values()))
+        try:
+            self._client.create_message(service, operation, **dict(args or {}))
+        except (TypeError, zeep.exceptions.ValidationError) as exc:
+            raise InvalidRequest(f"arguments do not fit the WSDL's {operation}: {exc}",
+                                 code="InvalidArguments") from exc
+
     def start(self) -> list[str]:
         """As :meth:`OutboundAdapter.start`; also warns when the WSDL's service address is on
         another host than the configured ones, where calls go without credentials."""
