@@ -47,8 +47,10 @@ class _Report:
 @click.command("check")
 @click.pass_obj
 def check(ctx: object) -> None:
-    """Load the production as `encore run` would — every setting, class, WSDL, router rule,
-    port and the database — and print one line per item and check; exit 1 on any error."""
+    """Load the production as `encore run` would and say what would fail (exit 1).
+
+    Every setting, class, WSDL, router rule, port and the database: one line per item and
+    check."""
     outline = ctx.outline  # type: ignore[attr-defined]
     report = _Report()
     where = f" ({outline.path.resolve()})" if outline.path else ""
