@@ -22,7 +22,7 @@ import click
 from engine.config.production import ItemConfig, ProductionOutline
 from engine.errors import AdapterNotReady, ConfigurationError, EncoreError, StoreError
 
-__all__ = ["check", "setting_warnings"]
+__all__ = ["check"]
 
 
 @dataclass
@@ -63,18 +63,6 @@ def check(ctx: object) -> None:
                    "`encore run` would refuse or not deliver all of it", err=True)
         sys.exit(1)
     click.echo(f"all {len(items)} item{'s' if len(items) != 1 else ''} ready")
-
-
-def setting_warnings(outline: ProductionOutline) -> list[str]:
-    """What ``encore run`` would refuse in the file's items (unknown settings, classes that
-    do not import, bad values), one text each; for ``encore status``."""
-    warnings = []
-    for entry in outline.entries:
-        try:
-            entry.resolve()
-        except ConfigurationError as exc:
-            warnings.append(str(exc))
-    return warnings
 
 
 # -- items ---------------------------------------------------------------------------------
@@ -195,7 +183,9 @@ def _without_item(text: str, name: str | None) -> str:
 
 # -- the database and the ports --------------------------------------------------------------
 def _check_database(ctx: object, report: _Report) -> None:
-    from engine.cli.commands import _safe_url, migrate, open_store
+    from sqlalchemy.engine import make_url
+
+    from engine.cli.commands import migrate, open_store
 
     url = ctx.database_url()  # type: ignore[attr-defined]
     try:
@@ -205,8 +195,8 @@ def _check_database(ctx: object, report: _Report) -> None:
         return
     try:
         revision = migrate.current_revision(store.engine)
-        report.ok("database", f"{_safe_url(store.url)}, at the latest schema (revision "
-                              f"{revision})")
+        name = make_url(store.url).render_as_string(hide_password=True)
+        report.ok("database", f"{name}, at the latest schema (revision {revision})")
     finally:
         store.dispose()
 

@@ -661,9 +661,7 @@ def status(ctx: Context) -> None:
                      s.get("retrying", 0), _breaker_text(item, breakers, now),
                      item.raw_settings.get("rate_limit") or "-",
                      last_error[1] if last_error else "-"))
-    from engine.cli.check import setting_warnings
-
-    for warning in setting_warnings(production):
+    for warning in production.refusals():
         click.echo(f"warning: {warning}; `encore run` refuses it (`encore check` says more)",
                    err=True)
     click.echo(f"production {production.name} on {_safe_url(store.url)}")

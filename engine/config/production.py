@@ -305,6 +305,17 @@ class ProductionOutline(ProductionFile):
         """Item ``name`` resolved (its class imported), as :meth:`ProductionConfig.item`."""
         return self.entry(name).resolve()
 
+    def refusals(self) -> list[str]:
+        """What loading each item would refuse (an unknown setting, a class that does not
+        import, a bad value), one text per item; for ``encore status``'s warnings."""
+        found = []
+        for entry in self.entries:
+            try:
+                entry.resolve()
+            except ConfigurationError as exc:
+                found.append(str(exc))
+        return found
+
     def resolve(self) -> ProductionConfig:
         """The whole production: every item's class imported and its settings validated."""
         common = {f.name: getattr(self, f.name) for f in dataclasses.fields(ProductionFile)}
