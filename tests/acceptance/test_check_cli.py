@@ -160,3 +160,14 @@ def test_status_warns_about_a_setting_run_would_refuse(tmp_path: Path,
     assert ("warning: item 'DemoSoapService', setting 'SSLConfig': unknown setting"
             in result.stderr)
     assert "DemoSoapService" in result.stdout  # the status itself as before
+
+
+def test_send_refuses_an_operation_the_wsdl_does_not_have_and_creates_nothing(
+        tmp_path: Path, backend: SoapTestServer) -> None:
+    path = _demo(tmp_path, backend.wsdl)
+    sent = encore("-p", str(path), "send", "DemoSoapService", "--body",
+                  '{"operation": "NoSuchOp"}', cwd=tmp_path, check=False)
+    assert sent.returncode == 1
+    assert ("unknown operation 'NoSuchOp'; the WSDL offers: echo, fail, refuse; nothing was "
+            "enqueued") in sent.stderr
+    assert encore("-p", str(path), "messages", "--json", cwd=tmp_path).stdout == ""
