@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from adapters.credentials import Credentials, resolve_credentials
-from adapters.deadline import TryScope, try_scope
+from adapters.deadline import TryScope, attempt_deadline, try_scope
 from adapters.failover import ServerPool
 from adapters.settings import (
     COMMON_SETTINGS,
@@ -94,7 +94,7 @@ class OutboundAdapter(ABC):
 
     @property
     def response_timeout(self) -> float:
-        """Seconds for a whole attempt."""
+        """Seconds for a whole attempt; -1 = no limit (see :func:`attempt_deadline`)."""
         return self.adapter_settings.response_timeout
 
     @property
@@ -166,7 +166,8 @@ class OutboundAdapter(ABC):
         """The attempt in progress, or one with a fresh deadline when called outside the worker."""
         ctx = getattr(self._local, "ctx", None)
         if ctx is None:
-            ctx = AttemptContext(deadline=self.clock.monotonic() + self.response_timeout,
+            ctx = AttemptContext(deadline=attempt_deadline(self.clock.monotonic(),
+                                                           self.response_timeout),
                                  idempotency_key="")
         return ctx
 

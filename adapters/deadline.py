@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import http.client
 import io
+import math
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -29,6 +30,16 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from engine.attempt import HttpExchange
 
+# seconds: the longest single socket wait of an attempt without a deadline (response_timeout
+# -1); about 31 years, as close to for ever as a socket timeout can be set (math.inf cannot)
+MAX_SOCKET_WAIT = 1e9
+
+
+def attempt_deadline(start: float, response_timeout: float) -> float:
+    """The deadline of an attempt begun at ``start`` (monotonic seconds): ``start +
+    response_timeout``; ``math.inf`` for a ``response_timeout`` of -1 (no limit)."""
+    return math.inf if response_timeout < 0 else start + response_timeout
+
 
 class DeadlineExceeded(TimeoutError):
     """No time left before the attempt's deadline. A ``TimeoutError`` (= ``socket.timeout``),
@@ -39,7 +50,7 @@ class DeadlineExceeded(TimeoutError):
 class TryScope:
     """One try of one server inside an attempt: its deadline and whether the request left."""
 
-    deadline: float  # monotonic seconds
+    deadline: float  # monotonic seconds; math.inf: none (response_timeout -1)
     monotonic: Callable[[], float]
     sent: bool = False  # True once any byte of the request was written to the socket
     status_code: int | None = None  # of the last response received in this try
@@ -54,11 +65,12 @@ class TryScope:
         return self.remaining() <= 0
 
     def time_left(self) -> float:
-        """Seconds left, or raise :class:`DeadlineExceeded` when none are."""
+        """Seconds left (at most :data:`MAX_SOCKET_WAIT`, for a scope without a deadline),
+        or raise :class:`DeadlineExceeded` when none are."""
         left = self.remaining()
         if left <= 0:
             raise DeadlineExceeded("the attempt's deadline has passed")
-        return left
+        return min(left, MAX_SOCKET_WAIT)
 
 
 _local = threading.local()

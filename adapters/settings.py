@@ -17,6 +17,7 @@ from engine.retry.settings import OUTCOME_SETTINGS
 from engine.settings import Setting, TypedSettings
 
 DEFAULT_RESPONSE_TIMEOUT = 30.0  # seconds, whole attempt
+WAIT_FOREVER = -1  # response_timeout: no deadline (Ensemble's ResponseTimeout = -1)
 DEFAULT_CONNECT_TIMEOUT = 5.0  # seconds, connect phase only
 DEFAULT_BAD_SERVER_COOLDOWN = 60.0  # seconds a failed server is skipped
 DEFAULT_RETRY_ON_STATUS = (429, 502, 503, 504)  # HTTP statuses that ask for a retry
@@ -81,6 +82,15 @@ def positive(value: float) -> float:
     return float(value)
 
 
+def attempt_seconds(value: float) -> float:
+    """A ``response_timeout``: seconds > 0 (-1, wait for ever, is let through before)."""
+    if value == 0:
+        raise ValueError("0 leaves an attempt no time at all, so nothing would ever be sent; "
+                         "give the seconds an attempt may take, or -1 for no limit (wait for "
+                         "ever)")
+    return float(value)
+
+
 def not_empty(value: str) -> str:
     if not value.strip():
         raise ValueError("expected a non-empty string")
@@ -89,7 +99,10 @@ def not_empty(value: str) -> str:
 
 COMMON_SETTINGS: tuple[Setting, ...] = (
     Setting(name="response_timeout", kind=float, default=DEFAULT_RESPONSE_TIMEOUT, minimum=0,
-            help="seconds for a whole attempt: connect, send and the complete response"),
+            allow=(WAIT_FOREVER,), check=attempt_seconds,
+            help="seconds for a whole attempt: connect, send and the complete response; "
+                 "-1 = no limit (an attempt to a server that never answers holds its worker "
+                 "until the daemon stops)"),
     Setting(name="connect_timeout", kind=float, default=DEFAULT_CONNECT_TIMEOUT,
             check=positive, help="seconds for the connect phase (never past the deadline)"),
     Setting(name="servers", kind=(list, tuple), default=(), check=url_list,
@@ -104,11 +117,11 @@ COMMON_SETTINGS: tuple[Setting, ...] = (
     Setting(name="credentials", kind=str, default=None, check=not_empty,
             help="a credentials name, resolved from the environment or the credentials file"),
     Setting(name="ssl_verify", kind=bool, default=True, help="verify TLS certificates"),
-    Setting(name="ca_bundle", kind=str, default=None, check=not_empty,
+    Setting(name="ca_bundle", kind=str, default=None, check=not_empty, path=True,
             help="path of a PEM file of CA certificates to trust"),
-    Setting(name="client_cert", kind=str, default=None, check=not_empty,
+    Setting(name="client_cert", kind=str, default=None, check=not_empty, path=True,
             help="path of a PEM client certificate (may include its key)"),
-    Setting(name="client_key", kind=str, default=None, check=not_empty,
+    Setting(name="client_key", kind=str, default=None, check=not_empty, path=True,
             help="path of the client certificate's PEM key"),
     Setting(name="max_response_bytes", kind=int, default=DEFAULT_MAX_RESPONSE_BYTES, minimum=1,
             help="bytes; a larger (decoded) response body is refused"),
@@ -135,7 +148,7 @@ class AdapterSettings(TypedSettings):
 
     DECLARED: ClassVar[tuple[Setting, ...]] = COMMON_SETTINGS
 
-    response_timeout: float  # seconds for a whole attempt
+    response_timeout: float  # seconds for a whole attempt; -1 = no limit
     connect_timeout: float  # seconds for the connect phase
     servers: tuple[str, ...]
     bad_server_cooldown: float  # seconds; 0 = never skip

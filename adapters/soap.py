@@ -32,7 +32,7 @@ from zeep.proxy import ServiceProxy
 from zeep.wsse.username import UsernameToken
 
 from adapters.base import InvalidRequest, OutboundAdapter
-from adapters.deadline import TryScope, try_scope
+from adapters.deadline import TryScope, attempt_deadline, try_scope
 from adapters.failover import rebase
 from adapters.session import ItemSession, classify_transport_error, describe, retry_after_note
 from adapters.settings import COMMON_SETTINGS, AdapterSettings, not_empty
@@ -80,7 +80,7 @@ def _wsdl_location(value: str) -> str:
 
 
 SOAP_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="wsdl", kind=str, default=None, check=_wsdl_location,
+    Setting(name="wsdl", kind=str, default=None, check=_wsdl_location, path=True,
             help="http(s) URL or local path of the WSDL, loaded once at start"),
     Setting(name="auth", kind=str, default="wsse", choices=("wsse", "basic"),
             help="how credentials are sent"),
@@ -152,6 +152,21 @@ class SoapAdapter(OutboundAdapter):
                                  + ", ".join(self._operations), code="UnknownOperation")
         return self.call(_Call(operation, dict(args or {})))
 
+    def check_call(self, operation: str, args: Mapping[str, Any] | None = None) -> None:
+        """Raise :class:`InvalidRequest` if the WSDL has no ``operation`` or ``args`` do not
+        fit its input; the request is built, never sent (after :meth:`start`)."""
+        if self._client is None or not self._services:
+            raise AdapterNotReady(f"item {self.item_name!r}: the WSDL is not loaded yet")
+        if operation not in self._operations:
+            raise InvalidRequest(f"unknown operation {operation!r}; the WSDL offers: "
+                                 + ", ".join(self._operations), code="UnknownOperation")
+        service = next(iter(self._services.values()))
+        try:
+            self._client.create_message(service, operation, **dict(args or {}))
+        except (TypeError, zeep.exceptions.ValidationError) as exc:
+            raise InvalidRequest(f"arguments do not fit the WSDL's {operation}: {exc}",
+                                 code="InvalidArguments") from exc
+
     def start(self) -> list[str]:
         """As :meth:`OutboundAdapter.start`; also warns when the WSDL's service address is on
         another host than the configured ones, where calls go without credentials."""
@@ -197,7 +212,8 @@ class SoapAdapter(OutboundAdapter):
                              xml_limits=XmlLimits.of(self.settings))
         transport = DeadlineTransport(hooks, session, policy)
         try:
-            with try_scope(self.clock.monotonic() + self.response_timeout, self.clock.monotonic):
+            with try_scope(attempt_deadline(self.clock.monotonic(), self.response_timeout),
+                           self.clock.monotonic):
                 return zeep.Client(wsdl, transport=transport, settings=settings, wsse=wsse)
         except _LOAD_ERRORS as exc:
             session.close()

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from engine.clock import Clock, SystemClock, VirtualClock
-from engine.config.production import ProductionConfig, ProductionOutline
+from engine.config.production import ItemConfig, ProductionConfig, ProductionOutline
 from engine.errors import CallFailed, CallTimedOut, ConfigurationError, MessageError
 from engine.message import MAX_BODY_DEPTH, Message, decode_message, encode_request
 from engine.otel import producer_span
@@ -79,8 +79,8 @@ def checked_body(production: ProductionConfig | ProductionOutline, target: str,
                  body: str | dict[str, Any] | Message) -> tuple[str, str, tuple[str, ...]]:
     """``body`` checked as a request for ``target``: its body class, its JSON text and the
     target's search properties; MessageError (nothing accepted) if it does not fit."""
-    request_class, paths = _intake_of(production, target)
-    return (*_validated(request_class, body), paths)
+    intake = _intake_of(production, target)
+    return (*intake.validated(body), intake.paths)
 
 
 def check_replay(store: SqlStore, accepted: Accepted, body_class: str, text: str,
@@ -108,7 +108,7 @@ def _canonical(text: str | None) -> str | None:
 
 class DecodedString(str):
     """A body whose JSON is a string (``"{\\"a\\": 1}"``): the string itself, decoded once —
-    data, never JSON text to decode again. :func:`_validated` hands it to the message class
+    data, never JSON text to decode again. :func:`_message` hands it to the message class
     as it is; every message class, :class:`~engine.message.JsonMessage` included, takes a
     JSON object, so it is refused ("body must be a JSON object, got str")."""
 
@@ -116,7 +116,7 @@ class DecodedString(str):
 def decode_body(text: str, *, where: str) -> Any:
     """``text`` as JSON; MessageError naming ``where`` if it is not JSON, holds NaN or an
     infinity (JSON has neither; docs/settings.md, "Numbers") or nests so deep that the decoder
-    gives up (the depth limit itself is checked with the message, :func:`_validated`).
+    gives up (the depth limit itself is checked with the message, :meth:`_Intake.validated`).
     A JSON string comes back as a :class:`DecodedString`, so that it is not taken for JSON
     text and decoded a second time. A lone UTF-16 surrogate (``"\\ud800"``) is refused: it
     is not text."""
@@ -151,23 +151,44 @@ def send_messages(store: SqlStore, production: ProductionConfig | ProductionOutl
     """Validate every body, then enqueue them all in one transaction; return their ids in
     order. Raises MessageError naming the first bad body (by its position, from 1) and
     enqueues nothing."""
-    request_class, paths = _intake_of(production, target)
+    intake = _intake_of(production, target)
     encoded: list[tuple[str | None, str]] = []
     for position, body in enumerate(bodies, start=1):
         try:
-            encoded.append(_validated(request_class, body))
+            encoded.append(intake.validated(body))
         except MessageError as exc:
             raise MessageError(f"message {position}: {exc}") from exc
     with producer_span(production, target, batch=len(encoded)) as producer:
         ids = store.enqueue_many(target=target, bodies=encoded, source=source, now=now,
-                                 trace_context=producer.context, search_paths=paths)
+                                 trace_context=producer.context, search_paths=intake.paths)
         producer.sent(ids)
     return ids
 
 
-def _intake_of(production: ProductionConfig | ProductionOutline, target: str
-               ) -> tuple[type[Message], tuple[str, ...]]:
-    """The target's request class and its ``search_properties`` (indexed at intake)."""
+@dataclass(frozen=True)
+class _Intake:
+    """What a target's intake checks a body against: the item (its request class, its
+    class's :meth:`~engine.host.BusinessHost.check_request`) and its ``search_properties``
+    (indexed at intake)."""
+
+    item: ItemConfig
+    request_class: type[Message]
+    paths: tuple[str, ...]
+
+    def validated(self, body: str | dict[str, Any] | Message) -> tuple[str, str]:
+        """(body class, JSON text) of ``body`` as a request of the item: the one place every
+        way in (the CLI, the API, services, processes, Python callers) checks a body.
+        MessageError if it does not fit the class, cannot be JSON (NaN, an infinity, nesting
+        deeper than :data:`~engine.message.MAX_BODY_DEPTH`) or is one the item's class
+        refuses (an operation its WSDL does not have)."""
+        message = _message(self.request_class, body)
+        encoded = _encoded(message)
+        self.item.cls.check_request(message, name=self.item.name, settings=self.item.settings)
+        return encoded
+
+
+def _intake_of(production: ProductionConfig | ProductionOutline, target: str) -> _Intake:
+    """The target's intake (see :class:`_Intake`)."""
     try:
         item = production.item(target)
     except ConfigurationError as exc:
@@ -175,15 +196,11 @@ def _intake_of(production: ProductionConfig | ProductionOutline, target: str
     request_class = getattr(item.cls, "request_class", None)
     if request_class is None:
         raise MessageError(f"item {target!r} does not take messages")
-    return request_class, tuple(item.settings.get("search_properties") or ())
+    return _Intake(item, request_class, tuple(item.settings.get("search_properties") or ()))
 
 
-def _validated(request_class: type[Message], body: str | dict[str, Any] | Message
-               ) -> tuple[str, str]:
-    """(body class, JSON text) of ``body`` as a request of ``request_class``: the one place
-    every way in (the CLI, the API, services, processes, Python callers) checks a body.
-    MessageError if it does not fit the class or cannot be JSON (NaN, an infinity, nesting
-    deeper than :data:`~engine.message.MAX_BODY_DEPTH`)."""
+def _message(request_class: type[Message], body: str | dict[str, Any] | Message) -> Message:
+    """``body`` as a request of ``request_class``; MessageError if it does not fit."""
     if isinstance(body, Message):
         message = body
     elif isinstance(body, DecodedString):  # a decoded JSON string: data, not JSON text
@@ -192,6 +209,11 @@ def _validated(request_class: type[Message], body: str | dict[str, Any] | Messag
         message = request_class.from_json(body)
     else:
         message = request_class.from_dict(body)
+    return message
+
+
+def _encoded(message: Message) -> tuple[str, str]:
+    """(body class, JSON text) of ``message``; MessageError if it cannot be JSON."""
     text = encode_request(message)
     # ASCII, as encode_request writes it: a character past U+FFFF is a pair of \udXXX escapes
     if "\\ud" in text and _lone_surrogate(json.loads(text)):

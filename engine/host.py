@@ -121,6 +121,13 @@ class BusinessHost(ABC):
         return ()
 
     @classmethod
+    def check_request(cls, request: Message, *, name: str, settings: Mapping[str, Any]) -> None:
+        """Where a message comes in, before anything is created: raise
+        :class:`~engine.errors.MessageError` for a ``request`` that fits ``request_class``
+        but that item ``name``, with these validated ``settings``, could never handle (a SOAP
+        operation its WSDL does not have). Accepts every request by default."""
+
+    @classmethod
     def settings_objects(cls, settings: Mapping[str, Any]) -> dict[str, TypedSettings | None]:
         """The typed objects that :class:`~engine.config.production.ItemConfig` holds for an item
         of this class with these validated ``settings``, by field name: none for a host that

@@ -16,10 +16,13 @@ import copy
 import dataclasses
 import difflib
 import math
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Self
+from urllib.parse import urlsplit
 
 from engine.errors import ConfigurationError
 
@@ -38,6 +41,8 @@ class Setting:
     ``kind`` is a type or tuple of types (``float`` also accepts ints); ``minimum``,
     ``maximum`` (both inclusive) and ``choices`` bound the value; ``check`` is an extra
     validator that returns the cleaned value or raises ``ValueError`` with a reason.
+    ``path``: the value names a file; a relative one is read from the production file's
+    directory (:func:`validate_settings` with ``base``), as the database is.
     """
 
     name: str
@@ -50,6 +55,7 @@ class Setting:
     choices: tuple[Any, ...] = ()
     check: Callable[[Any], Any] | None = None
     aliases: tuple[str, ...] = field(default=())
+    path: bool = False
 
     def names(self) -> tuple[str, ...]:
         return (self.name, camel_case(self.name), *self.aliases)
@@ -69,18 +75,21 @@ class Setting:
             text += " (or " + ", ".join(repr(a) for a in self.allow) + ")"
         return text
 
-    def clean(self, value: Any, item: str) -> Any:
-        """Return ``value`` validated and normalised, or raise :class:`ConfigurationError`.
+    def clean(self, value: Any, item: str, key: str | None = None) -> Any:
+        """Return ``value`` validated and normalised, or raise :class:`ConfigurationError`
+        naming the setting as ``key`` spells it (the file's spelling: ``ResponseTimeout``),
+        else by its own name.
 
         Every number must be finite, in the value and in its lists: TOML has ``nan`` and
         ``inf``, which would pass any range check and then make no sense as seconds or
         counts. (A table's entries are left to the table's own validation.)
         """
+        named = key or self.name
         bad = _not_finite(value)
         if bad is not None:
             raise ConfigurationError(
                 f"{bad!r} is not a finite number (NaN and infinities are refused); expected "
-                f"{self.describe()}", item=item, key=self.name)
+                f"{self.describe()}", item=item, key=named)
         if value in self.allow and type(value) is not bool:
             return value
         if value is self.default or (value is None and self.default is None):
@@ -88,18 +97,18 @@ class Setting:
         if not _is_kind(value, self.kind):
             raise ConfigurationError(
                 f"expected {self.describe()}, got {type(value).__name__} {value!r}",
-                item=item, key=self.name)
+                item=item, key=named)
         if self.choices and value not in self.choices:
             raise ConfigurationError(
-                f"{value!r} is not allowed; expected {self.describe()}", item=item, key=self.name)
+                f"{value!r} is not allowed; expected {self.describe()}", item=item, key=named)
         if isinstance(value, (int, float)) and not self._in_range(value):
             raise ConfigurationError(
-                f"{value!r} is out of range; expected {self.describe()}", item=item, key=self.name)
+                f"{value!r} is out of range; expected {self.describe()}", item=item, key=named)
         if self.check is not None:
             try:
                 value = self.check(value)
             except ValueError as exc:
-                raise ConfigurationError(str(exc), item=item, key=self.name) from exc
+                raise ConfigurationError(str(exc), item=item, key=named) from exc
         return value
 
 
@@ -138,12 +147,14 @@ def _normalise_key(key: str) -> str:
     return re.sub(r"[^a-z0-9]", "", key.lower())
 
 
-def validate_settings(item: str, raw: Mapping[str, Any],
-                      declared: Iterable[Setting]) -> dict[str, Any]:
+def validate_settings(item: str, raw: Mapping[str, Any], declared: Iterable[Setting], *,
+                      base: Path | None = None) -> dict[str, Any]:
     """Check ``raw`` against ``declared``; return every declared name with its value.
 
     Unknown keys are refused with the closest valid key suggested; CamelCase aliases are
     accepted; a key given twice (e.g. ``response_timeout`` and ``ResponseTimeout``) is refused.
+    Errors name a key as ``raw`` spells it. ``base``: the production file's directory, from
+    which a relative file path of a ``path`` setting is read (None: left as it is).
     """
     by_name: dict[str, Setting] = {}
     for setting in declared:
@@ -159,10 +170,21 @@ def validate_settings(item: str, raw: Mapping[str, Any],
             raise ConfigurationError(
                 f"given twice, as {seen[found.name]!r} and {key!r}", item=item, key=found.name)
         seen[found.name] = key
-        result[found.name] = found.clean(value, item)
+        value = found.clean(value, item, key)
+        result[found.name] = from_base(value, base) if found.path else value
     for setting in by_name.values():
         result.setdefault(setting.name, copy.deepcopy(setting.default))
     return result
+
+
+def from_base(value: Any, base: Path | None) -> Any:
+    """``value``, a path setting's, made absolute from ``base`` when it is a relative file
+    path; a URL (``https://…``, ``file:…``), an absolute path, '' or None as it is."""
+    if base is None or not isinstance(value, str) or not value:
+        return value
+    if urlsplit(value).scheme or os.path.isabs(value):
+        return value
+    return os.path.abspath(os.path.join(base, value))
 
 
 def _unknown_key_text(key: str, by_name: Mapping[str, Setting]) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +11,7 @@ from zeep.helpers import serialize_object
 from adapters.soap import SoapAdapter
 from engine.host import BusinessOperation
 from engine.message import Message
+from operations.soap_intake import check_soap_call
 
 
 @dataclass
@@ -32,6 +34,13 @@ class SoapOperation(BusinessOperation):
 
     adapter_class = SoapAdapter
     request_class = SoapRequest
+
+    @classmethod
+    def check_request(cls, request: Message, *, name: str, settings: Mapping[str, Any]) -> None:
+        """Refuse a request whose operation or arguments the item's WSDL does not have
+        (:mod:`operations.soap_intake`)."""
+        if isinstance(request, SoapRequest):
+            check_soap_call(name, settings, request.operation, request.args)
 
     def on_message(self, request: SoapRequest) -> SoapResponse:
         assert isinstance(self.adapter, SoapAdapter)

@@ -192,6 +192,8 @@ pass_ctx = click.make_pass_decorator(Context)
 # Commands imported only when they run (they bring the daemon, adapters, HTTP and SOAP
 # stacks): name → ("module:attribute", the summary `encore --help` shows without importing).
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "check": ("engine.cli.check:check",
+              "Load the production as `encore run` would and say what would fail (exit 1)."),
     "demo": ("engine.tools.demo:demo",
              "Play the Ensemble timeout scenario (÷10) live against a loopback SOAP "
              "service, and leave its production file, demo.toml, beside the database."),
@@ -659,6 +661,9 @@ def status(ctx: Context) -> None:
                      s.get("retrying", 0), _breaker_text(item, breakers, now),
                      item.raw_settings.get("rate_limit") or "-",
                      last_error[1] if last_error else "-"))
+    for warning in production.refusals():
+        click.echo(f"warning: {warning}; `encore run` refuses it (`encore check` says more)",
+                   err=True)
     click.echo(f"production {production.name} on {_safe_url(store.url)}")
     click.echo(report.table(("item", "enabled", "running", "pool", "queued", "oldest",
                              "retrying", "breaker", "rate limit", "last error"), rows))

@@ -102,9 +102,10 @@ PORTAL_SETTINGS: tuple[Setting, ...] = (
             help="address the management portal listens on (loopback by default)"),
     Setting(name="port", kind=int, default=8080, minimum=1, maximum=MAX_PORT,
             help="port of the management portal and JSON API"),
-    Setting(name="tls_cert", kind=str, default="",
+    Setting(name="tls_cert", kind=str, default="", path=True,
             help="PEM certificate file; with tls_key, the portal serves HTTPS"),
-    Setting(name="tls_key", kind=str, default="", help="PEM private key file of tls_cert"),
+    Setting(name="tls_key", kind=str, default="", path=True,
+            help="PEM private key file of tls_cert"),
     Setting(name="forwarded_allow_ips", kind=(list, tuple), default=(),
             check=lambda value: _proxy_addresses(value),
             help="addresses or networks of the proxies whose X-Forwarded-For names the "
@@ -137,9 +138,10 @@ INBOUND_SETTINGS: tuple[Setting, ...] = (
             help="address the inbound services listen on (loopback by default)"),
     Setting(name="port", kind=int, default=8081, minimum=1, maximum=MAX_PORT,
             help="port of the inbound services (SOAP and HTTP)"),
-    Setting(name="tls_cert", kind=str, default="",
+    Setting(name="tls_cert", kind=str, default="", path=True,
             help="PEM certificate file; with tls_key, the inbound services serve HTTPS"),
-    Setting(name="tls_key", kind=str, default="", help="PEM private key file of tls_cert"),
+    Setting(name="tls_key", kind=str, default="", path=True,
+            help="PEM private key file of tls_cert"),
 )
 
 
@@ -181,19 +183,23 @@ class ItemConfig:
 @dataclass(frozen=True, kw_only=True)
 class ItemEntry:
     """One item as the production file lists it: its keys checked, its class not imported
-    and its settings not yet validated against that class."""
+    and its settings not yet validated against that class. ``base``: the production file's
+    directory, from which relative file paths in its settings are read (None: the text
+    came from no file, they stay as they are)."""
 
     name: str
     class_path: str
     pool_size: int
     enabled: bool
     raw_settings: Mapping[str, Any]
+    base: Path | None = None
 
     def resolve(self) -> ItemConfig:
         """Import the class and validate the settings against it; ConfigurationError
         naming the item and the key otherwise."""
         cls = resolve_class(self.class_path, item=self.name)
-        settings = validate_settings(self.name, self.raw_settings, cls.declared_settings())
+        settings = validate_settings(self.name, self.raw_settings, cls.declared_settings(),
+                                     base=self.base)
         return ItemConfig(name=self.name, class_path=self.class_path, cls=cls,
                           pool_size=self.pool_size, enabled=self.enabled, settings=settings)
 
@@ -299,6 +305,17 @@ class ProductionOutline(ProductionFile):
         """Item ``name`` resolved (its class imported), as :meth:`ProductionConfig.item`."""
         return self.entry(name).resolve()
 
+    def refusals(self) -> list[str]:
+        """What loading each item would refuse (an unknown setting, a class that does not
+        import, a bad value), one text per item; for ``encore status``'s warnings."""
+        found = []
+        for entry in self.entries:
+            try:
+                entry.resolve()
+            except ConfigurationError as exc:
+                found.append(str(exc))
+        return found
+
     def resolve(self) -> ProductionConfig:
         """The whole production: every item's class imported and its settings validated."""
         common = {f.name: getattr(self, f.name) for f in dataclasses.fields(ProductionFile)}
@@ -372,7 +389,8 @@ def parse_outline(text: str, *, env: Mapping[str, str],
         raise ConfigurationError(f"unknown top-level table(s) {', '.join(unknown)}; "
                                  "expected [production], [[items]], [portal] and [inbound]")
     prod = validate_settings("[production]", doc.get("production", {}), PRODUCTION_SETTINGS)
-    entries = _read_items(doc.get("items", []))
+    base = path.parent if path is not None else None  # relative file paths: beside the file
+    entries = _read_items(doc.get("items", []), base)
     if prod["alert_item"] and prod["alert_item"] not in {e.name for e in entries}:
         raise ConfigurationError(f"alert_item {prod['alert_item']!r} is not an item of the "
                                  f"production", item="[production]", key="alert_item")
@@ -382,8 +400,8 @@ def parse_outline(text: str, *, env: Mapping[str, str],
     elif path is not None:  # the file's own: relative to the file, as its packages are
         prod["database"] = absolute_sqlite_url(prod["database"], path.parent)
     prod["otel"] = tracing_wanted(prod["otel"], env)
-    portal = _load_portal(doc["portal"]) if "portal" in doc else None
-    inbound = _load_inbound(doc["inbound"]) if "inbound" in doc else None
+    portal = _load_portal(doc["portal"], base) if "portal" in doc else None
+    inbound = _load_inbound(doc["inbound"], base) if "inbound" in doc else None
     return ProductionOutline.from_validated(prod, portal=portal, inbound=inbound,
                                             entries=entries, path=path)
 
@@ -409,7 +427,7 @@ def absolute_sqlite_url(url: str, base: Path) -> str:
     return f"{parts.scheme}:///{absolute}" + (f"?{parts.query}" if parts.query else "")
 
 
-def _read_items(raw_items: Any) -> tuple[ItemEntry, ...]:
+def _read_items(raw_items: Any, base: Path | None) -> tuple[ItemEntry, ...]:
     if not isinstance(raw_items, list):
         raise ConfigurationError("items must be an array of tables: [[items]]")
     entries: list[ItemEntry] = []
@@ -426,14 +444,14 @@ def _read_items(raw_items: Any) -> tuple[ItemEntry, ...]:
         seen.add(keys["name"])
         entries.append(ItemEntry(name=keys["name"], class_path=keys["class"],
                                  pool_size=keys["pool_size"], enabled=keys["enabled"],
-                                 raw_settings=keys["settings"] or {}))
+                                 raw_settings=keys["settings"] or {}, base=base))
     return tuple(entries)
 
 
-def _load_portal(raw: Any) -> PortalConfig:
+def _load_portal(raw: Any, base: Path | None) -> PortalConfig:
     if not isinstance(raw, dict):
         raise ConfigurationError("portal must be a table: [portal]")
-    keys = validate_settings("[portal]", raw, PORTAL_SETTINGS)
+    keys = validate_settings("[portal]", raw, PORTAL_SETTINGS, base=base)
     if bool(keys["tls_cert"]) != bool(keys["tls_key"]):
         missing = "tls_key" if keys["tls_cert"] else "tls_cert"
         raise ConfigurationError("tls_cert and tls_key go together: set both for HTTPS, or "
@@ -445,10 +463,10 @@ def _load_portal(raw: Any) -> PortalConfig:
     return PortalConfig.from_validated(keys)
 
 
-def _load_inbound(raw: Any) -> InboundConfig:
+def _load_inbound(raw: Any, base: Path | None) -> InboundConfig:
     if not isinstance(raw, dict):
         raise ConfigurationError("inbound must be a table: [inbound]")
-    keys = validate_settings("[inbound]", raw, INBOUND_SETTINGS)
+    keys = validate_settings("[inbound]", raw, INBOUND_SETTINGS, base=base)
     if bool(keys["tls_cert"]) != bool(keys["tls_key"]):
         missing = "tls_key" if keys["tls_cert"] else "tls_cert"
         raise ConfigurationError("tls_cert and tls_key go together: set both for HTTPS, or "

@@ -11,7 +11,9 @@ gets an error saying so.
 """
 from __future__ import annotations
 
+import difflib
 import importlib
+import pkgutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,17 +60,46 @@ def resolve_class(path: str, *, item: str) -> type[BusinessHost]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigurationError(f"module {module_name!r} cannot be imported: {exc}"
-                                 f"{shadowing_hint(module_name)}", item=item, key="class") from exc
+        hint = _module_guess(module_name, attr) or shadowing_hint(module_name)
+        raise ConfigurationError(f"module {module_name!r} cannot be imported: {exc}{hint}",
+                                 item=item, key="class") from exc
     cls = getattr(module, attr, None)
     if cls is None:
-        raise ConfigurationError(f"module {module_name!r} has no {attr!r}"
-                                 f"{shadowing_hint(module_name)}", item=item, key="class")
+        hint = _class_guess(module, attr, BusinessHost) or shadowing_hint(module_name)
+        raise ConfigurationError(f"module {module_name!r} has no {attr!r}{hint}", item=item,
+                                 key="class")
     if not (isinstance(cls, type) and issubclass(cls, BusinessHost)):
         raise ConfigurationError(
             f"{path!r} is not a BusinessOperation, BusinessProcess or BusinessService class",
             item=item, key="class")
     return cls
+
+
+def _class_guess(module: object, attr: str, base: type) -> str:
+    """``; did you mean 'module:Class'?`` for the host class of Encore's ``module`` closest
+    to ``attr`` (a typo in the name of one of Encore's own classes); else ''."""
+    name = getattr(module, "__name__", "")
+    if name.partition(".")[0] not in ENCORE_PACKAGES:
+        return ""
+    hosts = [n for n, v in vars(module).items()
+             if not n.startswith("_") and isinstance(v, type) and issubclass(v, base)]
+    guess = difflib.get_close_matches(attr, hosts, n=1, cutoff=0.6)
+    return f"; did you mean '{name}:{guess[0]}'?" if guess else ""
+
+
+def _module_guess(module_name: str, attr: str) -> str:
+    """``; did you mean 'package.module:Class'?`` for the module of Encore's own closest to
+    ``module_name`` when the name is in one of Encore's packages; else ''."""
+    parent, _, leaf = module_name.rpartition(".")
+    if module_name.partition(".")[0] not in ENCORE_PACKAGES or not parent:
+        return ""
+    try:
+        package = importlib.import_module(parent)
+    except ImportError:
+        return ""
+    names = [m.name for m in pkgutil.iter_modules(getattr(package, "__path__", []))]
+    guess = difflib.get_close_matches(leaf, names, n=1, cutoff=0.6)
+    return f"; did you mean '{parent}.{guess[0]}:{attr}'?" if guess else ""
 
 
 def shadowing_hint(module_name: str) -> str:

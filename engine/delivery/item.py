@@ -142,6 +142,11 @@ class ItemRunner:
         return self._ready or self.adapter is None
 
     @property
+    def not_ready_reason(self) -> str | None:
+        """Why the adapter has not started yet (its last failure); None once it has."""
+        return None if self.ready else self._readiness.reason
+
+    @property
     def wakeup(self) -> threading.Event:
         """Set it to make the dispatcher look at the queue now (new work is announced to
         ``dispatcher.announce()``, which sets it only if the dispatcher waits for work)."""

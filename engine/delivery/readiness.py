@@ -35,6 +35,7 @@ class ReadinessLog:
         self._down_since: float | None = None  # monotonic seconds of the first failure
         self._last_event = 0.0  # monotonic seconds of the Error or the last reminder
         self._failures = 0
+        self.reason: str | None = None  # the last failure's, while down
 
     @property
     def down(self) -> bool:
@@ -44,6 +45,7 @@ class ReadinessLog:
     def failed(self, reason: Exception) -> None:
         """One more try failed with ``reason``."""
         now = self.clock.monotonic()
+        self.reason = str(reason)
         if self._down_since is None:
             self._write("Error", f"adapter not ready, messages stay queued; trying again every "
                                  f"{self.retry_interval:g} s: {reason}")
@@ -57,6 +59,7 @@ class ReadinessLog:
 
     def started(self) -> None:
         """The adapter started: one ``Info`` if it had failed before."""
+        self.reason = None
         if self._down_since is None:
             return
         now = self.clock.monotonic()

@@ -103,7 +103,7 @@ def check_path(value: str) -> str:
 
 
 SOAP_SERVICE_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="wsdl", kind=str, default=None, check=_local_wsdl,
+    Setting(name="wsdl", kind=str, default=None, check=_local_wsdl, path=True,
             help="path of the service's WSDL file (its imports: files beside it)"),
     Setting(name="path", kind=str, default=None, check=check_path,
             help="URL path the service answers, e.g. '/soap/orders'"),

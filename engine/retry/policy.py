@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -115,10 +116,11 @@ class RetryPolicy:
         return self.failure_timeout != FOREVER
 
     def deadline(self, *, first_started: float, started: float, response_timeout: float) -> float:
-        """When an attempt started at ``started`` must be over: ``started + response_timeout``,
-        clipped to ``first_started + failure_timeout`` when ``strict`` and the budget is not -1
+        """When an attempt started at ``started`` must be over: ``started + response_timeout``
+        (``math.inf`` for a ``response_timeout`` of -1: no limit), clipped to
+        ``first_started + failure_timeout`` when ``strict`` and the budget is not -1
         (with ``failure_timeout`` 0 the single attempt then gets no time at all)."""
-        end = started + response_timeout
+        end = math.inf if response_timeout < 0 else started + response_timeout
         if self.strict and self.bounded:
             end = min(end, first_started + self.failure_timeout)
         return end

@@ -196,8 +196,12 @@ class Daemon:
 
             self.inbound = InboundServer(self.store, self.production, self.production.inbound)
             self.inbound.start()
-        log.info("production %s started: %d item(s), daemon %s%s", self.production.name,
-                 len(self.runners), self.id, " (leader)" if self.is_leader() else "")
+        waiting = [f"{r.item.name} ({r.not_ready_reason or 'starting'})"
+                   for r in self.runners.values() if not r.ready]
+        not_ready = (f"; {len(waiting)} item(s) not ready, their messages stay queued: "
+                     + "; ".join(waiting)) if waiting else ""
+        log.info("production %s started: %d item(s), daemon %s%s%s", self.production.name,
+                 len(self.runners), self.id, " (leader)" if self.is_leader() else "", not_ready)
 
     def _prepare_start(self) -> dict[str, ItemRunner]:
         """Every operation item's runner, prepared, and the metrics endpoint serving; if

@@ -1,6 +1,7 @@
 """What an ``encore`` command imports: commands that do not run the daemon leave the SOAP
 and HTTP stacks, the scheduler, the adapters, the operation classes and Alembic alone —
-except the one class ``encore send`` needs to check a body. Checked on ``sys.modules`` of a
+except the one class ``encore send`` needs to check a body, and the item classes ``encore
+status`` checks the settings against. Checked on ``sys.modules`` of a
 real process, not on timings."""
 from __future__ import annotations
 
@@ -69,7 +70,6 @@ def test_importing_the_command_line_loads_none_of_the_heavy_modules(tmp_path: Pa
 
 
 @pytest.mark.parametrize("args", [
-    ("status",),  # lists every item without importing its class
     ("log",),  # only the database
     ("messages", "--json"),  # only the database
     ("suspended",),  # an operator command
@@ -77,6 +77,15 @@ def test_importing_the_command_line_loads_none_of_the_heavy_modules(tmp_path: Pa
 def test_commands_that_only_read_the_database_import_no_item_class(
         production: Path, args: tuple[str, ...]) -> None:
     assert heavy_modules_after(production, *args) == set()
+
+
+def test_status_imports_the_item_classes_to_warn_but_not_the_daemon(production: Path) -> None:
+    """``encore status`` validates every item's settings against its class, to warn about
+    what ``encore run`` would refuse; it runs nothing, so it imports none of the rest."""
+    loaded = heavy_modules_after(production, "status")
+    assert {"operations.http", "operations.soap"} <= loaded
+    assert not loaded & {"apscheduler", "alembic", "engine.runtime.daemon",
+                         "engine.delivery.worker"}
 
 
 def test_send_imports_its_targets_class_and_no_other(production: Path) -> None:

@@ -58,8 +58,8 @@ def test_the_environment_overrides_the_database_url() -> None:
      ["'Payments'", "'respons_timeout'", "Did you mean 'response_timeout'?"]),
     # a wrong type says what is expected
     (("retry_interval = 10", 'retry_interval = "ten"'), ["'retry_interval'", "expected number"]),
-    # a value out of range says the range
-    (("FailureTimeout = 30", "FailureTimeout = -5"), ["'failure_timeout'", "-5", "(or -1)"]),
+    # a value out of range says the range, naming the setting as the file spells it
+    (("FailureTimeout = 30", "FailureTimeout = -5"), ["'FailureTimeout'", "-5", "(or -1)"]),
     # a class that does not import names the key
     (("tests.unit.sample_ops:StubOperation", "nowhere:Thing"), ["setting 'class'", "'nowhere'"]),
     # a class that is not a host is refused
@@ -103,10 +103,10 @@ def test_the_production_file_is_found_by_option_then_environment_then_default(
 @pytest.mark.parametrize(("edit", "item", "key", "value"), [
     # TOML's nan passes every range check unless refused
     (("retry_interval = 10", "retry_interval = nan"), "Payments", "retry_interval", "nan"),
-    # an infinite response timeout under its CamelCase alias
-    (("ResponseTimeout = 7", "ResponseTimeout = inf"), "Payments", "response_timeout", "inf"),
+    # an infinite response timeout under its CamelCase alias, named so
+    (("ResponseTimeout = 7", "ResponseTimeout = inf"), "Payments", "ResponseTimeout", "inf"),
     # -inf is refused as not finite, not merely as out of range
-    (("FailureTimeout = 30", "FailureTimeout = -inf"), "Payments", "failure_timeout", "-inf"),
+    (("FailureTimeout = 30", "FailureTimeout = -inf"), "Payments", "FailureTimeout", "-inf"),
     # +inf in a setting whose minimum it would satisfy
     (("retry_interval = 10", "backoff_max = +inf"), "Payments", "backoff_max", "inf"),
     # inside a list

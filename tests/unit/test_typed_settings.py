@@ -138,9 +138,9 @@ def test_the_policy_and_strategies_default_to_the_declared_defaults() -> None:
     # out of range: the same text as before the typed objects
     ({"retry_interval": -1},
      "item 'Payments', setting 'retry_interval': -1 is out of range; expected number ≥ 0"),
-    # a wrong type, through a CamelCase alias
+    # a wrong type, through a CamelCase alias: named as it was spelt
     ({"FailureTimeout": "x"},
-     "item 'Payments', setting 'failure_timeout': expected number ≥ 0 (or -1), got str 'x'"),
+     "item 'Payments', setting 'FailureTimeout': expected number ≥ 0 (or -1), got str 'x'"),
     # not one of the choices
     ({"retry_mode": "later"}, ("item 'Payments', setting 'retry_mode': 'later' is not "
                                "allowed; expected one of 'blocking', 'requeue'")),
