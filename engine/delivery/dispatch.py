@@ -319,7 +319,10 @@ class Dispatcher:
         now = self.clock.monotonic()
         if now >= self._next_expiry_scan:
             self._next_expiry_scan = now + EXPIRY_SCAN
-            self.store.release_expired_claims(self.settings.target, now=self.clock.now())
+            self.store.release_expired_claims(self.settings.target, now=self.clock.now(),
+                                              owner=self.settings.owner,
+                                              holding=self.book.ids(),
+                                              monotonic=self.clock.monotonic())
         if self.held_back.is_set():
             self._look_at_switch()
         wait = self.settings.poll_interval

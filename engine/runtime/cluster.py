@@ -6,9 +6,9 @@
   ``item:<name>`` for every FIFO item (``pool_size = 1`` with blocking retries), which only
   its holder works. The heartbeat renews them; a daemon that dies loses them when they expire,
   one that stops gives them up at once.
-- :class:`DatabaseClock` is the system clock shifted to agree with the database server, so
-  lease expiry (of messages and of these leases) compares times from one clock, whatever the
-  skew between hosts.
+- :class:`DatabaseClock` is the database's clock carried on this process's monotonic clock,
+  so lease expiry (of messages and of these leases) compares times from one clock, whatever
+  the skew between hosts, and a step of this host's wall clock moves no due time.
 
 A lease counts as held locally until ``lease_seconds`` after the start of its last successful
 renewal, minus a safety margin: a daemon that cannot reach the database stops using a lease
@@ -28,13 +28,15 @@ from engine.delivery.claims import LEASE_MARGIN  # a lease is given up early, as
 from engine.errors import StoreError
 from engine.store.sql import SqlStore
 
-__all__ = ["LEADER", "DatabaseClock", "LeaseKeeper", "forget_silent_daemons", "is_fifo",
-           "item_lease_name", "pid_namespace", "reap_dead_local_daemons"]
+__all__ = ["LEADER", "STEP_SECONDS", "DatabaseClock", "LeaseKeeper", "boot_id",
+           "forget_silent_daemons", "is_fifo", "item_lease_name", "pid_namespace",
+           "reap_dead_local_daemons"]
 
 log = logging.getLogger(__name__)
 
 LEADER = "leader"  # name of the scheduler's lease
 CLOCK_TOLERANCE = 0.005  # seconds of measured offset change ignored as jitter
+STEP_SECONDS = 1.0  # a larger jump of the database's clock is a step, not drift
 
 
 def item_lease_name(item: str) -> str:
@@ -51,37 +53,66 @@ def is_fifo(item: ItemConfig) -> bool:
 
 
 class DatabaseClock:
-    """``base`` (the system clock) shifted by the measured offset to the database server's
-    clock. :meth:`sync` measures it (the daemon calls it at start and on every heartbeat);
-    on SQLite the server is this host, so the offset stays 0. Monotonic time and sleeps are
+    """The time every daemon of a production shares, kept on this process's monotonic clock
+    (docs/architecture.md, "Which clock decides what").
+
+    :meth:`sync` (at start and on every heartbeat) reads the database's clock — PostgreSQL's
+    ``clock_timestamp()``, half the round trip credited to each way; on SQLite, which has no
+    server, this host's wall clock — and anchors this clock on it: :meth:`now` is that
+    reading moved on by the monotonic seconds since. So a step of this host's wall clock (an
+    NTP step, a resumed VM) changes nothing on PostgreSQL, and on SQLite nothing until the
+    next heartbeat, which reports it as a *step* (:meth:`sync`'s return value) for the
+    daemon to carry the stored due times across it. Monotonic time and sleeps are
     ``base``'s."""
 
     def __init__(self, store: SqlStore, base: Clock | None = None) -> None:
         self.store = store
         self.base: Clock = base or SystemClock()
-        self.offset = 0.0  # seconds to add to the system clock
+        self._lock = threading.Lock()
+        self._anchor = (self.base.now(), self.base.monotonic())  # until the first sync
+        self._synced = False
+
+    @property
+    def offset(self) -> float:
+        """Seconds this clock is ahead of this host's wall clock now."""
+        return (self.now() - self.base.now()).total_seconds()
 
     def sync(self) -> float:
-        """Measure the offset (half the round trip is credited to each way); return it.
-        Raises StoreError when the database does not answer."""
-        if not self.store.is_postgres:
-            return self.offset
-        before, started = self.base.now(), self.base.monotonic()
-        server = self.store.db_now()
-        half_trip = (self.base.monotonic() - started) / 2
-        offset = (server - (before + timedelta(seconds=half_trip))).total_seconds()
-        if abs(offset - self.offset) > CLOCK_TOLERANCE:
-            if abs(offset - self.offset) > 1.0:
+        """Read the database's clock and anchor this clock on it; return the step — the
+        seconds the database's clock moved against the monotonic clock since the last sync,
+        when that is more than ``STEP_SECONDS`` — or 0.0. Raises StoreError when the
+        database does not answer."""
+        if self.store.is_postgres:
+            started = self.base.monotonic()
+            reading = self.store.db_now()
+            mono = (started + self.base.monotonic()) / 2
+        else:
+            reading, mono = self.base.now(), self.base.monotonic()
+        with self._lock:
+            anchored, at = self._anchor
+            moved = (reading - (anchored + timedelta(seconds=mono - at))).total_seconds()
+            first, self._synced = not self._synced, True
+            if abs(moved) <= CLOCK_TOLERANCE:
+                return 0.0
+            self._anchor = (reading, mono)
+        if first:
+            if abs(moved) > STEP_SECONDS:
                 log.info("this host's clock is %+.3f s off the database server's; "
-                         "using the server's", -offset)
-            self.offset = offset
-        return self.offset
+                         "using the server's", -moved)
+            return 0.0
+        if abs(moved) <= STEP_SECONDS:
+            return 0.0
+        log.warning("the %s clock stepped by %+.3f s against this process's monotonic clock",
+                    "database server's" if self.store.is_postgres else "wall", moved)
+        return moved
 
     def monotonic(self) -> float:
         return self.base.monotonic()
 
     def now(self) -> datetime:
-        return self.base.now() + timedelta(seconds=self.offset)
+        with self._lock:
+            anchored, at = self._anchor
+        return anchored + timedelta(seconds=self.base.monotonic() - at)
 
     def sleep(self, seconds: float, stop: threading.Event | None = None) -> bool:
         return self.base.sleep(seconds, stop)
@@ -200,13 +231,22 @@ def reap_dead_local_daemons(store: SqlStore, host: str, namespace: str | None) -
             forget_daemon(store, daemon_id, f"died (pid {pid})")
 
 
+def boot_id() -> str | None:
+    """The kernel's boot of this host: its monotonic clock and PIDs are comparable only
+    within one. None where the system does not tell."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
 def pid_namespace() -> str | None:
     """This process's PID namespace and the kernel's boot: PIDs are comparable only between
     processes that share both. None where the system does not tell (then no PID is
     trusted)."""
+    boot = boot_id()
     try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
+        return None if boot is None else f"{boot}/{os.readlink('/proc/self/ns/pid')}"
     except OSError:
         return None
 

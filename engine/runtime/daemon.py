@@ -62,8 +62,10 @@ from engine.runtime.alerts import AlertingEventLog
 from engine.runtime.announcements import AnnouncementRouter
 from engine.runtime.cluster import (
     LEADER,
+    STEP_SECONDS,
     DatabaseClock,
     LeaseKeeper,
+    boot_id,
     forget_silent_daemons,
     is_fifo,
     item_lease_name,
@@ -78,6 +80,7 @@ from engine.runtime.reload import Reloader
 from engine.runtime.scheduler import ProductionScheduler
 from engine.runtime.steps import TICK_RETRY_DELAY, guarded, operation_items
 from engine.store import queries
+from engine.store.clockstep import settle_clock_frame
 from engine.store.operator import purge
 from engine.store.sql import SqlStore
 
@@ -344,8 +347,26 @@ class Daemon:
         self.leases.renew()
 
     def _sync_clock(self) -> None:
-        if isinstance(self.clock, DatabaseClock):
-            self.clock.sync()
+        """Re-read the database's clock (at start and on every heartbeat). On SQLite, whose
+        clock is this host's wall clock, first carry the stored due times and leases across
+        a step of it, once for every daemon of the file
+        (:func:`~engine.store.clockstep.settle_clock_frame`)."""
+        if not isinstance(self.clock, DatabaseClock):
+            return
+        boot = boot_id()
+        if not self.store.is_postgres and boot is not None:
+            base = self.clock.base
+            zero_at = base.now() - timedelta(seconds=base.monotonic())
+            step, moved = settle_clock_frame(self.store, boot=boot, zero_at=zero_at,
+                                             tolerance=STEP_SECONDS,
+                                             lease_seconds=self.production.lease_seconds)
+            if step:
+                what = ", ".join(f"{n} {kind}" for kind, n in moved.items() if n) or "nothing"
+                self.events.write("Warning", f"the wall clock stepped by {step:+.1f} s; "
+                                  f"daemon {self.id} moved the stored due times and leases "
+                                  f"with it, so that each keeps the time it had left "
+                                  f"({what})", source_class="Daemon", source_method="clock")
+        self.clock.sync()
 
     def check_queue_alerts(self) -> None:
         """``queue_count_alert`` / ``queue_wait_alert``: one Alert per crossing."""

@@ -165,6 +165,16 @@ lease = Table(
     Index("ix_lease_owner", "owner"),
 )
 
+# Where this host's monotonic clock stood against its wall clock when the daemons of an
+# SQLite file last agreed: the wall time at which the monotonic clock of boot `boot` read 0.
+# A daemon that finds another value has seen a step of the wall clock, and moves the stored
+# due times and leases across it, once for all daemons (engine.store.clockstep; 0016).
+clock_frame = Table(
+    "clock_frame", metadata,
+    Column("boot", String(100), primary_key=True),
+    Column("zero_at", _Time, nullable=False),
+)
+
 # Users of the management portal and holders of API tokens (docs/portal.md), stored hashed.
 USER_ROLES = ("viewer", "operator", "admin")
 TOKEN_ROLES = ("sender", "viewer", "operator", "admin")

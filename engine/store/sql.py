@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, case, func, select, tuple_, update
+from sqlalchemy import Connection, Engine, case, func, or_, select, true, tuple_, update
 
 from engine.clock import as_utc, utcnow
 from engine.store import migrate
@@ -38,7 +38,13 @@ from engine.store.database import create_db_engine
 from engine.store.group import GroupCommit, commit_together
 from engine.store.hotpath import Accepted, Claimed, Completion, Intake, Outcome, Taker
 from engine.store.leases import SqlLeases
-from engine.store.models import daemon, item_state, message_attempt, message_header
+from engine.store.models import (
+    clock_frame,
+    daemon,
+    item_state,
+    message_attempt,
+    message_header,
+)
 from engine.store.notify import (
     Announcement,
     AnnouncementCallback,
@@ -286,16 +292,36 @@ class SqlStore:
                              fifo=fifo)
         return claimed[0].row if claimed else None
 
-    def release_expired_claims(self, target: str, *, now: datetime) -> int:
+    def release_expired_claims(self, target: str, *, now: datetime, owner: str | None = None,
+                               holding: Iterable[int] = (),
+                               monotonic: float | None = None) -> int:
         """Put back in their queue the messages of ``target`` whose claim's lease expired
         (their daemon died or was cut off); their open attempts count as outcome unknown.
         Their tokens stay: the old claimer can write nothing more about them. Their count
-        of deliveries stays too: those deliveries never ended (see :meth:`claim`)."""
+        of deliveries stays too: those deliveries never ended (see :meth:`claim`).
+
+        Expiry is judged on the database's clock: ``now``, a daemon's ``DatabaseClock`` (the
+        server's time carried on the monotonic clock, never this host's wall clock); on
+        SQLite, where a daemon that has not yet seen a step of the wall clock would judge
+        leases moved across it by another (:mod:`engine.store.clockstep`), the file's clock
+        frame read in the same transaction plus this host's ``monotonic`` clock, when given.
+        ``owner``: the caller's daemon, whose claims in ``holding`` are never released — a
+        daemon knows its own claims are live from its monotonic clock; its expired claims
+        that it does not hold (a claim whose commit it never heard of) are."""
         h = message_header.c
+        held = sorted(set(holding))
         with self.db.tx() as conn:
-            count = conn.execute(update(message_header).where(
-                h.target == target, h.status == Status.DELIVERED, h.lease_expires_at < now)
-                .values(**requeue(delivery_ended=False))).rowcount
+            if monotonic is not None and not self.is_postgres:
+                zero_at = conn.execute(select(func.max(clock_frame.c.zero_at))).scalar()
+                if zero_at is not None:
+                    now = as_utc(zero_at) + timedelta(seconds=monotonic)
+            stmt = update(message_header).where(h.target == target,
+                                                h.status == Status.DELIVERED,
+                                                h.lease_expires_at < now)
+            if owner is not None:
+                stmt = stmt.where(or_(h.claimed_by != owner, h.claimed_by.is_(None),
+                                      h.id.not_in(held) if held else true()))
+            count = conn.execute(stmt.values(**requeue(delivery_ended=False))).rowcount
         if count:
             self.db.announcer.call_back([Announcement.work(target)])
         return int(count)

@@ -1,0 +1,85 @@
+"""Carrying the stored times across a step of an SQLite file's clock (docs/architecture.md,
+"Which clock decides what").
+
+On SQLite the database's clock is this host's wall clock. When it steps (an NTP step, a
+resumed VM), the times stored before the step — leases, next-attempt times, first-attempt
+times, a breaker's end — would suddenly be that much nearer or farther: a forward step would
+release live claims and run out the failure timeout of every retrying message at once, a
+backward one would hold every parked retry for the whole step.
+
+The host's monotonic clock does not step, and every process of the host reads the same one.
+So the daemons of a file keep, in ``clock_frame``, the wall time at which the monotonic
+clock of this boot read 0. The first daemon to read another value (on a heartbeat, or when
+it starts after a step made while none ran) moves the stored times by the difference, in the
+transaction that records the new value: once, whichever daemon sees it first, so that each
+time keeps what it had left.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Column, Table, bindparam, delete, select, update
+
+from engine.clock import as_utc
+from engine.store.models import clock_frame, item_breaker, lease, message_header
+from engine.store.statuses import Status
+
+if TYPE_CHECKING:
+    from engine.store.sql import SqlStore
+
+__all__ = ["settle_clock_frame"]
+
+
+def settle_clock_frame(store: SqlStore, *, boot: str, zero_at: datetime, tolerance: float,
+                       lease_seconds: float) -> tuple[float, dict[str, int]]:
+    """Record that the monotonic clock of boot ``boot`` read 0 at wall time ``zero_at``. If
+    the value stored differs by more than ``tolerance`` seconds, the wall clock stepped by
+    the difference since: move the stored times across it first. Returns the step (0.0 for
+    none) and how many rows of each kind moved.
+
+    Next-attempt and first-attempt times of unfinished messages and the end of an open
+    breaker move by the step; leases (claims and ``lease`` rows) move by a forward step only:
+    after a backward one they last the step longer until their owners renew them, so that a
+    daemon that has not yet seen the step never takes a live daemon's claim for expired."""
+    with store.db.tx() as conn:
+        stored = conn.execute(select(clock_frame.c.zero_at)
+                              .where(clock_frame.c.boot == boot)).scalar()
+        if stored is None:  # a new boot: its monotonic clock has a new origin
+            conn.execute(delete(clock_frame))
+            conn.execute(clock_frame.insert().values(boot=boot, zero_at=zero_at))
+            return 0.0, {}
+        step = as_utc(zero_at) - as_utc(stored)
+        if abs(step.total_seconds()) <= tolerance:
+            return 0.0, {}
+        conn.execute(update(clock_frame).where(clock_frame.c.boot == boot)
+                     .values(zero_at=zero_at))
+        return step.total_seconds(), _carry(conn, step, lease_seconds)
+
+
+def _carry(conn: Any, step: timedelta, lease_seconds: float) -> dict[str, int]:
+    h = message_header.c
+    forward = max(step, timedelta())  # a lease is never shortened: see settle_clock_frame
+    carried: dict[str, int] = {}
+    unfinished = h.status.in_([Status.QUEUED, Status.DELIVERED])
+    carried["retries"] = _shift(conn, message_header, h.next_attempt_at, step, unfinished)
+    carried["first attempts"] = _shift(conn, message_header, h.first_attempt_at, step,
+                                       unfinished)
+    carried["claims"] = _shift(conn, message_header, h.lease_expires_at, forward,
+                               h.status == Status.DELIVERED)
+    carried["leases"] = _shift(conn, lease, lease.c.expires_at, forward, None)
+    carried["breakers"] = _shift(conn, item_breaker, item_breaker.c.open_until, step, None)
+    return carried
+
+
+def _shift(conn: Any, table: Table, column: Column[Any], step: timedelta, where: Any) -> int:
+    """Move ``column`` by ``step`` in the rows of ``table`` that match ``where`` (read and
+    written back: SQLite has no interval arithmetic on the stored text)."""
+    key = next(iter(table.primary_key.columns))
+    query = select(key, column).where(column.is_not(None))
+    rows = conn.execute(query if where is None else query.where(where)).all()
+    if rows and step:
+        conn.execute(update(table).where(key == bindparam("_key"))
+                     .values({column.name: bindparam("_value")}),
+                     [{"_key": k, "_value": value + step} for k, value in rows])
+    return len(rows) if step else 0
