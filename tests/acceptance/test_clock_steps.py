@@ -26,16 +26,16 @@ RETRY = 2.0  # retry_interval of the items that retry: the bound on early and la
 PER_ITEM = 6
 
 
-def refused_once() -> object:
-    """503 for a body the first time, 200 after: one retry per message."""
-    seen: set[bytes] = set()
+def refused(times: int = 1) -> object:
+    """503 for a body its first ``times`` times, 200 after: that many retries a message."""
+    seen: Counter[bytes] = Counter()
     lock = threading.Lock()
 
     def route(handler: object, record: Recorded) -> None:
         with lock:
-            first = record.body not in seen
-            seen.add(record.body)
-        respond(503 if first else 200, "later" if first else "ok")(handler, record)  # type: ignore[arg-type]
+            seen[record.body] += 1
+            refuse = seen[record.body] <= times
+        respond(503 if refuse else 200, "later" if refuse else "ok")(handler, record)  # type: ignore[arg-type]
     return route
 
 
@@ -57,7 +57,7 @@ def run_through_a_step(stack: ExitStack, tmp_path: Path, url: str, step: int, *,
     the stepped one's wall clock steps by ``step`` seconds while attempts are out and
     retries wait. Returns once every message is final."""
     server = stack.enter_context(HttpTestServer({"/slow": respond(200, "ok", delay=1.0),
-                                                 "/flaky": refused_once()}))
+                                                 "/flaky": refused()}))
     cluster = Cluster(stack, tmp_path, url, items(server), poll_interval=0.2, lease_seconds=2)
     clock = SteppedWallClock(tmp_path / "faketime")
     stepped = stack.enter_context(SteppedDaemon(tmp_path, clock))
@@ -136,3 +136,37 @@ def test_a_wall_clock_step_on_one_of_two_postgresql_daemons(tmp_path: Path, step
         cluster, server, ids = run_through_a_step(stack, tmp_path, url, step, others=1)
         assert_every_message_ended_as_answered(cluster, server, ids)
         assert clock_events(cluster) == []  # the server's clock did not step: nothing moved
+
+
+@pytest.mark.parametrize("step", [600, -600])
+def test_a_daemon_restarted_after_a_step_on_sqlite_keeps_each_retrys_time(
+        tmp_path: Path, step: int) -> None:
+    """The wall clock steps while no daemon runs: the next one to start carries the parked
+    retries across the step (the file's clock frame), so a retry neither fires a step early
+    — nor with its failure timeout run out — nor waits the step out."""
+    with ExitStack() as stack:
+        server = stack.enter_context(HttpTestServer({"/flaky": refused(2)}))
+        interval = 4.0
+        cluster = Cluster(stack, tmp_path, f"sqlite:///{tmp_path / 'encore.db'}",
+                          http_item("Park", server.url, pool_size=2, retry_interval=interval,
+                                    failure_timeout=60, retry_mode="requeue"),
+                          poll_interval=0.2, lease_seconds=2)
+        clock = SteppedWallClock(tmp_path / "faketime")
+        first = stack.enter_context(SteppedDaemon(tmp_path, clock))
+        wait_until(lambda: "production Scale started" in first.output, 60, "the daemon")
+        ids = [cluster.send("Park", {"method": "POST", "path": "/flaky", "body": f"p-{i}"})
+               for i in range(3)]
+        wait_until(lambda: len(server.requests) == 3, 30, "the first attempts")
+        assert first.terminate() == 0  # the retries stay parked
+        clock.step(step)
+        second = stack.enter_context(SteppedDaemon(tmp_path, clock))
+        wait_until(lambda: _final(cluster, ids), 60, "the retries")
+        assert cluster.statuses(ids) == Counter({"Completed": 3}), second.output
+        arrivals: dict[str, list[float]] = defaultdict(list)
+        for record in list(server.requests):
+            arrivals[record.body.decode()].append(record.at)
+        for tag, times in arrivals.items():  # refused twice: three attempts, each on time
+            assert len(times) == 3, tag
+            for sent, again in zip(times, times[1:], strict=False):
+                assert interval - 1 <= again - sent <= 2 * interval + 1.5, (tag, again - sent)
+        assert len(clock_events(cluster)) == 1
