@@ -1,18 +1,25 @@
 """The Visual Trace of a session as one inline SVG (docs/portal.md).
 
 A column per participant — each sender (CLI, API, a service or process, an operator's
-resend), each item, each remote server — with time flowing down on one linear scale. One
-arrow per message between hosts (``data-message="ID"``, a link to ``/messages/ID``); one group
-per attempt from the item to the server it went to (``data-attempt="K"``,
-``data-outcome="…"``): the request at its start, the answer (or the timeout) at its end,
-labelled with the attempt number, outcome and duration, green for ``ok`` and red otherwise.
+resend), each item, each server an attempt went to — with time flowing down on one linear
+scale. One arrow per message between hosts (``data-message="ID"``, a link to
+``/messages/ID``); one group per attempt (``data-attempt="K"``, ``data-outcome="…"``). An
+attempt that went to a server (``message_attempt.server``) is an arrow from the item to it at
+its start and the answer (or the timeout) back at its end; one without a server is the item's
+own work (a process, a router), a bar on the item's own lifeline (``class="… own-work"``).
+Either is labelled with the attempt number, outcome and duration, green for ``ok`` and red
+otherwise. An attempt its daemon's death cut short (:mod:`engine.portal.trace_attempts`) is
+marked ✕ where it was cut (``data-cut-short="true"``), at the server when one is recorded,
+and has no duration.
 A timed-out attempt's return is drawn in a style of its own, dotted, marked "late reply
 discarded" (the engine never hands it on); the wait before the next attempt is a dashed line
 with its length. A long stretch in which nothing happens is a break labelled with its length
 (:mod:`engine.portal.trace_scale`), not empty height. Servers are named in full (scheme,
 host and port, wrapped; the whole address in a tooltip). A legend under the time line shows
-each style as it is drawn (:data:`STYLES`). The session's events stand in a column on the
-right, each at its time, with a dot on its item's line.
+each style as it is drawn (:data:`STYLES`), in as many rows as the picture's width needs. The
+session's events stand in a column on the right, each at its time, with a dot on its item's
+line; the column is as wide as its longest text, and the picture widens for any text that
+would run past an edge (:mod:`engine.portal.trace_fit`).
 
 A session that an inbound service started (docs/inbound.md) has its caller — the client's
 address — as the first participant: the request arrives from it, and the answer the service
@@ -29,6 +36,9 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from engine.portal.trace_attempts import CUT_SHORT, cut_short, server_label, taken_back_after
+from engine.portal.trace_fit import horizontal_room, text_width
+from engine.portal.trace_fit import rows as legend_rows
 from engine.portal.trace_scale import BREAK_HEIGHT, TimeAxis, duration_text, time_axis
 from engine.store.inbound import InboundCall
 from engine.store.operator import resent_from
@@ -43,7 +53,8 @@ NAME_WIDTH = 26  # characters of a participant's name per line
 EVENTS_WIDTH = 440  # px of the events column
 EVENTS_GAP = 24  # px between the last column and the events (room for "late reply discarded")
 BOTTOM = 48  # px below the last instant
-LEGEND_HEIGHT = 40  # px of the legend under the time line
+LEGEND_ROW = 22  # px per row of the legend under the time line
+LEGEND_SIZE = 11  # px of the legend's texts
 OK, FAIL, NEUTRAL = "#2e7d32", "#c62828", "#37474f"
 WAIT_COLOUR = "#78909c"
 EVENT_COLOURS = {"Error": FAIL, "Alert": FAIL, "Assert": FAIL, "Warning": "#ef6c00",
@@ -61,7 +72,10 @@ STYLES: dict[str, dict[str, str]] = {
 LEGEND = (("message", "message between hosts"), ("reply_ok", "attempt answered"),
           ("reply_failed", "attempt failed (error, fault, status)"),
           ("late_reply", "timed out: a late reply is discarded"),
-          ("retry_wait", "retry wait"))
+          ("retry_wait", "retry wait"),
+          ("own_work", "an item's own work (no server called)"),
+          ("cut_short", "cut short: the daemon died during it"),
+          ("break", "time skipped (its length written)"))
 
 
 def render_trace(messages: Sequence[Mapping[str, Any]],
@@ -77,22 +91,27 @@ def render_trace(messages: Sequence[Mapping[str, Any]],
         (len(participant_lines(name)) for name in columns), default=1)
     scale = _scale(messages, attempts, events, top=header + HEADER_GAP)
     bottom = scale.y(_last_time(messages, attempts, events)) + BOTTOM
-    height = bottom + LEGEND_HEIGHT
-    width = LEFT + COLUMN * len(columns) + EVENTS_GAP + EVENTS_WIDTH
+    events_x = LEFT + COLUMN * len(columns) + EVENTS_GAP
+    width = events_x + _events_width(events)
     svg = ET.Element("svg", {"xmlns": "http://www.w3.org/2000/svg", "class": "trace",
-                             "width": str(width), "height": str(height),
-                             "viewBox": f"0 0 {width} {height}", "role": "img",
-                             "aria-label": "Visual Trace"})
+                             "role": "img", "aria-label": "Visual Trace"})
     _markers(svg)
-    _columns(svg, columns, header, bottom)
-    _breaks(svg, scale, width)
+    backdrop = ET.SubElement(svg, "g", {"class": "backdrop"})  # the breaks, drawn last
+    drawing = ET.SubElement(svg, "g", {"class": "drawing"})
+    _columns(drawing, columns, header, bottom)
     for m in messages:
-        _message(svg, m, columns, scale)
-        _attempts(svg, m, attempts.get(m["id"], ()), columns, scale)
+        _message(drawing, m, columns, scale)
+        _attempts(drawing, m, attempts.get(m["id"], ()), columns, scale)
         if m["id"] in calls:
-            _inbound(svg, calls[m["id"]], columns, scale, bottom=bottom - BOTTOM)
-    _events(svg, events, columns, scale, x=LEFT + COLUMN * len(columns) + EVENTS_GAP)
-    _legend(svg, bottom)
+            _inbound(drawing, calls[m["id"]], columns, scale, bottom=bottom - BOTTOM)
+    _events(drawing, events, columns, scale, x=events_x)
+    height = bottom + _legend(drawing, bottom, width)
+    shift, width = horizontal_room(drawing, width)
+    if shift:
+        drawing.set("transform", f"translate({shift:.1f},0)")
+    _breaks(backdrop, scale, width)
+    svg.attrib.update({"width": f"{width:.0f}", "height": f"{height:.0f}",
+                       "viewBox": f"0 0 {width:.0f} {height:.0f}"})
     return ET.tostring(svg, encoding="unicode")
 
 
@@ -121,16 +140,14 @@ def _participants(messages: Sequence[Mapping[str, Any]],
         pair = ((sender_label(m["source"]), m["target"]) if m["kind"] == "request"
                 else (m["source"] or "(unknown)", sender_label(m["target"])))
         hosts += [p for p in pair if p not in hosts]
+        if m["kind"] != "request":
+            continue  # a response is never attempted (and draws no attempt)
         for a in attempts.get(m["id"], ()):
-            server = _server(a)
-            if server not in servers:
+            server = server_label(a)
+            if server is not None and server not in servers:
                 servers.append(server)
     names = hosts + [s for s in servers if s not in hosts]
     return {name: LEFT + COLUMN * i + COLUMN / 2 for i, name in enumerate(names)}
-
-
-def _server(attempt: AttemptRow) -> str:
-    return f"server {attempt.server}" if attempt.server else "remote server"
 
 
 def participant_lines(name: str) -> list[str]:
@@ -158,8 +175,10 @@ def _times(messages: Sequence[Mapping[str, Any]], attempts: Mapping[int, Sequenc
 
 def _scale(messages: Sequence[Mapping[str, Any]], attempts: Mapping[int, Sequence[AttemptRow]],
            events: Sequence[Mapping[str, Any]], *, top: float) -> TimeAxis:
-    busy = [(a.started_at, a.ended_at) for rows in attempts.values() for a in rows
-            if a.ended_at is not None]
+    # a cut-short attempt's recorded end is when it was taken back: not a busy stretch
+    status = {m["id"]: m["status"] for m in messages}
+    busy = [(a.started_at, a.ended_at) for mid, rows in attempts.items() for a in rows
+            if a.ended_at is not None and not cut_short(a, status.get(mid, ""))]
     return time_axis(_times(messages, attempts, events), busy, top=top,
                      labelled=[m["time_created"] for m in messages])
 
@@ -218,20 +237,38 @@ def _zigzag(y: float, width: float, step: float = 8.0) -> str:
     return "M" + " L".join(points)
 
 
-def _legend(svg: ET.Element, y: float) -> None:
-    """A sample of each line style of :data:`STYLES`, drawn as the picture draws it."""
+def _legend(svg: ET.Element, y: float, width: float) -> float:
+    """A sample of each kind of line of :data:`LEGEND`, drawn as the picture draws it, in
+    rows that fit ``width``; returns the legend's height."""
     group = ET.SubElement(svg, "g", {"class": "legend"})
-    x: float = LEFT
-    for key, label in LEGEND:
-        entry = ET.SubElement(group, "g", {"data-legend": key})
-        ET.SubElement(entry, "line", {"x1": str(x), "y1": str(y + 16), "x2": str(x + 34),
-                                      "y2": str(y + 16), **_style(key)})
-        node = _text(entry, x + 40, y + 20, label, size=11)
-        x += 48 + 6.2 * len(node.text or "")
-    entry = ET.SubElement(group, "g", {"data-legend": "break"})
-    ET.SubElement(entry, "path", {"d": f"M{x:.0f},{y + 14} l6,4 l6,-4 l6,4 l6,-4",
-                                  "fill": "none", "stroke": "#90a4ae"})
-    _text(entry, x + 32, y + 20, "time skipped (its length written)", size=11)
+    widths = [48 + text_width(label, LEGEND_SIZE) for _, label in LEGEND]
+    laid = legend_rows(widths, width - 2 * LEFT)
+    for row, indexes in enumerate(laid):
+        x, top = float(LEFT), y + row * LEGEND_ROW
+        for i in indexes:
+            key, label = LEGEND[i]
+            entry = ET.SubElement(group, "g", {"data-legend": key})
+            _sample(entry, key, x, top + 16)
+            _text(entry, x + 40, top + 20, label, size=LEGEND_SIZE)
+            x += widths[i]
+    return LEGEND_ROW * len(laid) + 18
+
+
+def _sample(entry: ET.Element, key: str, x: float, y: float) -> None:
+    """The legend's sample of ``key``, 34 px wide, on the line ``y``."""
+    if key == "break":
+        ET.SubElement(entry, "path", {"d": f"M{x:.0f},{y - 2} l6,4 l6,-4 l6,4 l6,-4",
+                                      "fill": "none", "stroke": "#90a4ae"})
+    elif key == "own_work":
+        ET.SubElement(entry, "rect", {"x": str(x + 13), "y": str(y - 7), "width": "8",
+                                      "height": "14", "fill": OK, "fill-opacity": "0.35"})
+    elif key == "cut_short":
+        ET.SubElement(entry, "line", {"x1": str(x), "y1": str(y), "x2": str(x + 26),
+                                      "y2": str(y), "stroke": FAIL, "stroke-width": "2"})
+        _cross(entry, x + 30, y)
+    else:
+        ET.SubElement(entry, "line", {"x1": str(x), "y1": str(y), "x2": str(x + 34),
+                                      "y2": str(y), **_style(key)})
 
 
 def _style(key: str) -> dict[str, str]:
@@ -295,25 +332,83 @@ def _attempts(svg: ET.Element, m: Mapping[str, Any], attempts: Sequence[AttemptR
         if previous_end is not None and a.started_at > previous_end:
             _wait(svg, item, scale.y(previous_end), scale.y(a.started_at),
                   (a.started_at - previous_end).total_seconds())
-        _attempt(svg, a, item, columns[_server(a)], scale)
+        server = server_label(a)
+        where = columns[server] if server is not None else None
+        if cut_short(a, m["status"]):
+            _cut_short(svg, a, item, where, scale)
+            previous_end = a.started_at  # its recorded end is when it was taken back
+            continue
+        _attempt(svg, a, item, where, scale)
         previous_end = a.ended_at or a.started_at
 
 
-def _attempt(svg: ET.Element, a: AttemptRow, item: float, server: float, scale: TimeAxis) -> None:
-    ok = a.outcome == "ok"
-    colour, arrow = (OK, "url(#arrow-ok)") if ok else (FAIL, "url(#arrow-fail)")
-    group = ET.SubElement(svg, "g", {"class": f"attempt outcome-{a.outcome or 'in_flight'}",
+def _attempt_group(svg: ET.Element, a: AttemptRow, kind: str, title: str) -> ET.Element:
+    group = ET.SubElement(svg, "g", {"class": f"attempt outcome-{a.outcome or 'in_flight'} "
+                                              f"{kind}",
                                      "data-attempt": str(a.attempt),
                                      "data-outcome": a.outcome or ""})
-    y0, y1 = scale.y(a.started_at), scale.y(a.ended_at or a.started_at)
-    took = f"{(a.ended_at - a.started_at).total_seconds():.3f} s" if a.ended_at else "in flight"
-    title = f"attempt {a.attempt} to {a.server or 'remote'}: {a.outcome or 'in flight'}, {took}"
     if a.error_text:
         title += f" — {a.error_text}"
     ET.SubElement(group, "title").text = title
-    ET.SubElement(group, "rect", {"x": str(item - 4), "y": str(y0), "width": "8",
+    return group
+
+
+def _bar(group: ET.Element, x: float, y0: float, y1: float, colour: str) -> None:
+    """The attempt's activation bar on the item's lifeline."""
+    ET.SubElement(group, "rect", {"x": str(x - 4), "y": str(y0), "width": "8",
                                   "height": str(max(y1 - y0, 2)), "fill": colour,
                                   "fill-opacity": "0.35"})
+
+
+def _cross(group: ET.Element, x: float, y: float) -> None:
+    """The ✕ where an attempt was cut short."""
+    ET.SubElement(group, "path", {"class": "cut-mark", "d": f"M{x - 5},{y - 5} l10,10 "
+                                  f"M{x - 5},{y + 5} l10,-10", "stroke": FAIL,
+                                  "stroke-width": "2.5", "fill": "none"})
+
+
+def _cut_short(svg: ET.Element, a: AttemptRow, item: float, server: float | None,
+               scale: TimeAxis) -> None:
+    """An attempt its daemon's death cut short: the request to its server (when one is
+    recorded) ending in ✕, or a ✕ on the item's own lifeline; no reply, no duration."""
+    later = taken_back_after(a)
+    to = f" to {a.server}" if a.server else ""
+    title = f"attempt {a.attempt}{to}: {CUT_SHORT}" + (
+        f"; taken back {later:.3f} s after it began" if later is not None else
+        "; not yet taken back")
+    group = _attempt_group(svg, a, "cut-short", title)
+    group.set("data-cut-short", "true")
+    y0 = scale.y(a.started_at)
+    _bar(group, item, y0, y0 + 8, FAIL)
+    if server is not None:
+        ET.SubElement(group, "line", {"x1": str(item + 4), "y1": str(y0), "x2": str(server - 8),
+                                      "y2": str(y0), "stroke": FAIL, "stroke-width": "2"})
+        _cross(group, server - 3, y0)
+    else:
+        _cross(group, item + 14, y0 + 4)
+    _text(group, item + 10, y0 + 22, f"#{a.attempt} cut short: the daemon died",
+          colour=FAIL, weight="bold")
+    _text(group, item + 10, y0 + 35, "outcome unknown", colour=FAIL, size=10)
+
+
+def _attempt(svg: ET.Element, a: AttemptRow, item: float, server: float | None,
+             scale: TimeAxis) -> None:
+    ok = a.outcome == "ok"
+    colour, arrow = (OK, "url(#arrow-ok)") if ok else (FAIL, "url(#arrow-fail)")
+    y0, y1 = scale.y(a.started_at), scale.y(a.ended_at or a.started_at)
+    took = f"{(a.ended_at - a.started_at).total_seconds():.3f} s" if a.ended_at else "in flight"
+    if server is None:
+        group = _attempt_group(svg, a, "own-work", f"attempt {a.attempt}, the item's own work "
+                               f"(no server called): {a.outcome or 'in flight'}, {took}")
+        _bar(group, item, y0, y1, colour if a.ended_at else NEUTRAL)
+        label = f"#{a.attempt} in flight" if a.ended_at is None else \
+            f"#{a.attempt} {a.outcome} · {took}"
+        _text(group, item + 10, y1 + 14, label, colour=colour if a.ended_at else NEUTRAL,
+              weight="bold" if a.ended_at else "normal")
+        return
+    group = _attempt_group(svg, a, "remote", f"attempt {a.attempt} to {a.server}: "
+                           f"{a.outcome or 'in flight'}, {took}")
+    _bar(group, item, y0, y1, colour)
     ET.SubElement(group, "line", {"x1": str(item + 4), "y1": str(y0), "x2": str(server - 3),
                                   "y2": str(y0), "stroke": colour, "stroke-width": "2",
                                   "marker-end": arrow})
@@ -340,6 +435,16 @@ def _wait(svg: ET.Element, x: float, y0: float, y1: float, seconds: float) -> No
               colour="#546e7a", size=10)
 
 
+def _events_width(events: Sequence[Mapping[str, Any]]) -> float:
+    """The events column: EVENTS_WIDTH, or wider for its longest text."""
+    longest = max((text_width(_event_text(e), 11) for e in events), default=0.0)
+    return max(EVENTS_WIDTH, 10 + longest + 10)
+
+
+def _event_text(e: Mapping[str, Any]) -> str:
+    return _short(f"[{e['type']}] {e['text']}", TEXT_LIMIT)
+
+
 def _events(svg: ET.Element, events: Sequence[Mapping[str, Any]], columns: Mapping[str, float],
             scale: TimeAxis, *, x: float) -> None:
     group = ET.SubElement(svg, "g", {"class": "events"})
@@ -354,8 +459,7 @@ def _events(svg: ET.Element, events: Sequence[Mapping[str, Any]], columns: Mappi
                                             "fill": colour})
         text_y = max(y + 4, last_y + 13)  # events close in time stack instead of overlapping
         last_y = text_y
-        entry = _text(group, x + 10, text_y, _short(f"[{e['type']}] {e['text']}", TEXT_LIMIT),
-                      colour=colour, size=11)
+        entry = _text(group, x + 10, text_y, _event_text(e), colour=colour, size=11)
         entry.set("data-event", str(e["id"]))
         ET.SubElement(entry, "title").text = f"[{e['type']}] {e['text']}"
 
