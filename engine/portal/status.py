@@ -135,7 +135,8 @@ def running_state(item: ItemConfig, reports: dict[str, dict[str, dict[str, Any]]
     """What the live daemons report of ``item``: ``daemons`` running it (each with its
     state), ``ready`` (every one of them), ``refused``/``failed`` (a reason, or None), the
     last attempts' outcomes, the servers with their bad marks and the WSDL's operations."""
-    on, refused, failed, outcomes, servers, operations = [], None, None, [], None, []
+    on, refused, failed, outcomes, servers = [], None, None, [], None
+    operations: list[str] = []
     for daemon_id, states in reports.items():
         one = states.get(item.name)
         if one is None:
