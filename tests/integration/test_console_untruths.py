@@ -5,17 +5,24 @@ longer the item's last error. A real daemon in this process, SQLite and PostgreS
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from sqlalchemy import func, select
+from starlette.testclient import TestClient
 
+from engine.config.production import load_production
+from engine.portal import create_app
+from engine.runtime.daemon import Daemon
 from engine.store.models import message_header
+from engine.store.sql import SqlStore
 from tests.integration.test_console_api import (  # noqa: F401 - the fixture
     PATIENCE,
     Setup,
     info_events,
     setup,
 )
-from tests.portal_support import csrf_of, login
+from tests.portal_support import add_user, csrf_of, login
+from tests.servers import SoapTestServer
 from tests.waiting import wait_until
 
 REFUSED_AT_ONCE = 15.0  # seconds: far below the 30 s a test message would wait
@@ -116,3 +123,28 @@ def test_a_refusal_a_later_reload_fixed_is_no_longer_the_item_s_last_error(
     wait_until(lambda: not counted()["running"]["refused"], PATIENCE,  # type: ignore[index]
                "the daemon to report the refusal gone")
     assert counted()["last_error"] is None
+
+
+def test_a_soap_item_s_example_body_names_an_operation_its_wsdl_offers(
+        tmp_path: Path, store: SqlStore) -> None:
+    with SoapTestServer() as server:
+        path = tmp_path / "production.toml"
+        path.write_text(f'[production]\nname = "Soapy"\ndatabase = "{store.url}"\n\n'
+                        f'[[items]]\nname = "Echoes"\nclass = "operations.soap:SoapOperation"\n'
+                        f'[items.settings]\nwsdl = "{server.wsdl}"\n')
+        production = load_production(path, {})
+        add_user(store, "olga", "operator")
+        daemon = Daemon(production, store=store, env={})
+        daemon.start()
+        app = create_app(store, production, secret="test-secret", env={})
+        try:
+            with TestClient(app) as client:
+                login(client, "olga")
+                wait_until(lambda: "&#34;operation&#34;: &#34;echo&#34;" in
+                           client.get("/items/Echoes").text, PATIENCE,
+                           "the daemon to report the WSDL's operations")
+                page = client.get("/items/Echoes").text
+                assert "operations: echo, fail, refuse" in page
+        finally:
+            app.state.follower.stop()
+            daemon.stop()
