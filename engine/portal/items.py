@@ -13,7 +13,7 @@ The Testing Service sends a body as ``encore send`` would â€” the same checks â€
 ``test:<user>``, and waits up to :data:`TEST_WAIT` seconds for the commit that ends it
 (woken by the completion, :mod:`engine.store.completions`; no poll but the safety net). It
 refuses a disabled item at once (409: its message would only wait in the queue), and offers
-an example body (:mod:`engine.portal.test_body`).
+an example body (:mod:`engine.portal.example_body`).
 """
 from __future__ import annotations
 
@@ -30,15 +30,16 @@ from starlette.routing import BaseRoute, Route
 from adapters.urls import redact_userinfo
 from engine.client import accept_message, decode_body
 from engine.config.production import ItemConfig
+from engine.config.rules import parse_rules
 from engine.errors import MessageError
 from engine.portal import actions
 from engine.portal.api import api_user, reply
 from engine.portal.auth import Principal
 from engine.portal.context import Portal, portal_of
+from engine.portal.example_body import example_body
 from engine.portal.forms import acting_user, confirm, confirmed, current_user, field
 from engine.portal.intake import accept_and_wait
 from engine.portal.status import is_enabled, production_view_of_item
-from engine.portal.test_body import example_body
 from engine.settings import camel_case
 from engine.store import rollup
 from engine.store.sql import Accepted
@@ -186,8 +187,12 @@ def item_api(request: Request) -> Response:
 
 
 def _example(portal: Portal, view: dict[str, Any]) -> str:
-    cls = portal.production.item(view["name"]).cls
-    return example_body(getattr(cls, "request_class", None), view["operations"])
+    item = portal.production.item(view["name"])
+    try:
+        rules = parse_rules(item.settings.get("rules") or [])
+    except ValueError:
+        rules = ()  # refused at load: the daemons do not run it either
+    return example_body(getattr(item.cls, "request_class", None), view["operations"], rules)
 
 
 def _takes_messages(portal: Portal, name: str) -> bool:
