@@ -59,6 +59,7 @@ OK, FAIL, NEUTRAL = "#2e7d32", "#c62828", "#37474f"
 WAIT_COLOUR = "#78909c"
 EVENT_COLOURS = {"Error": FAIL, "Alert": FAIL, "Assert": FAIL, "Warning": "#ef6c00",
                  "Info": "#1565c0", "Trace": "#757575"}
+CUT_LABEL_BELOW = 20  # px under a cut-short attempt's start taken by its label
 TEXT_LIMIT = 64  # characters of an event or error shown in the picture (all in its tooltip)
 
 # How each kind of line is drawn; the legend draws its samples from the same table.
@@ -328,18 +329,20 @@ def _attempts(svg: ET.Element, m: Mapping[str, Any], attempts: Sequence[AttemptR
     if item is None or m["kind"] != "request":
         return
     previous_end: datetime | None = None
+    below = 0.0  # px under the previous attempt's end taken by its label
     for a in attempts:
         if previous_end is not None and a.started_at > previous_end:
-            _wait(svg, item, scale.y(previous_end), scale.y(a.started_at),
+            y0, y1 = scale.y(previous_end), scale.y(a.started_at)
+            _wait(svg, item, min(y0 + below, y1), y1,
                   (a.started_at - previous_end).total_seconds())
         server = server_label(a)
         where = columns[server] if server is not None else None
         if cut_short(a, m["status"]):
             _cut_short(svg, a, item, where, scale)
-            previous_end = a.started_at  # its recorded end is when it was taken back
+            previous_end, below = a.started_at, CUT_LABEL_BELOW  # its end: when taken back
             continue
         _attempt(svg, a, item, where, scale)
-        previous_end = a.ended_at or a.started_at
+        previous_end, below = a.ended_at or a.started_at, 0.0
 
 
 def _attempt_group(svg: ET.Element, a: AttemptRow, kind: str, title: str) -> ET.Element:
@@ -385,10 +388,11 @@ def _cut_short(svg: ET.Element, a: AttemptRow, item: float, server: float | None
                                       "y2": str(y0), "stroke": FAIL, "stroke-width": "2"})
         _cross(group, server - 3, y0)
     else:
-        _cross(group, item + 14, y0 + 4)
-    _text(group, item + 10, y0 + 22, f"#{a.attempt} cut short: the daemon died",
-          colour=FAIL, weight="bold")
-    _text(group, item + 10, y0 + 35, "outcome unknown", colour=FAIL, size=10)
+        _cross(group, item + 14, y0)
+    # left of the lifeline, under the arrow that brought the message: the right is where
+    # the hop this attempt began (an arrow a row below, its label above it) is drawn
+    _text(group, item - 10, y0 + CUT_LABEL_BELOW - 4, f"#{a.attempt} cut short: the daemon "
+          "died", anchor="end", colour=FAIL, weight="bold")
 
 
 def _attempt(svg: ET.Element, a: AttemptRow, item: float, server: float | None,
