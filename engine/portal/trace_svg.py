@@ -26,7 +26,9 @@ address — as the first participant: the request arrives from it, and the answe
 gave goes back to it as the last arrow (``class="inbound-answer"``).
 
 Every text goes through ElementTree, which escapes it: a body or an error holding markup is
-shown as text.
+shown as text. This module lays the picture out and draws its columns, messages, breaks and
+events; an attempt is drawn by :mod:`engine.portal.trace_attempt_marks`, the legend by
+:mod:`engine.portal.trace_legend`, with the marks of :mod:`engine.portal.trace_marks`.
 """
 from __future__ import annotations
 
@@ -36,13 +38,18 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from engine.portal.trace_attempts import CUT_SHORT, cut_short, server_label, taken_back_after
+from engine.portal.trace_attempt_marks import draw_attempts
+from engine.portal.trace_attempts import cut_short, server_label
 from engine.portal.trace_fit import horizontal_room, text_width
-from engine.portal.trace_fit import rows as legend_rows
+from engine.portal.trace_legend import draw_legend
+from engine.portal.trace_marks import FAIL, NEUTRAL, OK, STYLES, short, style, text
 from engine.portal.trace_scale import BREAK_HEIGHT, TimeAxis, duration_text, time_axis
 from engine.store.inbound import InboundCall
 from engine.store.operator import resent_from
 from engine.store.rows import AttemptRow
+
+__all__ = ["FAIL", "OK", "STYLES", "caller_label", "participant_lines", "render_trace",
+           "sender_label"]
 
 HEADER_TOP = 8  # px above the participants' boxes
 LINE_HEIGHT = 14  # px per line of a participant's name
@@ -53,31 +60,9 @@ NAME_WIDTH = 26  # characters of a participant's name per line
 EVENTS_WIDTH = 440  # px of the events column
 EVENTS_GAP = 24  # px between the last column and the events (room for "late reply discarded")
 BOTTOM = 48  # px below the last instant
-LEGEND_ROW = 22  # px per row of the legend under the time line
-LEGEND_SIZE = 11  # px of the legend's texts
-OK, FAIL, NEUTRAL = "#2e7d32", "#c62828", "#37474f"
-WAIT_COLOUR = "#78909c"
 EVENT_COLOURS = {"Error": FAIL, "Alert": FAIL, "Assert": FAIL, "Warning": "#ef6c00",
                  "Info": "#1565c0", "Trace": "#757575"}
-CUT_LABEL_BELOW = 20  # px under a cut-short attempt's start taken by its label
 TEXT_LIMIT = 64  # characters of an event or error shown in the picture (all in its tooltip)
-
-# How each kind of line is drawn; the legend draws its samples from the same table.
-STYLES: dict[str, dict[str, str]] = {
-    "message": {"stroke": NEUTRAL, "stroke-width": "2", "stroke-dasharray": ""},
-    "reply_ok": {"stroke": OK, "stroke-width": "1.5", "stroke-dasharray": ""},
-    "reply_failed": {"stroke": FAIL, "stroke-width": "1.5", "stroke-dasharray": ""},
-    "late_reply": {"stroke": FAIL, "stroke-width": "1.5", "stroke-dasharray": "1 3"},
-    "retry_wait": {"stroke": WAIT_COLOUR, "stroke-width": "1.5", "stroke-dasharray": "6 4"},
-}
-LEGEND = (("message", "message between hosts"), ("reply_ok", "attempt answered"),
-          ("reply_failed", "attempt failed (error, fault, status)"),
-          ("late_reply", "timed out: a late reply is discarded"),
-          ("retry_wait", "retry wait"),
-          ("own_work", "an item's own work (no server called)"),
-          ("cut_short", "cut short: the daemon died during it"),
-          ("break", "time skipped (its length written)"))
-
 
 def render_trace(messages: Sequence[Mapping[str, Any]],
                  attempts: Mapping[int, Sequence[AttemptRow]],
@@ -102,11 +87,11 @@ def render_trace(messages: Sequence[Mapping[str, Any]],
     _columns(drawing, columns, header, bottom)
     for m in messages:
         _message(drawing, m, columns, scale)
-        _attempts(drawing, m, attempts.get(m["id"], ()), columns, scale)
+        draw_attempts(drawing, m, attempts.get(m["id"], ()), columns, scale)
         if m["id"] in calls:
             _inbound(drawing, calls[m["id"]], columns, scale, bottom=bottom - BOTTOM)
     _events(drawing, events, columns, scale, x=events_x)
-    height = bottom + _legend(drawing, bottom, width)
+    height = bottom + draw_legend(drawing, bottom, width, left=LEFT)
     shift, width = horizontal_room(drawing, width)
     if shift:
         drawing.set("transform", f"translate({shift:.1f},0)")
@@ -210,7 +195,7 @@ def _columns(svg: ET.Element, columns: Mapping[str, float], header: float,
                                       "height": str(header - HEADER_TOP), "rx": "4",
                                       "fill": "#eceff1", "stroke": "#90a4ae"})
         for i, line in enumerate(participant_lines(name)):
-            _text(group, x, HEADER_TOP + 18 + i * LINE_HEIGHT, line, anchor="middle",
+            text(group, x, HEADER_TOP + 18 + i * LINE_HEIGHT, line, anchor="middle",
                   weight="bold" if i == 0 else "normal", size=12 if i == 0 else 11)
         ET.SubElement(group, "line", {"x1": str(x), "y1": str(header), "x2": str(x),
                                       "y2": str(bottom - 10), "stroke": "#b0bec5",
@@ -227,7 +212,7 @@ def _breaks(svg: ET.Element, scale: TimeAxis, width: float) -> None:
         for y in (b.y + 4, b.y + BREAK_HEIGHT - 4):
             ET.SubElement(group, "path", {"d": _zigzag(y, width), "fill": "none",
                                           "stroke": "#90a4ae", "stroke-width": "1"})
-        _text(group, LEFT, b.y + BREAK_HEIGHT / 2 + 4,
+        text(group, LEFT, b.y + BREAK_HEIGHT / 2 + 4,
               f"⋯ {duration_text(b.seconds)} later ⋯", colour="#546e7a", size=11,
               weight="bold")
 
@@ -236,44 +221,6 @@ def _zigzag(y: float, width: float, step: float = 8.0) -> str:
     points = [f"{x:.0f},{y + (2 if i % 2 else -2):.1f}"
               for i, x in enumerate(range(0, int(width) + 1, int(step)))]
     return "M" + " L".join(points)
-
-
-def _legend(svg: ET.Element, y: float, width: float) -> float:
-    """A sample of each kind of line of :data:`LEGEND`, drawn as the picture draws it, in
-    rows that fit ``width``; returns the legend's height."""
-    group = ET.SubElement(svg, "g", {"class": "legend"})
-    widths = [48 + text_width(label, LEGEND_SIZE) for _, label in LEGEND]
-    laid = legend_rows(widths, width - 2 * LEFT)
-    for row, indexes in enumerate(laid):
-        x, top = float(LEFT), y + row * LEGEND_ROW
-        for i in indexes:
-            key, label = LEGEND[i]
-            entry = ET.SubElement(group, "g", {"data-legend": key})
-            _sample(entry, key, x, top + 16)
-            _text(entry, x + 40, top + 20, label, size=LEGEND_SIZE)
-            x += widths[i]
-    return LEGEND_ROW * len(laid) + 18
-
-
-def _sample(entry: ET.Element, key: str, x: float, y: float) -> None:
-    """The legend's sample of ``key``, 34 px wide, on the line ``y``."""
-    if key == "break":
-        ET.SubElement(entry, "path", {"d": f"M{x:.0f},{y - 2} l6,4 l6,-4 l6,4 l6,-4",
-                                      "fill": "none", "stroke": "#90a4ae"})
-    elif key == "own_work":
-        ET.SubElement(entry, "rect", {"x": str(x + 13), "y": str(y - 7), "width": "8",
-                                      "height": "14", "fill": OK, "fill-opacity": "0.35"})
-    elif key == "cut_short":
-        ET.SubElement(entry, "line", {"x1": str(x), "y1": str(y), "x2": str(x + 26),
-                                      "y2": str(y), "stroke": FAIL, "stroke-width": "2"})
-        _cross(entry, x + 30, y)
-    else:
-        ET.SubElement(entry, "line", {"x1": str(x), "y1": str(y), "x2": str(x + 34),
-                                      "y2": str(y), **_style(key)})
-
-
-def _style(key: str) -> dict[str, str]:
-    return {k: v for k, v in STYLES[key].items() if v}
 
 
 def _message(svg: ET.Element, m: Mapping[str, Any], columns: Mapping[str, float],
@@ -288,15 +235,15 @@ def _message(svg: ET.Element, m: Mapping[str, Any], columns: Mapping[str, float]
                                       "data-message": str(m["id"])})
     ET.SubElement(group, "title").text = f"message {m['id']} ({m['kind']}): {m['status']}"
     ET.SubElement(group, "line", {"x1": str(start), "y1": str(y), "x2": str(end - 3),
-                                  "y2": str(y), **_style("message"),
+                                  "y2": str(y), **style("message"),
                                   "marker-end": "url(#arrow-msg)"})
     kind = "response" if m["kind"] == "response" else m["status"]
-    _text(group, (start + end) / 2, y - 6, f"message {m['id']} · {kind}", anchor="middle")
+    text(group, (start + end) / 2, y - 6, f"message {m['id']} · {kind}", anchor="middle")
     if m["kind"] == "request" and m["time_completed"] and m["status"] != "Completed":
         colour = FAIL if m["status"] == "Error" else NEUTRAL
         reason = f": {m['error_text']}" if m["error_text"] else ""
-        ending = _text(svg, end + 10, scale.y(m["time_completed"]) + 30,
-                       _short(f"message {m['id']} {m['status']}{reason}", 48), colour=colour,
+        ending = text(svg, end + 10, scale.y(m["time_completed"]) + 30,
+                       short(f"message {m['id']} {m['status']}{reason}", 48), colour=colour,
                        weight="bold")
         ET.SubElement(ending, "title").text = f"{m['status']}{reason}"
 
@@ -320,123 +267,7 @@ def _inbound(svg: ET.Element, call: InboundCall, columns: Mapping[str, float], s
                                       "x2": str(end + (3 if end < start else -3)),
                                       "y2": str(y), "stroke": NEUTRAL, "stroke-width": "2",
                                       "marker-end": "url(#arrow-msg)"})
-        _text(group, (start + end) / 2, y - 6, _short(label, 30), anchor="middle")
-
-
-def _attempts(svg: ET.Element, m: Mapping[str, Any], attempts: Sequence[AttemptRow],
-              columns: Mapping[str, float], scale: TimeAxis) -> None:
-    item = columns.get(m["target"])
-    if item is None or m["kind"] != "request":
-        return
-    previous_end: datetime | None = None
-    below = 0.0  # px under the previous attempt's end taken by its label
-    for a in attempts:
-        if previous_end is not None and a.started_at > previous_end:
-            y0, y1 = scale.y(previous_end), scale.y(a.started_at)
-            _wait(svg, item, min(y0 + below, y1), y1,
-                  (a.started_at - previous_end).total_seconds())
-        server = server_label(a)
-        where = columns[server] if server is not None else None
-        if cut_short(a, m["status"]):
-            _cut_short(svg, a, item, where, scale)
-            previous_end, below = a.started_at, CUT_LABEL_BELOW  # its end: when taken back
-            continue
-        _attempt(svg, a, item, where, scale)
-        previous_end, below = a.ended_at or a.started_at, 0.0
-
-
-def _attempt_group(svg: ET.Element, a: AttemptRow, kind: str, title: str) -> ET.Element:
-    group = ET.SubElement(svg, "g", {"class": f"attempt outcome-{a.outcome or 'in_flight'} "
-                                              f"{kind}",
-                                     "data-attempt": str(a.attempt),
-                                     "data-outcome": a.outcome or ""})
-    if a.error_text:
-        title += f" — {a.error_text}"
-    ET.SubElement(group, "title").text = title
-    return group
-
-
-def _bar(group: ET.Element, x: float, y0: float, y1: float, colour: str) -> None:
-    """The attempt's activation bar on the item's lifeline."""
-    ET.SubElement(group, "rect", {"x": str(x - 4), "y": str(y0), "width": "8",
-                                  "height": str(max(y1 - y0, 2)), "fill": colour,
-                                  "fill-opacity": "0.35"})
-
-
-def _cross(group: ET.Element, x: float, y: float) -> None:
-    """The ✕ where an attempt was cut short."""
-    ET.SubElement(group, "path", {"class": "cut-mark", "d": f"M{x - 5},{y - 5} l10,10 "
-                                  f"M{x - 5},{y + 5} l10,-10", "stroke": FAIL,
-                                  "stroke-width": "2.5", "fill": "none"})
-
-
-def _cut_short(svg: ET.Element, a: AttemptRow, item: float, server: float | None,
-               scale: TimeAxis) -> None:
-    """An attempt its daemon's death cut short: the request to its server (when one is
-    recorded) ending in ✕, or a ✕ on the item's own lifeline; no reply, no duration."""
-    later = taken_back_after(a)
-    to = f" to {a.server}" if a.server else ""
-    title = f"attempt {a.attempt}{to}: {CUT_SHORT}" + (
-        f"; taken back {later:.3f} s after it began" if later is not None else
-        "; not yet taken back")
-    group = _attempt_group(svg, a, "cut-short", title)
-    group.set("data-cut-short", "true")
-    y0 = scale.y(a.started_at)
-    _bar(group, item, y0, y0 + 8, FAIL)
-    if server is not None:
-        ET.SubElement(group, "line", {"x1": str(item + 4), "y1": str(y0), "x2": str(server - 8),
-                                      "y2": str(y0), "stroke": FAIL, "stroke-width": "2"})
-        _cross(group, server - 3, y0)
-    else:
-        _cross(group, item + 14, y0)
-    # left of the lifeline, under the arrow that brought the message: the right is where
-    # the hop this attempt began (an arrow a row below, its label above it) is drawn
-    _text(group, item - 10, y0 + CUT_LABEL_BELOW - 4, f"#{a.attempt} cut short: the daemon "
-          "died", anchor="end", colour=FAIL, weight="bold")
-
-
-def _attempt(svg: ET.Element, a: AttemptRow, item: float, server: float | None,
-             scale: TimeAxis) -> None:
-    ok = a.outcome == "ok"
-    colour, arrow = (OK, "url(#arrow-ok)") if ok else (FAIL, "url(#arrow-fail)")
-    y0, y1 = scale.y(a.started_at), scale.y(a.ended_at or a.started_at)
-    took = f"{(a.ended_at - a.started_at).total_seconds():.3f} s" if a.ended_at else "in flight"
-    if server is None:
-        group = _attempt_group(svg, a, "own-work", f"attempt {a.attempt}, the item's own work "
-                               f"(no server called): {a.outcome or 'in flight'}, {took}")
-        _bar(group, item, y0, y1, colour if a.ended_at else NEUTRAL)
-        label = f"#{a.attempt} in flight" if a.ended_at is None else \
-            f"#{a.attempt} {a.outcome} · {took}"
-        _text(group, item + 10, y1 + 14, label, colour=colour if a.ended_at else NEUTRAL,
-              weight="bold" if a.ended_at else "normal")
-        return
-    group = _attempt_group(svg, a, "remote", f"attempt {a.attempt} to {a.server}: "
-                           f"{a.outcome or 'in flight'}, {took}")
-    _bar(group, item, y0, y1, colour)
-    ET.SubElement(group, "line", {"x1": str(item + 4), "y1": str(y0), "x2": str(server - 3),
-                                  "y2": str(y0), "stroke": colour, "stroke-width": "2",
-                                  "marker-end": arrow})
-    if a.ended_at is None:
-        _text(group, item + 10, y0 + 14, f"#{a.attempt} in flight", colour=NEUTRAL)
-        return
-    reply = "reply_ok" if ok else "late_reply" if a.outcome == "timeout" else "reply_failed"
-    ET.SubElement(group, "line", {"x1": str(server), "y1": str(y1), "x2": str(item + 7),
-                                  "y2": str(y1), **_style(reply), "class": reply,
-                                  "marker-end": arrow})
-    detail = f" {a.status_code}" if a.status_code else ""
-    _text(group, item + 10, y1 + 14, f"#{a.attempt} {a.outcome}{detail} · {took}",
-          colour=colour, weight="bold")
-    if a.outcome == "timeout":
-        _text(group, server + 6, y1 - 4, "late reply discarded", colour=FAIL, size=10)
-
-
-def _wait(svg: ET.Element, x: float, y0: float, y1: float, seconds: float) -> None:
-    group = ET.SubElement(svg, "g", {"class": "retry-wait"})
-    ET.SubElement(group, "line", {"x1": str(x - 12), "y1": str(y0), "x2": str(x - 12),
-                                  "y2": str(y1), **_style("retry_wait")})
-    if y1 - y0 > 12:
-        _text(group, x - 16, (y0 + y1) / 2 + 4, f"wait {seconds:.3f} s", anchor="end",
-              colour="#546e7a", size=10)
+        text(group, (start + end) / 2, y - 6, short(label, 30), anchor="middle")
 
 
 def _events_width(events: Sequence[Mapping[str, Any]]) -> float:
@@ -446,13 +277,13 @@ def _events_width(events: Sequence[Mapping[str, Any]]) -> float:
 
 
 def _event_text(e: Mapping[str, Any]) -> str:
-    return _short(f"[{e['type']}] {e['text']}", TEXT_LIMIT)
+    return short(f"[{e['type']}] {e['text']}", TEXT_LIMIT)
 
 
 def _events(svg: ET.Element, events: Sequence[Mapping[str, Any]], columns: Mapping[str, float],
             scale: TimeAxis, *, x: float) -> None:
     group = ET.SubElement(svg, "g", {"class": "events"})
-    _text(group, x + 10, 28, "events", weight="bold")
+    text(group, x + 10, 28, "events", weight="bold")
     last_y = 0.0
     for e in events:
         y = scale.y(e["time_logged"])
@@ -463,20 +294,7 @@ def _events(svg: ET.Element, events: Sequence[Mapping[str, Any]], columns: Mappi
                                             "fill": colour})
         text_y = max(y + 4, last_y + 13)  # events close in time stack instead of overlapping
         last_y = text_y
-        entry = _text(group, x + 10, text_y, _event_text(e), colour=colour, size=11)
+        entry = text(group, x + 10, text_y, _event_text(e), colour=colour, size=11)
         entry.set("data-event", str(e["id"]))
         ET.SubElement(entry, "title").text = f"[{e['type']}] {e['text']}"
 
-
-def _text(parent: ET.Element, x: float, y: float, text: str, *, anchor: str = "start",
-          colour: str = NEUTRAL, weight: str = "normal", size: int = 12) -> ET.Element:
-    node = ET.SubElement(parent, "text", {"x": str(round(x, 1)), "y": str(round(y, 1)),
-                                          "text-anchor": anchor, "fill": colour,
-                                          "font-weight": weight, "font-size": str(size)})
-    node.text = text
-    return node
-
-
-def _short(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 1] + "…"
