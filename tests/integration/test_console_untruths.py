@@ -4,6 +4,8 @@ and offers an example body, its result on top; a disabled item's queue does not 
 longer the item's last error. A real daemon in this process, SQLite and PostgreSQL."""
 from __future__ import annotations
 
+import csv
+import io
 import time
 from pathlib import Path
 
@@ -101,6 +103,8 @@ def test_a_suspended_message_shows_no_duration(setup: Setup) -> None:
     page = setup.client.get("/messages?target=Echo").text
     row = page[page.index(f'data-message-row="{mid}"'):]
     assert '<td class="num duration">–</td>' in row[:row.index("</tr>")]
+    exported = csv.DictReader(io.StringIO(setup.client.get("/messages.csv?target=Echo").text))
+    assert [r["duration_ms"] for r in exported if r["id"] == str(mid)] == [""]
 
 
 def test_a_refusal_a_later_reload_fixed_is_no_longer_the_item_s_last_error(
