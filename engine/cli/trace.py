@@ -11,6 +11,10 @@ every attempt and event line names its message.
 A session an inbound service started (docs/inbound.md) begins with its caller — the
 client's address and, when it authenticated, its user or token — and what it asked, and
 ends with what the caller was answered, as the Visual Trace draws them.
+
+As in the Visual Trace (:mod:`engine.portal.trace_attempts`), an attempt is "sent to" a server
+only when one is recorded; one without is the item's own work ("began on Router"), and one
+its daemon's death cut short says so, with no duration and no invented outcome.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from engine.errors import OperatorError
+from engine.portal.trace_attempts import CUT_SHORT, cut_short
 from engine.store import queries
 from engine.store.inbound import InboundCall, calls_of
 from engine.store.sql import SqlStore
@@ -98,8 +103,14 @@ def _message_lines(store: SqlStore, m: Mapping[str, Any], pad: str,
     name = f"attempt {{}} of message {mid}" if several else "attempt {}"
     for a in store.attempts(mid):
         attempt = name.format(a.attempt)
-        where = f" to {a.server}" if a.server else ""
-        lines.append(TraceLine(a.started_at, mid, 1, f"{pad}  {attempt} sent{where}"))
+        began = f"sent to {a.server}" if a.server else f"began on {m['target']}"
+        lines.append(TraceLine(a.started_at, mid, 1, f"{pad}  {attempt} {began}"))
+        if cut_short(a, m["status"]):
+            later = "" if a.ended_at is None else \
+                f"; taken back {(a.ended_at - a.started_at).total_seconds():.3f} s after it began"
+            lines.append(TraceLine(a.ended_at or a.started_at, mid, 2,
+                                   f"{pad}  {attempt} {CUT_SHORT}{later}"))
+            continue
         if a.ended_at is None:
             lines.append(TraceLine(a.started_at, mid, 2, f"{pad}  {attempt} in flight"))
             continue

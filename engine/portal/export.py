@@ -103,12 +103,13 @@ def message_lines(store: SqlStore, flt: viewer.MessageFilter, fmt: str, *,
 _CREATED, _COMPLETED = (viewer.EXPORT_COLUMNS.index(c) for c in ("time_created",
                                                                   "time_completed"))
 _RETRY = viewer.EXPORT_COLUMNS.index("retry_needed")
+_STATUS = viewer.EXPORT_COLUMNS.index("status")
 
 
 def _message_record(row: list[Any]) -> list[Any]:
     """An export row in MESSAGE_COLUMNS order (the duration after the times)."""
     created, completed = row[_CREATED], row[_COMPLETED]
-    duration = (None if created is None or completed is None
+    duration = (None if created is None or completed is None or row[_STATUS] == "Suspended"
                 else round((completed - created).total_seconds() * 1000, 1))
     return [*row[:_CREATED], created, completed, duration, *row[_COMPLETED + 1:]]
 

@@ -11,7 +11,9 @@ million messages as with ten.
 
 The Testing Service sends a body as ``encore send`` would — the same checks — with source
 ``test:<user>``, and waits up to :data:`TEST_WAIT` seconds for the commit that ends it
-(woken by the completion, :mod:`engine.store.completions`; no poll but the safety net).
+(woken by the completion, :mod:`engine.store.completions`; no poll but the safety net). It
+refuses a disabled item at once (409: its message would only wait in the queue), and offers
+an example body (:mod:`engine.portal.example_body`).
 """
 from __future__ import annotations
 
@@ -28,14 +30,16 @@ from starlette.routing import BaseRoute, Route
 from adapters.urls import redact_userinfo
 from engine.client import accept_message, decode_body
 from engine.config.production import ItemConfig
+from engine.config.rules import parse_rules
 from engine.errors import MessageError
 from engine.portal import actions
 from engine.portal.api import api_user, reply
 from engine.portal.auth import Principal
 from engine.portal.context import Portal, portal_of
+from engine.portal.example_body import example_body
 from engine.portal.forms import acting_user, confirm, confirmed, current_user, field
 from engine.portal.intake import accept_and_wait
-from engine.portal.status import production_view_of_item
+from engine.portal.status import is_enabled, production_view_of_item
 from engine.settings import camel_case
 from engine.store import rollup
 from engine.store.sql import Accepted
@@ -74,6 +78,7 @@ def item_view(portal: Portal, name: str) -> dict[str, Any]:
         "target": target_of(item, row["running"]["servers"]),
         "daemons": row["running"]["daemons"], "state": row["light"], "why": row["why"],
         "refused": row["running"]["refused"], "failed": row["running"]["failed"],
+        "operations": row["running"]["operations"],
         "queue": {k: row[k] for k in ("queued", "in_flight", "retrying", "oldest_wait")},
         "breaker": row["breaker"], "targets": row["targets"],
         "counters": {"1h": hour, "24h": counts.counters(counts.day)},
@@ -168,7 +173,8 @@ def item_page(request: Request, *, result: dict[str, Any] | None = None,
     view = item_view(portal, request.path_params["name"])
     return portal.render(request, "item.html", {
         "i": view, "messages_chart": chart(view, "messages"),
-        "errors_chart": chart(view, "errors"), "result": result, "test_body": body,
+        "errors_chart": chart(view, "errors"), "result": result,
+        "test_body": body or _example(portal, view), "operations": view["operations"],
         "takes_messages": _takes_messages(portal, view["name"])}, user=user,
         status_code=status_code)
 
@@ -178,6 +184,15 @@ def item_api(request: Request) -> Response:
     view = item_view(portal_of(request), request.path_params["name"])
     return reply({k: v for k, v in view.items() if k != "per_minute"} |
                  {"per_minute": view["per_minute"][-60:]})
+
+
+def _example(portal: Portal, view: dict[str, Any]) -> str:
+    item = portal.production.item(view["name"])
+    try:
+        rules = parse_rules(item.settings.get("rules") or [])
+    except ValueError:
+        rules = ()  # refused at load: the daemons do not run it either
+    return example_body(getattr(item.cls, "request_class", None), view["operations"], rules)
 
 
 def _takes_messages(portal: Portal, name: str) -> bool:
@@ -211,14 +226,31 @@ async def test_form(request: Request) -> Response:
     portal = portal_of(request)
     name = request.path_params["name"]
     body = field(form, "body")
-    if not confirmed(form):
-        return _confirm_test(request, portal, user, name, body)
     try:
+        if not confirmed(form):
+            await run_in_threadpool(_refuse_disabled, portal, name)
+            return _confirm_test(request, portal, user, name, body)
         result = await send_test(portal, user, name, body)
     except MessageError as exc:
         return item_page(request, result={"error": str(exc), "refused": True}, body=body,
                          status_code=400)
+    except ItemDisabled as exc:
+        return item_page(request, result={"error": exc.detail, "refused": True}, body=body,
+                         status_code=409)
     return item_page(request, result=result, body=body)
+
+
+class ItemDisabled(HTTPException):
+    """A test message refused because its item is disabled (409)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(409, f"item {name} is disabled: a test message would only wait in its "
+                              "queue until the item is enabled; enable it first, then test")
+
+
+def _refuse_disabled(portal: Portal, name: str) -> None:
+    if name in portal.items and not is_enabled(portal.store, portal.production, name):
+        raise ItemDisabled(name)
 
 
 def _confirm_test(request: Request, portal: Portal, user: Principal, name: str,
@@ -239,12 +271,14 @@ async def send_test(portal: Portal, who: Principal, name: str, text: str) -> dic
     """Send ``text`` to item ``name`` as ``who``'s test message and wait up to
     :data:`TEST_WAIT` seconds for its end: ``{"id", "session_id", "status", "response",
     "error"}`` (status ``Queued``/``Delivered`` and error None when it did not end in
-    time). MessageError (nothing sent) for a body ``encore send`` would refuse."""
+    time). MessageError (nothing sent) for a body ``encore send`` would refuse; ItemDisabled
+    (409, nothing sent) while the item is disabled."""
     who.require("operator")
     if name not in portal.items:
         raise HTTPException(404, f"no item named {name!r} in the production")
     if len(text) > MAX_TEST_BODY:
         raise HTTPException(413, f"the body is over {MAX_TEST_BODY} characters")
+    await run_in_threadpool(_refuse_disabled, portal, name)
     def take_in() -> Accepted:
         accepted = accept_message(portal.store, portal.production, name,
                                   decode_body(text, where="request"), source=f"test:{who.name}",

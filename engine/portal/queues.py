@@ -24,7 +24,7 @@ from engine.errors import ItemNotFound
 from engine.portal import actions
 from engine.portal.context import portal_of
 from engine.portal.forms import acting_user, confirm, confirmed, current_user
-from engine.portal.status import production_view
+from engine.portal.status import is_enabled, production_view
 from engine.store.models import message_header
 from engine.store.sql import SqlStore
 
@@ -82,7 +82,8 @@ def queue_page(request: Request) -> Response:
     now = portal.store.db_now()
     return portal.render(request, "queue.html", {
         "name": name, "rows": rows, "after": after, "next_after": next_after,
-        "position": 0 if after is None else None, "now": now}, user=user)
+        "position": 0 if after is None else None, "now": now,
+        "enabled": is_enabled(portal.store, portal.production, name)}, user=user)
 
 
 async def queue_action(request: Request) -> Response:

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from engine.portal.context import Portal
 
 GREEN, YELLOW, RED, GREY = "green", "yellow", "red", "grey"
+# how the event of a refused reload begins (engine.runtime.reload): a refusal that a later
+# reload fixed is no longer an item's last error
+RELOAD_REFUSED = "reload refused"
 FAILED_OUTCOMES = ("timeout", "connect_error", "reset", "http_status", "fault", "error")
 
 
@@ -52,6 +55,11 @@ def production_view(portal: Portal) -> dict[str, Any]:
     """``{"items": [...], "daemons": [...], "leader": id | None, "now": time,
     "file_changed": bool, "reload_refused": [reason, ...]}``."""
     return view_of(portal.store, portal.production)
+
+
+def is_enabled(store: SqlStore, production: ProductionConfig, name: str) -> bool:
+    """Whether item ``name`` is enabled: as an operator last set it, else as the file says."""
+    return store.item_overrides().get(name, production.item(name).enabled)
 
 
 def production_view_of_item(store: SqlStore, production: ProductionConfig,
@@ -100,6 +108,8 @@ def view_of(store: SqlStore, production: ProductionConfig, *,
             "fifo": is_fifo(item), "fifo_holder": holders.get(item_lease_name(item.name)),
             "running": running_state(item, reports, leader=holders.get(LEADER)),
         }
+        if _fixed_refusal(one):
+            one["last_error"] = None
         one["light"], one["why"] = light(item, one)
         items.append(one)
     current = running.file_hash(production.path)
@@ -112,12 +122,21 @@ def view_of(store: SqlStore, production: ProductionConfig, *,
             "file_changed": changed, "reload_refused": refusals}
 
 
+def _fixed_refusal(view: dict[str, Any]) -> bool:
+    """Whether the item's last error is a reload refusal that no longer holds: daemons run
+    the item and none of them reports the refusal (a later reload was applied)."""
+    error, run = view["last_error"], view["running"]
+    return bool(error and str(error.get("text", "")).startswith(RELOAD_REFUSED)
+                and run["daemons"] and not run["refused"])
+
+
 def running_state(item: ItemConfig, reports: dict[str, dict[str, dict[str, Any]]], *,
                   leader: str | None) -> dict[str, Any]:
     """What the live daemons report of ``item``: ``daemons`` running it (each with its
     state), ``ready`` (every one of them), ``refused``/``failed`` (a reason, or None), the
-    last attempts' outcomes and the servers with their bad marks."""
+    last attempts' outcomes, the servers with their bad marks and the WSDL's operations."""
     on, refused, failed, outcomes, servers = [], None, None, [], None
+    operations: list[str] = []
     for daemon_id, states in reports.items():
         one = states.get(item.name)
         if one is None:
@@ -133,11 +152,12 @@ def running_state(item: ItemConfig, reports: dict[str, dict[str, dict[str, Any]]
                 outcomes.append(one["last_outcome"])
             if servers is None and one.get("servers"):
                 servers = one["servers"]
+            operations = operations or list(one.get("operations") or [])
     if kind_of(item) == "service" and leader in reports:  # services run on the leader
         on.append({"daemon": leader, "state": running.READY})
     return {"daemons": on, "ready": bool(on) and all(d["state"] == running.READY for d in on),
             "refused": refused, "failed": failed, "last_outcomes": outcomes,
-            "servers": servers or []}
+            "servers": servers or [], "operations": operations}
 
 
 def light(item: ItemConfig, view: dict[str, Any]) -> tuple[str, str]:

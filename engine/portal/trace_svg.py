@@ -1,25 +1,34 @@
 """The Visual Trace of a session as one inline SVG (docs/portal.md).
 
 A column per participant — each sender (CLI, API, a service or process, an operator's
-resend), each item, each remote server — with time flowing down on one linear scale. One
-arrow per message between hosts (``data-message="ID"``, a link to ``/messages/ID``); one group
-per attempt from the item to the server it went to (``data-attempt="K"``,
-``data-outcome="…"``): the request at its start, the answer (or the timeout) at its end,
-labelled with the attempt number, outcome and duration, green for ``ok`` and red otherwise.
+resend), each item, each server an attempt went to — with time flowing down on one linear
+scale. One arrow per message between hosts (``data-message="ID"``, a link to
+``/messages/ID``); one group per attempt (``data-attempt="K"``, ``data-outcome="…"``). An
+attempt that went to a server (``message_attempt.server``) is an arrow from the item to it at
+its start and the answer (or the timeout) back at its end; one without a server is the item's
+own work (a process, a router), a bar on the item's own lifeline (``class="… own-work"``).
+Either is labelled with the attempt number, outcome and duration, green for ``ok`` and red
+otherwise. An attempt its daemon's death cut short (:mod:`engine.portal.trace_attempts`) is
+marked ✕ where it was cut (``data-cut-short="true"``), at the server when one is recorded,
+and has no duration.
 A timed-out attempt's return is drawn in a style of its own, dotted, marked "late reply
 discarded" (the engine never hands it on); the wait before the next attempt is a dashed line
 with its length. A long stretch in which nothing happens is a break labelled with its length
 (:mod:`engine.portal.trace_scale`), not empty height. Servers are named in full (scheme,
 host and port, wrapped; the whole address in a tooltip). A legend under the time line shows
-each style as it is drawn (:data:`STYLES`). The session's events stand in a column on the
-right, each at its time, with a dot on its item's line.
+each style as it is drawn (:data:`STYLES`), in as many rows as the picture's width needs. The
+session's events stand in a column on the right, each at its time, with a dot on its item's
+line; the column is as wide as its longest text, and the picture widens for any text that
+would run past an edge (:mod:`engine.portal.trace_fit`).
 
 A session that an inbound service started (docs/inbound.md) has its caller — the client's
 address — as the first participant: the request arrives from it, and the answer the service
 gave goes back to it as the last arrow (``class="inbound-answer"``).
 
 Every text goes through ElementTree, which escapes it: a body or an error holding markup is
-shown as text.
+shown as text. This module lays the picture out and draws its columns, messages, breaks and
+events; an attempt is drawn by :mod:`engine.portal.trace_attempt_marks`, the legend by
+:mod:`engine.portal.trace_legend`, with the marks of :mod:`engine.portal.trace_marks`.
 """
 from __future__ import annotations
 
@@ -29,10 +38,18 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from engine.portal.trace_attempt_marks import draw_attempts
+from engine.portal.trace_attempts import cut_short, server_label
+from engine.portal.trace_fit import horizontal_room, text_width
+from engine.portal.trace_legend import draw_legend
+from engine.portal.trace_marks import FAIL, NEUTRAL, OK, STYLES, short, style, text
 from engine.portal.trace_scale import BREAK_HEIGHT, TimeAxis, duration_text, time_axis
 from engine.store.inbound import InboundCall
 from engine.store.operator import resent_from
 from engine.store.rows import AttemptRow
+
+__all__ = ["FAIL", "OK", "STYLES", "caller_label", "participant_lines", "render_trace",
+           "sender_label"]
 
 HEADER_TOP = 8  # px above the participants' boxes
 LINE_HEIGHT = 14  # px per line of a participant's name
@@ -43,26 +60,9 @@ NAME_WIDTH = 26  # characters of a participant's name per line
 EVENTS_WIDTH = 440  # px of the events column
 EVENTS_GAP = 24  # px between the last column and the events (room for "late reply discarded")
 BOTTOM = 48  # px below the last instant
-LEGEND_HEIGHT = 40  # px of the legend under the time line
-OK, FAIL, NEUTRAL = "#2e7d32", "#c62828", "#37474f"
-WAIT_COLOUR = "#78909c"
 EVENT_COLOURS = {"Error": FAIL, "Alert": FAIL, "Assert": FAIL, "Warning": "#ef6c00",
                  "Info": "#1565c0", "Trace": "#757575"}
 TEXT_LIMIT = 64  # characters of an event or error shown in the picture (all in its tooltip)
-
-# How each kind of line is drawn; the legend draws its samples from the same table.
-STYLES: dict[str, dict[str, str]] = {
-    "message": {"stroke": NEUTRAL, "stroke-width": "2", "stroke-dasharray": ""},
-    "reply_ok": {"stroke": OK, "stroke-width": "1.5", "stroke-dasharray": ""},
-    "reply_failed": {"stroke": FAIL, "stroke-width": "1.5", "stroke-dasharray": ""},
-    "late_reply": {"stroke": FAIL, "stroke-width": "1.5", "stroke-dasharray": "1 3"},
-    "retry_wait": {"stroke": WAIT_COLOUR, "stroke-width": "1.5", "stroke-dasharray": "6 4"},
-}
-LEGEND = (("message", "message between hosts"), ("reply_ok", "attempt answered"),
-          ("reply_failed", "attempt failed (error, fault, status)"),
-          ("late_reply", "timed out: a late reply is discarded"),
-          ("retry_wait", "retry wait"))
-
 
 def render_trace(messages: Sequence[Mapping[str, Any]],
                  attempts: Mapping[int, Sequence[AttemptRow]],
@@ -77,22 +77,27 @@ def render_trace(messages: Sequence[Mapping[str, Any]],
         (len(participant_lines(name)) for name in columns), default=1)
     scale = _scale(messages, attempts, events, top=header + HEADER_GAP)
     bottom = scale.y(_last_time(messages, attempts, events)) + BOTTOM
-    height = bottom + LEGEND_HEIGHT
-    width = LEFT + COLUMN * len(columns) + EVENTS_GAP + EVENTS_WIDTH
+    events_x = LEFT + COLUMN * len(columns) + EVENTS_GAP
+    width = events_x + _events_width(events)
     svg = ET.Element("svg", {"xmlns": "http://www.w3.org/2000/svg", "class": "trace",
-                             "width": str(width), "height": str(height),
-                             "viewBox": f"0 0 {width} {height}", "role": "img",
-                             "aria-label": "Visual Trace"})
+                             "role": "img", "aria-label": "Visual Trace"})
     _markers(svg)
-    _columns(svg, columns, header, bottom)
-    _breaks(svg, scale, width)
+    backdrop = ET.SubElement(svg, "g", {"class": "backdrop"})  # the breaks, drawn last
+    drawing = ET.SubElement(svg, "g", {"class": "drawing"})
+    _columns(drawing, columns, header, bottom)
     for m in messages:
-        _message(svg, m, columns, scale)
-        _attempts(svg, m, attempts.get(m["id"], ()), columns, scale)
+        _message(drawing, m, columns, scale)
+        draw_attempts(drawing, m, attempts.get(m["id"], ()), columns, scale)
         if m["id"] in calls:
-            _inbound(svg, calls[m["id"]], columns, scale, bottom=bottom - BOTTOM)
-    _events(svg, events, columns, scale, x=LEFT + COLUMN * len(columns) + EVENTS_GAP)
-    _legend(svg, bottom)
+            _inbound(drawing, calls[m["id"]], columns, scale, bottom=bottom - BOTTOM)
+    _events(drawing, events, columns, scale, x=events_x)
+    height = bottom + draw_legend(drawing, bottom, width, left=LEFT)
+    shift, width = horizontal_room(drawing, width)
+    if shift:
+        drawing.set("transform", f"translate({shift:.1f},0)")
+    _breaks(backdrop, scale, width)
+    svg.attrib.update({"width": f"{width:.0f}", "height": f"{height:.0f}",
+                       "viewBox": f"0 0 {width:.0f} {height:.0f}"})
     return ET.tostring(svg, encoding="unicode")
 
 
@@ -121,16 +126,14 @@ def _participants(messages: Sequence[Mapping[str, Any]],
         pair = ((sender_label(m["source"]), m["target"]) if m["kind"] == "request"
                 else (m["source"] or "(unknown)", sender_label(m["target"])))
         hosts += [p for p in pair if p not in hosts]
+        if m["kind"] != "request":
+            continue  # a response is never attempted (and draws no attempt)
         for a in attempts.get(m["id"], ()):
-            server = _server(a)
-            if server not in servers:
+            server = server_label(a)
+            if server is not None and server not in servers:
                 servers.append(server)
     names = hosts + [s for s in servers if s not in hosts]
     return {name: LEFT + COLUMN * i + COLUMN / 2 for i, name in enumerate(names)}
-
-
-def _server(attempt: AttemptRow) -> str:
-    return f"server {attempt.server}" if attempt.server else "remote server"
 
 
 def participant_lines(name: str) -> list[str]:
@@ -158,8 +161,10 @@ def _times(messages: Sequence[Mapping[str, Any]], attempts: Mapping[int, Sequenc
 
 def _scale(messages: Sequence[Mapping[str, Any]], attempts: Mapping[int, Sequence[AttemptRow]],
            events: Sequence[Mapping[str, Any]], *, top: float) -> TimeAxis:
-    busy = [(a.started_at, a.ended_at) for rows in attempts.values() for a in rows
-            if a.ended_at is not None]
+    # a cut-short attempt's recorded end is when it was taken back: not a busy stretch
+    status = {m["id"]: m["status"] for m in messages}
+    busy = [(a.started_at, a.ended_at) for mid, rows in attempts.items() for a in rows
+            if a.ended_at is not None and not cut_short(a, status.get(mid, ""))]
     return time_axis(_times(messages, attempts, events), busy, top=top,
                      labelled=[m["time_created"] for m in messages])
 
@@ -190,7 +195,7 @@ def _columns(svg: ET.Element, columns: Mapping[str, float], header: float,
                                       "height": str(header - HEADER_TOP), "rx": "4",
                                       "fill": "#eceff1", "stroke": "#90a4ae"})
         for i, line in enumerate(participant_lines(name)):
-            _text(group, x, HEADER_TOP + 18 + i * LINE_HEIGHT, line, anchor="middle",
+            text(group, x, HEADER_TOP + 18 + i * LINE_HEIGHT, line, anchor="middle",
                   weight="bold" if i == 0 else "normal", size=12 if i == 0 else 11)
         ET.SubElement(group, "line", {"x1": str(x), "y1": str(header), "x2": str(x),
                                       "y2": str(bottom - 10), "stroke": "#b0bec5",
@@ -207,7 +212,7 @@ def _breaks(svg: ET.Element, scale: TimeAxis, width: float) -> None:
         for y in (b.y + 4, b.y + BREAK_HEIGHT - 4):
             ET.SubElement(group, "path", {"d": _zigzag(y, width), "fill": "none",
                                           "stroke": "#90a4ae", "stroke-width": "1"})
-        _text(group, LEFT, b.y + BREAK_HEIGHT / 2 + 4,
+        text(group, LEFT, b.y + BREAK_HEIGHT / 2 + 4,
               f"⋯ {duration_text(b.seconds)} later ⋯", colour="#546e7a", size=11,
               weight="bold")
 
@@ -216,26 +221,6 @@ def _zigzag(y: float, width: float, step: float = 8.0) -> str:
     points = [f"{x:.0f},{y + (2 if i % 2 else -2):.1f}"
               for i, x in enumerate(range(0, int(width) + 1, int(step)))]
     return "M" + " L".join(points)
-
-
-def _legend(svg: ET.Element, y: float) -> None:
-    """A sample of each line style of :data:`STYLES`, drawn as the picture draws it."""
-    group = ET.SubElement(svg, "g", {"class": "legend"})
-    x: float = LEFT
-    for key, label in LEGEND:
-        entry = ET.SubElement(group, "g", {"data-legend": key})
-        ET.SubElement(entry, "line", {"x1": str(x), "y1": str(y + 16), "x2": str(x + 34),
-                                      "y2": str(y + 16), **_style(key)})
-        node = _text(entry, x + 40, y + 20, label, size=11)
-        x += 48 + 6.2 * len(node.text or "")
-    entry = ET.SubElement(group, "g", {"data-legend": "break"})
-    ET.SubElement(entry, "path", {"d": f"M{x:.0f},{y + 14} l6,4 l6,-4 l6,4 l6,-4",
-                                  "fill": "none", "stroke": "#90a4ae"})
-    _text(entry, x + 32, y + 20, "time skipped (its length written)", size=11)
-
-
-def _style(key: str) -> dict[str, str]:
-    return {k: v for k, v in STYLES[key].items() if v}
 
 
 def _message(svg: ET.Element, m: Mapping[str, Any], columns: Mapping[str, float],
@@ -250,15 +235,15 @@ def _message(svg: ET.Element, m: Mapping[str, Any], columns: Mapping[str, float]
                                       "data-message": str(m["id"])})
     ET.SubElement(group, "title").text = f"message {m['id']} ({m['kind']}): {m['status']}"
     ET.SubElement(group, "line", {"x1": str(start), "y1": str(y), "x2": str(end - 3),
-                                  "y2": str(y), **_style("message"),
+                                  "y2": str(y), **style("message"),
                                   "marker-end": "url(#arrow-msg)"})
     kind = "response" if m["kind"] == "response" else m["status"]
-    _text(group, (start + end) / 2, y - 6, f"message {m['id']} · {kind}", anchor="middle")
+    text(group, (start + end) / 2, y - 6, f"message {m['id']} · {kind}", anchor="middle")
     if m["kind"] == "request" and m["time_completed"] and m["status"] != "Completed":
         colour = FAIL if m["status"] == "Error" else NEUTRAL
         reason = f": {m['error_text']}" if m["error_text"] else ""
-        ending = _text(svg, end + 10, scale.y(m["time_completed"]) + 30,
-                       _short(f"message {m['id']} {m['status']}{reason}", 48), colour=colour,
+        ending = text(svg, end + 10, scale.y(m["time_completed"]) + 30,
+                       short(f"message {m['id']} {m['status']}{reason}", 48), colour=colour,
                        weight="bold")
         ET.SubElement(ending, "title").text = f"{m['status']}{reason}"
 
@@ -282,68 +267,23 @@ def _inbound(svg: ET.Element, call: InboundCall, columns: Mapping[str, float], s
                                       "x2": str(end + (3 if end < start else -3)),
                                       "y2": str(y), "stroke": NEUTRAL, "stroke-width": "2",
                                       "marker-end": "url(#arrow-msg)"})
-        _text(group, (start + end) / 2, y - 6, _short(label, 30), anchor="middle")
+        text(group, (start + end) / 2, y - 6, short(label, 30), anchor="middle")
 
 
-def _attempts(svg: ET.Element, m: Mapping[str, Any], attempts: Sequence[AttemptRow],
-              columns: Mapping[str, float], scale: TimeAxis) -> None:
-    item = columns.get(m["target"])
-    if item is None or m["kind"] != "request":
-        return
-    previous_end: datetime | None = None
-    for a in attempts:
-        if previous_end is not None and a.started_at > previous_end:
-            _wait(svg, item, scale.y(previous_end), scale.y(a.started_at),
-                  (a.started_at - previous_end).total_seconds())
-        _attempt(svg, a, item, columns[_server(a)], scale)
-        previous_end = a.ended_at or a.started_at
+def _events_width(events: Sequence[Mapping[str, Any]]) -> float:
+    """The events column: EVENTS_WIDTH, or wider for its longest text."""
+    longest = max((text_width(_event_text(e), 11) for e in events), default=0.0)
+    return max(EVENTS_WIDTH, 10 + longest + 10)
 
 
-def _attempt(svg: ET.Element, a: AttemptRow, item: float, server: float, scale: TimeAxis) -> None:
-    ok = a.outcome == "ok"
-    colour, arrow = (OK, "url(#arrow-ok)") if ok else (FAIL, "url(#arrow-fail)")
-    group = ET.SubElement(svg, "g", {"class": f"attempt outcome-{a.outcome or 'in_flight'}",
-                                     "data-attempt": str(a.attempt),
-                                     "data-outcome": a.outcome or ""})
-    y0, y1 = scale.y(a.started_at), scale.y(a.ended_at or a.started_at)
-    took = f"{(a.ended_at - a.started_at).total_seconds():.3f} s" if a.ended_at else "in flight"
-    title = f"attempt {a.attempt} to {a.server or 'remote'}: {a.outcome or 'in flight'}, {took}"
-    if a.error_text:
-        title += f" — {a.error_text}"
-    ET.SubElement(group, "title").text = title
-    ET.SubElement(group, "rect", {"x": str(item - 4), "y": str(y0), "width": "8",
-                                  "height": str(max(y1 - y0, 2)), "fill": colour,
-                                  "fill-opacity": "0.35"})
-    ET.SubElement(group, "line", {"x1": str(item + 4), "y1": str(y0), "x2": str(server - 3),
-                                  "y2": str(y0), "stroke": colour, "stroke-width": "2",
-                                  "marker-end": arrow})
-    if a.ended_at is None:
-        _text(group, item + 10, y0 + 14, f"#{a.attempt} in flight", colour=NEUTRAL)
-        return
-    reply = "reply_ok" if ok else "late_reply" if a.outcome == "timeout" else "reply_failed"
-    ET.SubElement(group, "line", {"x1": str(server), "y1": str(y1), "x2": str(item + 7),
-                                  "y2": str(y1), **_style(reply), "class": reply,
-                                  "marker-end": arrow})
-    detail = f" {a.status_code}" if a.status_code else ""
-    _text(group, item + 10, y1 + 14, f"#{a.attempt} {a.outcome}{detail} · {took}",
-          colour=colour, weight="bold")
-    if a.outcome == "timeout":
-        _text(group, server + 6, y1 - 4, "late reply discarded", colour=FAIL, size=10)
-
-
-def _wait(svg: ET.Element, x: float, y0: float, y1: float, seconds: float) -> None:
-    group = ET.SubElement(svg, "g", {"class": "retry-wait"})
-    ET.SubElement(group, "line", {"x1": str(x - 12), "y1": str(y0), "x2": str(x - 12),
-                                  "y2": str(y1), **_style("retry_wait")})
-    if y1 - y0 > 12:
-        _text(group, x - 16, (y0 + y1) / 2 + 4, f"wait {seconds:.3f} s", anchor="end",
-              colour="#546e7a", size=10)
+def _event_text(e: Mapping[str, Any]) -> str:
+    return short(f"[{e['type']}] {e['text']}", TEXT_LIMIT)
 
 
 def _events(svg: ET.Element, events: Sequence[Mapping[str, Any]], columns: Mapping[str, float],
             scale: TimeAxis, *, x: float) -> None:
     group = ET.SubElement(svg, "g", {"class": "events"})
-    _text(group, x + 10, 28, "events", weight="bold")
+    text(group, x + 10, 28, "events", weight="bold")
     last_y = 0.0
     for e in events:
         y = scale.y(e["time_logged"])
@@ -354,21 +294,7 @@ def _events(svg: ET.Element, events: Sequence[Mapping[str, Any]], columns: Mappi
                                             "fill": colour})
         text_y = max(y + 4, last_y + 13)  # events close in time stack instead of overlapping
         last_y = text_y
-        entry = _text(group, x + 10, text_y, _short(f"[{e['type']}] {e['text']}", TEXT_LIMIT),
-                      colour=colour, size=11)
+        entry = text(group, x + 10, text_y, _event_text(e), colour=colour, size=11)
         entry.set("data-event", str(e["id"]))
         ET.SubElement(entry, "title").text = f"[{e['type']}] {e['text']}"
 
-
-def _text(parent: ET.Element, x: float, y: float, text: str, *, anchor: str = "start",
-          colour: str = NEUTRAL, weight: str = "normal", size: int = 12) -> ET.Element:
-    node = ET.SubElement(parent, "text", {"x": str(round(x, 1)), "y": str(round(y, 1)),
-                                          "text-anchor": anchor, "fill": colour,
-                                          "font-weight": weight, "font-size": str(size)})
-    node.text = text
-    return node
-
-
-def _short(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 1] + "…"

@@ -86,6 +86,8 @@ class ConsoleReport:
             if pool is not None:
                 one["servers"] = [{"url": url, "bad": pool.is_bad(url)}
                                   for url in pool.servers]
+            if operations := getattr(runner.adapter, "operations", ()):
+                one["operations"] = list(operations)  # a WSDL's: the Testing Service's example
             states[name] = one
         for name, reason in self.reloader.failed.items():
             states.setdefault(name, {"state": running.FAILED})["detail"] = reason

@@ -121,9 +121,10 @@ def messages_page(store: SqlStore, flt: MessageFilter, *, before: int | None = N
 
 
 def duration_ms(row: dict[str, Any]) -> float | None:
-    """Milliseconds from a message's creation to its end (None while it is not done)."""
+    """Milliseconds from a message's creation to its end (None while it is not done: a
+    ``Suspended`` message waits for an operator, its suspension is no end)."""
     start, end = row.get("time_created"), row.get("time_completed")
-    if start is None or end is None:
+    if start is None or end is None or row.get("status") == Status.SUSPENDED:
         return None
     span: timedelta = end - start
     return round(span.total_seconds() * 1000, 1)

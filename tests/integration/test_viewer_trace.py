@@ -95,7 +95,7 @@ def test_a_server_is_named_with_scheme_host_and_port_in_full_and_its_address_in_
 def test_the_legend_draws_each_style_as_the_picture_draws_it() -> None:
     root = rendered(*resend_after_a_long_gap())
     legend = {g.get("data-legend"): g for g in root.findall(f".//{SVG}g[@data-legend]")}
-    assert set(legend) == {*STYLES, "break"}
+    assert set(legend) == {*STYLES, "break", "own_work", "cut_short"}
     late = [line for line in root.iter(f"{SVG}line") if line.get("class") == "late_reply"]
     ok = [line for line in root.iter(f"{SVG}line") if line.get("class") == "reply_ok"]
     waits = [g.find(f"{SVG}line") for g in root.findall(f".//{SVG}g[@class='retry-wait']")]

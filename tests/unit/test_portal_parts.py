@@ -79,10 +79,11 @@ def test_the_message_arrow_links_to_the_message_and_participants_are_columns() -
 
 def test_a_successful_attempt_is_green() -> None:
     messages, _, _ = seed_session()
-    ok = {7: [AttemptRow(1, 7, 1, None, at(0), at(0.2), "ok", 200, None)]}
+    ok = {7: [AttemptRow(1, 7, 1, "http://pay:8765/", at(0), at(0.2), "ok", 200, None)]}
     group = parse(render_trace(messages, ok, [])).find(f".//{SVG}g[@data-attempt]")
     assert group.get("data-outcome") == "ok"
     assert {line.get("stroke") for line in group.findall(f"{SVG}line")} == {OK}
+    assert group.find(f"{SVG}rect").get("fill") == OK
 
 
 def test_markup_in_an_error_or_an_event_stays_text() -> None:

@@ -247,7 +247,7 @@ def test_the_trace_of_a_session_lays_out_every_hop_in_time_order(store: SqlStore
     quote, tax = mid + 1, mid + 3
     assert body == [
         f"message {mid} (request) cli -> Shop created",
-        f"  attempt 1 of message {mid} sent",
+        f"  attempt 1 of message {mid} began on Shop",  # its own work: no server
         f"  message {quote} (request) Shop -> Quote created",
         f"    attempt 1 of message {quote} sent to stub",
         f"    attempt 1 of message {quote} ended after 2.000 s: ok",

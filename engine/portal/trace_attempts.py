@@ -1,0 +1,40 @@
+"""What an attempt was, as both traces (the portal's picture and ``encore trace``) tell it.
+
+An attempt went to a remote server only when the store names one (``message_attempt.server``,
+which the item's adapter reports). An attempt without a server is the item's own work: a
+business process, a router, an operation without an adapter — drawn on the item's own
+lifeline, never as a call to a server nobody named.
+
+An attempt *cut short* is one its daemon's death interrupted: still open while its message is
+no longer being delivered (taken back, not yet delivered again), or ended by the next delivery
+as outcome unknown (:data:`engine.errors.CRASH_TEXTS`). Its recorded end is when it was taken
+back, not when it stopped, so it has no duration.
+"""
+from __future__ import annotations
+
+from engine.errors import CRASH_TEXTS
+from engine.store.rows import AttemptRow
+from engine.store.statuses import Status
+
+CUT_SHORT = "cut short: its daemon died during it (outcome unknown)"
+
+
+def cut_short(attempt: AttemptRow, message_status: str) -> bool:
+    """Whether ``attempt`` was cut short by its daemon's death; ``message_status``: its
+    message's status now (an open attempt of a message still ``Delivered`` is in flight)."""
+    if attempt.ended_at is None:
+        return message_status != Status.DELIVERED.value
+    return attempt.outcome != "ok" and attempt.error_text in CRASH_TEXTS
+
+
+def server_label(attempt: AttemptRow) -> str | None:
+    """The participant an attempt went to (``server <address>``); None: the item's own work
+    (no server recorded)."""
+    return f"server {attempt.server}" if attempt.server else None
+
+
+def taken_back_after(attempt: AttemptRow) -> float | None:
+    """Seconds from a cut-short attempt's start to when it was taken back (None: not yet)."""
+    if attempt.ended_at is None:
+        return None
+    return (attempt.ended_at - attempt.started_at).total_seconds()
