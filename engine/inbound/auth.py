@@ -22,6 +22,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import math
 import secrets
 import threading
 import time
@@ -83,7 +84,8 @@ class CallerAuth:
         try:
             who = self._auth.login(user, password, client)
         except LoginThrottled as exc:
-            raise Refused(429, str(exc), headers={"Retry-After": f"{exc.retry_after:.0f}"}) \
+            raise Refused(429, str(exc),
+                          headers={"Retry-After": str(math.ceil(exc.retry_after) or 1)}) \
                 from exc
         except AuthError as exc:
             raise Refused(401, f"HTTP Basic: {exc}", headers={"WWW-Authenticate": REALM}) \
