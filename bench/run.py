@@ -39,6 +39,7 @@ from bench import (
     intake_http,
     latency,
     limits,
+    login_flood,
     pool,
     throughput,
     viewer,
@@ -59,7 +60,9 @@ SCENARIOS = ("overhead", "noop", "drain", "drain_pg", "intake", "intake_http", "
              # (100,000 with --quick)
              "viewer",
              # issue 25 (bench/inbound.py): SoapService's added latency, HttpService intake
-             "inbound")
+             "inbound",
+             # issue 36 (bench/login_flood.py): 80 logins at once: RSS, delivery p99
+             "login_flood")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -112,6 +115,7 @@ def run_scenarios(args: argparse.Namespace, pg_url: str | None) -> Outcome:
             "dramatiq": lambda: pool.dramatiq(work, pools),
             "viewer": lambda: viewer.outcome(work, args.quick, pg_url),
             "inbound": lambda: inbound.inbound(work, quick=args.quick),
+            "login_flood": lambda: login_flood.login_flood(work),
         }
         for name in SCENARIOS:
             if name not in wanted:

@@ -263,6 +263,10 @@ class Authenticator:
         whether or not the user exists), or LoginThrottled (LoginBusy: no slot to check
         the password in, the attempt is not counted)."""
         name_key, address_key = limit_key("user", username), limit_key("addr", client)
+        try:
+            self.gate.check()  # a flood past the gate is refused before any write
+        except HashGateBusy as exc:
+            raise LoginBusy(exc.retry_after) from exc
         self.limiter.guess([name_key, address_key])  # counted before the password is checked
         user = accounts.get_user(self.store, username)
         try:

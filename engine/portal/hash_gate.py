@@ -62,6 +62,14 @@ class HashGate:
         self._free = threading.BoundedSemaphore(self.slots)
         self._lock = threading.Lock()
 
+    def check(self) -> None:
+        """:class:`HashGateBusy` now if a check would find neither a slot nor a place in the
+        queue (so that a login refused for it costs no write of its attempt)."""
+        with self._lock:
+            full = self.waiting >= self.queue and not self._has_free()
+        if full:
+            self._refuse()
+
     @contextlib.contextmanager
     def slot(self) -> Iterator[None]:
         """Hold a slot for the ``with`` block; :class:`HashGateBusy` if none is to be had."""
@@ -85,11 +93,20 @@ class HashGate:
                 with self._lock:
                     self.waiting -= 1
         if not got:
-            with self._lock:
-                self.refused += 1
-            log.warning("refused a password check: %d at once and %d waiting already",
-                        self.slots, self.queue)
-            raise HashGateBusy(max(self.wait, 1.0))
+            self._refuse()
+
+    def _has_free(self) -> bool:
+        if self._free.acquire(blocking=False):
+            self._free.release()
+            return True
+        return False
+
+    def _refuse(self) -> None:
+        with self._lock:
+            self.refused += 1
+        log.warning("refused a password check: %d at once and %d waiting already",
+                    self.slots, self.queue)
+        raise HashGateBusy(max(self.wait, 1.0))
 
 
 _process_gate: HashGate | None = None
