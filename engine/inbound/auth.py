@@ -9,8 +9,8 @@ Per service, ``auth`` is one of:
   (:meth:`engine.portal.auth.Authenticator.login`: argon2, and the failed-login limits
   counted in the database per user name and client address, and a few checks at once per
   process: 429 with ``Retry-After`` past them, :mod:`engine.portal.hash_gate`). A valid
-  header is remembered for :data:`~engine.portal.auth.TOKEN_CACHE_SECONDS` by a keyed digest, so a
-  caller sending many requests does not pay an argon2 hash for each.
+  header is remembered for :data:`~engine.portal.auth.TOKEN_CACHE_SECONDS` by a keyed
+  digest, so a caller sending many requests does not pay an argon2 hash for each.
 - ``token``: ``Authorization: Bearer TOKEN`` of role ``sender`` or higher
   (``encore token create``), as the intake API checks it.
 
