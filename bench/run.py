@@ -40,6 +40,7 @@ from bench import (
     intake_http,
     latency,
     limits,
+    login_flood,
     pool,
     throughput,
     viewer,
@@ -62,7 +63,9 @@ SCENARIOS = ("overhead", "noop", "drain", "drain_pg", "intake", "intake_http", "
              # issue 25 (bench/inbound.py): SoapService's added latency, HttpService intake
              "inbound",
              # issue 36 (bench/hostile_xml.py): another item's delays under hostile XML
-             "hostile_xml")
+             "hostile_xml",
+             # issue 36 (bench/login_flood.py): 80 logins at once: RSS, delivery p99
+             "login_flood")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -116,6 +119,7 @@ def run_scenarios(args: argparse.Namespace, pg_url: str | None) -> Outcome:
             "viewer": lambda: viewer.outcome(work, args.quick, pg_url),
             "inbound": lambda: inbound.inbound(work, quick=args.quick),
             "hostile_xml": lambda: hostile_xml.hostile_xml(work, quick=args.quick),
+            "login_flood": lambda: login_flood.login_flood(work),
         }
         for name in SCENARIOS:
             if name not in wanted:

@@ -9,13 +9,14 @@ from collections.abc import Sequence
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
 from engine.errors import ConfigurationError
 from engine.inbound.base import InboundService
 from engine.inbound.calls import InboundContext
+from engine.portal.client_gone import on_client_gone
 
 SERVER_NAME = "inbound"  # the refusal log's name for what no service answered
 
@@ -42,4 +43,5 @@ def create_app(services: Sequence[InboundService], context: InboundContext) -> S
                                                       f"{request.url.path}: {text}")
         return JSONResponse({"error": text}, status)
 
-    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+    return Starlette(routes=routes, exception_handlers={
+        404: not_found, 405: not_found, ClientDisconnect: on_client_gone(SERVER_NAME)})

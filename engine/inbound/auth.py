@@ -7,9 +7,10 @@ Per service, ``auth`` is one of:
 - ``basic``: HTTP Basic with a portal user (``encore user add``; every user's role is
   ``sender`` or higher), checked as the portal's login checks it
   (:meth:`engine.portal.auth.Authenticator.login`: argon2, and the failed-login limits
-  counted in the database per user name and client address). A valid header is
-  remembered for :data:`~engine.portal.auth.TOKEN_CACHE_SECONDS` by a keyed digest, so a
-  caller sending many requests does not pay an argon2 hash for each.
+  counted in the database per user name and client address, and a few checks at once per
+  process: 429 with ``Retry-After`` past them, :mod:`engine.portal.hash_gate`). A valid
+  header is remembered for :data:`~engine.portal.auth.TOKEN_CACHE_SECONDS` by a keyed
+  digest, so a caller sending many requests does not pay an argon2 hash for each.
 - ``token``: ``Authorization: Bearer TOKEN`` of role ``sender`` or higher
   (``encore token create``), as the intake API checks it.
 
@@ -22,6 +23,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import math
 import secrets
 import threading
 import time
@@ -83,7 +85,8 @@ class CallerAuth:
         try:
             who = self._auth.login(user, password, client)
         except LoginThrottled as exc:
-            raise Refused(429, str(exc), headers={"Retry-After": f"{exc.retry_after:.0f}"}) \
+            raise Refused(429, str(exc),
+                          headers={"Retry-After": str(math.ceil(exc.retry_after) or 1)}) \
                 from exc
         except AuthError as exc:
             raise Refused(401, f"HTTP Basic: {exc}", headers={"WWW-Authenticate": REALM}) \

@@ -12,8 +12,9 @@ seconds only as the safety net. A stop of the daemon wakes every waiter, which a
 the message goes on.
 
 An Idempotency-Key belongs to its caller (docs/security.md): the key stored is the caller's key
-scoped by the service and the principal that sent it (:func:`scoped_key`), so another
-caller's same key is another message.
+scoped by the service and the principal that sent it (:func:`scoped_key`), each escaped so
+that no ``:`` of theirs can be read as the separator, so another caller's same key is another
+message whatever the names and the key hold.
 
 What each call was asked and answered goes to ``inbound_call`` (:class:`CallRecorder`,
 batched off the request's path) for the Visual Trace.
@@ -21,11 +22,13 @@ batched off the request's path) for the Visual Trace.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import queue
 import threading
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from engine.client import accept_message, check_replay, checked_body
 from engine.clock import utcnow
@@ -89,17 +92,21 @@ class Ended:
 
 def scoped_key(service: str, caller: Caller, header: str | None) -> str | None:
     """The stored idempotency key of ``header`` (checked as the intake API checks it; a
-    bad key raises a 400): scoped by the service and the caller's principal (its host when
-    it did not authenticate), digested when that would not fit the column."""
+    bad key raises a 400): ``inbound:SERVICE:OWNER:KEY``, the service and the caller's
+    principal (its host when it did not authenticate) percent-escaped, so that neither holds
+    a ``:`` and the key is everything after the second; digested when that would not fit the
+    column (``inbound:SERVICE:sha256:DIGEST``: an escaped principal always holds ``%3A``, so
+    never reads ``sha256``)."""
     key = check_idempotency_key(header)
     if key is None:
         return None
     owner = caller.principal or f"host:{caller.host}"
-    scoped = f"{KEY_PREFIX}{service}:{owner}:{key}"
+    escaped = quote(service, safe="")
+    scoped = f"{KEY_PREFIX}{escaped}:{quote(owner, safe='')}:{key}"
     if len(scoped) <= MAX_KEY_LENGTH:
         return scoped
-    digest = hashlib.sha256(f"{service}\0{owner}\0{key}".encode()).hexdigest()
-    return f"{KEY_PREFIX}{service[:80]}:sha256:{digest}"
+    digest = hashlib.sha256(json.dumps([service, owner, key]).encode()).hexdigest()
+    return f"{KEY_PREFIX}{escaped[:80]}:sha256:{digest}"
 
 
 async def submit(context: InboundContext, service: str, target: str, body: Any, *,

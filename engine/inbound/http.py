@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, compile_path
 
@@ -55,6 +55,7 @@ from engine.inbound.base import COMMON_SETTINGS, InboundService
 from engine.inbound.body import INLINE_PARSE_BYTES, read_body
 from engine.inbound.calls import Caller, Ended, InboundContext, call_record, scoped_key, submit
 from engine.inbound.refusals import Refused
+from engine.portal.client_gone import client_gone
 from engine.portal.threads import to_thread
 from engine.settings import Setting
 
@@ -182,6 +183,8 @@ class HttpService(InboundService):
             return self._refuse(context, caller, 422, str(exc))
         except MessageError as exc:
             return self._refuse(context, caller, 400, str(exc))
+        except ClientDisconnect:  # gone mid-body: counted, not traced
+            return client_gone(self.name, caller.host)
         except Exception:  # noqa: BLE001 - the store is down, say: the caller hears it
             log.exception("%s: a request could not be taken in", self.name)
             return JSONResponse({"error": "the request could not be taken in (the daemon's "

@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
@@ -70,6 +70,7 @@ from engine.inbound.wsdl import (
     SoapContract,
     fault_envelope,
 )
+from engine.portal.client_gone import client_gone
 from engine.portal.threads import to_thread
 from engine.settings import Setting
 
@@ -217,6 +218,8 @@ class SoapService(InboundService):
         except MessageError as exc:
             return self._refuse(context, caller, envelope, f"the request does not fit the "
                                                            f"target {self.target!r}: {exc}", 500)
+        except ClientDisconnect:  # gone mid-body: counted, not traced
+            return client_gone(self.name, caller.host)
         except Exception:  # noqa: BLE001 - the store is down, say: the caller hears it
             log.exception("%s: a request could not be taken in", self.name)
             return _fault(envelope, "Server", "the request could not be taken in (the "

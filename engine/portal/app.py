@@ -24,7 +24,7 @@ from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
@@ -43,6 +43,7 @@ from engine.portal.auth import (
     NotAuthenticated,
     portal_secret,
 )
+from engine.portal.client_gone import on_client_gone
 from engine.portal.context import Portal, Waiters, portal_of
 from engine.portal.filters import FilterError
 from engine.portal.watch import ProductionFollower
@@ -88,7 +89,8 @@ def create_app(store: SqlStore, production: ProductionConfig, *, secret: str | N
                                         AuthError: _auth_error, FilterError: _bad_request,
                                         MessageError: _bad_request, OperatorError: _conflict,
                                         IdempotencyConflict: _key_reused,
-                                        StoreError: _unavailable})
+                                        StoreError: _unavailable,
+                                        ClientDisconnect: on_client_gone("portal")})
     app.state.portal = portal
     if production.path is not None:
         app.state.follower = ProductionFollower(portal, env, poll_file=follow_file)

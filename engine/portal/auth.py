@@ -18,6 +18,9 @@
   its own attempt back. The client address is the connection's, or the one
   ``X-Forwarded-For`` names when a proxy of ``[portal] forwarded_allow_ips`` sent it
   (:mod:`engine.portal.server`).
+- A password is checked (or hashed) only in a slot of the process's
+  :class:`~engine.portal.hash_gate.HashGate`: a login that finds none in time is refused
+  with :class:`LoginBusy` (429, ``Retry-After``) and its attempt is taken back.
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from engine.clock import utcnow
 from engine.errors import EncoreError, OperatorError
+from engine.portal.hash_gate import HashGate, HashGateBusy, process_gate
 from engine.store import accounts
 from engine.store.sql import SqlStore
 
@@ -71,11 +75,20 @@ class Forbidden(AuthError):
 
 
 class LoginThrottled(AuthError):
-    """Too many failed logins (HTTP 429)."""
+    """Too many failed logins (HTTP 429, ``Retry-After``)."""
+
+    WHAT = "too many failed logins"
 
     def __init__(self, retry_after: float) -> None:
-        super().__init__(f"too many failed logins; try again in {retry_after:.0f} s")
+        super().__init__(f"{self.WHAT}; try again in {retry_after:.0f} s")
         self.retry_after = retry_after
+
+
+class LoginBusy(LoginThrottled):
+    """Too many password checks at once in this process (HTTP 429, ``Retry-After``); the
+    attempt was not counted against the login limits."""
+
+    WHAT = "too many logins at once"
 
 
 @dataclass(frozen=True)
@@ -123,10 +136,15 @@ def _dummy_hash() -> str:
 
 
 def hash_password(password: str) -> str:
-    """The argon2 hash of ``password`` (refused if empty)."""
+    """The argon2 hash of ``password`` (refused if empty), in a slot of the process's
+    :class:`~engine.portal.hash_gate.HashGate` (LoginBusy if none is to be had)."""
     if not password:
         raise AuthError("the password is empty")
-    return _hasher.hash(password)
+    try:
+        with process_gate().slot():
+            return _hasher.hash(password)
+    except HashGateBusy as exc:
+        raise LoginBusy(exc.retry_after) from exc
 
 
 def new_token() -> str:
@@ -180,6 +198,11 @@ class StoredLoginLimiter:
     def succeeded(self, user_key: str, others: Sequence[str]) -> None:
         accounts.refund_login_guess(self.store, reset=user_key, refund=others)
 
+    def refund(self, keys: Sequence[str]) -> None:
+        """Take back the attempt just counted against each of ``keys`` (its password was
+        never checked)."""
+        accounts.refund_login_guess(self.store, reset=None, refund=keys)
+
 
 class LoginLimiter:
     """Counts failed logins per key (a user name, an address) over a sliding window, in
@@ -224,9 +247,11 @@ class Authenticator:
     """Checks passwords, sessions and tokens against the store's users and tokens."""
 
     def __init__(self, store: SqlStore, secret: str, *,
-                 limiter: StoredLoginLimiter | None = None) -> None:
+                 limiter: StoredLoginLimiter | None = None,
+                 gate: HashGate | None = None) -> None:
         self.store = store
         self.limiter = limiter or StoredLoginLimiter(store)
+        self.gate = gate or process_gate()
         self._sessions = URLSafeTimedSerializer(secret, salt="encore-portal-session")
         self._login_forms = URLSafeTimedSerializer(secret, salt="encore-portal-login")
         _dummy_hash()  # made now, not at the first login naming no user, which it would slow
@@ -235,16 +260,28 @@ class Authenticator:
     # logins
     def login(self, username: str, password: str, client: str) -> Principal:
         """The user, if ``password`` is theirs; else NotAuthenticated (the same text
-        whether or not the user exists), or LoginThrottled."""
+        whether or not the user exists), or LoginThrottled (LoginBusy: no slot to check
+        the password in, the attempt is not counted)."""
         name_key, address_key = limit_key("user", username), limit_key("addr", client)
+        try:
+            self.gate.check()  # a flood past the gate is refused before any write
+        except HashGateBusy as exc:
+            raise LoginBusy(exc.retry_after) from exc
         self.limiter.guess([name_key, address_key])  # counted before the password is checked
         user = accounts.get_user(self.store, username)
-        if not self._verify(user.password_hash if user else _dummy_hash(), password) \
-                or user is None:
-            raise NotAuthenticated("wrong user name or password")
+        try:
+            with self.gate.slot():
+                if not self._verify(user.password_hash if user else _dummy_hash(), password) \
+                        or user is None:
+                    raise NotAuthenticated("wrong user name or password")
+                rehash = (_hasher.hash(password)
+                          if _hasher.check_needs_rehash(user.password_hash) else None)
+        except HashGateBusy as exc:
+            self.limiter.refund([name_key, address_key])
+            raise LoginBusy(exc.retry_after) from exc
         self.limiter.succeeded(name_key, [address_key])
-        if _hasher.check_needs_rehash(user.password_hash):
-            accounts.set_password_hash(self.store, user.name, _hasher.hash(password))
+        if rehash is not None:
+            accounts.set_password_hash(self.store, user.name, rehash)
         return Principal(user.name, user.role, "user", csrf=secrets.token_urlsafe(24),
                          generation=user.session_generation)
 

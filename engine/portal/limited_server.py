@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import importlib.util
 import logging
+import pkgutil
 import socket
 import ssl
 import struct
@@ -34,7 +36,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from engine.portal.limits import ConnectionGate, DescriptorBudget, ServerLimits
 from engine.runtime.logs import SERVER_LOGGERS, limit_repeats
 
-__all__ = ["LimitedServer", "limited_server"]
+__all__ = ["LimitedServer", "limited_server", "server_loggers"]
 
 log = logging.getLogger("engine.portal.limits")
 
@@ -52,6 +54,8 @@ STARTUP_FAILURE = 3  # uvicorn's exit status when it cannot start
 # elsewhere: with 16 clients on an async inbound route it took 6-17 % less of the daemon's
 # CPU per request and answered 8-22 % more requests a second (BENCHMARKS.md)
 LOOP = "auto"
+# the packages whose every module's logger goes through the repeat filter
+SERVER_PACKAGES = ("engine.portal", "engine.inbound")
 
 
 class Slot:
@@ -333,7 +337,7 @@ class LimitedServer(uvicorn.Server):
         super().__init__(config)
         self.limits = limits
         self.gate = ConnectionGate(limits, budget)
-        limit_repeats(SERVER_LOGGERS)
+        limit_repeats(server_loggers())
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await self.lifespan.startup()
@@ -364,6 +368,18 @@ class LimitedServer(uvicorn.Server):
         return LimitedHttpProtocol(slot=slot, config=self.config,
                                    server_state=self.server_state,
                                    app_state=self.lifespan.state)
+
+
+def server_loggers() -> tuple[str, ...]:
+    """The loggers of a server's repeated failures: uvicorn's and asyncio's
+    (``SERVER_LOGGERS``), and the logger of every module of :data:`SERVER_PACKAGES` (one per
+    module, named after it), so that none of them writes a line per request."""
+    names = list(SERVER_LOGGERS)
+    for package in SERVER_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        places = spec.submodule_search_locations if spec is not None else None
+        names += [f"{package}.{module.name}" for module in pkgutil.iter_modules(places or [])]
+    return tuple(dict.fromkeys(names))
 
 
 def bind(host: str, port: int, backlog: int = LISTEN_BACKLOG) -> list[socket.socket]:

@@ -7,6 +7,7 @@ a confirmation page — and is refused (403) below the operator role.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -78,8 +79,10 @@ async def login(request: Request) -> Response:
         portal.auth.check_login_form(request.cookies.get(LOGIN_COOKIE), field(form, "csrf_token"))
         user = await run_in_threadpool(portal.auth.login, field(form, "username"),
                                        field(form, "password"), client)
-    except LoginThrottled as exc:
-        return login_form(request, error=str(exc), status=429)
+    except LoginThrottled as exc:  # LoginBusy too: no slot to check the password in
+        refused = login_form(request, error=str(exc), status=429)
+        refused.headers["Retry-After"] = str(math.ceil(exc.retry_after) or 1)
+        return refused
     except AuthError as exc:
         status = 401 if isinstance(exc, NotAuthenticated) else 403
         return login_form(request, error=str(exc), status=status)

@@ -169,12 +169,15 @@ def count_login_guess(store: SqlStore, keys: Sequence[str], *, now: datetime, li
     return None
 
 
-def refund_login_guess(store: SqlStore, *, reset: str, refund: Sequence[str]) -> None:
-    """After a successful login: forget the attempts of key ``reset`` (the user name) and
-    take back the one just counted against each of ``refund`` (the address)."""
+def refund_login_guess(store: SqlStore, *, reset: str | None,
+                       refund: Sequence[str]) -> None:
+    """After a successful login: forget the attempts of key ``reset`` (the user name; None:
+    no key's) and take back the one just counted against each of ``refund`` (the address;
+    every key of a login whose password was never checked)."""
     g = login_guess.c
     with store.db.tx(durable=False) as conn:
-        for key in sorted({reset, *refund}):  # the order of count_login_guess
+        for key in sorted({*refund} | ({reset} if reset is not None else set())):
+            # the order of count_login_guess
             if key == reset:
                 conn.execute(delete(login_guess).where(g.key == key))
             else:
