@@ -614,6 +614,16 @@ def _stream(every: Callable[[int | None], Iterator[dict[str, Any]]], headers: tu
     return last
 
 
+def _warn_lost_file(url: str) -> None:
+    """A line on stderr when a process (a daemon) still writes into an SQLite file that was
+    at ``url``'s path and was deleted or replaced there (engine.store.filewatch)."""
+    from engine.store.filewatch import lost_file_warning
+
+    warning = lost_file_warning(url)
+    if warning is not None:
+        click.echo(warning, err=True)
+
+
 @main.command()
 @click.argument("message_id", type=ROW_ID, metavar="ID")
 @click.option("--json", "as_json", is_flag=True,
@@ -692,6 +702,7 @@ def status(ctx: Context) -> None:
     """Items, queue depths, retries, last errors, what runs (the daemons running each item,
     ready or not, refused by the last reload) beside what the file says, and every daemon:
     alive or not, the items it serves, and the leases it holds."""
+    _warn_lost_file(ctx.database_url())
     production, store = ctx.outline, ctx.store
     stats, overrides = queries.queue_stats(store), store.item_overrides()
     now = store.db_now()
@@ -803,6 +814,7 @@ def db() -> None:
 def upgrade(ctx: Context) -> None:
     """Create or upgrade the tables (Alembic upgrade to head); say which it did."""
     url = ctx.database_url()
+    _warn_lost_file(url)
     new_file = _missing_sqlite_file(_parse_url(url))  # connecting creates it
     store = ctx.reachable_store()
     before = migrate.upgrade(store.engine)
