@@ -40,6 +40,7 @@ from bench import (
     latency,
     limits,
     pool,
+    purge,
     throughput,
     viewer,
 )
@@ -58,6 +59,8 @@ SCENARIOS = ("overhead", "noop", "drain", "drain_pg", "intake", "intake_http", "
              # issue 23 (bench/viewer.py): property search and export on 1,000,000 messages
              # (100,000 with --quick)
              "viewer",
+             # issue 36 (bench/purge.py): the purge of 200,000 finished requests
+             "purge",
              # issue 25 (bench/inbound.py): SoapService's added latency, HttpService intake
              "inbound")
 
@@ -111,6 +114,7 @@ def run_scenarios(args: argparse.Namespace, pg_url: str | None) -> Outcome:
             "pool4_fast": lambda: pool.pool4_fast(work, urls, pools),
             "dramatiq": lambda: pool.dramatiq(work, pools),
             "viewer": lambda: viewer.outcome(work, args.quick, pg_url),
+            "purge": lambda: purge.outcome(work, pg_url),
             "inbound": lambda: inbound.inbound(work, quick=args.quick),
         }
         for name in SCENARIOS:
