@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 
 from urllib3.exceptions import DecodeError
 
+from engine.errors import ResponseRejected
+
 __all__ = ["MAX_CODINGS", "STEP_BYTES", "BodyDecoder"]
 
 STEP_BYTES = 64 * 1024  # most bytes one step of one layer yields
@@ -97,10 +99,13 @@ class BodyDecoder:
                    ) -> BodyDecoder | None:
         """The decoder of a ``Content-Encoding`` value; None when a coding is not one of
         ours (``br``, ``zstd``, unknown): urllib3 decodes those, or leaves them, as before.
-        More than :data:`MAX_CODINGS` codings are refused (``DecodeError``)."""
+        More than :data:`MAX_CODINGS` codings are refused: the server answered, with a
+        response refused for safety (:class:`~engine.errors.ResponseRejected`), not a broken
+        connection."""
         codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
         if len(codings) > MAX_CODINGS:
-            raise DecodeError(f"too many content codings: {len(codings)} > {MAX_CODINGS}")
+            raise ResponseRejected(f"response refused: {len(codings)} content codings in its "
+                                   f"Content-Encoding, more than the {MAX_CODINGS} decoded")
         if not all(c in _OURS or c == "identity" for c in codings):
             return None
         return cls(codings, check)

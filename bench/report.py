@@ -64,6 +64,10 @@ TARGETS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "viewer_prop_search_ms_pg": ("≤ 100", lambda v: v <= 100),
     "viewer_export_rows_per_s": ("≥ 20000", lambda v: v >= 20000),
     "viewer_export_rows_per_s_pg": ("≥ 20000", lambda v: v >= 20000),
+    # Issue 36 (bench/purge.py): the purge of 200,000 finished requests with their responses,
+    # attempts and events (seconds; the same size with --quick).
+    "purge_200k_s": ("≤ 10", lambda v: v <= 10),
+    "purge_200k_s_pg": ("≤ 10", lambda v: v <= 10),
     # Issue 25 (bench/inbound.py): what a SoapService → Router → SoapOperation chain adds
     # to a direct zeep → spyne call (ms), and an async HttpService's intake with 16 clients.
     "inbound_soap_ms_p50": ("≤ 5", lambda v: v <= 5),

@@ -42,6 +42,7 @@ from bench import (
     limits,
     login_flood,
     pool,
+    purge,
     throughput,
     viewer,
 )
@@ -60,6 +61,8 @@ SCENARIOS = ("overhead", "noop", "drain", "drain_pg", "intake", "intake_http", "
              # issue 23 (bench/viewer.py): property search and export on 1,000,000 messages
              # (100,000 with --quick)
              "viewer",
+             # issue 36 (bench/purge.py): the purge of 200,000 finished requests
+             "purge",
              # issue 25 (bench/inbound.py): SoapService's added latency, HttpService intake
              "inbound",
              # issue 36 (bench/hostile_xml.py): another item's delays under hostile XML
@@ -117,6 +120,7 @@ def run_scenarios(args: argparse.Namespace, pg_url: str | None) -> Outcome:
             "pool4_fast": lambda: pool.pool4_fast(work, urls, pools),
             "dramatiq": lambda: pool.dramatiq(work, pools),
             "viewer": lambda: viewer.outcome(work, args.quick, pg_url),
+            "purge": lambda: purge.outcome(work, pg_url),
             "inbound": lambda: inbound.inbound(work, quick=args.quick),
             "hostile_xml": lambda: hostile_xml.hostile_xml(work, quick=args.quick),
             "login_flood": lambda: login_flood.login_flood(work),

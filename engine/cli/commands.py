@@ -9,7 +9,7 @@ import os
 import pkgutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -454,6 +454,12 @@ def log_command(ctx: Context, type_: str | None, item: str | None, message_id: i
     limit = _row_limit(limit, show_all)
     flt = queries.EventFilter(type=type_, item=item, message_id=message_id,
                               session_id=session_id, since=parse_since(since), limit=limit)
+    if limit is None:  # every one: read a chunk at a time, never all at once
+        last = _stream(lambda up_to: queries.iter_events(ctx.store, flt, up_to=up_to),
+                       EVENT_COLUMNS, _event_cells, as_json)
+        if follow:
+            _follow_events(ctx.store, flt, last, as_json)
+        return
     rows = queries.events(ctx.store, flt)
     e = models.event_log.c
     left_out = _left_out(ctx.store, rows, limit, models.event_log, [
@@ -485,9 +491,7 @@ def _print_events(rows: list[dict[str, Any]], as_json: bool, *, header: bool) ->
         return
     if not rows:
         return
-    text = report.table(("id", "time (UTC)", "type", "item", "message", "text"),
-                        [(r["id"], r["time_logged"], r["type"], r["config_name"],
-                          r["message_id"], r["text"]) for r in rows])
+    text = report.table(EVENT_COLUMNS, [_event_cells(r) for r in rows])
     click.echo(text if header else "\n".join(text.splitlines()[1:]))
     sys.stdout.flush()
 
@@ -548,6 +552,13 @@ def messages(ctx: Context, status: str | None, item: str | None, session_id: int
     """List message headers, newest last: the newest 50 unless --limit N or --all (stderr
     says how many older ones were left out)."""
     limit = _row_limit(limit, show_all)
+    if limit is None:  # every one: read a chunk at a time, never all at once
+        def every(up_to: int | None) -> Iterator[dict[str, Any]]:
+            return queries.iter_messages(ctx.store, status=status, item=item,
+                                         session_id=session_id, up_to=up_to)
+        _stream(every, MESSAGE_COLUMNS, _message_cells, as_json, _json_bodies,
+                empty_header=True)
+        return
     rows = queries.messages(ctx.store, status=status, item=item, session_id=session_id,
                             limit=limit)
     h = models.message_header.c
@@ -558,13 +569,61 @@ def messages(ctx: Context, status: str | None, item: str | None, session_id: int
         for row in rows:
             click.echo(report.json_line(_json_bodies(row)))
     else:
-        click.echo(report.table(
-            ("id", "session", "kind", "target", "status", "attempts", "retry", "next attempt",
-             "created (UTC)", "error"),
-            [(r["id"], r["session_id"], r["kind"], r["target"], r["status"], r["attempts"],
-              r["retry_needed"], r["next_attempt_at"], r["time_created"], r["error_text"])
-             for r in rows]))
+        click.echo(report.table(MESSAGE_COLUMNS, [_message_cells(r) for r in rows]))
     _say_left_out(left_out, len(rows), "message")
+
+
+MESSAGE_COLUMNS = ("id", "session", "kind", "target", "status", "attempts", "retry",
+                   "next attempt", "created (UTC)", "error")
+EVENT_COLUMNS = ("id", "time (UTC)", "type", "item", "message", "text")
+
+
+def _message_cells(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["id"], r["session_id"], r["kind"], r["target"], r["status"], r["attempts"],
+            r["retry_needed"], r["next_attempt_at"], r["time_created"], r["error_text"])
+
+
+def _event_cells(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["id"], r["time_logged"], r["type"], r["config_name"], r["message_id"], r["text"])
+
+
+def _stream(every: Callable[[int | None], Iterator[dict[str, Any]]], headers: tuple[str, ...],
+            cells: Callable[[dict[str, Any]], tuple[Any, ...]], as_json: bool,
+            as_row: Callable[[dict[str, Any]], dict[str, Any]] = lambda r: r, *,
+            empty_header: bool = False) -> int:
+    """Print every row ``every(up_to)`` reads (oldest first, a chunk at a time), as JSON
+    lines or as a table (``empty_header``: its headers even without rows); return the last id
+    printed (0: none). A table's columns are as
+    wide as its widest cell: its rows are read twice, once for the widths, then up to the
+    last id of that read to print them, so that they are never all in memory."""
+    last = 0
+    if as_json:
+        for row in every(None):
+            click.echo(report.json_line(as_row(row)))
+            last = row["id"]
+        return last
+
+    def rows(up_to: int | None) -> Iterator[tuple[Any, ...]]:
+        nonlocal last
+        for row in every(up_to):
+            last = row["id"]
+            yield cells(row)
+
+    sizes = report.widths(headers, rows(None))
+    if last or empty_header:
+        for line in report.lines(headers, rows(last) if last else iter(()), sizes):
+            click.echo(line)
+    return last
+
+
+def _warn_lost_file(url: str) -> None:
+    """A line on stderr when a process (a daemon) still writes into an SQLite file that was
+    at ``url``'s path and was deleted or replaced there (engine.store.filewatch)."""
+    from engine.store.filewatch import lost_file_warning
+
+    warning = lost_file_warning(url)
+    if warning is not None:
+        click.echo(warning, err=True)
 
 
 @main.command()
@@ -645,6 +704,7 @@ def status(ctx: Context) -> None:
     """Items, queue depths, retries, last errors, what runs (the daemons running each item,
     ready or not, refused by the last reload) beside what the file says, and every daemon:
     alive or not, the items it serves, and the leases it holds."""
+    _warn_lost_file(ctx.database_url())
     production, store = ctx.outline, ctx.store
     stats, overrides = queries.queue_stats(store), store.item_overrides()
     now = store.db_now()
@@ -759,6 +819,7 @@ def db() -> None:
 def upgrade(ctx: Context) -> None:
     """Create or upgrade the tables (Alembic upgrade to head); say which it did."""
     url = ctx.database_url()
+    _warn_lost_file(url)
     new_file = _missing_sqlite_file(_parse_url(url))  # connecting creates it
     store = ctx.reachable_store()
     before = migrate.upgrade(store.engine)

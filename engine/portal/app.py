@@ -48,6 +48,7 @@ from engine.portal.context import Portal, Waiters, portal_of
 from engine.portal.filters import FilterError
 from engine.portal.watch import ProductionFollower
 from engine.store.sql import SqlStore
+from engine.store.viewer import SearchTimedOut, SearchTooComplex
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,9 @@ def create_app(store: SqlStore, production: ProductionConfig, *, secret: str | N
                                         MessageError: _bad_request, OperatorError: _conflict,
                                         IdempotencyConflict: _key_reused,
                                         StoreError: _unavailable,
-                                        ClientDisconnect: on_client_gone("portal")})
+                                        ClientDisconnect: on_client_gone("portal"),
+                                        SearchTooComplex: _bad_request,
+                                        SearchTimedOut: _search_timeout})
     app.state.portal = portal
     if production.path is not None:
         app.state.follower = ProductionFollower(portal, env, poll_file=follow_file)
@@ -182,6 +185,13 @@ async def _conflict(request: Request, exc: Exception) -> Response:
 async def _unavailable(request: Request, exc: Exception) -> Response:
     log.error("portal: %s", exc)
     return error_response(request, 503, "the database is unavailable; try again")
+
+
+async def _search_timeout(request: Request, exc: Exception) -> Response:
+    """A Message Viewer query stopped by its statement timeout: the database is fine, the
+    search reads too much (engine.store.viewer)."""
+    log.warning("portal: %s (%s)", exc, request.url.path)
+    return error_response(request, 503, str(exc))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -25,6 +25,7 @@ MESSAGE_PARAMS = ("target", "status", "session", "since", "until", "q", "errors"
 PROP_PREFIX, BODY_PREFIX = "prop.", "body."
 RANGE_OPS = ("gt", "lt")  # prop.PATH.gt / prop.PATH.lt
 MAX_VALUE = 200  # characters of a prop. or body. value
+MAX_QUERY = 400  # characters of q: a longer text search costs the database, finds nothing more
 EVENT_PARAMS = ("type", "item", "message", "since")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -49,7 +50,7 @@ def message_filter(params: Mapping[str, str],
         raise FilterError(f"order: {order!r} is not asc or desc")
     return MessageFilter(target=_text(params, "target"), status=status,
                          session_id=_int(params, "session"), since=_time(params, "since"),
-                         until=_time(params, "until"), q=_text(params, "q"),
+                         until=_time(params, "until"), q=_query(params),
                          errors=_text(params, "errors") in ("1", "true", "on", "yes"),
                          source=_text(params, "source"),
                          props=property_filters(params, declared), body=body_filters(params),
@@ -170,6 +171,15 @@ def parse_time(text: str, name: str) -> datetime:
 def _text(params: Mapping[str, str], name: str) -> str | None:
     value = params.get(name, "").strip()
     return value or None
+
+
+def _query(params: Mapping[str, str]) -> str | None:
+    value = _text(params, "q")
+    if value is not None and len(value) > MAX_QUERY:
+        raise FilterError(f"q: the search text is {len(value):,} characters long; at most "
+                          f"{MAX_QUERY} are searched for (search properties, prop.PATH=V, "
+                          "find one message among millions by index)")
+    return value
 
 
 def _int(params: Mapping[str, str], name: str) -> int | None:

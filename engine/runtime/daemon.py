@@ -81,6 +81,7 @@ from engine.runtime.scheduler import ProductionScheduler
 from engine.runtime.steps import TICK_RETRY_DELAY, guarded, operation_items
 from engine.store import queries
 from engine.store.clockstep import settle_clock_frame
+from engine.store.filewatch import DatabaseFileWatch
 from engine.store.operator import purge
 from engine.store.sql import SqlStore
 
@@ -108,6 +109,7 @@ class Daemon:
         (None: a fresh one each)."""
         self.production = production
         self.store = store or SqlStore(production.database)
+        self.file_watch = DatabaseFileWatch(self.store)  # SQLite: the file still at its path?
         self.clock = clock or DatabaseClock(self.store)
         self.env = os.environ if env is None else env
         self.host = socket.gethostname()
@@ -337,6 +339,8 @@ class Daemon:
     def heartbeat(self) -> None:
         """Mark this daemon alive, renew the leases of the messages it holds, renew its
         leader and item leases and take those that are free."""
+        if not self.file_watch.check(self._file_lost, self._stop_soon):
+            return
         self._sync_clock()
         started, runners = self.clock.monotonic(), list(self.runners.values())
         claims = [c for runner in runners for c in runner.claims.held()]
@@ -345,6 +349,14 @@ class Daemon:
         for runner in runners:
             runner.claims.renewed(started)
         self.leases.renew()
+
+    def _file_lost(self, text: str) -> None:
+        self.store.events.write("Error", text, source_class="Daemon",
+                                source_method="heartbeat", now=self.clock.now())
+
+    def _stop_soon(self) -> None:
+        self.stop_requested.set()
+        self.wake.set()
 
     def _sync_clock(self) -> None:
         """Re-read the database's clock (at start and on every heartbeat). On SQLite, whose
@@ -514,6 +526,7 @@ class Daemon:
             self._loop()
         finally:
             self.stop()
+        self.file_watch.raise_if_lost()  # a non-zero exit, saying why
 
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():

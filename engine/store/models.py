@@ -108,6 +108,11 @@ message_header = Table(
           **_where("idempotency_key IS NOT NULL")),
     Index("ix_message_header_status", "status", "id"),  # the Message Viewer's filters
     Index("ix_message_header_created", "time_created"),
+    # The purge's (migration 0014): finished requests by when they ended, and the responses of
+    # a batch of requests, found without reading the table.
+    Index("ix_message_header_completed", "time_completed", "id", **_where("kind = 'request'")),
+    Index("ix_message_header_corresponding", "corresponding_id",
+          **_where("corresponding_id IS NOT NULL")),
 )
 
 message_attempt = Table(

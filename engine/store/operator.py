@@ -9,12 +9,26 @@ Every action writes an event on the message (or the item) in that same transacti
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, exists, func, literal, or_, select, update
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    any_,
+    bindparam,
+    exists,
+    func,
+    literal,
+    literal_column,
+    or_,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from engine.clock import as_utc
 from engine.errors import ItemNotFound, MessageNotFound, OperatorError
@@ -36,6 +50,7 @@ DISCARDABLE_STATUSES = (Status.QUEUED, Status.SUSPENDED)
 ENDING_STATUSES = ENDED_STATUSES  # what a waiter waits for
 RESEND_SOURCE_PREFIX = "resend:"  # message_header.source of a resent copy: "resend:<original id>"
 PURGE_BATCH = 500  # requests deleted per transaction, so a daemon is never blocked for long
+_ID_ARRAY = ARRAY(BigInteger)
 _SOURCE_CLASS = "Operator"
 OPERATOR = "an operator"  # who acted, in event texts, when the caller names nobody (the CLI)
 
@@ -155,66 +170,96 @@ class PurgeCounts:
 
 
 def purge(store: SqlStore, older_than: timedelta, now: datetime, *,
-          dry_run: bool = False) -> PurgeCounts:
+          dry_run: bool = False, batch: int | None = None) -> PurgeCounts:
     """Delete finished requests (Completed, Error, Discarded, Aborted) that ended before
     ``now - older_than``, with their responses, attempts and events, and events older than
     that which belong to no message. Queued, Delivered and Suspended messages and their
-    events are kept. ``dry_run`` counts without deleting. Works in batches of
-    :data:`PURGE_BATCH` requests, one transaction each."""
-    cutoff = as_utc(now) - older_than
-    total, after = PurgeCounts(), 0
+    events are kept. ``dry_run`` counts without deleting.
+
+    Works in batches of ``batch`` requests (None: :data:`PURGE_BATCH`): each batch's
+    requests are read without the write lock, by index (migration 0014), from where the last
+    one stopped; one short transaction then deletes them and what belongs to them. The time
+    is linear in what is purged and no batch reads the table."""
+    cutoff, batch = as_utc(now) - older_than, batch or PURGE_BATCH
+    total, after = PurgeCounts(), None
     while True:
-        with store.db.tx() as conn:
-            ids = _old_requests(conn, cutoff, after)
-            if ids:
-                total += _purge_messages(conn, ids, dry_run)
-        if len(ids) < PURGE_BATCH:
+        with store.db.read() as conn:
+            found = _old_requests(conn, cutoff, after, batch)
+        if found:  # not durable: a batch a crash of the server undoes, the next purge redoes
+            with store.db.tx(durable=False) as conn:
+                total += _purge_messages(conn, found, dry_run)
+        if len(found) < batch:
             break
-        after = ids[-1]
-    total += _purge_orphan_events(store, cutoff, dry_run)
+        after = found[-1][:2]
+    total += _purge_orphan_events(store, cutoff, dry_run, batch * 4)
     log.info("purge before %s%s: %s", cutoff.isoformat(), " (dry run)" if dry_run else "", total)
     return total
 
 
-def _old_requests(conn: Connection, cutoff: datetime, after: int) -> list[int]:
+def _old_requests(conn: Connection, cutoff: datetime, after: tuple[datetime, int] | None,
+                  batch: int) -> list[tuple[datetime, int, int | None]]:
+    """(time_completed, id, corresponding_id) of the next ``batch`` finished requests that
+    ended before ``cutoff``, after ``after`` (time_completed, id), in the order of
+    ``ix_message_header_completed``. The kind is written out, not bound: a planner matches a
+    partial index's condition by its text."""
     h = message_header.c
-    return list(conn.execute(
-        select(h.id).where(h.kind == "request", h.status.in_(FINAL_STATUSES),
-                           h.time_completed < cutoff, h.id > after)
-        .order_by(h.id).limit(PURGE_BATCH)).scalars())
+    query = select(h.time_completed, h.id, h.corresponding_id).where(
+        h.kind == literal_column("'request'"), h.time_completed < cutoff,
+        h.status.in_(FINAL_STATUSES))
+    if after is not None:
+        query = query.where(tuple_(h.time_completed, h.id) > tuple_(
+            literal(after[0], h.time_completed.type), literal(after[1])))
+    return [(t, i, c) for t, i, c in conn.execute(
+        query.order_by(h.time_completed, h.id).limit(batch))]
 
 
-def _purge_messages(conn: Connection, request_ids: Sequence[int], dry_run: bool) -> PurgeCounts:
-    h = message_header.c
-    linked = select(h.corresponding_id).where(h.id.in_(request_ids))
-    response_ids = list(conn.execute(select(h.id).where(
-        h.kind == "response",
-        or_(h.corresponding_id.in_(request_ids), h.id.in_(linked.scalar_subquery())))
-    ).scalars())
+def _purge_messages(conn: Connection, requests: Sequence[tuple[Any, int, int | None]],
+                    dry_run: bool) -> PurgeCounts:
+    """Delete (or count) the ``requests`` (as :func:`_old_requests` gives them) and their
+    responses: those that answer them and those they name as their answer."""
+    h, among = message_header.c, _among(conn)
+    request_ids = [i for _, i, _ in requests]
+    named = [c for _, _, c in requests if c is not None]
+    answers = among(h.corresponding_id, request_ids)
+    response_ids = sorted(set(conn.execute(select(h.id).where(
+        h.kind == "response", or_(answers, among(h.id, named)) if named else answers)
+    ).scalars()))
     ids = [*request_ids, *response_ids]
-    attempts = _delete_or_count(conn, message_attempt, message_attempt.c.message_id.in_(ids),
+    attempts = _delete_or_count(conn, message_attempt, among(message_attempt.c.message_id, ids),
                                 dry_run)
-    _delete_or_count(conn, message_property, message_property.c.message_id.in_(ids), dry_run)
-    events = _delete_or_count(conn, event_log, event_log.c.message_id.in_(ids), dry_run)
-    _delete_or_count(conn, message_header, h.id.in_(ids), dry_run)
+    _delete_or_count(conn, message_property, among(message_property.c.message_id, ids), dry_run)
+    events = _delete_or_count(conn, event_log, among(event_log.c.message_id, ids), dry_run)
+    _delete_or_count(conn, message_header, among(h.id, ids), dry_run)
     return PurgeCounts(len(request_ids), len(response_ids), attempts, events)
 
 
-def _purge_orphan_events(store: SqlStore, cutoff: datetime, dry_run: bool) -> PurgeCounts:
+def _among(conn: Connection) -> Callable[[Any, Sequence[int]], Any]:
+    """``column IN ids`` for ``conn``: on PostgreSQL ``column = ANY(:ids)``, one array
+    parameter rather than one per id (a batch names a thousand)."""
+    if conn.dialect.name != "postgresql":
+        return lambda column, ids: column.in_(ids)
+    return lambda column, ids: column == any_(bindparam(None, list(ids), type_=_ID_ARRAY))
+
+
+def _purge_orphan_events(store: SqlStore, cutoff: datetime, dry_run: bool,
+                         batch: int) -> PurgeCounts:
+    """Events before ``cutoff`` of no message (or of one gone), ``batch`` at a time in id
+    order: each read (without the write lock) goes on from where the last one stopped."""
     e, h = event_log.c, message_header.c
     orphan = (e.time_logged < cutoff) & or_(
         e.message_id.is_(None), ~exists().where(h.id == e.message_id))
-    removed = 0
+    removed, after = 0, 0
     while True:
-        with store.db.tx() as conn:
-            if dry_run:
-                return PurgeCounts(events=conn.execute(
-                    select(func.count()).select_from(event_log).where(orphan)).scalar_one())
-            batch = select(e.id).where(orphan).limit(PURGE_BATCH * 4).scalar_subquery()
-            count = conn.execute(event_log.delete().where(e.id.in_(batch))).rowcount
-        removed += count
-        if count < PURGE_BATCH * 4:
+        with store.db.read() as conn:
+            ids = list(conn.execute(select(e.id).where(orphan, e.id > after)
+                                    .order_by(e.id).limit(batch)).scalars())
+        if ids and not dry_run:
+            with store.db.tx(durable=False) as conn:
+                conn.execute(event_log.delete().where(e.id.in_(ids)))
+        removed += len(ids)
+        if len(ids) < batch:
             return PurgeCounts(events=removed)
+        after = ids[-1]
 
 
 def _delete_or_count(conn: Connection, table: Any, where: Any, dry_run: bool) -> int:

@@ -1,7 +1,8 @@
 """Read-only queries for the command line (``encore log``, ``messages``, ``status``)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -11,6 +12,8 @@ from engine.clock import as_utc
 from engine.store.models import daemon, event_log, message_header
 from engine.store.sql import SqlStore
 from engine.store.statuses import FINAL_STATUSES, Status
+
+LISTING_CHUNK = 1_000  # rows one read of a listing of every row (--all) takes at most
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,15 +55,60 @@ def events(store: SqlStore, flt: EventFilter) -> list[dict[str, Any]]:
     return rows[::-1]
 
 
-def messages(store: SqlStore, *, status: str | None = None, item: str | None = None,
-             session_id: int | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-    """Message headers, oldest first (the newest ``limit`` ones when limited)."""
+def iter_events(store: SqlStore, flt: EventFilter, *, up_to: int | None = None,
+                chunk: int = LISTING_CHUNK) -> Iterator[dict[str, Any]]:
+    """Every event matching ``flt`` (its ``limit`` aside) with an id up to ``up_to`` (None:
+    any), oldest first, read ``chunk`` rows at a time from where the last read stopped: the
+    rows are never all in memory, and no transaction stays open between reads."""
+    c, after = event_log.c, flt.after_id or 0
+    while True:
+        query = replace(flt, after_id=after).where(select(event_log))
+        rows = _chunk(store, query, c.id, up_to, chunk)
+        yield from rows
+        if len(rows) < chunk:
+            return
+        after = rows[-1]["id"]
+
+
+def iter_messages(store: SqlStore, *, status: str | None = None, item: str | None = None,
+                  session_id: int | None = None, up_to: int | None = None,
+                  chunk: int = LISTING_CHUNK) -> Iterator[dict[str, Any]]:
+    """Every message header matching (as :func:`messages`) with an id up to ``up_to`` (None:
+    any), oldest first, ``chunk`` rows at a time (as :func:`iter_events`)."""
+    c, after = message_header.c, 0
+    while True:
+        query = _messages_where(status, item, session_id).where(c.id > after)
+        rows = _chunk(store, query, c.id, up_to, chunk)
+        yield from rows
+        if len(rows) < chunk:
+            return
+        after = rows[-1]["id"]
+
+
+def _chunk(store: SqlStore, query: Select[Any], key: Any, up_to: int | None,
+           chunk: int) -> list[dict[str, Any]]:
+    if up_to is not None:
+        query = query.where(key <= up_to)
+    with store.db.read() as conn:
+        return [plain(r) for r in conn.execute(query.order_by(key).limit(chunk)).mappings()]
+
+
+def _messages_where(status: str | None, item: str | None,
+                    session_id: int | None) -> Select[Any]:
     c = message_header.c
     query = select(message_header)
     for column, value in ((c.status, status), (c.target, item), (c.session_id, session_id)):
         if value is not None:
             query = query.where(column == value)
-    query = query.order_by(c.id.desc())
+    return query
+
+
+def messages(store: SqlStore, *, status: str | None = None, item: str | None = None,
+             session_id: int | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """Message headers, oldest first (the newest ``limit`` ones when limited; a listing of
+    every one reads them with :func:`iter_messages`)."""
+    c = message_header.c
+    query = _messages_where(status, item, session_id).order_by(c.id.desc())
     if limit:
         query = query.limit(limit)
     with store.db.read() as conn:

@@ -12,18 +12,36 @@ Search properties (``prop.PATH``, docs/portal.md) are index lookups in ``message
 select, a chunk at a time, and a page scans at most :data:`BODY_SCAN_LIMIT` rows (the page
 then says so, and its cursor goes on from there). A list sorted by something other than time
 is keyset-paged on (that value, id); the cursor stays an id, whose value is read back.
+
+A list's queries (pages, counts, export chunks) run under a statement timeout on PostgreSQL,
+:data:`SEARCH_TIMEOUT`: a search that would read for longer (a ``q`` that matches nothing in
+millions of bodies) ends in :class:`SearchTimedOut`, which asks for a narrower search, and
+gives its connection back; SQLite refusing a ``q`` as too complex for LIKE is
+:class:`SearchTooComplex` (the portal answers 400). The portal caps ``q`` far below either.
 """
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, DateTime, Select, func, literal, or_, select, tuple_
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    DateTime,
+    Select,
+    func,
+    literal,
+    or_,
+    select,
+    tuple_,
+)
 
 from engine.clock import as_utc
+from engine.errors import StoreError
 from engine.store import properties
 from engine.store.models import (
     daemon,
@@ -46,11 +64,51 @@ BODY_SCAN_LIMIT = 50_000  # rows one page of a body.PATH filter reads at most
 BODY_CHUNK = 1_000  # rows read at a time by a body.PATH filter and by an export
 SORTS = ("time", "target", "status", "duration")
 EXACT_FLOAT_DIGITS = 15  # a numeric value with more digits is compared as text
+SEARCH_TIMEOUT = 10.0  # seconds one query of a list may run on PostgreSQL (a page, a count)
+_QUERY_CANCELED = "57014"  # PostgreSQL's SQLSTATE of a statement ended by its timeout
+_TOO_COMPLEX = "pattern too complex"  # SQLite's refusal of a LIKE pattern (50,000 bytes)
 
 # The Message Viewer lists headers only; bodies are read one message at a time.
 _LIST_COLUMNS = ("id", "session_id", "source", "target", "kind", "status", "is_error",
                  "error_text", "time_created", "time_completed", "attempts", "retry_needed",
                  "corresponding_id")
+
+
+class SearchTimedOut(StoreError):
+    """A Message Viewer query ran longer than :data:`SEARCH_TIMEOUT` and was stopped: the
+    search reads too many rows; narrower filters (an item, a status, a time range) help."""
+
+
+class SearchTooComplex(StoreError):
+    """The database refused the search as too complex (SQLite: a ``q`` LIKE pattern too
+    long); a shorter search text works."""
+
+
+@contextmanager
+def searching(store: SqlStore) -> Iterator[Connection]:
+    """A read connection for a list's queries: on PostgreSQL under a statement timeout of
+    :data:`SEARCH_TIMEOUT`; a query stopped by it raises :class:`SearchTimedOut`, SQLite's
+    "pattern too complex" :class:`SearchTooComplex`."""
+    try:
+        with store.db.read() as conn:
+            if store.is_postgres:
+                conn.exec_driver_sql(
+                    f"SET LOCAL statement_timeout = {round(SEARCH_TIMEOUT * 1000)}")
+            yield conn
+    except StoreError as exc:
+        raise _search_error(exc) from exc
+
+
+def _search_error(exc: StoreError) -> StoreError:
+    cause = getattr(exc.__cause__, "orig", None)
+    if getattr(cause, "sqlstate", None) == _QUERY_CANCELED:
+        return SearchTimedOut(f"the search took longer than {SEARCH_TIMEOUT:g} s and was "
+                              "stopped; narrow it (an item, a status, a time range, a "
+                              "search property) and try again")
+    if _TOO_COMPLEX in str(cause or ""):
+        return SearchTooComplex("the search text is too complex for the database; use a "
+                                "shorter one")
+    return exc
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,7 +212,7 @@ def count_messages(store: SqlStore, flt: MessageFilter, *, resendable: bool = Fa
     query = _message_where(select(func.count()).select_from(message_header), flt)
     if resendable:
         query = _resendable(query)
-    with store.db.read() as conn:
+    with searching(store) as conn:
         return int(conn.execute(query).scalar_one())
 
 
@@ -163,7 +221,7 @@ def resendable_ids(store: SqlStore, flt: MessageFilter, *, limit: int) -> list[i
     ``limit``."""
     h = message_header.c
     query = _resendable(_message_where(select(h.id), flt)).order_by(h.id).limit(limit)
-    with store.db.read() as conn:
+    with searching(store) as conn:
         return list(conn.execute(query).scalars())
 
 
@@ -477,7 +535,7 @@ def _keyset(store: SqlStore, query: Select[Any], key: Any, *, before: int | None
     forward = descending != going_back  # True: this read goes down the order
     keys = [key] if sort is None else [sort, key]
     cursor = after if going_back else before
-    with store.db.read() as conn:
+    with searching(store) as conn:
         if cursor is not None:
             if sort is None:
                 position: Any = key
@@ -503,6 +561,7 @@ def _keyset(store: SqlStore, query: Select[Any], key: Any, *, before: int | None
 
 
 __all__ = ["EventFilter", "ItemStatus", "MessageFilter", "Page", "ProductionStatus",
+           "SearchTimedOut", "SearchTooComplex", "searching",
            "attempts_of", "count_messages", "events_of", "events_page", "message",
            "messages_page", "production_status", "resendable_ids",
            "session_messages", "export_rows", "iter_events",

@@ -4,7 +4,7 @@ monotonic clock read 0, as the daemons last agreed. A daemon that reads another 
 seen the wall clock step, and carries the stored due times and leases across the step once.
 
 Revision ID: 0016
-Revises: 0015
+Revises: 0014
 Create Date: 2026-12-03
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0016"
-down_revision = "0013"  # 0015 once the other revisions of issue 36 land
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 

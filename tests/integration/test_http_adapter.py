@@ -338,6 +338,19 @@ def test_a_compressed_body_is_measured_as_it_expands():
             adapter.send("GET", "/zip")
 
 
+def test_too_many_content_codings_are_an_answered_refusal_not_a_reset():
+    body = b"ok"
+    for _ in range(6):
+        body = gzip.compress(body)
+    codings = {"Content-Encoding": ", ".join(["gzip"] * 6)}
+    with HttpTestServer({"/layers": respond(200, body, headers=codings)}) as srv:
+        adapter = started({"url": srv.url})
+        attempt(adapter)
+        with pytest.raises(ResponseRejected, match="6 content codings") as refused:
+            adapter.send("GET", "/layers")
+    assert refused.value.delivery is Delivery.ANSWERED and refused.value.outcome == "error"
+
+
 def test_slow_calls_hold_one_connection_each_and_do_not_queue():
     with HttpTestServer({"/slow": respond(200, "ok", delay=HELD)}) as srv:
         adapter = started({"url": srv.url}, pool_size=2)
