@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Column, Table, bindparam, delete, select, update
 
 from engine.clock import as_utc
-from engine.store.models import clock_frame, item_breaker, lease, message_header
+from engine.store.models import clock_frame, daemon, item_breaker, lease, message_header
 from engine.store.statuses import Status
 
 if TYPE_CHECKING:
@@ -39,9 +39,11 @@ def settle_clock_frame(store: SqlStore, *, boot: str, zero_at: datetime, toleran
     none) and how many rows of each kind moved.
 
     Next-attempt and first-attempt times of unfinished messages and the end of an open
-    breaker move by the step; leases (claims and ``lease`` rows) move by a forward step only:
+    breaker move by the step; leases (claims and ``lease`` rows) and daemons' heartbeats move
+    by a forward step only:
     after a backward one they last the step longer until their owners renew them, so that a
-    daemon that has not yet seen the step never takes a live daemon's claim for expired."""
+    daemon that has not yet seen the step never takes a live daemon's claim for expired, nor
+    the daemon for silent."""
     with store.db.tx() as conn:
         stored = conn.execute(select(clock_frame.c.zero_at)
                               .where(clock_frame.c.boot == boot)).scalar()
@@ -68,6 +70,7 @@ def _carry(conn: Any, step: timedelta, lease_seconds: float) -> dict[str, int]:
     carried["claims"] = _shift(conn, message_header, h.lease_expires_at, forward,
                                h.status == Status.DELIVERED)
     carried["leases"] = _shift(conn, lease, lease.c.expires_at, forward, None)
+    carried["heartbeats"] = _shift(conn, daemon, daemon.c.heartbeat_at, forward, None)
     carried["breakers"] = _shift(conn, item_breaker, item_breaker.c.open_until, step, None)
     return carried
 
