@@ -82,10 +82,10 @@ def host_kind(item: EnsItem, classes: Mapping[str, EnsClass]) -> HostKind:
     """The kind and adapter of ``item``'s class, from its definition in the source (its
     supers followed through the source), else from the names Ensemble gives its classes and
     the adapter settings the item carries."""
-    kind, adapter_class, chain = _from_source(item.class_name, classes)
-    if kind is not None:
-        adapter = ADAPTER_TABLE.get(adapter_class or "")
-        return HostKind(kind, adapter, adapter_class, f"extends {' → '.join(chain)}", True)
+    found, adapter_class, chain = _from_source(item.class_name, classes)
+    if found is not None:
+        return HostKind(found, ADAPTER_TABLE.get(adapter_class or ""), adapter_class,
+                        f"extends {' → '.join(chain)}", True)
     if is_pex(item.class_name):
         kind = _kind_by_name(item.class_name) or OPERATION
         return HostKind(kind, None, None, f"a PEX {kind}", True)
@@ -107,10 +107,9 @@ def _from_source(name: str, classes: Mapping[str, EnsClass]
     while current is not None and current.name not in seen:
         seen.add(current.name)
         adapter = adapter or current.adapter
-        for parent in current.supers:
-            if parent in _BASE_KINDS:
-                chain.append(parent)
-                return _BASE_KINDS[parent], adapter, chain
+        base = next((p for p in current.supers if p in _BASE_KINDS), None)
+        if base is not None:
+            return _BASE_KINDS[base], adapter, [*chain, base]
         parent = next((p for p in current.supers if p in classes), None)
         if parent is None:
             break

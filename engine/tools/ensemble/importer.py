@@ -50,8 +50,9 @@ class ImportResult:
         files.update({output.parent / rel: text for rel, text in self.skeletons.items()})
         existing = [str(p) for p in files if p.exists()]
         if existing and not force:
-            raise SourceError(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}"
-                              "; choose another -o, or pass --force to overwrite")
+            verb = "exists" if len(existing) == 1 else "exist"
+            raise SourceError(f"{', '.join(existing)} already {verb}; choose another -o, or "
+                              "pass --force to overwrite")
         for path, text in files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")

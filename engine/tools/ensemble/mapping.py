@@ -24,15 +24,17 @@ from engine.tools.ensemble.classes import (
 from engine.tools.ensemble.model import EnsClass, EnsItem, EnsSetting
 from engine.tools.ensemble.report import DEFAULT, MAPPED, NONE, NOT_NEEDED, TODO, Section
 from engine.tools.ensemble.rules import router_rules
+from engine.tools.ensemble.schedule import window_of
 from engine.tools.ensemble.settings_map import (
     ENSEMBLE_DEFAULTS,
     NO_EQUIVALENT,
-    NOT_NEEDED as NOT_NEEDED_SETTINGS,
     SETTING_TABLE,
+)
+from engine.tools.ensemble.settings_map import (
+    NOT_NEEDED as NOT_NEEDED_SETTINGS,
 )
 from engine.tools.ensemble.skeleton_spec import SkeletonSpec, value_of
 from engine.tools.ensemble.skeletons import declared_of, skeleton_for
-from engine.tools.ensemble.schedule import window_of
 
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 # Item attributes that need no line: the name and class are the section's title.

@@ -69,7 +69,8 @@ def render(spec: SkeletonSpec) -> str:
         lines.append("            help=\"Ensemble's TargetConfigNames\"),")
     lines += [")", "", ""]
     lines.append(f"class {spec.class_name}({base}):")
-    lines.append(f"    {('Ensemble: ' + spec.ensemble + ' (items: ' + ', '.join(spec.items) + ')')!r}")
+    doc = f"Ensemble: {spec.ensemble} (items: {', '.join(spec.items)})"
+    lines.append(f"    {doc!r}")
     lines.append("")
     if spec.adapter in _ADAPTERS:
         lines.append(f"    adapter_class = {_ADAPTERS[spec.adapter][1]}")
@@ -90,8 +91,9 @@ def render(spec: SkeletonSpec) -> str:
     if spec.kind == "service":
         lines.append("        return None")
     else:
-        lines += ["        raise NotImplementedError(",
-                  f"            {spec.class_name + ' is a skeleton: the logic of ' + spec.ensemble + ' is not rewritten yet'!r})"]
+        refusal = (f"{spec.class_name} is a skeleton: the logic of {spec.ensemble} is not "
+                   "rewritten yet")
+        lines += ["        raise NotImplementedError(", f"            {refusal!r})"]
     return "\n".join(lines) + "\n"
 
 
