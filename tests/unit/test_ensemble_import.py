@@ -296,3 +296,26 @@ def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def _encore(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return _run([sys.executable, "-m", "engine.cli", *args], cwd)
+
+
+def test_a_generic_soap_service_gets_a_path_and_a_wsdl_to_provide_marked_todo(
+        tmp_path: Path) -> None:
+    source = tmp_path / "passthrough.xml"
+    source.write_text(
+        '<Production Name="Passthrough">'
+        '<Item Name="EchoService" ClassName="EnsLib.SOAP.GenericService" PoolSize="0">'
+        '<Setting Target="Host" Name="TargetConfigName">EchoBackend</Setting></Item>'
+        '<Item Name="EchoBackend" ClassName="EnsLib.SOAP.GenericOperation" PoolSize="1">'
+        '<Setting Target="Adapter" Name="WebServiceURL">http://10.0.0.5/echo</Setting></Item>'
+        '</Production>', encoding="utf-8")
+    result = import_production(source, output=tmp_path / "production.toml")
+    outline = parse_outline(result.production_text, env={})
+    service = outline.entry("EchoService").raw_settings
+    assert service == {"target": "EchoBackend", "path": "/soap/echo_service",
+                       "wsdl": "echo_service.wsdl"}
+    assert outline.inbound is not None and outline.inbound.port == 8081
+    assert outline.entry("EchoBackend").raw_settings == {
+        "servers": ["http://10.0.0.5/echo"], "wsdl": "http://10.0.0.5/echo?wsdl"}
+    assert [x.what for x in _lines(result, "item EchoService") if x.status == "todo"] == \
+        ["the contract"]
+    assert result.skeletons == {} and "skeletons in" not in result.report.text()

@@ -71,8 +71,7 @@ def import_production(source: Path, *, name: str | None = None,
     production = choose_production(found, name)
     package = _package_name(production.class_name, output.parent)
     report = Report([f"encore import ensemble: production {production.class_name} from "
-                     f"{source}", f"→ {output}" + (f", skeletons in {package}/" if package
-                                                    else "")])
+                     f"{source}", f"→ {output}"])
     own = Section(f"production {production.class_name}", name="the production")
     report.sections.append(own)
     settings = _production_settings(production, own)
@@ -86,8 +85,10 @@ def import_production(source: Path, *, name: str | None = None,
     inbound = _inbound(plans, ctx, own)
     skeletons = {f"{package}/{spec.module}.py": render(spec) for spec in ctx.skeletons.values()}
     if skeletons:
-        skeletons[f"{package}/__init__.py"] = (f'"""Skeletons of {production.class_name!r}\'s '
-                                               'classes, written by `encore import ensemble`."""\n')
+        doc = (f"Skeletons of the classes of {production.class_name}, written by `encore "
+               "import ensemble`.")
+        skeletons[f"{package}/__init__.py"] = f"{doc!r}\n"  # a literal: names are data
+        report.header[1] += f", skeletons in {package}/"
     text = _production_file(production, source, settings, inbound, plans, output)
     return ImportResult(production=production, production_text=text,
                         package=package if skeletons else "", skeletons=skeletons,

@@ -33,10 +33,11 @@ from engine.tools.ensemble.settings_map import (
 from engine.tools.ensemble.settings_map import (
     NOT_NEEDED as NOT_NEEDED_SETTINGS,
 )
-from engine.tools.ensemble.skeleton_spec import SkeletonSpec, value_of
+from engine.tools.ensemble.skeleton_spec import SkeletonSpec, snake, value_of
 from engine.tools.ensemble.skeletons import declared_of, skeleton_for
 
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+SOAP_SERVICE = "engine.inbound:SoapService"
 # Item attributes that need no line: the name and class are the section's title.
 _TITLE_ATTRIBUTES = {"Name", "ClassName"}
 
@@ -87,6 +88,8 @@ def map_item(item: EnsItem, ctx: Context) -> ItemPlan:
         _skeleton_lines(item, kind, skeleton, section)
     _map_attributes(item, plan, ctx)
     raw = _map_settings(item, plan, kind, ctx)
+    if plan.class_path == SOAP_SERVICE:
+        _soap_service_contract(plan, raw)
     plan.settings = _checked(raw, _declared(plan), plan)
     if plan.kind == OPERATION and kind.adapter is not None:
         _report_defaults(plan)
@@ -103,6 +106,17 @@ def _skeleton_lines(item: EnsItem, kind: HostKind, skeleton: SkeletonSpec,
                     "skeleton has none")
     section.add(TODO, "its logic", "rewrite the ObjectScript (or PEX code) in Python where "
                 "the skeleton says TODO")
+
+
+def _soap_service_contract(plan: ItemPlan, raw: dict[str, Any]) -> None:
+    """A SoapService's ``path`` and ``wsdl``: Ensemble's generic service had neither."""
+    raw.setdefault("path", f"/soap/{snake(plan.name)}")
+    plan.section.add(DEFAULT, "the address callers use", f"path = {raw['path']!r} on the "
+                     "[inbound] port (Ensemble's went through its web server)")
+    raw.setdefault("wsdl", f"{snake(plan.name)}.wsdl")
+    plan.section.add(TODO, "the contract", f"wsdl = {raw['wsdl']!r}: put the WSDL callers use "
+                     "there, beside the production file (Ensemble's generic service took any "
+                     "envelope; Encore checks each request against a WSDL)")
 
 
 def _map_attributes(item: EnsItem, plan: ItemPlan, ctx: Context) -> None:
