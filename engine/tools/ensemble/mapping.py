@@ -19,7 +19,6 @@ from engine.tools.ensemble.classes import (
     SERVICE,
     HostKind,
     host_kind,
-    is_pex,
 )
 from engine.tools.ensemble.model import EnsClass, EnsItem, EnsSetting
 from engine.tools.ensemble.report import DEFAULT, MAPPED, NONE, NOT_NEEDED, TODO, Section
@@ -78,7 +77,7 @@ def map_item(item: EnsItem, ctx: Context) -> ItemPlan:
         class_path, skeleton = known.encore, None
     else:
         kind = host_kind(item, ctx.classes)
-        skeleton = skeleton_for(item, kind, ctx)
+        skeleton = skeleton_for(item, kind, ctx.classes, ctx.skeletons)
         class_path = f"{ctx.package}.{skeleton.module}:{skeleton.class_name}"
     section = Section(f"item {item.name} ({item.class_name} → {class_path})",
                       name=f"item {item.name}")
@@ -340,4 +339,4 @@ def _report_defaults(plan: ItemPlan) -> None:
                          f"({theirs})")
 
 
-__all__ = ["Context", "ItemPlan", "is_pex", "map_item"]
+__all__ = ["Context", "ItemPlan", "map_item"]

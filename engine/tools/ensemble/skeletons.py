@@ -4,7 +4,7 @@ where the ObjectScript (or PEX code) must be rewritten. :func:`skeleton_for` dec
 it holds while the items are mapped; :func:`render` writes its module."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, MutableMapping
 
 from engine.settings import Setting
 from engine.tools.ensemble.classes import HTTP, OPERATION, PROCESS, SOAP, HostKind, is_pex
@@ -25,25 +25,24 @@ from engine.tools.ensemble.skeleton_spec import (
     value_of,
 )
 
-if TYPE_CHECKING:
-    from engine.tools.ensemble.mapping import Context
-
 _KNOWN = {*SETTING_TABLE, *COMPOSITE_SETTINGS, *NOT_NEEDED, *NO_EQUIVALENT}
 
 
-def skeleton_for(item: EnsItem, kind: HostKind, ctx: Context) -> SkeletonSpec:
-    """The skeleton ``item``'s class becomes (one per class: a second item adds to it)."""
+def skeleton_for(item: EnsItem, kind: HostKind, classes: Mapping[str, EnsClass],
+                 skeletons: MutableMapping[str, SkeletonSpec]) -> SkeletonSpec:
+    """The skeleton ``item``'s class becomes, from the source's ``classes``; one per class in
+    ``skeletons`` (a second item of the class adds to it)."""
     remote = _remote_class(item)
     key = remote or item.class_name
-    spec = ctx.skeletons.get(key)
+    spec = skeletons.get(key)
     if spec is None:
         spec = SkeletonSpec(module=snake(key.replace(".", "_")), class_name=class_identifier(key),
                             kind=kind.kind, adapter=kind.adapter, ensemble=key,
-                            source=ctx.classes.get(item.class_name))
-        _declare_properties(spec, ctx)
+                            source=classes.get(item.class_name))
+        _declare_properties(spec, classes)
         if remote:
             spec.notes.append(f"PEX host {item.class_name}: its remote class {remote}")
-        ctx.skeletons[key] = spec
+        skeletons[key] = spec
     spec.items.append(item.name)
     taken = {s.name for s in _base_settings(spec)}
     for setting in item.settings:
@@ -75,7 +74,7 @@ def _remote_class(item: EnsItem) -> str | None:
     return None
 
 
-def _declare_properties(spec: SkeletonSpec, ctx: Context) -> None:
+def _declare_properties(spec: SkeletonSpec, classes: Mapping[str, EnsClass]) -> None:
     """The properties the class's SETTINGS parameter (or a super's in the source) lists."""
     cls: EnsClass | None = spec.source
     seen: set[str] = set()
@@ -94,7 +93,7 @@ def _declare_properties(spec: SkeletonSpec, ctx: Context) -> None:
                 default = kind()
             _declare(spec, name, name, kind, default, f"Ensemble property {name} "
                      f"({prop.type}) of {cls.name}", taken)
-        cls = next((ctx.classes[p] for p in cls.supers if p in ctx.classes), None)
+        cls = next((classes[p] for p in cls.supers if p in classes), None)
 
 
 def _declare_remote(spec: SkeletonSpec, text: str, taken: set[str]) -> None:
