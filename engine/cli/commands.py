@@ -197,6 +197,8 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("engine.tools.demo:demo",
              "Play the Ensemble timeout scenario (÷10) live against a loopback SOAP "
              "service, and leave its production file, demo.toml, beside the database."),
+    "import": ("engine.tools.ensemble.cli:import_group",
+               "Import a production from another engine: `encore import ensemble SOURCE`."),
     "simulate": ("engine.tools.simulate:simulate_command",
                  "Print the retry timeline the engine produces, on a virtual clock, at once."),
     "portal": ("engine.portal.cli:portal", "Serve the management portal and JSON API from "
