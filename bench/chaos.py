@@ -42,8 +42,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `python bench/chaos.py`: the checkout's engine first
 
-from bench.chaos_checker import ROLES, Evidence, Violation, check, counts  # noqa: E402
-from bench.chaos_daemons import ITEMS, LEASE_SECONDS, Daemon  # noqa: E402
+from bench.chaos_checker import (  # noqa: E402
+    ROLES,
+    Evidence,
+    FaultWindow,
+    Violation,
+    check,
+    counts,
+)
+from bench.chaos_clock import faketime_library  # noqa: E402
+from bench.chaos_daemons import FAULT_ITEMS, ITEMS, LEASE_SECONDS, Daemon  # noqa: E402
 from bench.chaos_disk import SqliteDisk  # noqa: E402
 from bench.chaos_faults import FAULT_ACTIONS, FAULTS  # noqa: E402
 from bench.chaos_pg import ClusterPg, ExternalPg, PgBackend  # noqa: E402
@@ -56,6 +64,9 @@ from engine.store.statuses import ENDED_STATUSES  # noqa: E402
 
 PG_ENV = "ENCORE_TEST_POSTGRES_URL"
 DRAIN_TIMEOUT = 120.0  # seconds the queues may take to drain once the faults stop
+# seconds after its fault a daemon may still find a claim lost: its next write (an answer
+# 2.5 s late, a retry, a heartbeat) tells it, on a loaded machine
+LOSS_GRACE = 4 * LEASE_SECONDS + 2.0
 
 
 @dataclass
@@ -81,6 +92,12 @@ class Campaign:
     faults: Counter[str] = field(default_factory=Counter)
     log: list[str] = field(default_factory=list)
     deck: list[str] = field(default_factory=list)  # the faults still to draw in this pass
+    windows: list[FaultWindow] = field(default_factory=list)  # whom each fault touched, when
+    # hostile XML calls: (database, daemon, slowest portal answer, (status, seconds) of the
+    # envelope under the limit, of the one over it)
+    xml_calls: list[tuple[str, str, float, tuple[int, float], tuple[int, float]]] = field(
+        default_factory=list)
+    _touched: tuple[set[str], float] | None = None
 
     # -- who can take which fault --------------------------------------------------------
     def daemons(self, database: str | None = None) -> list[Daemon]:
@@ -88,7 +105,9 @@ class Campaign:
 
     def available(self) -> list[str]:
         pg = any(db.name == "postgresql" for db in self.databases)
-        out = ["kill9", "sigstop", "portal_flood"]
+        out = ["kill9", "sigstop", "portal_flood", "live_stall", "hostile_xml"]
+        if faketime_library() is not None:
+            out.append("clock_step")
         if pg:
             out += ["db_restart", "cut", "blackhole", "delay"]
             if self.pg is not None and self.pg.can_failover:
@@ -101,6 +120,17 @@ class Campaign:
     def database(self, name: str) -> Database:
         return next(db for db in self.databases if db.name == name)
 
+    def database_of(self, daemon: Daemon) -> Database:
+        return next(db for db in self.databases if daemon in db.daemons)
+
+    def touch(self, *daemons: Daemon, offset: float = 0.0) -> None:
+        """The fault of this round touches ``daemons`` (its window: :meth:`round`);
+        ``offset``: seconds their wall clock is stepped by."""
+        names = {d.name for d in daemons}
+        if self._touched is not None:
+            names |= self._touched[0]
+        self._touched = (names, offset)
+
     # -- the rounds ----------------------------------------------------------------------
     def draw(self) -> str:
         """The next fault: every available kind once per pass, in an order the seed
@@ -112,8 +142,14 @@ class Campaign:
 
     def round(self, number: int) -> None:
         kind = self.draw()
-        started = time.monotonic()
-        detail = FAULT_ACTIONS[kind](self)
+        started, wall = time.monotonic(), time.time()
+        self._touched = None
+        try:
+            detail = FAULT_ACTIONS[kind](self)
+        finally:
+            if self._touched is not None:
+                names, offset = self._touched
+                self.windows.append(FaultWindow(frozenset(names), wall, time.time(), offset))
         self.faults[kind] += 1
         line = (f"round {number:4d}: {kind:12s} {detail} ({time.monotonic() - started:.1f} s)")
         self.log.append(line)
@@ -204,13 +240,20 @@ def _judge(c: Campaign, db: Database, roles: dict[str, str],
     violations = [Violation("stuck", None, f"daemon {d.name} exited by itself (status "
                             f"{d.proc.returncode if d.proc else '?'}); see {d.log}")
                   for d in db.daemons if not d.alive()]
+    violations += [Violation("xml_stall", None, f"daemon {name}: its portal took {worst:.1f} s "
+                             f"to answer while hostile XML was posted (in: {under[0]} in "
+                             f"{under[1]:.1f} s under the limit, {over[0]} in {over[1]:.1f} s "
+                             "over it)")
+                   for where, name, worst, under, over in c.xml_calls
+                   if where == db.name and worst > LEASE_SECONDS]
+    losses = [loss for d in db.daemons for loss in d.claim_losses()]
     store = SqlStore(db.url)
     try:
         violations += check(store.engine, Evidence(
             roles=roles, accepted=db.producer.accepted, arrivals=arrivals,
             live_pids=[d.pid for d in db.daemons if d.alive()],
             lease_seconds=3 * LEASE_SECONDS, senders=[d.name for d in db.daemons if d.alive()],
-            since_seq=calm))
+            since_seq=calm, claim_losses=losses, faults=c.windows, loss_grace=LOSS_GRACE))
         with store.engine.connect() as conn:
             from sqlalchemy import text
             statuses = dict(conn.execute(text(
@@ -227,12 +270,13 @@ def _judge(c: Campaign, db: Database, roles: dict[str, str],
                "refused": db.producer.refused, "requests": len(arrivals),
                "processed_again": resent,
                "requests_after_faults": {d.name: after.get(d.name, 0) for d in db.daemons},
+               "claims_lost": dict(Counter(loss.daemon for loss in losses)),
                "statuses": {k: int(v) for k, v in sorted(statuses.items())}}
     return violations, figures
 
 
 def _roles(args: argparse.Namespace) -> dict[str, str]:
-    roles = dict(ITEMS)
+    roles = {**ITEMS, **FAULT_ITEMS}
     for spec in args.misjudge or ():
         item, _, role = spec.partition("=")
         if item not in roles or role not in ROLES:

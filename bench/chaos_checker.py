@@ -64,6 +64,7 @@ UNSENT_TEXT = "not sent:"
 # how the engine's reasons begin when a request may have been processed (engine.errors
 # CRASH_TEXT, engine.retry.policy UNKNOWN_OUTCOME_REASON)
 UNKNOWN_PREFIX = "outcome unknown"
+GIVE_UP_PREFIX = "giving up: "  # how a give-up's reason begins (an Error's error text)
 # what a daemon logs when a message it held was taken over (engine.delivery.item and
 # engine.delivery.dispatch: ``abandoning message N``, ``message(s) [N, M] were taken over by
 # another daemon``) or a lease it held (engine.runtime.cluster: ``lost lease item:Fifo to
@@ -170,12 +171,17 @@ class _Message:
 
 
 def message_tag(body: str | None) -> str | None:
-    """The tag the producer put in an HttpOperation body (``{"body": TAG, ...}``)."""
+    """The tag the campaign put in a message: an HttpOperation body (``{"body": TAG, ...}``)
+    or a SoapOperation's (``{"operation": "echo", "args": {"text": TAG}}``)."""
     try:
         value = json.loads(body or "")
     except ValueError:
         return None
-    tag = value.get("body") if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        return None
+    tag = value.get("body")
+    if tag is None and isinstance(value.get("args"), dict):
+        tag = value["args"].get("text")
     return tag if isinstance(tag, str) else None
 
 
@@ -317,7 +323,7 @@ def _reconciliation(messages: dict[int, _Message], roles: Mapping[str, str],
             continue
         reason = (row.error_text or "").strip()
         if roles.get(row.target) == "once" and row.status in ("Suspended", "Error") \
-                and reason.startswith(UNKNOWN_PREFIX):
+                and reason.removeprefix(GIVE_UP_PREFIX).startswith(UNKNOWN_PREFIX):
             continue  # may have been processed: not sent again, an operator decides
         out.append(Violation("reconciliation", row.id,
                              f"{row.target}: the server answered it 2xx, yet it ended "

@@ -32,6 +32,9 @@ def table(report: dict[str, Any]) -> str:
     after = [f"{d} {n}" for name in names
              for d, n in report["databases"][name]["requests_after_faults"].items()]
     lines += ["", "requests after the last fault, by daemon: " + ", ".join(after)]
+    lost = [f"{d} {n}" for name in names
+            for d, n in report["databases"][name].get("claims_lost", {}).items()]
+    lines += ["claims or leases lost (by their daemons' logs): " + (", ".join(lost) or "none")]
     total = report["violations"]
     lines += ["", f"{total} violation(s)" + (":" if total else "")]
     lines += [f"  {v}" for v in report["examples"]]

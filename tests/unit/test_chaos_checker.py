@@ -150,8 +150,8 @@ def history(tmp_path: Path) -> Iterator[History]:
     h.arrive("once-3", flaw="late")
     h.event(mid, "on_first_failure")
     h.event(mid, "on_give_up")
-    h.finish(mid, "Error", "outcome unknown: the request may have been processed by the "
-             "server; it was not re-sent because the item is not idempotent", token)
+    h.finish(mid, "Error", "giving up: outcome unknown: the request may have been processed "
+             "by the server; it was not re-sent because the item is not idempotent", token)
     for n in range(1, 4):
         deliver_ok(h, "Fifo", f"fifo-{n}")
     store.register_daemon(OWNER, host="h", pid=os.getpid(), production="P", items="[]",
