@@ -151,7 +151,8 @@ class Campaign:
                 names, offset = self._touched
                 self.windows.append(FaultWindow(frozenset(names), wall, time.time(), offset))
         self.faults[kind] += 1
-        line = (f"round {number:4d}: {kind:12s} {detail} ({time.monotonic() - started:.1f} s)")
+        line = (f"round {number:4d} {time.strftime('%H:%M:%S', time.localtime(wall))}: "
+                f"{kind:12s} {detail} ({time.monotonic() - started:.1f} s)")
         self.log.append(line)
         if not self.args.json:
             print(line, flush=True)

@@ -21,6 +21,8 @@ alive, and it lists every :class:`Violation` of these invariants:
   could not be read in time: it must not be sent again, so an operator decides).
 - ``claim_stolen``: a daemon lost a claim (another daemon took its message over) while no
   fault had touched it (:class:`FaultWindow`): only a faulted daemon's leases may expire.
+  The evidence is the daemons' own log (:func:`claim_losses`); a loss the engine held back
+  in a once-a-minute count is placed anywhere in the minute before the count's line.
 - ``xml_stall``: an inbound SOAP call of hostile XML was answered later than the lease (the
   campaign times them): one document held the daemon's interpreter.
 - ``first_failure``: a message with a failed attempt has not exactly one first-failure
@@ -74,6 +76,10 @@ _LOSS = re.compile(r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?"
                    r"|message\(s\) \[(?P<many>[\d, ]+)\] were taken over"
                    r"|lost lease (?P<lease>\S+) to another daemon)")
 LOSS_BEFORE = 1.0  # seconds a loss may be logged before its fault began (clock reading)
+# The engine logs a repeated warning once a minute, with a count (engine.runtime.logs): a
+# line ending so stands for losses at any time in the minute (and the flush's 5 s) before it
+_SUMMARY = re.compile(r"\(\d+ more like it in the last minute\)\s*$")
+SUMMARY_SPAN = 65.0  # seconds before a summary line its losses may have happened
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,7 @@ class ClaimLoss:
     message_id: int | None
     at: float
     text: str = ""
+    span: float = 0.0  # the loss happened at most this many seconds before ``at``
 
 
 @dataclass(frozen=True)
@@ -128,7 +135,8 @@ class FaultWindow:
         within ``grace`` seconds after it (the daemon notices at its next write)."""
         if self.daemons and loss.daemon not in self.daemons:
             return False
-        return any(self.start - LOSS_BEFORE <= loss.at - off <= self.end + grace
+        return any(self.start - LOSS_BEFORE <= loss.at - off
+                   and loss.at - off - loss.span <= self.end + grace
                    for off in {0.0, self.offset})
 
 
@@ -212,11 +220,13 @@ def claim_losses(daemon_name: str, log: str) -> list[ClaimLoss]:
             continue
         at = datetime.strptime(found["at"], "%Y-%m-%d %H:%M:%S,%f").timestamp()  # local
         text = line[found.end("at") + 1:][:300]
+        span = SUMMARY_SPAN if _SUMMARY.search(line) else 0.0
         if found["lease"]:
-            out.append(ClaimLoss(daemon_name, None, at, text))
+            out.append(ClaimLoss(daemon_name, None, at, text, span))
             continue
         ids = found["one"] or found["many"]
-        out += [ClaimLoss(daemon_name, int(mid), at, text) for mid in ids.replace(",", " ").split()]
+        out += [ClaimLoss(daemon_name, int(mid), at, text, span)
+                for mid in ids.replace(",", " ").split()]
     return out
 
 

@@ -342,6 +342,15 @@ def test_a_stepped_clock_s_own_log_lines_are_read_at_its_offset(history: History
     assert v.message_id == 81
 
 
+def test_a_loss_counted_in_a_minute_s_summary_may_be_a_minute_old(history: History) -> None:
+    # a summary line logged 40 s after d2's fault ended: its losses may be from the fault
+    history.losses.append(ClaimLoss("d2", 90, T0 + 44, span=65))
+    assert history.violations() == []
+    history.losses.append(ClaimLoss("d2", 91, T0 + 300, span=65))  # after every window
+    v = only(history.violations(), "claim_stolen")
+    assert v.message_id == 91
+
+
 def test_claim_losses_are_read_from_the_daemon_s_log() -> None:
     log = "\n".join([
         "2026-12-03 10:00:00,250 WARNING engine.delivery.item: item Idem: message 12: its "
@@ -352,12 +361,16 @@ def test_claim_losses_are_read_from_the_daemon_s_log() -> None:
         "that daemon's delivery counts",
         "2026-12-03 10:00:03,000 WARNING engine.runtime.cluster: daemon d-1 lost lease "
         "item:Fifo to another daemon",
+        "2026-12-03 10:01:03,000 WARNING engine.delivery.item: item Idem: message 16: its claim "
+        "(token 1) is no longer this worker's; another daemon has taken it over; abandoning "
+        "message 16 (2 more like it in the last minute)",
     ])
     found = claim_losses("pg-1", log)
     assert [(x.daemon, x.message_id) for x in found] == [
-        ("pg-1", 12), ("pg-1", 14), ("pg-1", 15), ("pg-1", None)]
+        ("pg-1", 12), ("pg-1", 14), ("pg-1", 15), ("pg-1", None), ("pg-1", 16)]
     assert found[1].at - found[0].at == pytest.approx(2.25)
     assert "lost lease item:Fifo" in found[3].text
+    assert [x.span for x in found] == [0, 0, 0, 0, 65]  # the last one counts held-back ones
 
 
 def test_a_failed_attempt_without_its_first_failure_event(history: History) -> None:
