@@ -54,6 +54,7 @@ from bench.chaos_clock import faketime_library  # noqa: E402
 from bench.chaos_daemons import FAULT_ITEMS, ITEMS, LEASE_SECONDS, Daemon  # noqa: E402
 from bench.chaos_disk import SqliteDisk  # noqa: E402
 from bench.chaos_faults import FAULT_ACTIONS, FAULTS  # noqa: E402
+from bench.chaos_lag import LagWatch  # noqa: E402
 from bench.chaos_pg import ClusterPg, ExternalPg, PgBackend  # noqa: E402
 from bench.chaos_producer import Producer  # noqa: E402
 from bench.chaos_proxy import FaultProxy  # noqa: E402
@@ -98,6 +99,7 @@ class Campaign:
     xml_calls: list[tuple[str, str, float, tuple[int, float], tuple[int, float]]] = field(
         default_factory=list)
     _touched: tuple[set[str], float] | None = None
+    lag: LagWatch = field(default_factory=LagWatch)  # the machine's own stalls
 
     # -- who can take which fault --------------------------------------------------------
     def daemons(self, database: str | None = None) -> list[Daemon]:
@@ -254,7 +256,8 @@ def _judge(c: Campaign, db: Database, roles: dict[str, str],
             roles=roles, accepted=db.producer.accepted, arrivals=arrivals,
             live_pids=[d.pid for d in db.daemons if d.alive()],
             lease_seconds=3 * LEASE_SECONDS, senders=[d.name for d in db.daemons if d.alive()],
-            since_seq=calm, claim_losses=losses, faults=c.windows, loss_grace=LOSS_GRACE))
+            since_seq=calm, claim_losses=losses, loss_grace=LOSS_GRACE,
+            faults=c.windows + [FaultWindow(frozenset(), *s) for s in c.lag.stalls]))
         with store.engine.connect() as conn:
             from sqlalchemy import text
             statuses = dict(conn.execute(text(
@@ -298,6 +301,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     roles = _roles(args)
     with CountingServer() as server:
         c = Campaign(args, random.Random(seed), work, server)
+        c.lag.start()
         try:
             c.pg = _pg_backend(args)
             if c.pg is not None:
@@ -324,6 +328,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             drained = _drain(c)
             results = {db.name: _judge(c, db, roles, calm) for db in c.databases}
         finally:
+            c.lag.stop()
             _teardown(c, keep=args.keep)
     violations = [v for found, _ in results.values() for v in found]
     report = {
@@ -332,6 +337,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "postgresql": c.pg.kind if c.pg else "none",
         "disk_full": c.disk.mode if c.disk else "none",
         "faults": dict(sorted(c.faults.items())),
+        "machine_stalls": {"count": len(c.lag.stalls), "longest_s": round(c.lag.longest, 2)},
         "databases": {name: {**figures, "violations": counts(found)}
                       for name, (found, figures) in results.items()},
         "violations": len(violations),

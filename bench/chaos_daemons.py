@@ -5,7 +5,10 @@ and its log. Where libfaketime is installed, each runs under it with a clock fil
 own (bench/chaos_clock.py), so that a fault can step its wall clock.
 
 Settings are scaled down so that a fault outlives the lease in seconds, not minutes: a
-lease of 2 s, retries 0.2 s apart, a response timeout of 2 s, a failure timeout of 5 s.
+lease of 2 s, retries 0.2 s apart, a response timeout of 2 s. A failure timeout of 15 s
+outlasts any fault and the lease after it, so that a fault alone never makes a message
+give up (one the server answered 2xx must end Completed: the reconciliation invariant);
+25 attempts at most end the always-refused tags after about 5 s, as before.
 """
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ def _item(name: str, url: str, *, idempotent: bool, pool_size: int) -> str:
     return (f'\n[[items]]\nname = "{name}"\nclass = "operations.http:HttpOperation"\n'
             f"pool_size = {pool_size}\n[items.settings]\nurl = {json.dumps(url)}\n"
             f"idempotent = {json.dumps(idempotent)}\nretry_interval = 0.2\n"
-            "failure_timeout = 5\nresponse_timeout = 2\nconnect_timeout = 1\n")
+            "failure_timeout = 15\nmax_attempts = 25\nresponse_timeout = 2\nconnect_timeout = 1\n")
 
 
 def _xml_items(server_url: str) -> str:
@@ -57,7 +60,7 @@ def _xml_items(server_url: str) -> str:
             '\n[[items]]\nname = "Soap"\nclass = "operations.soap:SoapOperation"\n'
             f"[items.settings]\nwsdl = {json.dumps(str(WSDL))}\n"
             f"servers = [{json.dumps(server_url + '/soap')}]\nidempotent = false\n"
-            "retry_interval = 0.2\nfailure_timeout = 5\nresponse_timeout = 2\n"
+            "retry_interval = 0.2\nfailure_timeout = 15\nmax_attempts = 25\nresponse_timeout = 2\n"
             "connect_timeout = 1\n")
 
 

@@ -9,13 +9,20 @@ from typing import Any
 __all__ = ["table"]
 
 
+def _stalls(report: dict[str, Any]) -> str:
+    stalls = report.get("machine_stalls") or {"count": 0, "longest_s": 0.0}
+    return (f"machine stalls (the campaign's own thread woke over 0.5 s late; each a fault "
+            f"of every daemon): {stalls['count']}, the longest {stalls['longest_s']:.1f} s")
+
+
 def table(report: dict[str, Any]) -> str:
     names = list(report["databases"])
     lines = [f"Encore fault campaign: seed {report['seed']}, {report['rounds']} rounds, "
              f"{report['seconds']:.0f} s (drain {report['drain_seconds']:.1f} s), "
              f"PostgreSQL {report['postgresql']}, disk full by {report['disk_full']}",
              f"load average at start {report['load_start']}, at end {report['load_end']}",
-             "", "faults: " + ", ".join(f"{k} {v}" for k, v in report["faults"].items()), ""]
+             "", "faults: " + ", ".join(f"{k} {v}" for k, v in report["faults"].items()),
+             _stalls(report), ""]
     rows = [("", *names)]
     for key in ("messages", "accepted", "refused", "requests", "processed_again"):
         rows.append((key, *(str(report["databases"][n][key]) for n in names)))
