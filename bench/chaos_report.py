@@ -9,20 +9,13 @@ from typing import Any
 __all__ = ["table"]
 
 
-def _stalls(report: dict[str, Any]) -> str:
-    stalls = report.get("machine_stalls") or {"count": 0, "longest_s": 0.0}
-    return (f"machine stalls (the campaign's own thread woke over 0.5 s late; each a fault "
-            f"of every daemon): {stalls['count']}, the longest {stalls['longest_s']:.1f} s")
-
-
 def table(report: dict[str, Any]) -> str:
     names = list(report["databases"])
     lines = [f"Encore fault campaign: seed {report['seed']}, {report['rounds']} rounds, "
              f"{report['seconds']:.0f} s (drain {report['drain_seconds']:.1f} s), "
              f"PostgreSQL {report['postgresql']}, disk full by {report['disk_full']}",
              f"load average at start {report['load_start']}, at end {report['load_end']}",
-             "", "faults: " + ", ".join(f"{k} {v}" for k, v in report["faults"].items()),
-             _stalls(report), ""]
+             "", "faults: " + ", ".join(f"{k} {v}" for k, v in report["faults"].items()), ""]
     rows = [("", *names)]
     for key in ("messages", "accepted", "refused", "requests", "processed_again"):
         rows.append((key, *(str(report["databases"][n][key]) for n in names)))
@@ -42,6 +35,10 @@ def table(report: dict[str, Any]) -> str:
     lost = [f"{d} {n}" for name in names
             for d, n in report["databases"][name].get("claims_lost", {}).items()]
     lines += ["claims or leases lost (by their daemons' logs): " + (", ".join(lost) or "none")]
+    late = [f"{d} {v['spells']} (longest {v['longest_s']:.1f} s)" for name in names
+            for d, v in report["databases"][name].get("late_heartbeats", {}).items()]
+    lines += ["heartbeats older than the lease (each a window in which that daemon may lose "
+              "claims): " + (", ".join(late) or "none")]
     total = report["violations"]
     lines += ["", f"{total} violation(s)" + (":" if total else "")]
     lines += [f"  {v}" for v in report["examples"]]
