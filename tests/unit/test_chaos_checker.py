@@ -474,3 +474,18 @@ def test_counts_name_every_invariant(history: History) -> None:
     found = counts(history.violations())
     assert found == {**dict.fromkeys(INVARIANTS, 0), "sent_twice": 1, "lost": 1,
                      "claim_stolen": 1}
+
+
+def test_the_heartbeat_watch_counts_a_daemon_older_than_the_lease(history: History) -> None:
+    from bench.chaos_lag import HeartbeatWatch
+    watch = HeartbeatWatch(str(history.store.engine.url), lambda: {os.getpid(): "d1"}, LEASE)
+    watch._look(history.store)  # the fixture's heartbeat is fresh
+    assert watch.late == {}
+    old = utcnow() - timedelta(seconds=LEASE + 3)
+    history.store.heartbeat(OWNER, now=old, lease_seconds=LEASE)
+    watch._look(history.store)
+    watch._look(history.store)  # one spell, however many looks see it
+    assert list(watch.late) == ["d1"] and len(watch.late["d1"]) == 1
+    start, end = watch.late["d1"][0]
+    assert start == pytest.approx(old.timestamp()) and end - start >= LEASE + 3
+    assert watch.counts()["d1"]["spells"] == 1
