@@ -7,9 +7,12 @@ proves nothing the engine promises was broken by them.
 Starts 3 daemons (``encore run``) on PostgreSQL and 1 on SQLite, each with an idempotent
 item (``Idem``), a non-idempotent one (``Once``) and a FIFO one (``Fifo``, pool_size 1), all
 calling a loopback HTTP server that records every request it receives
-(bench/chaos_server.py); every daemon reaches PostgreSQL through TCP proxies of its own
-that can cut, blackhole and delay its connections (bench/chaos_proxy.py); a producer per
-database sends messages through Encore's client API all along. PostgreSQL is the database
+(bench/chaos_server.py) — and, for the faults alone, a SOAP item, an inbound SoapService
+and a stall item of its own; each daemon runs under libfaketime where it is installed, so
+that its wall clock can be stepped (bench/chaos_clock.py); every daemon reaches PostgreSQL
+through TCP proxies of its own that can cut, blackhole and delay its connections
+(bench/chaos_proxy.py); a producer per database sends messages through Encore's client API
+all along. PostgreSQL is the database
 of ``--pg-url`` when one is given, which it wipes (restarts seen through the proxies; no
 failover); else a primary and a synchronous standby of the campaign's own when the
 server's binaries are installed (``--pg-cluster``: real restarts and failovers); else the
@@ -19,9 +22,10 @@ Each round injects one fault drawn by the seed (bench/chaos_faults.py; every kin
 pass through a shuffled deck), then lets the daemons settle. After the last round the
 producers go on for ``--cooldown`` seconds (every live daemon must deliver in them), then
 stop, and the queues drain; then bench/chaos_checker.py judges each database and the table
-is printed. The exit status is 1 on any violation. The same seed draws the same faults,
-targets and durations in the same order (their timing against the traffic is real time,
-not replayed).
+is printed, with the claims each daemon says it lost and the spells in which its heartbeat
+was older than the lease (bench/chaos_lag.py). The exit status is 1 on any violation. The
+same seed draws the same faults, targets and durations in the same order (their timing
+against the traffic is real time, not replayed).
 RELIABILITY.md has a long run and what each guarantee costs.
 """
 from __future__ import annotations
