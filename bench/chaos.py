@@ -7,9 +7,12 @@ proves nothing the engine promises was broken by them.
 Starts 3 daemons (``encore run``) on PostgreSQL and 1 on SQLite, each with an idempotent
 item (``Idem``), a non-idempotent one (``Once``) and a FIFO one (``Fifo``, pool_size 1), all
 calling a loopback HTTP server that records every request it receives
-(bench/chaos_server.py); every daemon reaches PostgreSQL through TCP proxies of its own
-that can cut, blackhole and delay its connections (bench/chaos_proxy.py); a producer per
-database sends messages through Encore's client API all along. PostgreSQL is the database
+(bench/chaos_server.py) — and, for the faults alone, a SOAP item, an inbound SoapService
+and a stall item of its own; each daemon runs under libfaketime where it is installed, so
+that its wall clock can be stepped (bench/chaos_clock.py); every daemon reaches PostgreSQL
+through TCP proxies of its own that can cut, blackhole and delay its connections
+(bench/chaos_proxy.py); a producer per database sends messages through Encore's client API
+all along. PostgreSQL is the database
 of ``--pg-url`` when one is given, which it wipes (restarts seen through the proxies; no
 failover); else a primary and a synchronous standby of the campaign's own when the
 server's binaries are installed (``--pg-cluster``: real restarts and failovers); else the
@@ -19,9 +22,10 @@ Each round injects one fault drawn by the seed (bench/chaos_faults.py; every kin
 pass through a shuffled deck), then lets the daemons settle. After the last round the
 producers go on for ``--cooldown`` seconds (every live daemon must deliver in them), then
 stop, and the queues drain; then bench/chaos_checker.py judges each database and the table
-is printed. The exit status is 1 on any violation. The same seed draws the same faults,
-targets and durations in the same order (their timing against the traffic is real time,
-not replayed).
+is printed, with the claims each daemon says it lost and the spells in which its heartbeat
+was older than the lease (bench/chaos_lag.py). The exit status is 1 on any violation. The
+same seed draws the same faults, targets and durations in the same order (their timing
+against the traffic is real time, not replayed).
 RELIABILITY.md has a long run and what each guarantee costs.
 """
 from __future__ import annotations
@@ -35,6 +39,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,10 +47,19 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `python bench/chaos.py`: the checkout's engine first
 
-from bench.chaos_checker import ROLES, Evidence, Violation, check, counts  # noqa: E402
-from bench.chaos_daemons import ITEMS, LEASE_SECONDS, Daemon  # noqa: E402
+from bench.chaos_checker import (  # noqa: E402
+    ROLES,
+    Evidence,
+    FaultWindow,
+    Violation,
+    check,
+    counts,
+)
+from bench.chaos_clock import faketime_library  # noqa: E402
+from bench.chaos_daemons import FAULT_ITEMS, ITEMS, LEASE_SECONDS, Daemon  # noqa: E402
 from bench.chaos_disk import SqliteDisk  # noqa: E402
 from bench.chaos_faults import FAULT_ACTIONS, FAULTS  # noqa: E402
+from bench.chaos_lag import HeartbeatWatch  # noqa: E402
 from bench.chaos_pg import ClusterPg, ExternalPg, PgBackend  # noqa: E402
 from bench.chaos_producer import Producer  # noqa: E402
 from bench.chaos_proxy import FaultProxy  # noqa: E402
@@ -56,6 +70,9 @@ from engine.store.statuses import ENDED_STATUSES  # noqa: E402
 
 PG_ENV = "ENCORE_TEST_POSTGRES_URL"
 DRAIN_TIMEOUT = 120.0  # seconds the queues may take to drain once the faults stop
+# seconds after its fault a daemon may still find a claim lost: its next write (an answer
+# 2.5 s late, a retry, a heartbeat) tells it, on a loaded machine
+LOSS_GRACE = 4 * LEASE_SECONDS + 2.0
 
 
 @dataclass
@@ -81,6 +98,13 @@ class Campaign:
     faults: Counter[str] = field(default_factory=Counter)
     log: list[str] = field(default_factory=list)
     deck: list[str] = field(default_factory=list)  # the faults still to draw in this pass
+    windows: list[FaultWindow] = field(default_factory=list)  # whom each fault touched, when
+    # hostile XML calls: (database, daemon, slowest portal answer, (status, seconds) of the
+    # envelope under the limit, of the one over it)
+    xml_calls: list[tuple[str, str, float, tuple[int, float], tuple[int, float]]] = field(
+        default_factory=list)
+    _touched: tuple[set[str], float] | None = None
+    watches: dict[str, HeartbeatWatch] = field(default_factory=dict)  # late heartbeats
 
     # -- who can take which fault --------------------------------------------------------
     def daemons(self, database: str | None = None) -> list[Daemon]:
@@ -88,7 +112,9 @@ class Campaign:
 
     def available(self) -> list[str]:
         pg = any(db.name == "postgresql" for db in self.databases)
-        out = ["kill9", "sigstop", "portal_flood"]
+        out = ["kill9", "sigstop", "portal_flood", "live_stall", "hostile_xml"]
+        if faketime_library() is not None:
+            out.append("clock_step")
         if pg:
             out += ["db_restart", "cut", "blackhole", "delay"]
             if self.pg is not None and self.pg.can_failover:
@@ -101,6 +127,17 @@ class Campaign:
     def database(self, name: str) -> Database:
         return next(db for db in self.databases if db.name == name)
 
+    def database_of(self, daemon: Daemon) -> Database:
+        return next(db for db in self.databases if daemon in db.daemons)
+
+    def touch(self, *daemons: Daemon, offset: float = 0.0) -> None:
+        """The fault of this round touches ``daemons`` (its window: :meth:`round`);
+        ``offset``: seconds their wall clock is stepped by."""
+        names = {d.name for d in daemons}
+        if self._touched is not None:
+            names |= self._touched[0]
+        self._touched = (names, offset)
+
     # -- the rounds ----------------------------------------------------------------------
     def draw(self) -> str:
         """The next fault: every available kind once per pass, in an order the seed
@@ -112,10 +149,17 @@ class Campaign:
 
     def round(self, number: int) -> None:
         kind = self.draw()
-        started = time.monotonic()
-        detail = FAULT_ACTIONS[kind](self)
+        started, wall = time.monotonic(), time.time()
+        self._touched = None
+        try:
+            detail = FAULT_ACTIONS[kind](self)
+        finally:
+            if self._touched is not None:
+                names, offset = self._touched
+                self.windows.append(FaultWindow(frozenset(names), wall, time.time(), offset))
         self.faults[kind] += 1
-        line = (f"round {number:4d}: {kind:12s} {detail} ({time.monotonic() - started:.1f} s)")
+        line = (f"round {number:4d} {time.strftime('%H:%M:%S', time.localtime(wall))}: "
+                f"{kind:12s} {detail} ({time.monotonic() - started:.1f} s)")
         self.log.append(line)
         if not self.args.json:
             print(line, flush=True)
@@ -204,13 +248,22 @@ def _judge(c: Campaign, db: Database, roles: dict[str, str],
     violations = [Violation("stuck", None, f"daemon {d.name} exited by itself (status "
                             f"{d.proc.returncode if d.proc else '?'}); see {d.log}")
                   for d in db.daemons if not d.alive()]
+    violations += [Violation("xml_stall", None, f"daemon {name}: its portal took {worst:.1f} s "
+                             f"to answer while hostile XML was posted (in: {under[0]} in "
+                             f"{under[1]:.1f} s under the limit, {over[0]} in {over[1]:.1f} s "
+                             "over it)")
+                   for where, name, worst, under, over in c.xml_calls
+                   if where == db.name and worst > LEASE_SECONDS]
+    losses = [loss for d in db.daemons for loss in d.claim_losses()]
     store = SqlStore(db.url)
     try:
         violations += check(store.engine, Evidence(
             roles=roles, accepted=db.producer.accepted, arrivals=arrivals,
             live_pids=[d.pid for d in db.daemons if d.alive()],
             lease_seconds=3 * LEASE_SECONDS, senders=[d.name for d in db.daemons if d.alive()],
-            since_seq=calm))
+            since_seq=calm, claim_losses=losses, loss_grace=LOSS_GRACE,
+            faults=c.windows + (_late_windows(c.watches[db.name])
+                                if c.args.excuse_late_heartbeats else [])))
         with store.engine.connect() as conn:
             from sqlalchemy import text
             statuses = dict(conn.execute(text(
@@ -227,12 +280,24 @@ def _judge(c: Campaign, db: Database, roles: dict[str, str],
                "refused": db.producer.refused, "requests": len(arrivals),
                "processed_again": resent,
                "requests_after_faults": {d.name: after.get(d.name, 0) for d in db.daemons},
+               "claims_lost": dict(Counter(loss.daemon for loss in losses)),
+               "late_heartbeats": c.watches[db.name].counts(),
                "statuses": {k: int(v) for k, v in sorted(statuses.items())}}
     return violations, figures
 
 
+def _pids(db: Database) -> Callable[[], dict[int, str]]:
+    return lambda: {d.pid: d.name for d in db.daemons if d.proc is not None}
+
+
+def _late_windows(watch: HeartbeatWatch) -> list[FaultWindow]:
+    """A daemon whose heartbeat was older than the lease may lose its claims then."""
+    return [FaultWindow(frozenset({name}), start, end)
+            for name, spells in watch.late.items() for start, end in spells]
+
+
 def _roles(args: argparse.Namespace) -> dict[str, str]:
-    roles = dict(ITEMS)
+    roles = {**ITEMS, **FAULT_ITEMS}
     for spec in args.misjudge or ():
         item, _, role = spec.partition("=")
         if item not in roles or role not in ROLES:
@@ -266,6 +331,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for d in c.daemons():
                 d.wait_started()
             for db in c.databases:
+                c.watches[db.name] = HeartbeatWatch(db.url, _pids(db), LEASE_SECONDS)
+                c.watches[db.name].start()
+            for db in c.databases:
                 assert db.producer is not None
                 db.producer.start()
             time.sleep(args.warmup)
@@ -279,6 +347,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             drained = _drain(c)
             results = {db.name: _judge(c, db, roles, calm) for db in c.databases}
         finally:
+            for watch in c.watches.values():
+                watch.stop()
             _teardown(c, keep=args.keep)
     violations = [v for found, _ in results.values() for v in found]
     report = {
@@ -347,6 +417,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="half-open connections of a portal flood (500)")
     parser.add_argument("--faults", default=None, metavar="KIND,...",
                         help=f"draw only these faults (of {', '.join(FAULTS)})")
+    parser.add_argument("--excuse-late-heartbeats", action="store_true",
+                        help="a claim lost while its daemon's heartbeat was older than the "
+                             "lease is no violation (a loaded machine; the table still counts "
+                             "late heartbeats); by default only a fault excuses it")
     parser.add_argument("--misjudge", action="append", metavar="ITEM=ROLE",
                         help="hold ITEM to ROLE in the checker (proves a wrong expectation "
                              "fails the run; for the campaign's own tests)")

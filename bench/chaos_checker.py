@@ -12,8 +12,19 @@ alive, and it lists every :class:`Violation` of these invariants:
   server more than once.
 - ``completed_unanswered``: a Completed message the server never answered 2xx (a
   completion the service cannot have given).
-- ``fifo_order``: a FIFO item's message first reached the server before one accepted ahead
-  of it.
+- ``fifo_order``: a request of a FIFO item's message reached the server after a request of
+  a message accepted behind it — re-sends included: ``[m1, m2, m1 again]`` breaks it
+  (docs/scale-out.md: a re-sent message never arrives after a later one).
+- ``reconciliation``: a message the server answered 2xx, in time and within the XML limits
+  (:attr:`Arrival.usable`), did not end ``Completed`` — unless its item is not idempotent
+  and it ended on an outcome-unknown reason (its delivery was cut short, or its answer
+  could not be read in time: it must not be sent again, so an operator decides).
+- ``claim_stolen``: a daemon lost a claim (another daemon took its message over) while no
+  fault had touched it (:class:`FaultWindow`): only a faulted daemon's leases may expire.
+  The evidence is the daemons' own log (:func:`claim_losses`); a loss the engine held back
+  in a once-a-minute count is placed anywhere in the minute before the count's line.
+- ``xml_stall``: an inbound SOAP call of hostile XML was answered later than the lease (the
+  campaign times them): one document held the daemon's interpreter.
 - ``first_failure``: a message with a failed attempt has not exactly one first-failure
   ``Error`` event (``source_method = 'on_first_failure'``, docs/retries.md rule 6), or one
   without a failed attempt has any.
@@ -29,6 +40,7 @@ SQLite databases that break each invariant on purpose and asserts this reports e
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -41,14 +53,33 @@ from engine.clock import as_utc, utcnow
 from engine.store.models import daemon
 from engine.store.statuses import FINAL_STATUSES
 
-__all__ = ["INVARIANTS", "ROLES", "Arrival", "Evidence", "Violation", "check", "message_tag"]
+__all__ = ["INVARIANTS", "ROLES", "Arrival", "ClaimLoss", "Evidence", "FaultWindow", "Violation",
+           "check", "claim_losses", "message_tag"]
 
 INVARIANTS = ("lost", "not_ended", "sent_twice", "completed_unanswered", "fifo_order",
-              "first_failure", "give_up", "stuck")
+              "reconciliation", "first_failure", "give_up", "stuck", "claim_stolen",
+              "xml_stall")
 ROLES = ("idempotent", "once", "fifo")  # what the checker holds each item to
 # an attempt the engine ended without sending it (a poison message suspended first): no
 # failure of the request, so no first-failure event is owed for it
 UNSENT_TEXT = "not sent:"
+# how the engine's reasons begin when a request may have been processed (engine.errors
+# CRASH_TEXT, engine.retry.policy UNKNOWN_OUTCOME_REASON)
+UNKNOWN_PREFIX = "outcome unknown"
+GIVE_UP_PREFIX = "giving up: "  # how a give-up's reason begins (an Error's error text)
+# what a daemon logs when a message it held was taken over (engine.delivery.item and
+# engine.delivery.dispatch: ``abandoning message N``, ``message(s) [N, M] were taken over by
+# another daemon``) or a lease it held (engine.runtime.cluster: ``lost lease item:Fifo to
+# another daemon``); the line begins with the log's asctime
+_LOSS = re.compile(r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?"
+                   r"(?:abandoning message (?P<one>\d+)"
+                   r"|message\(s\) \[(?P<many>[\d, ]+)\] were taken over"
+                   r"|lost lease (?P<lease>\S+) to another daemon)")
+LOSS_BEFORE = 1.0  # seconds a loss may be logged before its fault began (clock reading)
+# The engine logs a repeated warning once a minute, with a count (engine.runtime.logs): a
+# line ending so stands for losses at any time in the minute (and the flush's 5 s) before it
+_SUMMARY = re.compile(r"\(\d+ more like it in the last minute\)\s*$")
+SUMMARY_SPAN = 65.0  # seconds before a summary line its losses may have happened
 
 
 @dataclass(frozen=True)
@@ -61,10 +92,52 @@ class Arrival:
     seq: int
     status: int
     sender: str = ""
+    # why a 2xx answer could not be taken as a success by its daemon: "late" (after the
+    # item's response timeout), "xml" (a document beyond the XML limits); "" when it could
+    flaw: str = ""
 
     @property
     def processed(self) -> bool:
         return 200 <= self.status < 300
+
+    @property
+    def usable(self) -> bool:
+        """Answered 2xx, in time, within the limits: the message can only end Completed."""
+        return self.processed and not self.flaw
+
+
+@dataclass(frozen=True)
+class ClaimLoss:
+    """A daemon's own account that another daemon took a message (``message_id``) or a lease
+    (``message_id`` None) it held over: ``at`` is the epoch second its log line was written
+    at, by the daemon's clock."""
+
+    daemon: str
+    message_id: int | None
+    at: float
+    text: str = ""
+    span: float = 0.0  # the loss happened at most this many seconds before ``at``
+
+
+@dataclass(frozen=True)
+class FaultWindow:
+    """A fault and whom it touched: ``daemons`` (empty: every daemon, as a database restart
+    does), from ``start`` to ``end`` (epoch seconds, the campaign's clock). ``offset``:
+    seconds the target's clock was stepped by (its log lines are that much off)."""
+
+    daemons: frozenset[str]
+    start: float
+    end: float
+    offset: float = 0.0
+
+    def covers(self, loss: ClaimLoss, grace: float) -> bool:
+        """True if ``loss`` may come of this fault: its daemon's, logged in the window or
+        within ``grace`` seconds after it (the daemon notices at its next write)."""
+        if self.daemons and loss.daemon not in self.daemons:
+            return False
+        return any(self.start - LOSS_BEFORE <= loss.at - off
+                   and loss.at - off - loss.span <= self.end + grace
+                   for off in {0.0, self.offset})
 
 
 @dataclass(frozen=True)
@@ -91,6 +164,9 @@ class Evidence:
     # from arrival number ``since_seq`` on: after the last fault
     senders: Iterable[str] = ()
     since_seq: int = 0
+    claim_losses: Iterable[ClaimLoss] = ()  # what the daemons logged (:func:`claim_losses`)
+    faults: Iterable[FaultWindow] = ()
+    loss_grace: float = 10.0  # seconds after a fault its target may still find a claim lost
 
 
 @dataclass(frozen=True)
@@ -103,12 +179,17 @@ class _Message:
 
 
 def message_tag(body: str | None) -> str | None:
-    """The tag the producer put in an HttpOperation body (``{"body": TAG, ...}``)."""
+    """The tag the campaign put in a message: an HttpOperation body (``{"body": TAG, ...}``)
+    or a SoapOperation's (``{"operation": "echo", "args": {"text": TAG}}``)."""
     try:
         value = json.loads(body or "")
     except ValueError:
         return None
-    tag = value.get("body") if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        return None
+    tag = value.get("body")
+    if tag is None and isinstance(value.get("args"), dict):
+        tag = value["args"].get("text")
     return tag if isinstance(tag, str) else None
 
 
@@ -121,10 +202,32 @@ def check(engine: Engine, evidence: Evidence) -> list[Violation]:
     violations += _sent_twice(messages, evidence.roles, arrivals)
     violations += _completed_unanswered(messages, arrivals)
     violations += _fifo_order(messages, evidence.roles, arrivals)
+    violations += _reconciliation(messages, evidence.roles, arrivals)
     violations += _events(engine, messages)
     violations += _stuck(engine, list(evidence.live_pids), evidence.lease_seconds)
     violations += _silent(arrivals, list(evidence.senders), evidence.since_seq)
+    violations += _claim_stolen(list(evidence.claim_losses), list(evidence.faults),
+                                evidence.loss_grace)
     return violations
+
+
+def claim_losses(daemon_name: str, log: str) -> list[ClaimLoss]:
+    """Every claim ``daemon_name`` says in its ``log`` it lost to another daemon."""
+    out = []
+    for line in log.splitlines():
+        found = _LOSS.search(line)
+        if found is None:
+            continue
+        at = datetime.strptime(found["at"], "%Y-%m-%d %H:%M:%S,%f").timestamp()  # local
+        text = line[found.end("at") + 1:][:300]
+        span = SUMMARY_SPAN if _SUMMARY.search(line) else 0.0
+        if found["lease"]:
+            out.append(ClaimLoss(daemon_name, None, at, text, span))
+            continue
+        ids = found["one"] or found["many"]
+        out += [ClaimLoss(daemon_name, int(mid), at, text, span)
+                for mid in ids.replace(",", " ").split()]
+    return out
 
 
 def counts(violations: Iterable[Violation]) -> dict[str, int]:
@@ -199,24 +302,42 @@ def _completed_unanswered(messages: dict[int, _Message],
 def _fifo_order(messages: dict[int, _Message], roles: Mapping[str, str],
                 arrivals: list[Arrival]) -> list[Violation]:
     """Accept order is the id order (one producer per FIFO item, sending one at a time);
-    among the messages that reached the server, first arrivals must follow it."""
-    first: dict[str, int] = {}
-    for arrival in arrivals:
-        first.setdefault(arrival.tag, arrival.seq)
+    every request of a message — a re-send too — must reach the server before any request
+    of a message accepted behind it."""
     out = []
     for item in sorted(name for name, role in roles.items() if role == "fifo"):
-        latest: tuple[int, int] | None = None  # (seq, id) of the latest first arrival so far
-        for row in sorted((m for m in messages.values() if m.target == item),
-                          key=lambda m: m.id):
-            seq = first.get(row.tag or "")
-            if seq is None:
+        ids = {m.tag: m.id for m in messages.values() if m.target == item and m.tag}
+        latest: tuple[int, int] | None = None  # (id, seq) of the latest message arrived
+        late: set[int] = set()
+        for arrival in arrivals:
+            mid = ids.get(arrival.tag)
+            if mid is None:
                 continue
-            if latest is not None and seq < latest[0]:
-                out.append(Violation("fifo_order", row.id,
-                                     f"{item}: reached the server before message {latest[1]}, "
-                                     "accepted after it"))
-            elif latest is None or seq > latest[0]:
-                latest = (seq, row.id)
+            if latest is not None and mid < latest[0]:
+                if mid not in late:
+                    late.add(mid)
+                    out.append(Violation("fifo_order", mid, f"{item}: request {arrival.seq} "
+                                         f"reached the server after request {latest[1]} of "
+                                         f"message {latest[0]}, accepted after it"))
+            elif latest is None or mid > latest[0]:
+                latest = (mid, arrival.seq)
+    return out
+
+
+def _reconciliation(messages: dict[int, _Message], roles: Mapping[str, str],
+                    arrivals: list[Arrival]) -> list[Violation]:
+    usable = {a.tag for a in arrivals if a.usable}
+    out = []
+    for row in messages.values():
+        if row.tag not in usable or row.status == "Completed":
+            continue
+        reason = (row.error_text or "").strip()
+        if roles.get(row.target) == "once" and row.status in ("Suspended", "Error") \
+                and reason.removeprefix(GIVE_UP_PREFIX).startswith(UNKNOWN_PREFIX):
+            continue  # may have been processed: not sent again, an operator decides
+        out.append(Violation("reconciliation", row.id,
+                             f"{row.target}: the server answered it 2xx, yet it ended "
+                             f"{row.status}: {reason[:200] or '(no reason)'}"))
     return out
 
 
@@ -288,6 +409,15 @@ def _silent(arrivals: list[Arrival], senders: list[str], since: int) -> list[Vio
     return [Violation("stuck", None, f"daemon {name}: sent nothing once the faults had "
                       f"stopped (from request {since} on)")
             for name in senders if name not in active]
+
+
+def _claim_stolen(losses: list[ClaimLoss], faults: list[FaultWindow],
+                  grace: float) -> list[Violation]:
+    return [Violation("claim_stolen", loss.message_id,
+                      f"daemon {loss.daemon}, touched by no fault, lost its claim at "
+                      f"{datetime.fromtimestamp(loss.at).strftime('%H:%M:%S.%f')[:-3]}: "
+                      f"{loss.text}")
+            for loss in losses if not any(f.covers(loss, grace) for f in faults)]
 
 
 def _db_now(engine: Engine) -> datetime:

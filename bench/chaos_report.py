@@ -32,6 +32,13 @@ def table(report: dict[str, Any]) -> str:
     after = [f"{d} {n}" for name in names
              for d, n in report["databases"][name]["requests_after_faults"].items()]
     lines += ["", "requests after the last fault, by daemon: " + ", ".join(after)]
+    lost = [f"{d} {n}" for name in names
+            for d, n in report["databases"][name].get("claims_lost", {}).items()]
+    lines += ["claims or leases lost (by their daemons' logs): " + (", ".join(lost) or "none")]
+    late = [f"{d} {v['spells']} (longest {v['longest_s']:.1f} s)" for name in names
+            for d, v in report["databases"][name].get("late_heartbeats", {}).items()]
+    lines += ["heartbeats older than the lease (each a window in which that daemon may lose "
+              "claims): " + (", ".join(late) or "none")]
     total = report["violations"]
     lines += ["", f"{total} violation(s)" + (":" if total else "")]
     lines += [f"  {v}" for v in report["examples"]]

@@ -14,6 +14,11 @@ alone, so that a run is the same whatever the timing:
 - about one tag in five (by its CRC) is answered 503 the first time, 200 after (one retry
   and a first-failure event);
 - every answer waits 5–60 ms (by the CRC), so that faults catch attempts in flight.
+
+A request under ``/<sender>/soap`` is a SOAP call of the ``Soap`` item (bench/chaos_xml.py):
+its tag is the text it asks to echo, and it is answered 200 with an echo response whose
+element carries 255 attributes (``!xml-under`` in the tag, or none) or 40,000
+(``!xml-over``: an answer no daemon may take as a success, flawed ``"xml"``).
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from bench.chaos_checker import Arrival
+from bench.chaos_xml import OVER, OVER_MARK, UNDER, request_tag, response
 
 __all__ = ["CountingServer"]
 
@@ -66,12 +72,18 @@ class CountingServer:
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
                                         name="chaos-server")
 
-    def arrive(self, tag: str, sender: str = "") -> tuple[int, float]:
+    def arrive(self, tag: str, sender: str = "", *, soap: bool = False) -> tuple[int, float]:
+        """Record a request of ``tag``; (status, seconds to wait) of its answer."""
         with self._lock:
             seen = self._seen.get(tag, 0)
             self._seen[tag] = seen + 1
             status, wait = plan(tag, seen)
-            self.arrivals.append(Arrival(tag, len(self.arrivals), status, sender))
+            if soap:  # always processed: the flaw, if any, is in the document
+                status, wait = 200, 0.0
+                flaw = "xml" if OVER_MARK in tag else ""
+            else:
+                flaw = "late" if status == 200 and wait >= SLOW_SECONDS else ""
+            self.arrivals.append(Arrival(tag, len(self.arrivals), status, sender, flaw))
         return status, wait
 
     def snapshot(self) -> list[Arrival]:
@@ -86,13 +98,21 @@ class CountingServer:
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 length = int(self.headers.get("Content-Length") or 0)
-                tag = self.rfile.read(length).decode("utf-8", "replace")
-                sender = self.path.lstrip("/").split("/", 1)[0]
-                status, wait = server.arrive(tag, sender)
+                data = self.rfile.read(length)
+                sender, _, rest = self.path.lstrip("/").partition("/")
+                if rest.startswith("soap"):
+                    tag = request_tag(data)
+                    server.arrive(tag, sender, soap=True)
+                    body = response(OVER if OVER_MARK in tag else UNDER, tag)
+                    self._answer(200, "text/xml; charset=utf-8", body)
+                    return
+                status, wait = server.arrive(data.decode("utf-8", "replace"), sender)
                 time.sleep(wait)
-                body = b"ok" if status == 200 else b"busy"
+                self._answer(status, "text/plain", b"ok" if status == 200 else b"busy")
+
+            def _answer(self, status: int, kind: str, body: bytes) -> None:
                 self.send_response(status)
-                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
