@@ -100,7 +100,7 @@ def _resolved_items(outline: ProductionOutline, report: _Report) -> list[ItemCon
             report.bad(label, f"not ready: {problem}")
         else:
             report.ok(label, "ready" + _detail(item, offered.get(entry.name)))
-        for name, value, source in given_settings(item):
+        for name, value, source in given_settings(item.settings, item.sources):
             click.echo(f"  {name} = {json.dumps(value, default=str)}  ({source})")
     if "production" in failed:
         report.bad("production", failed["production"])

@@ -788,9 +788,8 @@ def copy(ctx: Context, to_url: str, batch: int) -> None:
 
     Messages and their bodies, attempts, the event log, users, tokens, saved searches and
     counters, with their ids and times; then each table's rows counted on both sides."""
-    from engine.cli.dbcopy import copy_to
-
-    copy_to(ctx, to_url, batch)
+    # resolved by name, as LAZY_COMMANDS are: engine.cli.dbcopy imports this module
+    pkgutil.resolve_name("engine.cli.dbcopy:copy_to")(ctx, to_url, batch)
 
 
 def parse_since(text: str | None) -> datetime | None:

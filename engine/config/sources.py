@@ -8,13 +8,10 @@ source; :func:`shown_value` keeps secrets and URL passwords off all three.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from adapters.urls import redact_userinfo
-
-if TYPE_CHECKING:
-    from engine.config.production import ItemConfig
 
 __all__ = ["CLASS_DEFAULT", "SECRET_WORDS", "given_settings", "shown_value"]
 
@@ -37,9 +34,10 @@ def shown_value(name: str, value: Any) -> Any:
     return value
 
 
-def given_settings(item: ItemConfig) -> Iterator[tuple[str, Any, str]]:
-    """``(name, shown value, source)`` of each setting of ``item`` that the production file
-    or the system defaults give (not its class)."""
-    for name, source in item.sources.items():
+def given_settings(settings: Mapping[str, Any],
+                   sources: Mapping[str, str]) -> Iterator[tuple[str, Any, str]]:
+    """``(name, shown value, source)`` of each of an item's ``settings`` that the production
+    file or the system defaults give (not its class), from the item's ``sources``."""
+    for name, source in sources.items():
         if source != CLASS_DEFAULT:
-            yield name, shown_value(name, item.settings.get(name)), source
+            yield name, shown_value(name, settings.get(name)), source
