@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+import migrations
 from engine.clock import as_utc, utcnow
-from engine.store import searches
+from engine.store import migrate, searches
 from engine.store.copy import row_counts, tables
 from engine.store.models import message_attempt, message_header
 from engine.store.sql import SqlStore
@@ -131,6 +132,7 @@ def test_a_production_moves_to_postgresql_and_back_and_carries_on(tmp_path: Path
             assert f"{table.name}: {n} rows, {n} on the target" in copied.stdout
         assert "rows" in copied.stderr  # the progress bar
         postgres = SqlStore(pg)
+        assert migrate.current_revision(postgres.engine) == migrations.HEAD  # upgraded first
         _same_rows(sqlite, postgres)
 
         again = encore("db", "copy", "--to", pg, cwd=tmp_path, check=False)
