@@ -1,5 +1,6 @@
 """``encore check``: load a production exactly as ``encore run`` would, and say what would
-fail, without running anything (docs/operating.md).
+fail, without running anything (docs/operating.md); under each item, the settings the
+production file and the system defaults give it, each with its source.
 
 Every item is resolved on its own (its class imported, its settings validated: unknown
 settings, class typos, bad router rules), then the items together (the targets they name);
@@ -11,6 +12,7 @@ One line per check; exit status 1 when any failed.
 """
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 import click
 
 from engine.config.production import ItemConfig, ProductionOutline
+from engine.config.sources import given_settings
 from engine.errors import AdapterNotReady, ConfigurationError, EncoreError, StoreError
 
 __all__ = ["check"]
@@ -55,6 +58,10 @@ def check(ctx: object) -> None:
     report = _Report()
     where = f" ({outline.path.resolve()})" if outline.path else ""
     click.echo(f"production {outline.name}{where}")
+    if outline.system_defaults is not None:
+        rows = len(outline.system_defaults.rows)
+        click.echo(f"defaults {outline.system_defaults.path}: {rows} row{'s' if rows != 1 else ''}"
+                   f" for this production")
     items = _resolved_items(outline, report)
     _check_database(ctx, report)
     _check_ports(outline, report)
@@ -93,6 +100,8 @@ def _resolved_items(outline: ProductionOutline, report: _Report) -> list[ItemCon
             report.bad(label, f"not ready: {problem}")
         else:
             report.ok(label, "ready" + _detail(item, offered.get(entry.name)))
+        for name, value, source in given_settings(item.settings, item.sources):
+            click.echo(f"  {name} = {json.dumps(value, default=str)}  ({source})")
     if "production" in failed:
         report.bad("production", failed["production"])
     return [items[n] for n in items if n not in failed]

@@ -839,6 +839,22 @@ def upgrade(ctx: Context) -> None:
         click.echo(f"database {name} is already at the latest schema (revision {after})")
 
 
+@db.command("copy")
+@click.option("--to", "to_url", required=True, metavar="URL",
+              help="the empty database to copy into: sqlite:///PATH or "
+                   "postgresql+psycopg://user@host/db")
+@click.option("--batch", default=1000, show_default=True, type=click.IntRange(1, 100_000),
+              help="rows read and written at once")
+@pass_ctx
+def copy(ctx: Context, to_url: str, batch: int) -> None:
+    """Copy the production's whole database into an empty one (daemons stopped).
+
+    Messages and their bodies, attempts, the event log, users, tokens, saved searches and
+    counters, with their ids and times; then each table's rows counted on both sides."""
+    # resolved by name, as LAZY_COMMANDS are: engine.cli.dbcopy imports this module
+    pkgutil.resolve_name("engine.cli.dbcopy:copy_to")(ctx, to_url, batch)
+
+
 def parse_since(text: str | None) -> datetime | None:
     """``10m``, ``2h``, ``3d``, ``45s`` ago, or an ISO time (UTC if no zone)."""
     if not text:

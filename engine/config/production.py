@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
+from engine.config.defaults import SystemDefaults, load_defaults
+from engine.config.sources import CLASS_DEFAULT
 from engine.config.user_modules import add_production_directory, resolve_class
 from engine.errors import ConfigurationError
 from engine.otel import tracing_wanted
@@ -97,6 +99,12 @@ PRODUCTION_SETTINGS: tuple[Setting, ...] = (
                  "variables turn it on too, OTEL_SDK_DISABLED=true off"),
 )
 
+# `[production] defaults`: not a field of ProductionSettings (whose `defaults()` is the
+# TypedSettings constructor) but read into ProductionFile.system_defaults.
+DEFAULTS_FILE = Setting(name="defaults", kind=str, default="", path=True,
+                        help="the system default settings file (TOML); ENCORE_DEFAULTS "
+                             "overrides it; '' = none")
+
 PORTAL_SETTINGS: tuple[Setting, ...] = (
     Setting(name="host", kind=str, default="127.0.0.1",
             help="address the management portal listens on (loopback by default)"),
@@ -162,7 +170,9 @@ class ItemConfig:
     own custom settings are read from it). The engine reads the settings it owns from the
     typed, frozen objects built from them once, here: ``retry_settings`` and
     ``operation_settings`` for a business operation (or process), ``adapter_settings`` for
-    one with an adapter; None for a class that has none (a service).
+    one with an adapter; None for a class that has none (a service). ``sources``: where each
+    setting's value came from — ``file``, ``alias`` (a CamelCase name in the file),
+    ``system default (defaults.toml, row N)`` or ``class default``.
     """
 
     name: str
@@ -171,6 +181,7 @@ class ItemConfig:
     pool_size: int
     enabled: bool
     settings: Mapping[str, Any]
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     retry_settings: RetrySettings | None = field(init=False, default=None)
     operation_settings: OperationSettings | None = field(init=False, default=None)
     adapter_settings: AdapterSettings | None = field(init=False, default=None)
@@ -185,7 +196,8 @@ class ItemEntry:
     """One item as the production file lists it: its keys checked, its class not imported
     and its settings not yet validated against that class. ``base``: the production file's
     directory, from which relative file paths in its settings are read (None: the text
-    came from no file, they stay as they are)."""
+    came from no file, they stay as they are). ``defaults``: the system default settings of
+    ``production`` (None: no defaults file)."""
 
     name: str
     class_path: str
@@ -193,15 +205,42 @@ class ItemEntry:
     enabled: bool
     raw_settings: Mapping[str, Any]
     base: Path | None = None
+    production: str = ""
+    defaults: SystemDefaults | None = None
 
     def resolve(self) -> ItemConfig:
-        """Import the class and validate the settings against it; ConfigurationError
-        naming the item and the key otherwise."""
+        """Import the class and validate the settings against it — the file's values, then
+        the system defaults for the settings the file does not give; ConfigurationError
+        naming the item and the key (or the defaults file and its row) otherwise."""
         cls = resolve_class(self.class_path, item=self.name)
-        settings = validate_settings(self.name, self.raw_settings, cls.declared_settings(),
-                                     base=self.base)
+        declared = cls.declared_settings()
+        raw = dict(self.raw_settings)
+        sources = _file_sources(raw, declared)
+        if self.defaults is not None:
+            by_name = {s.name: s for s in declared}
+            rows = self.defaults.for_item(self.production, self.name, self.class_path,
+                                          declared)
+            for name, row in rows.items():
+                if name not in sources:
+                    raw[name] = self.defaults.value(row, by_name[name], self.name)
+                    sources[name] = self.defaults.source(row)
+        settings = validate_settings(self.name, raw, declared, base=self.base)
         return ItemConfig(name=self.name, class_path=self.class_path, cls=cls,
-                          pool_size=self.pool_size, enabled=self.enabled, settings=settings)
+                          pool_size=self.pool_size, enabled=self.enabled, settings=settings,
+                          sources={s.name: sources.get(s.name, CLASS_DEFAULT)
+                                   for s in declared})
+
+
+def _file_sources(raw: Mapping[str, Any], declared: tuple[Setting, ...]) -> dict[str, str]:
+    """``file`` or ``alias`` for each declared setting the file gives (by its own name, or
+    by a CamelCase or other alias)."""
+    sources: dict[str, str] = {}
+    for setting in declared:
+        if setting.name in raw:
+            sources[setting.name] = "file"
+        elif any(name in raw for name in setting.names()):
+            sources[setting.name] = "alias"
+    return sources
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -249,7 +288,8 @@ class InboundConfig(TypedSettings):
 @dataclass(frozen=True, kw_only=True)
 class ProductionSettings(TypedSettings):
     """The ``[production]`` table, validated; ``database`` after ``ENCORE_DATABASE_URL``,
-    ``otel`` on by the file's setting or the ``OTEL_*`` variables."""
+    ``otel`` on by the file's setting or the ``OTEL_*`` variables. (``defaults`` is read
+    into :attr:`ProductionFile.system_defaults`.)"""
 
     DECLARED: ClassVar[tuple[Setting, ...]] = PRODUCTION_SETTINGS
 
@@ -272,6 +312,13 @@ class ProductionFile(ProductionSettings):
     portal: PortalConfig | None = None  # None: no [portal] table, `encore run` serves none
     inbound: InboundConfig | None = None  # None: no [inbound] table, no inbound service
     path: Path | None = None
+    system_defaults: SystemDefaults | None = None  # this production's rows of `defaults`
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The files the production was read from: its own, then its defaults file."""
+        named = (self.path, self.system_defaults.path if self.system_defaults else None)
+        return tuple(p for p in named if p is not None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -320,6 +367,9 @@ class ProductionOutline(ProductionFile):
         """The whole production: every item's class imported and its settings validated."""
         common = {f.name: getattr(self, f.name) for f in dataclasses.fields(ProductionFile)}
         items = tuple(e.resolve() for e in self.entries)
+        if self.system_defaults is not None:
+            self.system_defaults.check_settings(self.name, [
+                (i.name, i.class_path, i.cls.declared_settings()) for i in items])
         _check_targets(items)
         _check_inbound(items, self.inbound)
         return ProductionConfig(**common, items=items)
@@ -388,9 +438,11 @@ def parse_outline(text: str, *, env: Mapping[str, str],
     if unknown:
         raise ConfigurationError(f"unknown top-level table(s) {', '.join(unknown)}; "
                                  "expected [production], [[items]], [portal] and [inbound]")
-    prod = validate_settings("[production]", doc.get("production", {}), PRODUCTION_SETTINGS)
     base = path.parent if path is not None else None  # relative file paths: beside the file
-    entries = _read_items(doc.get("items", []), base)
+    prod = validate_settings("[production]", doc.get("production", {}),
+                             (*PRODUCTION_SETTINGS, DEFAULTS_FILE), base=base)
+    defaults = _system_defaults(prod, env)
+    entries = _read_items(doc.get("items", []), base, prod["name"], defaults)
     if prod["alert_item"] and prod["alert_item"] not in {e.name for e in entries}:
         raise ConfigurationError(f"alert_item {prod['alert_item']!r} is not an item of the "
                                  f"production", item="[production]", key="alert_item")
@@ -403,7 +455,20 @@ def parse_outline(text: str, *, env: Mapping[str, str],
     portal = _load_portal(doc["portal"], base) if "portal" in doc else None
     inbound = _load_inbound(doc["inbound"], base) if "inbound" in doc else None
     return ProductionOutline.from_validated(prod, portal=portal, inbound=inbound,
-                                            entries=entries, path=path)
+                                            entries=entries, path=path,
+                                            system_defaults=defaults)
+
+
+def _system_defaults(prod: dict[str, Any], env: Mapping[str, str]) -> SystemDefaults | None:
+    """The rows of the defaults file that apply to this production: ``$ENCORE_DEFAULTS``
+    (read from the current directory) else ``[production] defaults`` (from the file's);
+    None for neither. ``prod["defaults"]`` becomes the file's absolute path."""
+    from_env = env.get("ENCORE_DEFAULTS")
+    if from_env:
+        prod["defaults"] = os.path.abspath(from_env)
+    if not prod["defaults"]:
+        return None
+    return load_defaults(Path(prod["defaults"])).for_production(prod["name"])
 
 
 def absolute_sqlite_url(url: str, base: Path) -> str:
@@ -427,7 +492,8 @@ def absolute_sqlite_url(url: str, base: Path) -> str:
     return f"{parts.scheme}:///{absolute}" + (f"?{parts.query}" if parts.query else "")
 
 
-def _read_items(raw_items: Any, base: Path | None) -> tuple[ItemEntry, ...]:
+def _read_items(raw_items: Any, base: Path | None, production: str,
+                defaults: SystemDefaults | None) -> tuple[ItemEntry, ...]:
     if not isinstance(raw_items, list):
         raise ConfigurationError("items must be an array of tables: [[items]]")
     entries: list[ItemEntry] = []
@@ -444,7 +510,8 @@ def _read_items(raw_items: Any, base: Path | None) -> tuple[ItemEntry, ...]:
         seen.add(keys["name"])
         entries.append(ItemEntry(name=keys["name"], class_path=keys["class"],
                                  pool_size=keys["pool_size"], enabled=keys["enabled"],
-                                 raw_settings=keys["settings"] or {}, base=base))
+                                 raw_settings=keys["settings"] or {}, base=base,
+                                 production=production, defaults=defaults))
     return tuple(entries)
 
 

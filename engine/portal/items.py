@@ -17,7 +17,6 @@ an example body (:mod:`engine.portal.example_body`).
 """
 from __future__ import annotations
 
-import tomllib
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +30,7 @@ from adapters.urls import redact_userinfo
 from engine.client import accept_message, decode_body
 from engine.config.production import ItemConfig
 from engine.config.rules import parse_rules
+from engine.config.sources import shown_value
 from engine.errors import MessageError
 from engine.portal import actions
 from engine.portal.api import api_user, reply
@@ -40,13 +40,11 @@ from engine.portal.example_body import example_body
 from engine.portal.forms import acting_user, confirm, confirmed, current_user, field
 from engine.portal.intake import accept_and_wait
 from engine.portal.status import is_enabled, production_view_of_item
-from engine.settings import camel_case
 from engine.store import rollup
 from engine.store.sql import Accepted
 
 TEST_WAIT = 30.0  # seconds the Testing Service waits for its message to end
 MAX_TEST_BODY = 1024 * 1024  # characters of a test body
-SECRET_WORDS = ("password", "secret", "token", "api_key", "apikey", "authorization")
 CHART_W, CHART_H, CHART_BAR = 480, 90, 8  # px: 60 minutes of 8 px
 
 
@@ -92,52 +90,16 @@ def item_view(portal: Portal, name: str) -> dict[str, Any]:
 
 def settings_of(portal: Portal, item: ItemConfig) -> dict[str, dict[str, Any]]:
     """Every setting of ``item``: its value (secrets only by their credential name) and
-    its source — ``file`` (its own name in the file), ``alias`` (a CamelCase name there) or
-    ``class default``."""
-    raw = _raw_settings(portal, item.name)
+    its source — ``file`` (its own name in the file), ``alias`` (a CamelCase name there),
+    ``system default (defaults.toml, row N)`` or ``class default``."""
     shown: dict[str, dict[str, Any]] = {}
     for setting in item.cls.declared_settings():
         value = item.settings.get(setting.name, setting.default)
-        if raw is None:  # no file to read (a production given as text): compare
+        source = item.sources.get(setting.name)
+        if source is None:  # an item built in code, not loaded from a file: compare
             source = "class default" if value == setting.default else "file"
-        elif setting.name in raw:
-            source = "file"
-        elif any(n in raw for n in (camel_case(setting.name), *setting.aliases)):
-            source = "alias"
-        else:
-            source = "class default"
-        shown[setting.name] = {"value": _shown(setting.name, value), "source": source}
+        shown[setting.name] = {"value": shown_value(setting.name, value), "source": source}
     return shown
-
-
-def _raw_settings(portal: Portal, name: str) -> dict[str, Any] | None:
-    """The keys the production file gives item ``name`` (None: no file to read)."""
-    path = portal.production.path
-    if path is None:
-        return None
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    for entry in data.get("items", []):
-        if isinstance(entry, dict) and entry.get("name") == name:
-            settings = entry.get("settings")
-            return dict(settings) if isinstance(settings, dict) else {}
-    return {}
-
-
-def _shown(name: str, value: Any) -> Any:
-    """``value`` as the page may show it: secrets hidden, user:password@ out of URLs."""
-    lowered = name.lower()
-    if any(word in lowered for word in SECRET_WORDS) and value:
-        return "(secret)"
-    if isinstance(value, str):
-        return redact_userinfo(value)
-    if isinstance(value, (list, tuple)):
-        return [_shown(name, v) for v in value]
-    if isinstance(value, dict):
-        return {k: _shown(str(k), v) for k, v in value.items()}
-    return value
 
 
 def target_of(item: ItemConfig, servers: list[dict[str, Any]]) -> dict[str, Any]:

@@ -112,7 +112,7 @@ def view_of(store: SqlStore, production: ProductionConfig, *,
             one["last_error"] = None
         one["light"], one["why"] = light(item, one)
         items.append(one)
-    current = running.file_hash(production.path)
+    current = running.file_hash(*production.files)
     changed = bool(reports) and current is not None and any(h != current for h in hashes)
     refusals = sorted({f"{name}: {one['refused']}" if name in names else
                        str(one["refused"]) for states in reports.values()

@@ -7,9 +7,10 @@ intake for an item that a SIGHUP added to the daemons (404) and accept it for on
 
 - when a daemon announces that it reloaded (``Kind.RELOADED``: NOTIFY on PostgreSQL, the
   doorbell on SQLite — within milliseconds), on every portal, and
-- for a standalone portal (``poll_file``), when the file itself changes: its modification
-  time and size are looked at every :data:`WATCH_INTERVAL` seconds (a ``stat``, nothing
-  more), its SHA-256 only when they moved.
+- for a standalone portal (``poll_file``), when the file itself (or its system defaults
+  file) changes: their modification times and sizes are looked at every
+  :data:`WATCH_INTERVAL` seconds (a ``stat``, nothing more), their SHA-256 only when they
+  moved.
 
 A file that no longer loads (a typo being edited) is not taken: the portal keeps what it has
 and logs why, once per version of the file.
@@ -44,7 +45,7 @@ class ProductionFollower:
         self.path = portal.production.path
         self._lock = threading.Lock()
         self._stat = self._stat_now()
-        self._hash = running.file_hash(self.path)
+        self._hash = running.file_hash(*portal.production.files)
         self._refused: str | None = None  # hash of a version that would not load
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -74,19 +75,20 @@ class ProductionFollower:
             if self._stat_now() != self._stat:
                 self.reload()
 
-    def _stat_now(self) -> tuple[int, int] | None:
+    def _stat_now(self) -> tuple[tuple[int, int], ...] | None:
         try:
-            info = os.stat(self.path) if self.path is not None else None
+            infos = [os.stat(p) for p in self.portal.production.files]
         except OSError:
             return None
-        return None if info is None else (info.st_mtime_ns, info.st_size)
+        return tuple((info.st_mtime_ns, info.st_size) for info in infos) or None
 
     def reload(self, *, force: bool = False) -> bool:
         """Load the file again if it changed (``force``: if it differs from what is served,
         by hash); True when the portal now serves a new version."""
         with self._lock:
             self._stat = self._stat_now()
-            digest = running.file_hash(self.path)
+            files = self.portal.production.files
+            digest = running.file_hash(*files)
             if digest is None or digest == self._hash or (digest == self._refused and
                                                           not force):
                 return False
@@ -98,6 +100,8 @@ class ProductionFollower:
                                 "serving the previous version: %s", exc)
                 self._refused = digest
                 return False
+            if new.files != files:  # another defaults file
+                digest = running.file_hash(*new.files)
             self.portal.production = new
             self._hash, self._refused = digest, None
             log.info("portal: production file reloaded: %d item(s)", len(new.items))

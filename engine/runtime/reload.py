@@ -1,5 +1,6 @@
 """The daemon's reloader: SIGHUP, ``encore reload`` and an admin's Reload re-read the
-production file; an operator's restart tears one item down and starts it again.
+production file and its system defaults file; an operator's restart tears one item down and
+starts it again.
 
 A reload is all or nothing (docs/security.md): new and changed items are built first, and if
 one of them cannot start the reload is refused; else changed and removed items stop, the new
@@ -110,7 +111,7 @@ class Reloader:
         self.requested = threading.Event()  # a reload was asked for and has not begun
         self.refused: dict[str, str] = {}
         self.failed: dict[str, str] = {}
-        self.file_hash = running.file_hash(daemon.production.path)
+        self.file_hash = running.file_hash(*daemon.production.files)
         self._executor: ThreadPoolExecutor | None = None
         self._reloading: Future[None] | None = None
         self._restarts: set[str] = set()  # items an operator asked to restart
@@ -189,8 +190,10 @@ class Reloader:
             return
         inbound: InboundChange | None = None
         try:
-            loaded_hash = running.file_hash(daemon.production.path)
+            loaded_hash = running.file_hash(*daemon.production.files)
             new = load_production(daemon.production.path, daemon.env)
+            if new.files != daemon.production.files:  # another defaults file
+                loaded_hash = running.file_hash(*new.files)
             if new.inbound is not None or daemon.inbound is not None:
                 from engine.inbound.server import prepare_inbound
 

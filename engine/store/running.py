@@ -54,14 +54,18 @@ def read_states(text: str | None) -> tuple[dict[str, dict[str, Any]], str | None
     return states, file if isinstance(file, str) else None
 
 
-def file_hash(path: Path | str | None) -> str | None:
-    """The SHA-256 of the file at ``path`` (None: no path, or not readable)."""
-    if path is None:
+def file_hash(*paths: Path | str | None) -> str | None:
+    """The SHA-256 of the file at ``paths[0]``; of several files (a production's and its
+    defaults file), the SHA-256 of theirs, in order. None: no path, or one not readable."""
+    if not paths or None in paths:
         return None
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        digests = [hashlib.sha256(Path(p).read_bytes()).hexdigest()  # type: ignore[arg-type]
+                   for p in paths]
     except OSError:
         return None
+    return digests[0] if len(digests) == 1 else hashlib.sha256(
+        "".join(digests).encode()).hexdigest()
 
 
 def announce(store: SqlStore, notes: Iterable[Announcement]) -> None:
