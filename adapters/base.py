@@ -5,8 +5,10 @@ opens each attempt with :meth:`OutboundAdapter.begin_attempt`, giving the attemp
 (monotonic seconds) and the message's idempotency key; the operation then calls the adapter's
 transport method (``HttpAdapter.send``, ``SoapAdapter.invoke``), which must finish — connect,
 send and the whole response — before that deadline or raise
-:class:`~engine.errors.ResponseTimeout`. :meth:`end_attempt` reports which server was used.
-Attempt state is thread-local because workers share the adapter.
+:class:`~engine.errors.ResponseTimeout`. The attempt's first server is recorded with its start
+(:meth:`next_server`); a change of server is recorded before a request goes to it
+(:meth:`note_server`); :meth:`end_attempt` reports every server it went to. Attempt state is
+thread-local because workers share the adapter.
 
 Those transport methods all go through :meth:`OutboundAdapter.call`, the template method: it
 picks a server (failover, docs/retries.md), opens the deadline scope, turns third-party exceptions
@@ -32,7 +34,7 @@ from adapters.settings import (
     AdapterSettings,
 )
 from adapters.urls import redact_userinfo, take_url_credentials, url_credentials_warning
-from engine.attempt import AttemptContext, HttpExchange
+from engine.attempt import AttemptContext, HttpExchange, servers_text
 from engine.clock import Clock, SystemClock
 from engine.errors import (
     AdapterError,
@@ -150,16 +152,23 @@ class OutboundAdapter(ABC):
 
     # -- attempts -------------------------------------------------------------------------
 
+    def next_server(self) -> str | None:
+        """The server the next attempt goes to first (the worker records it with the
+        attempt's start); None before :meth:`start`."""
+        return self._servers.pick() if self._servers is not None else None
+
     def begin_attempt(self, ctx: AttemptContext) -> None:
         self._local.ctx = ctx
-        self._local.server = None
+        self._local.tried = []
+        self._local.recorded = ctx.server  # what message_attempt.server holds now
         self._local.exchange = None
 
     def end_attempt(self) -> str | None:
-        """Close the attempt; return the server it used (for ``message_attempt.server``)."""
-        server = getattr(self._local, "server", None)
+        """Close the attempt; return the servers it went to, in order (for
+        ``message_attempt.server``: :func:`~engine.attempt.servers_text`)."""
+        server = servers_text(getattr(self._local, "tried", None) or [])
         self._local.ctx = None
-        self._local.server = None
+        self._local.tried = []
         return server
 
     def current_attempt(self) -> AttemptContext:
@@ -171,8 +180,23 @@ class OutboundAdapter(ABC):
                                  idempotency_key="")
         return ctx
 
-    def note_server(self, server: str | None) -> None:
-        self._local.server = server
+    def note_server(self, server: str) -> None:
+        """A request of the current attempt goes to ``server`` next. When that changes what
+        the store holds for the attempt (a failover, or a pick other than the one recorded
+        with its start), it is recorded first: a request never leaves for a server the
+        attempt's row does not name (so a kill -9 cannot hide it)."""
+        tried: list[str] | None = getattr(self._local, "tried", None)
+        if tried is None:
+            tried = self._local.tried = []
+        if server in tried:
+            return
+        tried.append(server)
+        text = servers_text(tried)
+        ctx = getattr(self._local, "ctx", None)
+        if (text != getattr(self._local, "recorded", None) and ctx is not None
+                and ctx.record_server is not None and text is not None):
+            ctx.record_server(text)
+        self._local.recorded = text
 
     def exchange(self) -> HttpExchange | None:
         """The last HTTP request of this thread's current (or just ended) attempt: method,

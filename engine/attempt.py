@@ -9,14 +9,35 @@ ends the span), metrics.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from engine.store.rows import MessageRow
 
-__all__ = ["AttemptContext", "AttemptObserver", "AttemptReport", "HttpExchange"]
+__all__ = ["SERVER_SEPARATOR", "AttemptContext", "AttemptObserver", "AttemptReport",
+           "HttpExchange", "servers_of", "servers_text"]
+
+# between the servers one attempt went to, in order, in ``message_attempt.server`` (a URL
+# holds no space, so the text splits back unambiguously)
+SERVER_SEPARATOR = " → "
+SERVER_TEXT_LIMIT = 500  # characters: the width of message_attempt.server
+
+
+def servers_text(servers: Sequence[str]) -> str | None:
+    """``message_attempt.server`` of an attempt that went to ``servers``, in order (None:
+    to none); cut to the column's width, ending in "…", in the rare case it is wider."""
+    if not servers:
+        return None
+    text = SERVER_SEPARATOR.join(servers)
+    return text if len(text) <= SERVER_TEXT_LIMIT else text[:SERVER_TEXT_LIMIT - 1] + "…"
+
+
+def servers_of(text: str | None) -> list[str]:
+    """The servers an attempt went to, from its ``message_attempt.server`` (the last is
+    where it ended)."""
+    return text.split(SERVER_SEPARATOR) if text else []
 
 
 @dataclass(frozen=True)
@@ -28,6 +49,11 @@ class AttemptContext:
     message_id: int | None = None
     # headers every request of this attempt carries, from the observers (e.g. traceparent)
     headers: Mapping[str, str] = field(default_factory=dict)
+    # the server its begin recorded (message_attempt.server, written with the attempt's
+    # start), and how to record the servers it goes to when that changes (a failover),
+    # before a request goes to the new one; None outside the worker
+    server: str | None = None
+    record_server: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 
 :class:`AttemptRunner` does what one attempt needs and nothing more: ask the attempt
 observers (a rate limit may wait, a breaker may hold the message, tracing adds a header),
-record the attempt's start — a durable write conditional on the claim, unless the batch claim
-began it — give the adapter the attempt's deadline, run ``on_message`` once, record a failed
-attempt's end, and tell the observers how it ended. It returns an :class:`AttemptOutcome`;
+record the attempt's start and the server it goes to — a durable write conditional on the
+claim, unless the batch claim began it — give the adapter the attempt's deadline (and the way
+to record another server before a failover sends to it), run ``on_message`` once, record a
+failed attempt's end, and tell the observers how it ended. It returns an :class:`AttemptOutcome`;
 what follows (retry, give up, complete) is the delivery policy's to decide
 (:mod:`engine.delivery.policy`) and the worker's to do (:mod:`engine.delivery.worker`).
 """
@@ -100,25 +101,31 @@ class AttemptRunner:
         self.observers = tuple(observers)
 
     def run(self, row: MessageRow, request: Any, number: int, first_started: float | None,
-            begun: int | None = None) -> AttemptOutcome:
+            begun: int | None = None, begun_server: str | None = None) -> AttemptOutcome:
         """Attempt ``number`` of the claimed message ``row``. ``first_started``: s_1 on the
         monotonic clock (None: this is the first). ``begun``: the id of the attempt row
-        the batch claim began (its true start is recorded at its end). Raises AttemptHeld
+        the batch claim began (its true start is recorded at its end), with
+        ``begun_server`` as its server. Raises AttemptHeld
         when an observer keeps the message from being sent now, ClaimLost when the claim is
         gone (nothing is sent then)."""
         host, adapter = self.host, self.host.adapter
         headers = self._before(row, number)
         host.retry, host.suspend_message, host.retry_count = False, False, number
         started, started_at = self.clock.monotonic(), self.clock.now()
+        # the server goes on record with the attempt's start, in the same write
+        server = begun_server if begun is not None else (
+            adapter.next_server() if adapter is not None else None)
         attempt_id = begun if begun is not None else self.store.begin_attempt(
-            row.id, number, started_at=started_at, token=row.claim_token)
+            row.id, number, started_at=started_at, token=row.claim_token, server=server)
         if adapter is not None:
             s_1 = started if first_started is None else first_started
             deadline = self.policy.deadline(first_started=s_1, started=started,
                                             response_timeout=adapter.response_timeout)
-            adapter.begin_attempt(AttemptContext(deadline=deadline, message_id=row.id,
-                                                 idempotency_key=idempotency_key(row),
-                                                 headers=headers))
+            adapter.begin_attempt(AttemptContext(
+                deadline=deadline, message_id=row.id, idempotency_key=idempotency_key(row),
+                headers=headers, server=server,
+                record_server=lambda text: self.store.note_attempt_server(
+                    attempt_id, text, token=row.claim_token)))
         response, error = None, None
         try:
             response = host.on_message(request)

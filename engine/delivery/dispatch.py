@@ -128,6 +128,9 @@ class Dispatcher:
         # direct takes (:meth:`reserve`): None, none; else asked before each, as ``ready``
         # is before a claim (set by the item, which knows its guards, window and lease)
         self.direct: Callable[[], bool] | None = None
+        # the server an attempt begun with a claim goes to, recorded with it (the item's
+        # adapter's pick; set by the item, which knows its adapter)
+        self.server: Callable[[], str | None] = lambda: None
         self._closed = False  # the workers were told to stop: no direct take any more
         self._linger_until = 0.0  # monotonic seconds
         # True while only new work can end the dispatcher's wait: set before a claim looks
@@ -219,7 +222,7 @@ class Dispatcher:
             self.release()
             return None
         return Grant(owner=s.owner, lease_seconds=s.lease_seconds, begin=s.begin,
-                     fifo=s.fifo, enabled=s.enabled)
+                     fifo=s.fifo, enabled=s.enabled, server=self.server() if s.begin else None)
 
     def take(self, claimed: Claimed) -> None:
         """The reserved worker's message, claimed by its intake: booked as any claim's and
@@ -400,7 +403,8 @@ class Dispatcher:
             done, claimed = self.store.complete_and_claim(
                 pending, now=self.clock.now(), target=s.target, owner=s.owner,
                 lease_seconds=s.lease_seconds, limit=limit, fifo=s.fifo, begin=s.begin,
-                enabled=s.enabled, held=held, alone=alone)
+                enabled=s.enabled, held=held, alone=alone,
+                server=self.server() if s.begin else None)
             self._committed(pending, done)
         with self._lock:
             self.book.took(claimed, started)

@@ -133,6 +133,8 @@ class ItemRunner:
             enabled=item.enabled, lease_seconds=context.lease_seconds,
             poll_interval=context.poll_interval),
             store=self.store, clock=self.clock, ready=self._can_claim, stop=self.stop_event)
+        if self.adapter is not None:  # recorded with the attempts its claims begin
+            self.dispatcher.server = self.adapter.next_server
         # the claims this item holds: its dispatcher takes them, its workers check them
         self.claims: ClaimBook = self.dispatcher.book
 
@@ -356,7 +358,8 @@ class ItemRunner:
             if claimed.begun is not None:
                 self.claims.confirm(row)  # no write of its own before its request: fence it
             with self._traced(row) as delivery:
-                result = worker.deliver(row, claimed.begun, claimed.interrupted)
+                result = worker.deliver(row, claimed.begun, claimed.interrupted,
+                                        begun_server=claimed.server)
                 delivery.ended(result.value)
             return result
         except Interrupted as exc:  # a process was waiting when the stop came

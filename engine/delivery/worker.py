@@ -140,16 +140,16 @@ class MessageWorker:
 
     # -- the delivery loop ---------------------------------------------------------------
     def deliver(self, row: MessageRow, begun: int | None = None,
-                interrupted: int = 0) -> Result:
+                interrupted: int = 0, *, begun_server: str | None = None) -> Result:
         """Run attempts for the claimed message ``row`` until it ends, parks or is released.
         ``begun``: the id of attempt 1, already recorded with the claim
-        (:meth:`SqlStore.claim` with ``begin``). ``interrupted``: its earlier deliveries
-        that never ended (``Claimed.interrupted``); at ``max_deliveries`` the message is
-        suspended before anything is sent. Every write is conditional on the row's
-        claim token: when the claim is gone, ClaimLost ends the delivery and nothing more is
-        sent. The events that report a change (a first failure, a give-up, a completion
-        after failures) are written in the transaction of that change; the operation's own
-        events are written as it writes them."""
+        (:meth:`SqlStore.claim` with ``begin``), going to ``begun_server``.
+        ``interrupted``: its earlier deliveries that never ended (``Claimed.interrupted``);
+        at ``max_deliveries`` the message is suspended before anything is sent. Every write
+        is conditional on the row's claim token: when the claim is gone, ClaimLost ends the
+        delivery and nothing more is sent. The events that report a change (a first
+        failure, a give-up, a completion after failures) are written in the transaction of
+        that change; the operation's own events are written as it writes them."""
         self.host.message_id, self.host.session_id = row.id, row.session_id
         if interrupted >= self.max_deliveries:
             with self._change():
@@ -170,7 +170,8 @@ class MessageWorker:
         while True:
             number += 1
             try:
-                outcome = self.runner.run(row, request, number, first_started, begun)
+                outcome = self.runner.run(row, request, number, first_started, begun,
+                                          begun_server)
             except AttemptHeld as held:
                 return self._hold(row, held, begun)
             begun = None
@@ -257,7 +258,8 @@ class MessageWorker:
         if open_attempt.attempt == 1:  # written with the attempt's end
             self._tell("on_first_failure", row, f"attempt 1 failed: {CRASH_TEXT}")
         self.store.end_attempt(open_attempt.id, ended_at=self.clock.now(), outcome="error",
-                               error_text=CRASH_TEXT, token=row.claim_token, defer=True)
+                               server=open_attempt.server, error_text=CRASH_TEXT,
+                               token=row.claim_token, defer=True)
         first = now if first_started is None else first_started
         if not self.policy.idempotent:
             return self._end(row, Result.SUSPENDED, f"{CRASH_TEXT}; the request may have been "
@@ -279,7 +281,8 @@ class MessageWorker:
             if open_attempt.attempt == 1:
                 self._tell("on_first_failure", row, f"attempt 1 failed: {CRASH_TEXT}")
             self.store.end_attempt(open_attempt.id, ended_at=self.clock.now(), outcome="error",
-                                   error_text=CRASH_TEXT, token=row.claim_token, defer=True)
+                                   server=open_attempt.server, error_text=CRASH_TEXT,
+                                   token=row.claim_token, defer=True)
         elif begun is not None:
             self.store.end_attempt(begun, ended_at=self.clock.now(), outcome="error",
                                    error_text="not sent: the message was suspended first",

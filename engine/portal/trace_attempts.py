@@ -12,6 +12,7 @@ back, not when it stopped, so it has no duration.
 """
 from __future__ import annotations
 
+from engine.attempt import servers_of
 from engine.errors import CRASH_TEXTS
 from engine.store.rows import AttemptRow
 from engine.store.statuses import Status
@@ -28,9 +29,10 @@ def cut_short(attempt: AttemptRow, message_status: str) -> bool:
 
 
 def server_label(attempt: AttemptRow) -> str | None:
-    """The participant an attempt went to (``server <address>``); None: the item's own work
-    (no server recorded)."""
-    return f"server {attempt.server}" if attempt.server else None
+    """The participant an attempt went to (``server <address>``): the last of its servers,
+    where it ended after any failover; None: the item's own work (no server recorded)."""
+    servers = servers_of(attempt.server)
+    return f"server {servers[-1]}" if servers else None
 
 
 def taken_back_after(attempt: AttemptRow) -> float | None:

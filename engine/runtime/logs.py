@@ -4,9 +4,12 @@ once per kind and minute with a count").
 A flood (10,000 half-open connections, a database that refuses every write) makes the same
 failure happen thousands of times a second. Logged one by one it fills the disk with
 tracebacks and costs the CPU the daemon needs to recover. :class:`RepeatFilter` lets the
-first record of a kind through and counts the rest; when the minute is over it logs one
-line with the count ("… (N more like it in the last minute)") and, while the failure goes
-on, one such line a minute; the counts still open are logged when the process exits. A kind
+first record of a kind through, printed as it happens, and counts the rest; when the minute
+is over it logs one line that says what it held back and since when ("N more like this held
+back since T (the last at T'): <the last one>") and, while the failure goes on, one such
+line a minute; the counts still open are logged when the process exits. A held record is
+never printed as if it had just happened: the count line has its own time, and names the
+times of what it counts. A kind
 is the logger and the message *template* (``record.msg``, before its arguments), so "refused a
 connection from %s" is one kind for every address, unless the record names its kind itself
 (``extra={"repeat_kind": ...}``): an event of the event log is of its item and the method that
@@ -47,16 +50,19 @@ REPEATING_LOGGERS: tuple[str, ...] = SERVER_LOGGERS + (
     "engine.store.doorbell",
 )
 
-_SUMMARY = "%s (%d more like it in the last minute)"
+_SUMMARY = "%d more like this held back since %s (the last at %s): %s"
+_TIMES = logging.Formatter()  # the times of held records, as the log's own lines show them
 
 
 @dataclass(slots=True)
 class _Run:
-    """One kind's current window: when it began, what was held back, the last record."""
+    """One kind's current window: when it began (the filter's clock), how many records it
+    held back, the first of them and the last record of the kind."""
 
     started: float
     held: int
     last: logging.LogRecord
+    first_held: logging.LogRecord | None = None
 
 
 class RepeatFilter(logging.Filter):
@@ -83,6 +89,8 @@ class RepeatFilter(logging.Filter):
             if run is None:
                 self._runs[key] = _Run(started=now, held=0, last=record)
             else:
+                if not run.held:
+                    run.first_held = record
                 run.held += 1
                 run.last = record
         self._emit(ended)
@@ -101,17 +109,16 @@ class RepeatFilter(logging.Filter):
         with self._lock:
             return sum(run.held for run in self._runs.values())
 
-    def _take_ended(self, now: float, *,
-                    everything: bool = False) -> list[tuple[logging.LogRecord, int]]:
+    def _take_ended(self, now: float, *, everything: bool = False) -> list[_Run]:
         """The ended windows that held records back; a kind that is still failing starts a
         new window with its count line, one that went quiet is forgotten. ``everything``:
         end every window and forget every kind."""
-        ended: list[tuple[logging.LogRecord, int]] = []
+        ended: list[_Run] = []
         for key, run in list(self._runs.items()):
             if not everything and now - run.started < self.window:
                 continue
             if run.held:
-                ended.append((run.last, run.held))
+                ended.append(run)
             if run.held and not everything:
                 self._runs[key] = _Run(started=now, held=0, last=run.last)
             else:
@@ -119,11 +126,15 @@ class RepeatFilter(logging.Filter):
         return ended
 
     @staticmethod
-    def _emit(ended: Iterable[tuple[logging.LogRecord, int]]) -> None:
-        for last, held in ended:
-            summary = logging.LogRecord(last.name, last.levelno, last.pathname, last.lineno,
-                                        _SUMMARY, (last.getMessage(), held), None,
-                                        func=last.funcName)
+    def _emit(ended: Iterable[_Run]) -> None:
+        """One line per ended window, at the time it is printed, naming what it counts:
+        how many, since when, and the last of them with its own time."""
+        for run in ended:
+            last, first = run.last, run.first_held or run.last
+            summary = logging.LogRecord(
+                last.name, last.levelno, last.pathname, last.lineno, _SUMMARY,
+                (run.held, _TIMES.formatTime(first), _TIMES.formatTime(last),
+                 last.getMessage()), None, func=last.funcName)
             summary.repeat_summary = True
             logging.getLogger(last.name).handle(summary)
 

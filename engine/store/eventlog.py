@@ -104,14 +104,11 @@ class SqlEventLog:
         if type_ not in EVENT_TYPES:
             raise ValueError(f"unknown event type {type_!r}; expected one of {EVENT_TYPES}")
         text, stack = storable(text), storable(stack)  # may quote a server: NUL, surrogates
-        # one kind per item and reporting method for the log's repeat filter: a flood of one
-        # item's failures is one line a minute, another item's event (or the same item's
-        # give-up after its first failure) still gets through at once
-        log.log(_LEVELS[type_], "[%s] %s%s", config_name or "-",
-                f"message {message_id}: " if message_id else "", text,
-                extra={"repeat_kind": ("event", config_name, source_class, source_method)})
+        logged = now or utcnow()
+        _mirror(_LEVELS[type_], logged, config_name, message_id, text,
+                ("event", config_name, source_class, source_method))
         row: dict[str, Any] = {
-            "time_logged": now or utcnow(), "type": type_, "config_name": config_name,
+            "time_logged": logged, "type": type_, "config_name": config_name,
             "job": job, "message_id": message_id, "session_id": session_id,
             "source_class": source_class, "source_method": source_method, "text": text,
             "stack": stack}
@@ -121,3 +118,21 @@ class SqlEventLog:
             return
         with self.engine.begin() as conn:
             conn.execute(event_log.insert().values(**row))
+
+
+def _mirror(level: int, at: datetime, item: str | None, message_id: int | None, text: str,
+            kind: tuple[str | None, ...]) -> None:
+    """The event on the Python log (the daemon's output), as it is written and stamped with
+    its ``time_logged``, so that the line and the row tell the same time. ``kind``: one per
+    item and reporting method for the log's repeat filter — a flood of one item's failures
+    is one line a minute, another item's event (or the same item's give-up after its first
+    failure) still gets through at once."""
+    if not log.isEnabledFor(level):
+        return
+    record = log.makeRecord(log.name, level, __file__, 0, "[%s] %s%s",
+                            (item or "-", f"message {message_id}: " if message_id else "",
+                             text), None, func="write", extra={"repeat_kind": kind})
+    stamp = at.timestamp()
+    record.relativeCreated += (stamp - record.created) * 1000
+    record.created, record.msecs = stamp, at.microsecond // 1000 + 0.0
+    log.handle(record)

@@ -246,7 +246,7 @@ class SqlStore:
     def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
               limit: int = 1, fifo: bool = False, begin: bool = False,
               enabled: bool = True, held: Sequence[int] = (),
-              alone: bool = True) -> list[Claimed]:
+              alone: bool = True, server: str | None = None) -> list[Claimed]:
         """Take up to ``limit`` due messages of ``target`` in one statement, oldest first:
         ``Delivered``, leased to ``owner`` until ``now + lease_seconds``, each with a new
         fencing token (``MessageRow.claim_token``) that every later write about it must
@@ -259,9 +259,10 @@ class SqlStore:
         delivers them first, in order), which do not stop the claim. ``begin``: attempt 1
         of every message never attempted begins at ``now`` with the claim (for idempotent
         items: a crash turns it into an outcome-unknown attempt, which they re-send); its id
-        is ``Claimed.begun``. The commit does not wait for the disk: lost in a crash of the
-        machine or server, the claim and its attempts go together, and the message is
-        delivered afresh.
+        is ``Claimed.begun``, going to ``server`` (the item's adapter's pick, recorded in
+        the same statement; ``Claimed.server``). The commit does not wait for the disk:
+        lost in a crash of the machine or server, the claim and its attempts go together,
+        and the message is delivered afresh.
         Claims expired by a dead daemon come back through :meth:`release_expired_claims`.
 
         Every claim counts a delivery (``message_header.deliveries``); one that ends by
@@ -275,7 +276,7 @@ class SqlStore:
         """
         return self.db.hot.claim(target, owner=owner, now=now, lease_seconds=lease_seconds,
                                limit=limit, fifo=fifo, begin=begin, enabled=enabled,
-                               held=held, alone=alone)
+                               held=held, alone=alone, server=server)
 
     def complete_and_claim(self, completions: list[Completion], *, now: datetime,
                            **claim: Any) -> tuple[list[int], list[Claimed]]:
@@ -358,8 +359,11 @@ class SqlStore:
 
     # -- attempts ------------------------------------------------------------------------
     def begin_attempt(self, message_id: int, attempt: int, *, started_at: datetime,
-                      durable: bool = True, token: int | None = None) -> int:
-        """Record that attempt ``attempt`` starts now (before anything is sent).
+                      durable: bool = True, token: int | None = None,
+                      server: str | None = None) -> int:
+        """Record that attempt ``attempt`` starts now (before anything is sent), going to
+        ``server`` (the adapter's pick; None: no adapter) — in the one write, so that a
+        process killed during the attempt leaves its server on record.
 
         ``token``: the claim's fencing token; raises ClaimLost (and records nothing) when the
         message's claim is no longer that one, so that nothing is sent.
@@ -376,8 +380,19 @@ class SqlStore:
                 first_attempt_at=func.coalesce(h.first_attempt_at, started_at))).rowcount
             check_claim(changed, message_id, token)
             return int(conn.execute(message_attempt.insert().values(
-            message_id=message_id, attempt=attempt, started_at=started_at,
-        ).returning(message_attempt.c.id)).scalar_one())
+                message_id=message_id, attempt=attempt, started_at=started_at,
+                server=storable(server)).returning(message_attempt.c.id)).scalar_one())
+
+    def note_attempt_server(self, attempt_id: int, server: str, *,
+                            token: int | None = None) -> None:
+        """Record the servers attempt ``attempt_id`` went to so far (``servers_text``), before
+        a request goes to the last of them — a failover within the attempt, or a server
+        other than the one its start recorded. Durable, as the start is. ``token``: raises
+        ClaimLost (and records nothing) when the claim is no longer that one."""
+        with self.db.tx() as conn:
+            changed = conn.execute(_fenced_attempt(attempt_id, token)
+                                   .values(server=storable(server))).rowcount
+            check_claim(changed, attempt_id, token, what="attempt")
 
     def end_attempt(self, attempt_id: int, *, ended_at: datetime, outcome: str,
                     server: str | None = None, status_code: int | None = None,
@@ -389,7 +404,8 @@ class SqlStore:
         stays ``min(message_attempt.started_at)``). Not durable on its own: lost in a server
         crash, the attempt looks unfinished and is treated as outcome unknown, and both
         times keep the claim's (equal) value. ``token``: raises ClaimLost when the claim is
-        no longer that one.
+        no longer that one. ``server``: the servers it went to, as the adapter reports them
+        (None: none — what its start recorded is cleared, no request left).
 
         ``defer`` (a failed attempt, in the worker): written by this thread's next change of
         a message (a retry's schedule, a give-up, a release, a completion), in its
@@ -404,10 +420,7 @@ class SqlStore:
                                   "error_text": storable(error_text)}
         if started_at is not None:
             values["started_at"] = started_at
-        stmt = update(message_attempt).where(a.id == attempt_id)
-        if token is not None:
-            stmt = stmt.where(select(h.id).where(h.id == a.message_id, h.claim_token == token)
-                              .exists())
+        stmt = _fenced_attempt(attempt_id, token)
         def write(conn: Connection) -> None:
             changed = conn.execute(stmt.values(**values)).rowcount
             check_claim(changed, attempt_id, token, what="attempt")
@@ -732,6 +745,17 @@ class SqlStore:
         """A read-only connection (see :meth:`Database.read`), for callers that read tables
         the store has no method for."""
         return self.db.read()
+
+
+def _fenced_attempt(attempt_id: int, token: int | None) -> Any:
+    """An UPDATE of attempt ``attempt_id``, only while its message's claim is ``token``
+    (when given)."""
+    a, h = message_attempt.c, message_header.c
+    stmt = update(message_attempt).where(a.id == attempt_id)
+    if token is not None:
+        stmt = stmt.where(select(h.id).where(h.id == a.message_id, h.claim_token == token)
+                          .exists())
+    return stmt
 
 
 # ``deliveries`` of a message put back in its queue by the delivery that claimed it: that

@@ -282,9 +282,34 @@ def test_a_not_sent_failure_moves_to_the_next_server_within_the_same_attempt(ser
     adapter = started({"servers": [dead, server.url], "bad_server_cooldown": 60})
     attempt(adapter)
     assert adapter.send("GET", "/ok").status == 200
-    assert adapter.end_attempt() == server.url
+    assert adapter.end_attempt() == f"{dead} → {server.url}"  # each server it went to
     attempt(adapter)  # the dead server is now skipped at once
     adapter.send("GET", "/ok")
+    assert adapter.end_attempt() == server.url
+
+
+def test_a_failover_records_the_next_server_before_its_request_leaves(server):
+    dead = f"http://127.0.0.1:{closed_port()}"
+    adapter = started({"servers": [dead, server.url], "bad_server_cooldown": 60})
+    recorded: list[tuple[str, int]] = []  # (what the store was told, requests seen then)
+    def record(text: str) -> None:
+        recorded.append((text, len(server.requests)))
+    first = adapter.next_server()
+    assert first == dead  # what the worker records with the attempt's start
+    adapter.begin_attempt(AttemptContext(deadline=time.monotonic() + TIMEOUT,
+                                         idempotency_key="k", server=first,
+                                         record_server=record))
+    assert adapter.send("GET", "/ok").status == 200
+    assert recorded == [(f"{dead} → {server.url}", 0)]  # before the request reached it
+    assert adapter.end_attempt() == f"{dead} → {server.url}"
+    recorded.clear()
+    second = adapter.next_server()
+    assert second == server.url  # the dead one is bad now
+    adapter.begin_attempt(AttemptContext(deadline=time.monotonic() + TIMEOUT,
+                                         idempotency_key="k", server=second,
+                                         record_server=record))
+    adapter.send("GET", "/ok")
+    assert recorded == []  # its start named it already: no write of its own
     assert adapter.end_attempt() == server.url
 
 

@@ -18,6 +18,27 @@ class Clock:
         return self.now
 
 
+def at(seconds: float) -> str:
+    """A time as the log prints it (``asctime``)."""
+    record = logging.makeLogRecord({})
+    record.created, record.msecs = seconds, int((seconds - int(seconds)) * 1000) + 0.0
+    return logging.Formatter().formatTime(record)
+
+
+@pytest.fixture(autouse=True)
+def records_on_the_clock(clock: Clock) -> Iterator[None]:
+    """Records made while a test runs are stamped with its virtual clock's time."""
+    make = logging.getLogRecordFactory()
+
+    def stamped(*args: object, **kwargs: object) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        record.created, record.msecs = clock.now, int((clock.now % 1) * 1000) + 0.0
+        return record
+    logging.setLogRecordFactory(stamped)
+    yield
+    logging.setLogRecordFactory(make)
+
+
 class Lines(logging.Handler):
     def __init__(self) -> None:
         super().__init__()
@@ -50,7 +71,9 @@ def logged(clock: Clock) -> Iterator[tuple[logging.Logger, RepeatFilter, list[st
 def test_the_first_of_a_kind_passes_and_the_rest_of_its_minute_is_one_line_with_a_count(
         clock: Clock, logged: tuple[logging.Logger, RepeatFilter, list[str]]) -> None:
     logger, repeats, lines = logged
+    times = []
     for n in range(1000):
+        times.append(clock.now)
         logger.warning("refused a connection from %s: %s reached", f"10.0.0.{n % 250}",
                        "max_connections")
         clock.now += 0.05  # 1000 in 50 s
@@ -61,8 +84,10 @@ def test_the_first_of_a_kind_passes_and_the_rest_of_its_minute_is_one_line_with_
     assert repeats.flush() == 0  # the minute is not over
     clock.now = 1000.0 + 60.0
     assert repeats.flush() == 1
-    assert lines[1] == ("WARNING tests.repeats: refused a connection from 10.0.0.249: "
-                        "max_connections reached (999 more like it in the last minute)")
+    # what was held back, since when and until when: not the last one printed as if new
+    assert lines[1] == (f"WARNING tests.repeats: 999 more like this held back since "
+                        f"{at(times[1])} (the last at {at(times[-1])}): refused a connection "
+                        "from 10.0.0.249: max_connections reached")
 
 
 def test_a_failure_that_goes_on_gets_one_line_a_minute_and_one_that_stops_is_forgotten(
@@ -74,13 +99,14 @@ def test_a_failure_that_goes_on_gets_one_line_a_minute_and_one_that_stops_is_for
         clock.now += 1.0
         repeats.flush()
     assert len(lines) == 1 + 3  # the first, then one count a minute
-    assert [line.rsplit("(", 1)[1] for line in lines[1:]] == [
-        "599 more like it in the last minute)", "600 more like it in the last minute)",
-        "600 more like it in the last minute)"]
+    assert [line.split(": ", 1)[1].split(" (")[0] for line in lines[1:]] == [
+        f"599 more like this held back since {at(1000.0)}",  # the 2nd of the first second
+        f"600 more like this held back since {at(1060.0)}",
+        f"600 more like this held back since {at(1120.0)}"]
     clock.now += 61.0
     assert repeats.flush() == 0  # quiet for a whole minute: nothing to count ...
     logger.error("item %s: %s; trying again in %.0f s", "Http", "disk I/O error", 1)
-    assert len(lines) == 5 and "more like it" not in lines[-1]  # ... and it passes again
+    assert len(lines) == 5 and "held back" not in lines[-1]  # ... and it passes again
 
 
 def test_kinds_are_counted_apart_and_info_is_never_held(
@@ -95,8 +121,9 @@ def test_kinds_are_counted_apart_and_info_is_never_held(
     assert len(lines) == 5 + 3
     clock.now += 60.0
     logger.warning("closed a connection from %s", "127.0.0.3")  # any record flushes ended ones
-    counts = sorted(line.rsplit("(", 1)[1] for line in lines if "more like it" in line)
-    assert counts == ["4 more like it in the last minute)"] * 3
+    counts = [line.split(": ", 1)[1].split(" held back")[0] for line in lines
+              if "held back" in line]
+    assert counts == ["4 more like this"] * 3
 
 
 def test_a_traceback_is_logged_with_the_first_record_only(
@@ -117,8 +144,9 @@ def test_a_traceback_is_logged_with_the_first_record_only(
     finally:
         logger.removeHandler(keeper)
     assert [r.exc_info is not None for r in records] == [True, False]
-    assert records[1].getMessage() == ("unexpected error in worker (2 more like it in the "
-                                       "last minute)")
+    assert records[1].getMessage() == (f"2 more like this held back since {at(1000.0)} "
+                                       f"(the last at {at(1000.0)}): unexpected error in "
+                                       "worker")
 
 
 def test_limit_repeats_puts_one_shared_filter_on_each_logger_once() -> None:
@@ -137,7 +165,7 @@ def test_the_counts_still_open_are_logged_when_everything_is_flushed(
         logger.warning("closed a connection from %s", "127.0.0.2")
     clock.now += 5.0  # the minute is not over, but the process exits
     assert repeats.flush(everything=True) == 1
-    assert lines[-1].endswith("(6 more like it in the last minute)")
+    assert f": 6 more like this held back since {at(1000.0)} " in lines[-1]
     assert repeats.held() == 0 and repeats.flush(everything=True) == 0
     logger.warning("closed a connection from %s", "127.0.0.2")
     assert len(lines) == 3  # a new window: the first passes
@@ -180,3 +208,27 @@ def test_events_are_of_their_item_and_reporting_method_not_of_one_shared_templat
         logger.removeHandler(handler)
         logger.removeFilter(repeats)
         store.dispose()
+
+
+def test_an_event_is_printed_with_its_own_time_not_the_time_it_reached_the_log() -> None:
+    from datetime import UTC, datetime
+
+    from engine.store.sql import SqlStore
+
+    store = SqlStore("sqlite://")
+    store.upgrade()
+    records: list[logging.LogRecord] = []
+    keeper = logging.Handler()
+    keeper.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("engine.store.eventlog")
+    logger.addHandler(keeper)
+    happened = datetime(2030, 1, 2, 3, 4, 5, 678_901, tzinfo=UTC)
+    try:
+        store.events.write("Error", "attempt 1 failed: HTTP 500", config_name="Http",
+                           message_id=7, now=happened)
+    finally:
+        logger.removeHandler(keeper)
+        store.dispose()
+    (record,) = records
+    assert record.getMessage() == "[Http] message 7: attempt 1 failed: HTTP 500"
+    assert (record.created, record.msecs) == (happened.timestamp(), 678.0)

@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 from engine.errors import StoreError
 from engine.store.database import connection_looks_dead, reason_of
 from engine.store.rows import MessageRow
+from engine.store.text import storable
 
 T = TypeVar("T")
 
@@ -139,13 +140,15 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Claimed:
-    """One claimed message and, when the claim began it, the id of its attempt 1.
+    """One claimed message and, when the claim began it, the id of its attempt 1 and the
+    server recorded with it.
     ``interrupted``: its deliveries that began before this claim and never ended (the
     count before the claim; above 0, the message was claimed alone)."""
 
     row: MessageRow
     begun: int | None
     interrupted: int = 0
+    server: str | None = None  # what the attempt begun records as its server
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,7 @@ class Grant:
     begin: bool
     fifo: bool
     enabled: bool
+    server: str | None = None  # recorded with the attempt begun (the adapter's pick)
 
 
 class Taker(Protocol):
@@ -357,17 +361,18 @@ class HotPath:
     @staticmethod
     def _claim_params(target: str, *, owner: str, now: datetime, lease_seconds: float,
                       limit: int, fifo: bool, begin: bool, enabled: bool,
-                      alone: bool = True) -> dict[str, Any]:
+                      alone: bool = True, server: str | None = None) -> dict[str, Any]:
         return {"target": target, "owner": owner, "now": now,
                 "expires": now + timedelta(seconds=lease_seconds), "limit": limit,
                 "fifo": fifo, "begin": begin, "enabled": enabled, "no_id": _NO_ID,
-                "alone": alone}
+                "alone": alone, "server": storable(server) if begin else None}
 
     def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
               limit: int, fifo: bool, begin: bool, enabled: bool,
-              held: Sequence[int] = (), alone: bool = True) -> list[Claimed]:
+              held: Sequence[int] = (), alone: bool = True,
+              server: str | None = None) -> list[Claimed]:
         """``alone``: the claimer holds no other message of ``target``, so it may take a
-        suspect (see :data:`ISOLATE`)."""
+        suspect (see :data:`ISOLATE`); ``server``: recorded with each attempt begun."""
         raise NotImplementedError
 
     def execute(self, sql: str, params: dict[str, Any]) -> list[Any]:

@@ -93,8 +93,8 @@ class PostgresHotPath(HotPath):
         f"RETURNING {SELECT_COLUMNS}, pick.deliveries AS interrupted, "
         "CASE WHEN :begin AND pick.attempts = 0 "
         "THEN nextval('message_attempt_id_seq') END AS begun), "
-        "begun AS (INSERT INTO message_attempt (id, message_id, attempt, started_at) "
-        "SELECT begun, id, 1, :now FROM claimed WHERE begun IS NOT NULL) "
+        "begun AS (INSERT INTO message_attempt (id, message_id, attempt, started_at, server) "
+        "SELECT begun, id, 1, :now, :server::text FROM claimed WHERE begun IS NOT NULL) "
         "SELECT * FROM claimed ORDER BY id")
     # A FIFO head locked for a moment (an operator's action) is waited for, never skipped.
     # One statement per kind of claim, so that each gets a plan of its own (a generic plan
@@ -221,10 +221,11 @@ class PostgresHotPath(HotPath):
 
     def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
               limit: int, fifo: bool, begin: bool, enabled: bool,
-              held: Sequence[int] = (), alone: bool = True) -> list[Claimed]:
+              held: Sequence[int] = (), alone: bool = True,
+              server: str | None = None) -> list[Claimed]:
         params = self._claim_params(target, owner=owner, now=now, lease_seconds=lease_seconds,
                                     limit=limit, fifo=fifo, begin=begin, enabled=enabled,
-                                    alone=alone)
+                                    alone=alone, server=server)
         # an array literal: psycopg would dump a list element by element in Python
         params["held"] = "{" + ",".join(str(int(i)) for i in held) + "}"
         # not durable, even when it begins attempts (an idempotent item's): lost in a crash
@@ -232,7 +233,8 @@ class PostgresHotPath(HotPath):
         rows = self._run(self._CLAIM_FIFO if fifo else self._CLAIM_ANY, params)
         width = len(COLUMNS)
         return [Claimed(MessageRow(**dict(zip(COLUMNS, r[:width]))),
-                        None if r[-1] is None else int(r[-1]), int(r[width])) for r in rows]
+                        None if r[-1] is None else int(r[-1]), int(r[width]),
+                        None if r[-1] is None else params["server"]) for r in rows]
 
     def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:
         if not completions:

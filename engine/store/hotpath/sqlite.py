@@ -28,6 +28,7 @@ from engine.store.hotpath.base import (
     isolate,
 )
 from engine.store.rows import MessageRow
+from engine.store.text import storable
 
 # The caller an idempotency key belongs to (docs/security.md): an API token's holder, whose
 # messages' source is "api:<name>", or '' — the production itself (the command line,
@@ -81,8 +82,8 @@ class SqliteHotPath(HotPath):
     _CLAIM = (f"UPDATE message_header AS h SET {CLAIM_SET} "
               f"WHERE h.id IN (SELECT value FROM json_each(:ids)) "
               f"RETURNING {SELECT_COLUMNS.replace('h.', '')}")
-    _BEGIN = ("INSERT INTO message_attempt (message_id, attempt, started_at) "
-              "SELECT value, 1, :now FROM json_each(:ids) RETURNING id, message_id")
+    _BEGIN = ("INSERT INTO message_attempt (message_id, attempt, started_at, server) "
+              "SELECT value, 1, :now, :server FROM json_each(:ids) RETURNING id, message_id")
     _COMPLETE = ("UPDATE message_header SET status = 'Completed', is_error = 0, "
                  "retry_needed = 0, next_attempt_at = NULL, time_completed = :now, "
                  "claimed_by = NULL, lease_expires_at = NULL, corresponding_id = :response_id, "
@@ -221,8 +222,8 @@ class SqliteHotPath(HotPath):
         "WHERE q.target = :target AND q.status IN ('Queued', 'Delivered'))) "
         f"RETURNING {', '.join(COLUMNS)}")
     direct_takes = True
-    _BEGIN_ONE = ("INSERT INTO message_attempt (message_id, attempt, started_at) "
-                  "VALUES (:id, 1, :now) RETURNING id")
+    _BEGIN_ONE = ("INSERT INTO message_attempt (message_id, attempt, started_at, server) "
+                  "VALUES (:id, 1, :now, :server) RETURNING id")
 
     def accept_claimed(self, target: str, body_class: str | None, body: str, *,
                        source: str | None, session_id: int | None, now: datetime,
@@ -233,6 +234,7 @@ class SqliteHotPath(HotPath):
         a message ahead — and is queued as any other; or the ``idempotency_key`` names an
         earlier message, which is returned, ``created`` False, and nothing is made)."""
         stamp = _sqlite_time(now)
+        server = storable(grant.server) if grant.begin else None
         params = {"session_id": session_id, "source": source, "target": target,
                   "body_class": body_class, "body": body, "now": stamp,
                   "key": idempotency_key,
@@ -251,13 +253,14 @@ class SqliteHotPath(HotPath):
                     new_id = cur.execute(self._ACCEPT, params).lastrowid
                     return Accepted(new_id, new_id if session_id is None else session_id,
                                     True), None, None
-                begun = (cur.execute(self._BEGIN_ONE, {"id": raw[0], "now": stamp})
+                begun = (cur.execute(self._BEGIN_ONE, {"id": raw[0], "now": stamp,
+                                                       "server": server})
                          .fetchone()[0] if grant.begin else None)
                 return Accepted(raw[0], raw[1], True), raw, begun
             accepted, raw, begun = self._guard(accept)
         if raw is None:
             return accepted, None
-        return accepted, Claimed(self._row(raw), begun, 0)
+        return accepted, Claimed(self._row(raw), begun, 0, server if begun else None)
 
     def accept_many(self, intakes: Sequence[Intake]) -> list[Accepted]:
         if not any(i.idempotency_key is not None or i.search_paths or _has_nul(
@@ -312,11 +315,12 @@ class SqliteHotPath(HotPath):
 
     def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
               limit: int, fifo: bool, begin: bool, enabled: bool,
-              held: Sequence[int] = (), alone: bool = True) -> list[Claimed]:
+              held: Sequence[int] = (), alone: bool = True,
+              server: str | None = None) -> list[Claimed]:
         return self.complete_and_claim((), now=now, target=target, owner=owner,
                                        lease_seconds=lease_seconds, limit=limit, fifo=fifo,
                                        begin=begin, enabled=enabled, held=held,
-                                       alone=alone)[1]
+                                       alone=alone, server=server)[1]
 
     def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:
         waited: list[int] = []
@@ -342,7 +346,9 @@ class SqliteHotPath(HotPath):
         self._waited_completed(completions, waited)
         # rows are made after the commit: the write lock is held for the SQL alone
         rows = sorted((self._row(r) for r in raw), key=lambda r: r.id)
-        return done, [Claimed(r, begun.get(r.id), before[r.id]) for r in rows]
+        server = params["server"]
+        return done, [Claimed(r, begun.get(r.id), before[r.id],
+                              server if r.id in begun else None) for r in rows]
 
     def _claim(self, cur: Any, params: dict[str, Any]
                ) -> tuple[list[Any], dict[int, int], dict[int, int]]:
@@ -358,7 +364,8 @@ class SqliteHotPath(HotPath):
         begun: dict[int, int] = {}
         if fresh:
             begun = {m: a for a, m in cur.execute(
-                self._BEGIN, {"now": params["now"], "ids": _json_ids(fresh)})}
+                self._BEGIN, {"now": params["now"], "ids": _json_ids(fresh),
+                              "server": params["server"]})}
         return raw, begun, {i: deliveries for i, _, deliveries in picked}
 
     def _complete(self, cur: Any, completions: Sequence[Completion], stamp: str | None,
