@@ -76,10 +76,10 @@ _LOSS = re.compile(r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?"
                    r"|message\(s\) \[(?P<many>[\d, ]+)\] were taken over"
                    r"|lost lease (?P<lease>\S+) to another daemon)")
 LOSS_BEFORE = 1.0  # seconds a loss may be logged before its fault began (clock reading)
-# The engine logs a repeated warning once a minute, with a count (engine.runtime.logs): a
-# line ending so stands for losses at any time in the minute (and the flush's 5 s) before it
-_SUMMARY = re.compile(r"\(\d+ more like it in the last minute\)\s*$")
-SUMMARY_SPAN = 65.0  # seconds before a summary line its losses may have happened
+# The engine logs a repeated warning once a minute and then one line that says how many it
+# held back since when (engine.runtime.logs): such a line stands for losses from that time on
+_SUMMARY = re.compile(r"more like this held back since "
+                      r"(?P<since>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)")
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,9 @@ def claim_losses(daemon_name: str, log: str) -> list[ClaimLoss]:
             continue
         at = datetime.strptime(found["at"], "%Y-%m-%d %H:%M:%S,%f").timestamp()  # local
         text = line[found.end("at") + 1:][:300]
-        span = SUMMARY_SPAN if _SUMMARY.search(line) else 0.0
+        summary = _SUMMARY.search(line)
+        span = 0.0 if summary is None else max(at - datetime.strptime(
+            summary["since"], "%Y-%m-%d %H:%M:%S,%f").timestamp(), 0.0) + 1.0
         if found["lease"]:
             out.append(ClaimLoss(daemon_name, None, at, text, span))
             continue
