@@ -135,6 +135,8 @@ class Doorbell:
             self._receiver = self._own = self._thread = None
             self._stop.set()
         if thread is not None:
+            if path is not None:  # wake it now: it would hear its stop only at its timeout
+                self._send(b"", path)
             thread.join(RECEIVE_TIMEOUT * 2)
         if receiver is not None:
             receiver.close()

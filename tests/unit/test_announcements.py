@@ -97,3 +97,21 @@ def test_a_hub_remembers_the_last_ends_announced_to_it() -> None:
     hub.ended(range(10, 10 + RECENT))  # the oldest are forgotten, the newest kept
     assert not hub.ended_lately(1) and hub.ended_lately(10 + RECENT - 1)
     assert len(hub._recent_set) == RECENT  # noqa: SLF001 - bounded memory
+
+
+def test_closing_a_doorbell_wakes_its_receiver_at_once_not_at_its_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from engine.store import doorbell
+
+    # a receive timeout no test would wait out: a close that waits for it fails the bound
+    monkeypatch.setattr(doorbell, "RECEIVE_TIMEOUT", 30.0)
+    bell = Doorbell(str(tmp_path / "e.db"))
+    bell.listen(lambda note: None)
+    thread = bell._thread
+    assert thread is not None and thread.is_alive()
+    started = time.monotonic()
+    bell.close()
+    assert time.monotonic() - started < 5.0  # `encore send --wait` exits with its answer
+    assert not thread.is_alive()
