@@ -1,0 +1,58 @@
+"""The command line's smaller untruths (issue 37, item 9), each against what a user sees:
+``send --wait`` exits with its answer, ``simulate --servers`` says only its timeline at the
+item's default cooldown, a missing SQLite directory gets one instruction, ``status`` names
+the daemons running an inbound service."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.acceptance.daemon import RunningDaemon, cli_env, encore
+from tests.waiting import wait_until
+
+ECHO = """
+[production]
+name = "Untruths"
+database = "{url}"
+poll_interval = 0.05
+
+[[items]]
+name = "Echo"
+class = "tests.unit.sample_ops:EchoOperation"
+"""
+AFTER_ANSWER = 0.5  # seconds `send --wait` may take to exit once it printed its answer
+
+
+def test_send_wait_exits_as_soon_as_it_printed_the_answer(tmp_path: Path) -> None:
+    (tmp_path / "production.toml").write_text(ECHO.format(url="sqlite:///e.db"))
+    encore("db", "upgrade", cwd=tmp_path)
+    with RunningDaemon(tmp_path) as daemon:
+        encore("send", "Echo", "--body", '{"text": "warm"}', "--wait", "30", cwd=tmp_path)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "engine.cli", "send", "Echo", "--body", '{"text": "x"}',
+             "--wait", "30"], cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True)
+        assert proc.stdout is not None
+        with proc.stdout:
+            answer = proc.stdout.readline()
+            answered = time.monotonic()
+            assert proc.wait(30) == 0
+            after = time.monotonic() - answered
+        assert json.loads(answer)["text"] == "X"
+        # the doorbell's receiver used to be joined at its 0.5 s receive timeout
+        assert after < AFTER_ANSWER, f"exited {after:.3f} s after its answer"
+        assert daemon.terminate() == 0
+
+
+def test_simulate_with_servers_prints_its_timeline_alone_at_the_default_cooldown(
+        tmp_path: Path) -> None:
+    result = encore("simulate", "--servers", "3", "--fail-first", "2", cwd=tmp_path)
+    assert "attempt 3   server C" in result.stdout
+    assert result.stderr == ""  # no wall-clock log lines of servers marked bad
+    help_text = " ".join(encore("simulate", "--help", cwd=tmp_path).stdout.split())
+    assert "--bad-server-cooldown NUMBER seconds a failed server is skipped" in help_text
+    assert "[default: 60.0]" in help_text.split("--bad-server-cooldown")[1]
+
