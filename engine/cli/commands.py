@@ -129,6 +129,10 @@ def open_store(url: str, *, need_schema: bool = True) -> SqlStore:
     there and (``need_schema``) holds this Encore's tables. Raises :class:`StoreError`
     saying what is wrong and what to run; the password in ``url`` is never shown."""
     parsed = _parse_url(url)
+    if (directory := _missing_sqlite_directory(parsed)) is not None:
+        raise StoreError(f"the database {_safe_url(url)} cannot be created: its directory "
+                         f"{directory} does not exist; create it (mkdir -p {directory}), "
+                         "then run `encore db upgrade`")
     if need_schema and _missing_sqlite_file(parsed):
         raise StoreError(f"the database {_safe_url(url)} does not exist yet; "
                          "run `encore db upgrade` to create it")
@@ -178,6 +182,15 @@ def _missing_sqlite_file(parsed: URL) -> bool:
     """True for an SQLite file URL whose file is not there (connecting would create it)."""
     return (parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:")
             and not os.path.exists(parsed.database))
+
+
+def _missing_sqlite_directory(parsed: URL) -> str | None:
+    """The directory of an SQLite file URL when it is not there (SQLite creates the file,
+    never its directory), else None."""
+    if not _missing_sqlite_file(parsed):
+        return None
+    directory = os.path.dirname(os.path.abspath(str(parsed.database)))
+    return None if os.path.isdir(directory) else directory
 
 
 def _first_line(exc: BaseException) -> str:

@@ -56,3 +56,17 @@ def test_simulate_with_servers_prints_its_timeline_alone_at_the_default_cooldown
     assert "--bad-server-cooldown NUMBER seconds a failed server is skipped" in help_text
     assert "[default: 60.0]" in help_text.split("--bad-server-cooldown")[1]
 
+
+
+def test_a_missing_sqlite_directory_gets_one_instruction_from_run_and_from_db_upgrade(
+        tmp_path: Path) -> None:
+    (tmp_path / "production.toml").write_text(ECHO.format(url="sqlite:///data/e.db"))
+    directory = tmp_path / "data"
+    said = [encore(*args, cwd=tmp_path, check=False) for args in (("run",), ("db", "upgrade"))]
+    assert [r.returncode for r in said] == [1, 1]
+    instruction = (f"its directory {directory} does not exist; create it (mkdir -p {directory}),"
+                   " then run `encore db upgrade`")
+    assert all(instruction in r.stderr for r in said), [r.stderr for r in said]
+    directory.mkdir()  # as told: the upgrade then creates the database
+    assert "created" in encore("db", "upgrade", cwd=tmp_path).stdout
+    assert "production Untruths" in encore("status", cwd=tmp_path).stdout
