@@ -210,6 +210,8 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("engine.tools.demo:demo",
              "Play the Ensemble timeout scenario (÷10) live against a loopback SOAP "
              "service, and leave its production file, demo.toml, beside the database."),
+    "reload": ("engine.cli.reload:reload", "Reload the production file in the daemons "
+               "running it on this host (SIGHUP) and say what each did."),
     "simulate": ("engine.tools.simulate:simulate_command",
                  "Print the retry timeline the engine produces, on a virtual clock, at once."),
     "portal": ("engine.portal.cli:portal", "Serve the management portal and JSON API from "
@@ -663,13 +665,16 @@ def status(ctx: Context) -> None:
     now = store.db_now()
     breakers = _breakers(store)
     reports = _running_reports(store, now, production.lease_seconds)
+    leader = _live_leader(store, now, reports)
     rows = []
     for item in production.entries:
         s = stats.get(item.name, {})
         oldest = s.get("oldest")
         last_error = s.get("last_error")
+        on_leader = leader if _is_service(item) else None
         rows.append((item.name, "yes" if overrides.get(item.name, item.enabled) else "no",
-                     _running_text(item.name, reports), item.pool_size, s.get("queued", 0),
+                     _running_text(item.name, reports, leader=on_leader), item.pool_size,
+                     s.get("queued", 0),
                      f"{(now - oldest).total_seconds():.0f}s" if oldest else "-",
                      s.get("retrying", 0), _breaker_text(item, breakers, now),
                      item.raw_settings.get("rate_limit") or "-",
@@ -694,24 +699,55 @@ def _running_reports(store: SqlStore, now: datetime, lease_seconds: float
             if d["heartbeat_at"] >= alive_after}
 
 
-def _running_text(name: str, reports: dict[str, dict[str, dict[str, Any]]]) -> str:
-    """``2 daemons, ready``, ``1 daemon, not ready``, ``refused …``, ``no daemon``; ``no
-    daemon reports it`` for an item none of the live daemons runs (a business service runs
-    on the leader's schedule, not on workers)."""
-    states = [r[name] for r in reports.values() if name in r]
-    refused = next((str(s["refused"]) for s in states if s.get("refused")), None)
-    on = [s for s in states if s.get("state") in ("ready", "not_ready")]
-    failed = next((s for s in states if s.get("state") == "failed"), None)
+def _running_text(name: str, reports: dict[str, dict[str, dict[str, Any]]], *,
+                  leader: str | None = None) -> str:
+    """``2 daemons, ready: <id>, <id>``, ``1 daemon, not ready: <id>``, ``refused …``, ``no
+    daemon``; ``no daemon reports it`` for an item none of the live daemons runs. An inbound
+    service is reported by each daemon serving it; a business service that none reports
+    runs on the schedule of ``leader`` (the live daemon holding the leader lease)."""
+    states = {daemon_id: r[name] for daemon_id, r in reports.items() if name in r}
+    refused = next((str(s["refused"]) for s in states.values() if s.get("refused")), None)
+    on = {d: s for d, s in states.items() if s.get("state") in ("ready", "not_ready")}
+    failed = next((s for s in states.values() if s.get("state") == "failed"), None)
     if on:
         count = f"{len(on)} daemon{'s' if len(on) > 1 else ''}"
-        ready = "ready" if all(s["state"] == "ready" for s in on) else "not ready"
-        text = f"{count}, {ready}"
+        ready = "ready" if all(s["state"] == "ready" for s in on.values()) else "not ready"
+        text = f"{count}, {ready}: {', '.join(sorted(on))}"
         return f"{text}; change refused: {refused}" if refused else text
     if failed is not None:
         return f"failed: {failed.get('detail', '?')}"
     if refused:
         return f"refused by the last reload: {refused}"
+    if leader is not None:
+        return f"1 daemon, ready: {leader} (the leader, on its schedule)"
     return "no daemon" if not reports else "no daemon reports it"
+
+
+def _live_leader(store: SqlStore, now: datetime,
+                 reports: dict[str, dict[str, dict[str, Any]]]) -> str | None:
+    """The live daemon holding the leader lease (it runs the business services), if any."""
+    from engine.runtime.cluster import LEADER
+
+    try:
+        leases = store.leases.all()
+    except EncoreError:  # a schema from before scale-out
+        return None
+    return next((lease.owner for lease in leases if lease.name == LEADER
+                 and lease.expires_at >= now and lease.owner in reports), None)
+
+
+def _is_service(entry: ItemEntry) -> bool:
+    """Whether ``entry`` is a service (not an operation or process); False if its class
+    does not import (the warnings say why)."""
+    from engine.config.user_modules import resolve_class
+    from engine.host import BusinessOperation
+    from engine.process import BusinessProcess
+
+    try:
+        cls = resolve_class(entry.class_path, item=entry.name)
+    except ConfigurationError:
+        return False
+    return not issubclass(cls, (BusinessOperation, BusinessProcess))
 
 
 def _breakers(store: SqlStore) -> dict[str, BreakerRow] | None:

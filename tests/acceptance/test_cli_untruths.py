@@ -70,3 +70,49 @@ def test_a_missing_sqlite_directory_gets_one_instruction_from_run_and_from_db_up
     directory.mkdir()  # as told: the upgrade then creates the database
     assert "created" in encore("db", "upgrade", cwd=tmp_path).stdout
     assert "production Untruths" in encore("status", cwd=tmp_path).stdout
+
+
+INBOUND = ECHO + """
+[inbound]
+port = {port}
+
+[[items]]
+name = "Web"
+class = "engine.inbound:HttpService"
+[items.settings]
+routes = [{{method = "POST", path = "/echo", target = "Echo"}}]
+mode = "sync"
+
+[[items]]
+name = "Poller"
+class = "tests.unit.test_service:PingService"
+[items.settings]
+call_interval = 3600
+"""
+
+
+def status_line(cwd: Path, item: str) -> str:
+    lines = encore("status", cwd=cwd).stdout.splitlines()
+    return next((line for line in lines if line.startswith(f"{item} ")), "")
+
+
+def test_status_names_the_daemon_serving_an_inbound_service_and_the_leader_for_a_service(tmp_path: Path) -> None:
+    from engine.store import queries
+    from engine.store.sql import SqlStore
+    from tests.integration.inbound_support import free_port
+
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    (tmp_path / "production.toml").write_text(INBOUND.format(url=url, port=free_port()))
+    encore("db", "upgrade", cwd=tmp_path)
+    store = SqlStore(url)
+    with RunningDaemon(tmp_path) as daemon:
+        wait_until(lambda: queries.daemons(store), 60, "the daemon to register")
+        (daemon_id,) = [d["id"] for d in queries.daemons(store)]
+        wait_until(lambda: f"1 daemon, ready: {daemon_id}" in status_line(tmp_path, "Web"),
+                   60, "status to name the daemon serving Web")
+        assert "no daemon reports it" not in encore("status", cwd=tmp_path).stdout
+        assert f"1 daemon, ready: {daemon_id}" in status_line(tmp_path, "Echo")
+        wait_until(lambda: f"1 daemon, ready: {daemon_id} (the leader, on its schedule)"
+                   in status_line(tmp_path, "Poller"), 60, "the business service on the leader")
+        assert daemon.terminate() == 0
+    store.dispose()
