@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import click
 
 from engine.cli import report
+from engine.cli.backup import backup as backup_command
 from engine.cli.lazy import lazy_module
 from engine.cli.operator import register as register_operator_commands
 from engine.cli.params import COUNT, ROW_ID, SECONDS
@@ -800,7 +801,7 @@ def _daemon_table(store: SqlStore, now: datetime, lease_seconds: float) -> str:
 
 @main.group()
 def db() -> None:
-    """Database schema commands."""
+    """The database: create or upgrade its tables, back it up."""
 
 
 @db.command()
@@ -855,6 +856,7 @@ def _safe_url(url: str) -> str:
 
 
 register_operator_commands(main)
+db.add_command(backup_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()
