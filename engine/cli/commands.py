@@ -212,7 +212,8 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
              "Play the Ensemble timeout scenario (÷10) live against a loopback SOAP "
              "service, and leave its production file, demo.toml, beside the database."),
     "reload": ("engine.cli.reload:reload", "Reload the production file in the daemons "
-               "running it on this host (SIGHUP) and say what each did."),
+               "running it on this host (SIGHUP) and say what each did: reloaded, or "
+               "refused and why."),
     "simulate": ("engine.tools.simulate:simulate_command",
                  "Print the retry timeline the engine produces, on a virtual clock, at once."),
     "portal": ("engine.portal.cli:portal", "Serve the management portal and JSON API from "
