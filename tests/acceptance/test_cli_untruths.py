@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.acceptance.daemon import RunningDaemon, cli_env, encore
 from tests.waiting import wait_until
 
@@ -108,12 +110,17 @@ def status_line(cwd: Path, item: str) -> str:
     return next((line for line in lines if line.startswith(f"{item} ")), "")
 
 
-def test_status_names_the_daemon_serving_an_inbound_service_and_the_leader_for_a_service(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_status_names_the_daemon_serving_an_inbound_service_and_the_leader_for_a_service(
+        tmp_path: Path, dialect: str) -> None:
     from engine.store import queries
     from engine.store.sql import SqlStore
+    from tests.conftest import postgres_url, reset_postgres
     from tests.integration.inbound_support import free_port
 
-    url = f"sqlite:///{tmp_path / 'e.db'}"
+    url = f"sqlite:///{tmp_path / 'e.db'}" if dialect == "sqlite" else postgres_url()
+    if dialect == "postgresql":
+        reset_postgres(url)
     (tmp_path / "production.toml").write_text(INBOUND.format(url=url, port=free_port()))
     encore("db", "upgrade", cwd=tmp_path)
     store = SqlStore(url)
