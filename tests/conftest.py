@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,6 +52,31 @@ def _worker_database(url: str, worker: str) -> str:
             conn.execute(text(f'CREATE DATABASE "{own.database}"'))
     admin.dispose()
     return own.render_as_string(hide_password=False)
+
+
+def drop_database(url: str) -> None:
+    """Drop the database of ``url``, closing its connections first (a daemon a test killed
+    may have left one, and the worker's own pools still hold theirs)."""
+    own = make_url(url)
+    admin = create_engine(own.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{own.database}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """At the end of a worker's run: drop the database :func:`postgres_url` made for it,
+    so that none is left behind (a run without workers used the test database itself)."""
+    url, worker = os.environ.get(POSTGRES_ENV), os.environ.get("PYTEST_XDIST_WORKER")
+    if not url or not worker or not _worker_database.cache_info().currsize:
+        return
+    try:
+        drop_database(_worker_database(normalise_url(url), worker))
+    except Exception as exc:  # noqa: BLE001 - the run's result stands; say what is left
+        sys.stderr.write(f"\nthe PostgreSQL database of worker {worker} was not dropped: "
+                         f"{exc}\n")
 
 
 def reset_postgres(url: str) -> None:

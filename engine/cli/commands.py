@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import click
 
 from engine.cli import report
+from engine.cli.backup import backup as backup_command
 from engine.cli.lazy import lazy_module
 from engine.cli.operator import register as register_operator_commands
 from engine.cli.params import COUNT, ROW_ID, SECONDS
@@ -129,6 +130,10 @@ def open_store(url: str, *, need_schema: bool = True) -> SqlStore:
     there and (``need_schema``) holds this Encore's tables. Raises :class:`StoreError`
     saying what is wrong and what to run; the password in ``url`` is never shown."""
     parsed = _parse_url(url)
+    if (directory := _missing_sqlite_directory(parsed)) is not None:
+        raise StoreError(f"the database {_safe_url(url)} cannot be created: its directory "
+                         f"{directory} does not exist; create it (mkdir -p {directory}), "
+                         "then run `encore db upgrade`")
     if need_schema and _missing_sqlite_file(parsed):
         raise StoreError(f"the database {_safe_url(url)} does not exist yet; "
                          "run `encore db upgrade` to create it")
@@ -180,6 +185,15 @@ def _missing_sqlite_file(parsed: URL) -> bool:
             and not os.path.exists(parsed.database))
 
 
+def _missing_sqlite_directory(parsed: URL) -> str | None:
+    """The directory of an SQLite file URL when it is not there (SQLite creates the file,
+    never its directory), else None."""
+    if not _missing_sqlite_file(parsed):
+        return None
+    directory = os.path.dirname(os.path.abspath(str(parsed.database)))
+    return None if os.path.isdir(directory) else directory
+
+
 def _first_line(exc: BaseException) -> str:
     """The driver's reason for a database error, without SQL, parameters or links."""
     lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
@@ -199,6 +213,9 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
              "service, and leave its production file, demo.toml, beside the database."),
     "import": ("engine.tools.ensemble.cli:import_group",
                "Import a production from another engine: `encore import ensemble SOURCE`."),
+    "reload": ("engine.cli.reload:reload", "Reload the production file in the daemons "
+               "running it on this host (SIGHUP) and say what each did: reloaded, or "
+               "refused and why."),
     "simulate": ("engine.tools.simulate:simulate_command",
                  "Print the retry timeline the engine produces, on a virtual clock, at once."),
     "portal": ("engine.portal.cli:portal", "Serve the management portal and JSON API from "
@@ -712,13 +729,16 @@ def status(ctx: Context) -> None:
     now = store.db_now()
     breakers = _breakers(store)
     reports = _running_reports(store, now, production.lease_seconds)
+    leader = _live_leader(store, now, reports)
     rows = []
     for item in production.entries:
         s = stats.get(item.name, {})
         oldest = s.get("oldest")
         last_error = s.get("last_error")
+        on_leader = leader if _is_service(item) else None
         rows.append((item.name, "yes" if overrides.get(item.name, item.enabled) else "no",
-                     _running_text(item.name, reports), item.pool_size, s.get("queued", 0),
+                     _running_text(item.name, reports, leader=on_leader), item.pool_size,
+                     s.get("queued", 0),
                      f"{(now - oldest).total_seconds():.0f}s" if oldest else "-",
                      s.get("retrying", 0), _breaker_text(item, breakers, now),
                      item.raw_settings.get("rate_limit") or "-",
@@ -743,24 +763,55 @@ def _running_reports(store: SqlStore, now: datetime, lease_seconds: float
             if d["heartbeat_at"] >= alive_after}
 
 
-def _running_text(name: str, reports: dict[str, dict[str, dict[str, Any]]]) -> str:
-    """``2 daemons, ready``, ``1 daemon, not ready``, ``refused …``, ``no daemon``; ``no
-    daemon reports it`` for an item none of the live daemons runs (a business service runs
-    on the leader's schedule, not on workers)."""
-    states = [r[name] for r in reports.values() if name in r]
-    refused = next((str(s["refused"]) for s in states if s.get("refused")), None)
-    on = [s for s in states if s.get("state") in ("ready", "not_ready")]
-    failed = next((s for s in states if s.get("state") == "failed"), None)
+def _running_text(name: str, reports: dict[str, dict[str, dict[str, Any]]], *,
+                  leader: str | None = None) -> str:
+    """``2 daemons, ready: <id>, <id>``, ``1 daemon, not ready: <id>``, ``refused …``, ``no
+    daemon``; ``no daemon reports it`` for an item none of the live daemons runs. An inbound
+    service is reported by each daemon serving it; a business service that none reports
+    runs on the schedule of ``leader`` (the live daemon holding the leader lease)."""
+    states = {daemon_id: r[name] for daemon_id, r in reports.items() if name in r}
+    refused = next((str(s["refused"]) for s in states.values() if s.get("refused")), None)
+    on = {d: s for d, s in states.items() if s.get("state") in ("ready", "not_ready")}
+    failed = next((s for s in states.values() if s.get("state") == "failed"), None)
     if on:
         count = f"{len(on)} daemon{'s' if len(on) > 1 else ''}"
-        ready = "ready" if all(s["state"] == "ready" for s in on) else "not ready"
-        text = f"{count}, {ready}"
+        ready = "ready" if all(s["state"] == "ready" for s in on.values()) else "not ready"
+        text = f"{count}, {ready}: {', '.join(sorted(on))}"
         return f"{text}; change refused: {refused}" if refused else text
     if failed is not None:
         return f"failed: {failed.get('detail', '?')}"
     if refused:
         return f"refused by the last reload: {refused}"
+    if leader is not None:
+        return f"1 daemon, ready: {leader} (the leader, on its schedule)"
     return "no daemon" if not reports else "no daemon reports it"
+
+
+def _live_leader(store: SqlStore, now: datetime,
+                 reports: dict[str, dict[str, dict[str, Any]]]) -> str | None:
+    """The live daemon holding the leader lease (it runs the business services), if any."""
+    from engine.runtime.cluster import LEADER
+
+    try:
+        leases = store.leases.all()
+    except EncoreError:  # a schema from before scale-out
+        return None
+    return next((lease.owner for lease in leases if lease.name == LEADER
+                 and lease.expires_at >= now and lease.owner in reports), None)
+
+
+def _is_service(entry: ItemEntry) -> bool:
+    """Whether ``entry`` is a service (not an operation or process); False if its class
+    does not import (the warnings say why)."""
+    from engine.config.user_modules import resolve_class
+    from engine.host import BusinessOperation
+    from engine.process import BusinessProcess
+
+    try:
+        cls = resolve_class(entry.class_path, item=entry.name)
+    except ConfigurationError:
+        return False
+    return not issubclass(cls, (BusinessOperation, BusinessProcess))
 
 
 def _breakers(store: SqlStore) -> dict[str, BreakerRow] | None:
@@ -813,7 +864,7 @@ def _daemon_table(store: SqlStore, now: datetime, lease_seconds: float) -> str:
 
 @main.group()
 def db() -> None:
-    """Database schema commands."""
+    """The database: create or upgrade its tables, back it up."""
 
 
 @db.command()
@@ -885,6 +936,7 @@ def _safe_url(url: str) -> str:
 
 
 register_operator_commands(main)
+db.add_command(backup_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

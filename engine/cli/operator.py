@@ -139,8 +139,7 @@ def purge(ctx: OperatorContext, older_than: str, dry_run: bool) -> None:
         raise click.BadParameter(str(exc), param_hint="--older-than") from exc
     counts = operator.purge(ctx.store, age, utcnow(), dry_run=dry_run)
     verb = "would delete" if dry_run else "deleted"
-    click.echo(f"{verb} {counts.requests} request(s), {counts.responses} response(s), "
-               f"{counts.attempts} attempt(s), {counts.events} event(s) older than {older_than}")
+    click.echo(f"{verb} {counts} older than {older_than}")
 
 
 COMMANDS = (resend, suspend, discard, suspended, enable, disable, purge)

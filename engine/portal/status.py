@@ -153,7 +153,8 @@ def running_state(item: ItemConfig, reports: dict[str, dict[str, dict[str, Any]]
             if servers is None and one.get("servers"):
                 servers = one["servers"]
             operations = operations or list(one.get("operations") or [])
-    if kind_of(item) == "service" and leader in reports:  # services run on the leader
+    # business services run on the leader; inbound services where they are served (reported)
+    if kind_of(item) == "service" and leader in reports and not on:
         on.append({"daemon": leader, "state": running.READY})
     return {"daemons": on, "ready": bool(on) and all(d["state"] == running.READY for d in on),
             "refused": refused, "failed": failed, "last_outcomes": outcomes,

@@ -8,7 +8,7 @@ deletes the rows older than :data:`~engine.store.rollup.KEEP_DAYS`.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -39,11 +39,12 @@ class ConsoleReport:
     """The console's view of daemon ``daemon_id``: its ``runners`` (by item name) among the
     production's operation ``items()``, what its ``reloader`` refused or failed to start,
     and the per-minute counters of :attr:`rollup`; ``leader()``: True while the daemon
-    holds the leader lease."""
+    holds the leader lease; ``inbound()``: the inbound services it serves."""
 
     def __init__(self, store: SqlStore, clock: Clock, daemon_id: str, *,
                  runners: Mapping[str, ItemRunner], reloader: ReloadState,
-                 items: Callable[[], list[ItemConfig]], leader: Callable[[], bool]) -> None:
+                 items: Callable[[], list[ItemConfig]], leader: Callable[[], bool],
+                 inbound: Callable[[], Iterable[str]] = tuple) -> None:
         self.store = store
         self.clock = clock
         self.daemon_id = daemon_id
@@ -51,6 +52,7 @@ class ConsoleReport:
         self.reloader = reloader
         self.items = items
         self.leader = leader
+        self.inbound = inbound
         self.rollup = rollup.RollupCounter(clock)
         self._next_flush = 0.0  # monotonic seconds of the next rollup flush
         self._next_prune = 0.0
@@ -89,6 +91,8 @@ class ConsoleReport:
             if operations := getattr(runner.adapter, "operations", ()):
                 one["operations"] = list(operations)  # a WSDL's: the Testing Service's example
             states[name] = one
+        for name in self.inbound():  # served here, as long as the inbound server runs
+            states.setdefault(name, {"state": running.READY, "inbound": True})
         for name, reason in self.reloader.failed.items():
             states.setdefault(name, {"state": running.FAILED})["detail"] = reason
         for name, reason in self.reloader.refused.items():

@@ -143,7 +143,7 @@ class Daemon:
                                                 restart=self.reloader.request_restart)
         self.console = ConsoleReport(self.store, self.clock, self.id, runners=self.runners,
                                      reloader=self.reloader, items=self._operations,
-                                     leader=self.is_leader)
+                                     leader=self.is_leader, inbound=self._inbound_names)
         self.metrics.rollup = self.console.rollup
 
     @property
@@ -201,6 +201,7 @@ class Daemon:
 
             self.inbound = InboundServer(self.store, self.production, self.production.inbound)
             self.inbound.start()
+            self.console.report_states()  # its services run here now
         waiting = [f"{r.item.name} ({r.not_ready_reason or 'starting'})"
                    for r in self.runners.values() if not r.ready]
         not_ready = (f"; {len(waiting)} item(s) not ready, their messages stay queued: "
@@ -280,6 +281,11 @@ class Daemon:
         if counts.messages:
             log.info("purged %d finished message(s) older than %g days", counts.messages,
                      self.production.retention_days)
+
+    def _inbound_names(self) -> list[str]:
+        """The inbound services this daemon serves (none without its inbound server)."""
+        server = self.inbound
+        return [service.name for service in server.services] if server is not None else []
 
     def _operations(self) -> list[ItemConfig]:
         return operation_items(self.production)

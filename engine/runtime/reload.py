@@ -35,6 +35,11 @@ if TYPE_CHECKING:  # the inbound services (Starlette, zeep) load only for a prod
 
 log = logging.getLogger("engine.runtime.daemon")  # the daemon's log, as before the split
 
+# Each reload ends in one event of the daemon's (``job``: its id; source Daemon.reload), which
+# `encore reload` waits for: an ``Info`` beginning RELOADED, or an ``Error`` beginning REFUSED.
+RELOADED = "production reloaded"
+REFUSED = "reload refused"
+
 
 def _reason(exc: Exception) -> str:
     """Why ``exc`` stopped an item from starting, as the events and the console say it."""
@@ -206,8 +211,8 @@ class Reloader:
             return
         self.file_hash = loaded_hash
         self._switch_to(new, built)
-        if inbound is not None:
-            self._switch_inbound(inbound)
+        stopped = self._switch_inbound(inbound) if inbound is not None else None
+        self._applied(new, stopped)
 
     def _build_changed(self, new: ProductionConfig) -> dict[str, ItemRunner]:
         """Prepared runners for the operation items of ``new`` that are not running as they
@@ -219,12 +224,13 @@ class Reloader:
     def _refuse(self, exc: Exception) -> None:
         """One ``Error`` event naming the item (when known) and the reason."""
         reason = _reason(exc)
-        text = f"reload refused, the production keeps running unchanged: {reason}"
+        text = f"{REFUSED}, the production keeps running unchanged: {reason}"
         if not isinstance(exc, EncoreError):
             log.error("unexpected error during the reload", exc_info=exc)
         try:  # the event log also logs it
             self.daemon.events.write("Error", text, config_name=getattr(exc, "item", None),
-                                     source_class="Daemon", source_method="reload")
+                                     source_class="Daemon", source_method="reload",
+                                     job=self.daemon.id)
         except EncoreError as write_error:
             log.error("%s (not in the event log: %s)", text, write_error)
         self.refused = {getattr(exc, "item", None) or "(production file)": reason}
@@ -246,12 +252,24 @@ class Reloader:
         guarded(daemon.console.report_states, "the item states")
         guarded(lambda: running.announce(
             daemon.store, [Announcement.control(Kind.RELOADED, daemon.id)]), "the announcement")
-        log.info("production reloaded from %s: %d item(s) running", new.path,
-                 len(daemon.runners))
 
-    def _switch_inbound(self, change: InboundChange) -> None:
+    def _applied(self, new: ProductionConfig, inbound_stopped: str | None) -> None:
+        """The ``Info`` event that ends an applied reload (logged as well)."""
+        daemon = self.daemon
+        where = new.path.resolve() if new.path is not None else "?"
+        text = f"{RELOADED} from {where}: {len(daemon.runners)} item(s) running"
+        if inbound_stopped is not None:
+            text += f"; the inbound services are stopped: {inbound_stopped}"
+        try:
+            daemon.events.write("Info", text, source_class="Daemon", source_method="reload",
+                                job=daemon.id)
+        except EncoreError as write_error:
+            log.error("%s (not in the event log: %s)", text, write_error)
+
+    def _switch_inbound(self, change: InboundChange) -> str | None:
         """The inbound services of the new production (docs/inbound.md); a new server that
-        cannot listen leaves them stopped, with one ``Error`` event, until the next reload."""
+        cannot listen leaves them stopped, with one ``Error`` event, until the next reload:
+        then why (else None)."""
         daemon = self.daemon
         try:
             daemon.inbound = change.apply(daemon.inbound)
@@ -260,7 +278,9 @@ class Reloader:
             change.discard()  # the services the new server had started
             daemon.events.write("Error", f"the inbound services are stopped: {exc}; fix "
                                 "[inbound] and reload", config_name="[inbound]",
-                                source_class="Daemon", source_method="reload")
+                                source_class="Daemon", source_method="reload", job=daemon.id)
+            return str(exc)
+        return None
 
     def _stop(self, runners: Iterable[ItemRunner], timeout: float) -> None:
         """Stop ``runners`` — their workers finish the attempt in hand, within ``timeout``

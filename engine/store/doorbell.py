@@ -6,8 +6,9 @@ standalone portal, a command waiting for a message) binds a Unix datagram socket
 directory beside the database file (``<file>-notify/``, mode 0700); a process that commits
 something worth announcing sends one datagram — the announcements as JSON lines — to every
 socket there but its own, after the commit. The directory's listing is read again only when
-it changes. A socket left behind by a killed process refuses the datagram and is removed;
-a receiver whose buffer is full misses it, which the waiters' safety-net poll covers.
+it changes; the last process to stop listening removes it. A socket left behind by a killed
+process refuses the datagram and is removed; a receiver whose buffer is full misses it, which
+the waiters' safety-net poll covers.
 
 When the directory's path is too long for a socket address (108 bytes), the sockets live in
 a directory of the system's temporary directory named after the database's real path.
@@ -99,10 +100,18 @@ class Doorbell:
         with self._lock:
             if self._receiver is not None:
                 return
-            os.makedirs(self.directory, mode=0o700, exist_ok=True)
             path = os.path.join(self.directory, f"{os.getpid()}-{os.urandom(4).hex()}.sock")
             receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            receiver.bind(path)
+            for _ in range(3):  # the last process to leave removes the directory
+                os.makedirs(self.directory, mode=0o700, exist_ok=True)
+                try:
+                    receiver.bind(path)
+                    break
+                except FileNotFoundError:
+                    continue
+            else:
+                receiver.close()
+                raise FileNotFoundError(errno.ENOENT, "doorbell directory removed", path)
             os.chmod(path, 0o600)
             receiver.settimeout(RECEIVE_TIMEOUT)
             self._receiver, self._own = receiver, path
@@ -135,11 +144,17 @@ class Doorbell:
             self._receiver = self._own = self._thread = None
             self._stop.set()
         if thread is not None:
+            if path is not None:  # wake it now: it would hear its stop only at its timeout
+                self._send(b"", path)
             thread.join(RECEIVE_TIMEOUT * 2)
         if receiver is not None:
             receiver.close()
         if path is not None:
             _remove(path)
+            try:  # the last one out: no empty directory left behind (a temporary one above all)
+                os.rmdir(self.directory)
+            except OSError:
+                pass  # another process still listens there
         atexit.unregister(self.close)
 
     @property

@@ -164,6 +164,11 @@ class PurgeCounts:
     def messages(self) -> int:
         return self.requests + self.responses
 
+    def __str__(self) -> str:
+        """``2 request(s), 2 response(s), 3 attempt(s), 0 event(s)``: for people and logs."""
+        return (f"{self.requests} request(s), {self.responses} response(s), "
+                f"{self.attempts} attempt(s), {self.events} event(s)")
+
     def __add__(self, other: PurgeCounts) -> PurgeCounts:
         return PurgeCounts(self.requests + other.requests, self.responses + other.responses,
                            self.attempts + other.attempts, self.events + other.events)
@@ -192,7 +197,9 @@ def purge(store: SqlStore, older_than: timedelta, now: datetime, *,
             break
         after = found[-1][:2]
     total += _purge_orphan_events(store, cutoff, dry_run, batch * 4)
-    log.info("purge before %s%s: %s", cutoff.isoformat(), " (dry run)" if dry_run else "", total)
+    # a dry run is a question (the portal's purge page asks it at every view): not INFO
+    log.log(logging.DEBUG if dry_run else logging.INFO, "purge of what ended before %s: %s %s",
+            cutoff.isoformat(), "would delete" if dry_run else "deleted", total)
     return total
 
 

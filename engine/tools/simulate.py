@@ -42,7 +42,7 @@ from engine.testing import (
 
 ITEM = "Simulated"
 # The loggers ``encore simulate`` silences while it runs: its timeline says what they would.
-NOISY_LOGGERS = ("alembic", "engine.store.eventlog", "engine.delivery.worker",
+NOISY_LOGGERS = ("alembic", "adapters.failover", "engine.store.eventlog", "engine.delivery.worker",
                  "engine.delivery.breaker", "engine.runtime.cluster", "engine.runtime.daemon",
                  "engine.delivery.item")
 MAX_SECONDS = 1e9  # seconds (about 31 years) any simulated time may take: the virtual clock's
@@ -194,6 +194,9 @@ def _clock(t: float) -> str:
 @click.option("--server-delay", type=SECONDS, default=0.0, show_default=True,
               help="seconds the service takes to answer")
 @click.option("--servers", type=click.IntRange(1, MAX_SERVERS), default=1, show_default=True)
+@click.option("--bad-server-cooldown", type=FiniteFloat(minimum=0, maximum=MAX_SECONDS),
+              default=ADAPTER.bad_server_cooldown, show_default=True,
+              help="seconds a failed server is skipped while another is healthy; 0 = never")
 @click.option("--no-idempotent", is_flag=True, help="never re-send an outcome-unknown request")
 @click.option("--fail-first", type=click.IntRange(min=0), default=None,
               help="the first K requests fail")
@@ -218,7 +221,8 @@ def _clock(t: float) -> str:
 @click.option("--seed", type=int, default=0, show_default=True, help="random seed for jitter")
 @click.option("--json", "as_json", is_flag=True, help="print the timeline as JSON")
 def simulate_command(response_timeout: float, retry_interval: float, failure_timeout: float,
-                     server_delay: float, servers: int, no_idempotent: bool,
+                     server_delay: float, servers: int, bad_server_cooldown: float,
+                     no_idempotent: bool,
                      fail_first: int | None, status: int | None, retry_after: str | None,
                      backoff: str, backoff_base: float, backoff_multiplier: float,
                      backoff_max: float, jitter: float | str, max_attempts: int, strict: bool,
@@ -234,7 +238,7 @@ def simulate_command(response_timeout: float, retry_interval: float, failure_tim
                 "backoff_multiplier": backoff_multiplier, "backoff_max": backoff_max,
                 "jitter": jitter,
                 "max_attempts": max_attempts, "strict_failure_timeout": strict,
-                "bad_server_cooldown": 3600.0, "breaker_threshold": breaker_threshold,
+                "bad_server_cooldown": bad_server_cooldown, "breaker_threshold": breaker_threshold,
                 "breaker_open_seconds": breaker_open_seconds}
     behaviour = ServerBehaviour(delay=server_delay, fail_first=fail_first, status=status,
                                 retry_after=retry_after)

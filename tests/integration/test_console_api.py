@@ -311,7 +311,9 @@ def test_a_reload_rewrites_daemon_items_and_the_portal_follows_the_announcement(
     assert status["file_changed"] is False
     added = next(i for i in status["items"] if i["name"] == "Added")
     assert added["running"]["daemons"] == [{"daemon": setup.daemon.id, "state": "ready"}]
-    assert len(info_events(setup.store, "reload")) == 1
+    asked, applied = info_events(setup.store, "reload")  # the admin's, then the daemon's
+    assert asked.startswith("reload of the production file asked of every daemon")
+    assert applied.startswith("production reloaded from")
     # a reload that cannot start an item is refused: the item shows as refused, red
     setup.path.write_text(original + EXTRA + BROKEN)
     setup.daemon.reload()

@@ -59,7 +59,24 @@ def test_a_doorbell_rings_the_other_processes_sockets_and_not_its_own(tmp_path: 
         assert heard == [Announcement.work("A"), Announcement.done([7])]
     finally:
         listener.close()
-    assert not any(Path(socket_directory(db)).iterdir())  # its socket is gone
+    assert not Path(socket_directory(db)).exists()  # its socket is gone, and its directory
+
+
+def test_the_last_doorbell_to_close_removes_the_temporary_directory_and_no_other(
+        tmp_path: Path) -> None:
+    deep = str(tmp_path / ("d" * 120) / "e.db")  # its sockets live in the temp dir
+    first, second = Doorbell(deep), Doorbell(deep)
+    first.listen(lambda note: None)
+    second.listen(lambda note: None)
+    directory = Path(socket_directory(deep))
+    first.close()
+    assert directory.is_dir() and len(list(directory.iterdir())) == 1  # the other listens
+    second.close()
+    assert not directory.exists()  # nothing left behind in the temporary directory
+    again = Doorbell(deep)
+    again.listen(lambda note: None)  # a later process makes it again
+    assert len(list(directory.iterdir())) == 1
+    again.close()
 
 
 def test_a_socket_left_by_a_killed_process_is_removed_by_the_next_ring(tmp_path: Path) -> None:
@@ -97,3 +114,21 @@ def test_a_hub_remembers_the_last_ends_announced_to_it() -> None:
     hub.ended(range(10, 10 + RECENT))  # the oldest are forgotten, the newest kept
     assert not hub.ended_lately(1) and hub.ended_lately(10 + RECENT - 1)
     assert len(hub._recent_set) == RECENT  # noqa: SLF001 - bounded memory
+
+
+def test_closing_a_doorbell_wakes_its_receiver_at_once_not_at_its_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from engine.store import doorbell
+
+    # a receive timeout no test would wait out: a close that waits for it fails the bound
+    monkeypatch.setattr(doorbell, "RECEIVE_TIMEOUT", 30.0)
+    bell = Doorbell(str(tmp_path / "e.db"))
+    bell.listen(lambda note: None)
+    thread = bell._thread
+    assert thread is not None and thread.is_alive()
+    started = time.monotonic()
+    bell.close()
+    assert time.monotonic() - started < 5.0  # `encore send --wait` exits with its answer
+    assert not thread.is_alive()
