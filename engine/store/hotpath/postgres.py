@@ -229,8 +229,12 @@ class PostgresHotPath(HotPath):
         # an array literal: psycopg would dump a list element by element in Python
         params["held"] = "{" + ",".join(str(int(i)) for i in held) + "}"
         # not durable, even when it begins attempts (an idempotent item's): lost in a crash
-        # of the server, the claim goes with it and the message is delivered afresh
-        rows = self._run(self._CLAIM_FIFO if fifo else self._CLAIM_ANY, params)
+        # of the server, the claim goes with it and the message is delivered afresh. A FIFO
+        # claim is: the WAL is flushed (and the synchronous standby confirms) in order, so its
+        # commit carries the end of the message before it, written without waiting — else a
+        # crash could lose that end after this message was sent, and the one before would be
+        # sent again after it
+        rows = self._run(self._CLAIM_FIFO if fifo else self._CLAIM_ANY, params, durable=fifo)
         width = len(COLUMNS)
         return [Claimed(MessageRow(**dict(zip(COLUMNS, r[:width]))),
                         None if r[-1] is None else int(r[-1]), int(r[width]),

@@ -337,7 +337,8 @@ class SqliteHotPath(HotPath):
         params["now"], params["expires"] = _sqlite_time(now), _sqlite_time(params["expires"])
         params["held"] = _json_ids(claim.get("held", ()))
         waited: list[int] = []
-        with self._transaction(durable=False) as cur:
+        # a FIFO claim waits for the disk: see PostgresHotPath.claim
+        with self._transaction(durable=bool(claim.get("fifo"))) as cur:
             def step() -> tuple[list[int], list[Any], dict[int, int], dict[int, int]]:
                 done = (self._complete(cur, completions, params["now"], waited)
                         if completions else [])
