@@ -165,6 +165,16 @@ class Dispatcher:
         if full or completion.urgent:
             self.wakeup.set()
 
+    def commit_now(self, completion: Completion) -> None:
+        """Commit one success at once, on the caller's thread — a FIFO item's: its next
+        message is not sent before the end of this one is written (on a server database,
+        durably: a crash or failover of the server must not lose it either), or the message
+        would be sent again after the next. Raises StoreError when the database refuses it:
+        the delivery then counts as cut short, and the messages behind it wait."""
+        done = self.store.complete_many([completion], now=self.clock.now(),
+                                        durable=self.store.is_postgres)
+        self._committed([completion], done)
+
     def finished(self, message_id: int, seconds: float, *, ended: bool = False,
                  kept: bool = False) -> None:
         """A worker is done with ``message_id`` (after ``seconds`` of work). ``ended``: the

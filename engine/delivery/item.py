@@ -281,6 +281,8 @@ class ItemRunner:
                 defer: Callable[[Completion], None] | None) -> MessageWorker:
         item = self.item
         assert item.retry_settings is not None and item.operation_settings is not None
+        if self.lease is not None and defer is not None:
+            defer = self.dispatcher.commit_now  # FIFO: each end written before the next send
         return MessageWorker.from_typed(host, item.retry_settings, item.operation_settings,
                                         store=self.store, clock=self.clock,
                                         stop=self.stop_event, metrics=self.context.metrics,

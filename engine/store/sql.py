@@ -550,13 +550,15 @@ class SqlStore:
             self.db.announce_done([request.id])
         return response_id
 
-    def complete_many(self, completions: list[Completion], *, now: datetime) -> list[int]:
+    def complete_many(self, completions: list[Completion], *, now: datetime,
+                      durable: bool = False) -> list[int]:
         """Record successful attempts in one transaction (a group commit): each message
         ``Completed``, its attempt ended (outcome ok, true start and end) and its response
         stored, linked both ways — only where the claim is still the completion's token.
         Returns the ids completed; the others' claims were lost and nothing was written
-        for them. Not durable on its own (see :meth:`complete`)."""
-        return self.db.hot.complete_many(completions, now=now) if completions else []
+        for them. Not durable on its own (see :meth:`complete`) unless ``durable``."""
+        return (self.db.hot.complete_many(completions, now=now, durable=durable)
+                if completions else [])
 
     def mark_waited(self, message_id: int) -> MessageRow | None:
         """Flag ``message_id`` as waited for — its end will be announced to every process —

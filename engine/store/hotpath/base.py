@@ -355,7 +355,8 @@ class HotPath:
     def _row(values: Sequence[Any]) -> MessageRow:
         return MessageRow(**dict(zip(COLUMNS, values)))
 
-    def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:
+    def complete_many(self, completions: Sequence[Completion], *, now: datetime,
+                      durable: bool = False) -> list[int]:
         raise NotImplementedError
 
     @staticmethod

@@ -232,15 +232,17 @@ class PostgresHotPath(HotPath):
         # of the server, the claim goes with it and the message is delivered afresh. A FIFO
         # claim is: the WAL is flushed (and the synchronous standby confirms) in order, so its
         # commit carries the end of the message before it, written without waiting — else a
-        # crash could lose that end after this message was sent, and the one before would be
-        # sent again after it
+        # crash or failover of the server could lose that end after this message was sent,
+        # and the one before would be sent again after it. (SQLite loses no commit when a
+        # process dies, only when the machine does.)
         rows = self._run(self._CLAIM_FIFO if fifo else self._CLAIM_ANY, params, durable=fifo)
         width = len(COLUMNS)
         return [Claimed(MessageRow(**dict(zip(COLUMNS, r[:width]))),
                         None if r[-1] is None else int(r[-1]), int(r[width]),
                         None if r[-1] is None else params["server"]) for r in rows]
 
-    def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:
+    def complete_many(self, completions: Sequence[Completion], *, now: datetime,
+                      durable: bool = False) -> list[int]:
         if not completions:
             return []
         document = json.dumps([
@@ -248,7 +250,8 @@ class PostgresHotPath(HotPath):
              "started_at": c.started_at.isoformat(), "ended_at": c.ended_at.isoformat(),
              "server": c.server, "body_class": c.response_class, "body": c.response_body}
             for c in completions])
-        rows = self._run(self._COMPLETE, {"completions": document, "now": now})
+        rows = self._run(self._COMPLETE, {"completions": document, "now": now},
+                         durable=durable)
         # NOTIFY went with the commit; this process's waiters too
         self._waited_completed(completions, [int(r[0]) for r in rows if r[1]])
         return [int(r[0]) for r in rows]

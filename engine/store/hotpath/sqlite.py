@@ -322,9 +322,10 @@ class SqliteHotPath(HotPath):
                                        begin=begin, enabled=enabled, held=held,
                                        alone=alone, server=server)[1]
 
-    def complete_many(self, completions: Sequence[Completion], *, now: datetime) -> list[int]:
+    def complete_many(self, completions: Sequence[Completion], *, now: datetime,
+                      durable: bool = False) -> list[int]:
         waited: list[int] = []
-        with self._transaction() as cur:
+        with self._transaction(durable=durable) as cur:
             done = self._guard(lambda: self._complete(cur, completions, _sqlite_time(now),
                                                       waited))
         self._waited_completed(completions, waited)
@@ -337,8 +338,7 @@ class SqliteHotPath(HotPath):
         params["now"], params["expires"] = _sqlite_time(now), _sqlite_time(params["expires"])
         params["held"] = _json_ids(claim.get("held", ()))
         waited: list[int] = []
-        # a FIFO claim waits for the disk: see PostgresHotPath.claim
-        with self._transaction(durable=bool(claim.get("fifo"))) as cur:
+        with self._transaction(durable=False) as cur:
             def step() -> tuple[list[int], list[Any], dict[int, int], dict[int, int]]:
                 done = (self._complete(cur, completions, params["now"], waited)
                         if completions else [])
