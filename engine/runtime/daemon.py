@@ -73,6 +73,8 @@ from engine.runtime.cluster import (
     reap_dead_local_daemons,
 )
 from engine.runtime.console import ConsoleReport
+from engine.runtime.lifecycle import LifecycleLog, LifeStep
+from engine.runtime.liveness import process_start
 from engine.runtime.logs import limit_repeats
 from engine.runtime.metrics import Metrics, MetricsServer
 from engine.runtime.queue_alerts import QueueAlerts
@@ -117,10 +119,13 @@ class Daemon:
         self.stop_requested = threading.Event()
         self.runners: dict[str, ItemRunner] = {}
         self.events = AlertingEventLog(self.store.events, self.store, production)
+        self.lifecycle = LifecycleLog(self.events, self.id)
+        self.stop_reason = "stopped by its caller"  # a signal or an error says otherwise
         self.metrics = Metrics()
         self.leases = LeaseKeeper(self.store, self.id, clock=self.clock,
                                   lease_seconds=production.lease_seconds,
-                                  retry_seconds=production.poll_interval)
+                                  retry_seconds=production.poll_interval,
+                                  on_change=self.lifecycle.lease)
         self.scheduler = ProductionScheduler(production, store=self.store, clock=self.clock,
                                              events=self.events, leader=self.is_leader)
         self.metrics_server: MetricsServer | None = None
@@ -166,10 +171,17 @@ class Daemon:
         # effect): 5 ms by default, longer than a fast service takes to answer.
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         self._sync_clock()
-        runners = self._prepare_start()
+        try:
+            runners = self._prepare_start()
+        except Exception as exc:
+            self.lifecycle.write("Error", LifeStep.START, f"daemon {self.id} could not start "
+                                 f"production {self.production.name}: {exc}",
+                                 item=getattr(exc, "item", None))
+            raise
         self._reap_dead_local_daemons()
         self.store.register_daemon(self.id, host=self.host, pid=os.getpid(),
                                    pid_namespace=self.pid_namespace,
+                                   process_start=process_start(),
                                    production=self.production.name,
                                    items=",".join(i.name for i in self._operations()),
                                    now=self.clock.now())
@@ -203,8 +215,9 @@ class Daemon:
                    for r in self.runners.values() if not r.ready]
         not_ready = (f"; {len(waiting)} item(s) not ready, their messages stay queued: "
                      + "; ".join(waiting)) if waiting else ""
-        log.info("production %s started: %d item(s), daemon %s%s%s", self.production.name,
-                 len(self.runners), self.id, " (leader)" if self.is_leader() else "", not_ready)
+        self.lifecycle.write("Info", LifeStep.START, (
+            f"production {self.production.name} started: {len(self.runners)} item(s), daemon "
+            f"{self.id}{' (leader)' if self.is_leader() else ''}{not_ready}"))
 
     def _prepare_start(self) -> dict[str, ItemRunner]:
         """Every operation item's runner, prepared, and the metrics endpoint serving; if
@@ -324,15 +337,17 @@ class Daemon:
         runner.start(threads=not self.inline)
 
     def _reap_dead_local_daemons(self) -> None:
-        """A daemon of this host whose process is gone (kill -9) holds claims and leases
-        that would otherwise wait for their expiry: release them now."""
-        reap_dead_local_daemons(self.store, self.host, self.pid_namespace)
+        """A dead daemon of this host (killed: its PID gone, a zombie or recycled) holds
+        claims and leases that would otherwise wait for their expiry: release them now. At
+        start and on every heartbeat: a few reads of ``/proc``."""
+        reap_dead_local_daemons(self.store, self.host, self.pid_namespace, self.lifecycle)
 
     def forget_dead_daemons(self) -> None:
         """Take daemons silent for ``FORGET_AFTER_LEASES`` lease periods off the list (their
         leases expired long ago; this only tidies ``encore status``)."""
         silent = FORGET_AFTER_LEASES * self.production.lease_seconds
-        forget_silent_daemons(self.store, silent_seconds=silent, now=self.clock.now())
+        forget_silent_daemons(self.store, silent_seconds=silent, now=self.clock.now(),
+                              lifecycle=self.lifecycle)
 
     def heartbeat(self) -> None:
         """Mark this daemon alive, renew the leases of the messages it holds, renew its
@@ -345,6 +360,7 @@ class Daemon:
         for runner in runners:
             runner.claims.renewed(started)
         self.leases.renew()
+        guarded(self._reap_dead_local_daemons, "the scan for dead daemons")
 
     def _sync_clock(self) -> None:
         """Re-read the database's clock (at start and on every heartbeat). On SQLite, whose
@@ -402,6 +418,10 @@ class Daemon:
         if self.tracing is not None:
             self.tracing.flush()
         guarded(self.flush_rollup, "the console's counters")
+        self.lifecycle.write("Info" if clean else "Warning", LifeStep.STOP, (
+            f"production {self.production.name} stopped: daemon {self.id}, "
+            f"{self.stop_reason}"
+            f"{'' if clean else '; attempts cut short count as outcome unknown'}"))
         try:
             if not clean:
                 self.store.release_claims(self.id)
@@ -409,8 +429,6 @@ class Daemon:
             self.store.unregister_daemon(self.id)
         except EncoreError as exc:
             log.error("could not unregister daemon (its leases will expire): %s", exc)
-        log.info("production %s stopped%s", self.production.name,
-                 "" if clean else " (attempts cut short count as outcome unknown)")
         return clean
 
     def _join_runners(self, runners: list[ItemRunner], deadline: float) -> bool:
@@ -512,6 +530,9 @@ class Daemon:
         self.start(background=False)
         try:
             self._loop()
+        except BaseException as exc:
+            self.stop_reason = f"on an error: {type(exc).__name__}: {exc}"
+            raise
         finally:
             self.stop()
 
@@ -524,6 +545,7 @@ class Daemon:
             if signum == signal.SIGHUP:
                 self.reloader.request()
             else:
+                self.stop_reason = f"on {signal.Signals(signum).name}"
                 self.stop_requested.set()
                 self.wake.set()
 

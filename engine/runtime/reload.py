@@ -22,6 +22,7 @@ from engine.errors import ConfigurationError, EncoreError
 from engine.runtime.alerts import AlertingEventLog
 from engine.runtime.cluster import LeaseKeeper, item_lease_name
 from engine.runtime.console import ConsoleReport
+from engine.runtime.lifecycle import LifecycleLog, LifeStep
 from engine.runtime.queue_alerts import QueueAlerts
 from engine.runtime.scheduler import ProductionScheduler
 from engine.runtime.steps import guarded, operation_items
@@ -55,6 +56,9 @@ class ReloadHost(Protocol):
 
     @property
     def events(self) -> AlertingEventLog: ...
+
+    @property
+    def lifecycle(self) -> LifecycleLog: ...
 
     @property
     def leases(self) -> LeaseKeeper: ...
@@ -219,11 +223,8 @@ class Reloader:
         text = f"reload refused, the production keeps running unchanged: {reason}"
         if not isinstance(exc, EncoreError):
             log.error("unexpected error during the reload", exc_info=exc)
-        try:  # the event log also logs it
-            self.daemon.events.write("Error", text, config_name=getattr(exc, "item", None),
-                                     source_class="Daemon", source_method="reload")
-        except EncoreError as write_error:
-            log.error("%s (not in the event log: %s)", text, write_error)
+        self.daemon.lifecycle.write("Error", LifeStep.RELOAD, text,
+                                    item=getattr(exc, "item", None))
         self.refused = {getattr(exc, "item", None) or "(production file)": reason}
         guarded(self.daemon.console.report_states, "the item states")
 
@@ -232,6 +233,7 @@ class Reloader:
         daemon = self.daemon
         names = {i.name for i in operation_items(new)}
         stale = [n for n in daemon.runners if n in built or n not in names]
+        changes = _changes(set(daemon.runners), names, set(built), self._reconfigured(new))
         self._stop([daemon.runners.pop(name) for name in stale], new.shutdown_timeout)
         daemon.production = new
         daemon.events.production = new
@@ -243,8 +245,19 @@ class Reloader:
         guarded(daemon.console.report_states, "the item states")
         guarded(lambda: running.announce(
             daemon.store, [Announcement.control(Kind.RELOADED, daemon.id)]), "the announcement")
-        log.info("production reloaded from %s: %d item(s) running", new.path,
-                 len(daemon.runners))
+        daemon.lifecycle.write("Info", LifeStep.RELOAD, (
+            f"reload applied by daemon {daemon.id}: {changes}; {len(daemon.runners)} item(s) "
+            f"running"))
+
+    def _reconfigured(self, new: ProductionConfig) -> list[str]:
+        """The items other than operation items (services, processes, routers) and the
+        production's own settings that ``new`` changes: what a reload applies without
+        restarting a runner."""
+        old = self.daemon.production
+        runs = {i.name for i in operation_items(old) + operation_items(new)}
+        current = {i.name: i for i in old.items if i.name not in runs}
+        changed = [i.name for i in new.items if i.name not in runs and current.get(i.name) != i]
+        return sorted(changed) + sorted(set(current) - {i.name for i in new.items})
 
     def _switch_inbound(self, change: InboundChange) -> None:
         """The inbound services of the new production (docs/inbound.md); a new server that
@@ -255,9 +268,9 @@ class Reloader:
         except ConfigurationError as exc:
             daemon.inbound = None
             change.discard()  # the services the new server had started
-            daemon.events.write("Error", f"the inbound services are stopped: {exc}; fix "
-                                "[inbound] and reload", config_name="[inbound]",
-                                source_class="Daemon", source_method="reload")
+            daemon.lifecycle.write("Error", LifeStep.RELOAD, f"the inbound services are "
+                                   f"stopped: {exc}; fix [inbound] and reload",
+                                   item="[inbound]")
 
     def _stop(self, runners: Iterable[ItemRunner], timeout: float) -> None:
         """Stop ``runners`` — their workers finish the attempt in hand, within ``timeout``
@@ -291,11 +304,22 @@ class Reloader:
         except Exception as exc:  # noqa: BLE001 - a failed restart never stops the daemon
             reason = _reason(exc)
             self.failed[name] = reason
-            daemon.events.write("Error", f"restart failed, the item is stopped: {reason}",
-                                config_name=name, source_class="Daemon",
-                                source_method="restart")
+            daemon.lifecycle.write("Error", LifeStep.RESTART,
+                                   f"restart failed, the item is stopped: {reason}", item=name)
         else:
             self.failed.pop(name, None)
             daemon.launch(runner)
-            log.info("item %s restarted", name)
+            daemon.lifecycle.write("Info", LifeStep.RESTART,
+                                   f"item restarted by daemon {daemon.id}", item=name)
         daemon.console.report_states()
+
+
+def _changes(running: set[str], names: set[str], built: set[str],
+             others: list[str]) -> str:
+    """What a reload changed, as its event says it: the operation items it started, those
+    it restarted with new settings, those it stopped, and the other items it changed."""
+    parts = [(label, sorted(found)) for label, found in (
+        ("started", built - running), ("restarted", built & running),
+        ("stopped", running - names), ("other items changed", set(others)))]
+    text = "; ".join(f"{label} {', '.join(found)}" for label, found in parts if found)
+    return text or "nothing changed"

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Connection, Engine
@@ -23,6 +24,24 @@ from engine.store.models import EVENT_TYPES, event_log
 from engine.store.text import storable
 
 log = logging.getLogger(__name__)
+
+
+
+class LifeStep(StrEnum):
+    """A step of the production's life, as the ``source_method`` of its event
+    (docs/operating.md, "The production's life"): the events ``encore log --lifecycle`` and
+    the portal's lifecycle filter select. A daemon's own carry its id in ``job``."""
+
+    START = "start"  # a daemon (or an item) started, or could not
+    STOP = "stop"  # a daemon stopped, and why
+    RELOAD = "reload"  # a reload applied (what changed) or refused (why)
+    RESTART = "restart"  # an item restarted, or could not start again
+    ENABLE = "enable"  # an operator enabled an item
+    DISABLE = "disable"  # an operator disabled an item
+    RECOVER = "recover"  # a dead daemon found, and what came back from it
+    LEAD = "lead"  # a daemon took or lost a lease (leader, a FIFO item's)
+    UPGRADE = "upgrade"  # the database schema upgraded
+
 
 _LEVELS = {"Error": logging.ERROR, "Alert": logging.ERROR, "Assert": logging.ERROR,
            "Warning": logging.WARNING, "Info": logging.INFO, "Trace": logging.DEBUG}
