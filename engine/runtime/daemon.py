@@ -125,7 +125,7 @@ class Daemon:
         self.leases = LeaseKeeper(self.store, self.id, clock=self.clock,
                                   lease_seconds=production.lease_seconds,
                                   retry_seconds=production.poll_interval,
-                                  on_change=self.lifecycle.lease)
+                                  on_change=self._lease_changed)
         self.scheduler = ProductionScheduler(production, store=self.store, clock=self.clock,
                                              events=self.events, leader=self.is_leader)
         self.metrics_server: MetricsServer | None = None
@@ -148,6 +148,10 @@ class Daemon:
                                      reloader=self.reloader, items=self._operations,
                                      leader=self.is_leader)
         self.metrics.rollup = self.console.rollup
+
+    def _lease_changed(self, name: str, took: bool) -> None:
+        """Leadership changes are the production's life; a FIFO item's lease, the log's."""
+        self.lifecycle.lease(name, took, record=name == LEADER)
 
     @property
     def heartbeat_interval(self) -> float:

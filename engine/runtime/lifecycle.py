@@ -1,7 +1,7 @@
 """The production's life in the event log, as a daemon writes it (docs/operating.md, "The
 production's life"): its start and stop and why, reloads applied or refused, items
 restarted or failing to start, dead daemons found and what came back from them, leases
-taken and lost. Every row carries the daemon's id in ``job`` and a
+taken and lost (leadership). Every row carries the daemon's id in ``job`` and a
 :class:`~engine.store.eventlog.LifeStep` as its ``source_method``; ``encore log
 --lifecycle`` and the portal's lifecycle filter select them.
 """
@@ -38,16 +38,18 @@ class LifecycleLog:
         except Exception as exc:  # noqa: BLE001 - the record must not stop the daemon
             log.error("%s (not in the event log: %s)", text, exc)
 
-    def lease(self, name: str, took: bool) -> None:
-        """The daemon took (``took``) or lost lease ``name``: leadership, or a FIFO item."""
-        item = name.partition(":")[2] if name.startswith("item:") else None
+    def lease(self, name: str, took: bool, *, record: bool) -> None:
+        """The daemon took (``took``) or lost lease ``name``: an event when ``record`` (the
+        leader lease: leadership), else a line of the log (a FIFO item's lease changes hands
+        at every start, restart and reload of its daemons)."""
         if took:
-            self.write("Info", LifeStep.LEAD, f"daemon {self.daemon_id} took lease {name}",
-                       item=item)
+            text = f"daemon {self.daemon_id} took lease {name}"
         else:
-            self.write("Warning", LifeStep.LEAD,
-                       f"daemon {self.daemon_id} lost lease {name} to another daemon", item=item)
-
+            text = f"daemon {self.daemon_id} lost lease {name} to another daemon"
+        if record:
+            self.write("Info" if took else "Warning", LifeStep.LEAD, text)
+        else:
+            log.log(logging.INFO if took else logging.WARNING, "%s", text)
 
 def leases_text(names: list[str]) -> str:
     """``, its leases released: a, b`` (nothing when there were none)."""

@@ -144,10 +144,14 @@ def test_a_daemon_restarted_right_after_a_kill_recovers_the_messages_at_once(
             if zombie:
                 first.wait(10)  # reaped at last
     assert recovered_after < RECOVERY_BOUND, recovered_after
-    (recovery,) = [e for e in lifecycle(store) if e["source_method"] == "recover"]
+    rows = lifecycle(store)
+    (recovery,) = [e for e in rows if e["source_method"] == "recover"]
     why = f"pid {first.proc.pid} {'a zombie' if zombie else 'gone'}"
     assert recovery["type"] == "Warning" and recovery["job"] != dead
-    assert recovery["text"].startswith(f"daemon {dead} died ({why}); 1 message(s) it held")
+    assert recovery["text"] == (f"daemon {dead} died ({why}); 1 message(s) it held are back "
+                                "in their queues, its leases released: item:Pay, leader")
+    leaders = [e["job"] for e in rows if e["source_method"] == "lead"]
+    assert leaders == [dead, recovery["job"]]  # the leadership changed hands, on record
 
 
 def test_encore_status_says_a_killed_daemon_is_not_alive_zombie_or_gone(
