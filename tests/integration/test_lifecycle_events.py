@@ -6,20 +6,24 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from starlette.testclient import TestClient
 
 from engine.clock import utcnow
 from engine.config.production import parse_production
+from engine.portal import create_app
 from engine.runtime.cluster import forget_daemon, reap_dead_local_daemons
 from engine.runtime.daemon import Daemon
-from engine.runtime.lifecycle import LifecycleLog
+from engine.runtime.lifecycle import LifecycleLog, LifeStep
 from engine.runtime.liveness import pid_namespace, process_start, why_dead
 from engine.store import migrate, queries
 from engine.store.operator import disable_item, enable_item
 from engine.store.sql import SqlStore
 from migrations import HEAD
+from tests.portal_support import add_user, login, production
 from tests.servers import HttpTestServer, respond
 
 HOST = socket.gethostname()
@@ -134,3 +138,34 @@ def test_a_schema_upgrade_is_an_event_and_creating_the_tables_is_none(
         assert len(lifecycle(store)) == 1
     finally:
         store.dispose()
+
+
+# -- the portal --------------------------------------------------------------------------
+def test_the_portal_filters_the_life_and_judges_a_daemon_of_this_host_by_its_process(
+        store: SqlStore) -> None:
+    LifecycleLog(store.events, "d1").write("Info", LifeStep.START, "production P started")
+    store.events.write("Error", "a message failed", config_name="Echo",
+                       source_class="Echo", source_method="on_first_failure")
+    now = store.db_now()
+    store.register_daemon("live", host=HOST, pid=os.getpid(), production="P", items="",
+                          now=now - timedelta(hours=1), pid_namespace=pid_namespace(),
+                          process_start=process_start())
+    store.heartbeat("live", now=now, lease_seconds=30)
+    child = subprocess.Popen(["true"])
+    child.wait()  # gone, yet its heartbeat is fresh
+    store.register_daemon("dead", host=HOST, pid=child.pid, production="P", items="",
+                          now=now, pid_namespace=pid_namespace())
+    add_user(store, "vera", "viewer")
+    with TestClient(create_app(store, production(store.url), secret="s", env={})) as client:
+        login(client, "vera")
+        life = client.get("/events?lifecycle=1").text
+        everything = client.get("/events").text
+        front = client.get("/").text
+    assert "production P started" in life and "a message failed" not in life
+    assert 'name="lifecycle" value="1" checked' in life
+    assert "a message failed" in everything
+    assert 'href="/events?lifecycle=1"' in front
+    live = front[front.index('data-daemon="live"'):].split("</tr>")[0]
+    dead = front[front.index('data-daemon="dead"'):].split("</tr>")[0]
+    assert f"{(now - timedelta(hours=1)):%Y-%m-%d %H:%M}" in live  # when it started
+    assert '<td class="yes">yes</td>' in live and '<td class="no">no</td>' in dead
