@@ -355,7 +355,8 @@ class Daemon:
 
     def heartbeat(self) -> None:
         """Mark this daemon alive, renew the leases of the messages it holds, renew its
-        leader and item leases and take those that are free."""
+        leader and item leases and take those that are free; then forget the dead daemons
+        of this host (:meth:`_reap_dead_local_daemons`)."""
         self._sync_clock()
         started, runners = self.clock.monotonic(), list(self.runners.values())
         claims = [c for runner in runners for c in runner.claims.held()]
