@@ -73,7 +73,7 @@ from engine.runtime.cluster import (
     reap_dead_local_daemons,
 )
 from engine.runtime.console import ConsoleReport
-from engine.runtime.lifecycle import LifecycleLog, LifeStep
+from engine.runtime.lifecycle import SOURCE_CLASS, LifecycleLog, LifeStep
 from engine.runtime.liveness import process_start
 from engine.runtime.logs import limit_repeats
 from engine.runtime.metrics import Metrics, MetricsServer
@@ -178,9 +178,7 @@ class Daemon:
         try:
             runners = self._prepare_start()
         except Exception as exc:
-            self.lifecycle.write("Error", LifeStep.START, f"daemon {self.id} could not start "
-                                 f"production {self.production.name}: {exc}",
-                                 item=getattr(exc, "item", None))
+            self._record_failed_start(exc)
             raise
         self._reap_dead_local_daemons()
         self.store.register_daemon(self.id, host=self.host, pid=os.getpid(),
@@ -222,6 +220,18 @@ class Daemon:
         self.lifecycle.write("Info", LifeStep.START, (
             f"production {self.production.name} started: {len(self.runners)} item(s), daemon "
             f"{self.id}{' (leader)' if self.is_leader() else ''}{not_ready}"))
+
+    def _record_failed_start(self, exc: Exception) -> None:
+        """One ``Error`` of the production's life for a start that fails, not logged:
+        ``encore run`` says it in one line. A database that cannot take it is no matter."""
+        try:
+            self.store.events.write(
+                "Error", f"daemon {self.id} could not start production "
+                f"{self.production.name}: {exc}", config_name=getattr(exc, "item", None),
+                job=self.id, source_class=SOURCE_CLASS, source_method=LifeStep.START,
+                echo=False)
+        except Exception as write_error:  # noqa: BLE001 - the start's own error goes on
+            log.debug("the failed start is not in the event log: %s", write_error)
 
     def _prepare_start(self) -> dict[str, ItemRunner]:
         """Every operation item's runner, prepared, and the metrics endpoint serving; if

@@ -118,17 +118,21 @@ class SqlEventLog:
               message_id: int | None = None, session_id: int | None = None,
               source_class: str | None = None, source_method: str | None = None,
               stack: str | None = None, job: str | None = None,
-              now: datetime | None = None) -> None:
-        """Append one event of type ``type_`` (Assert, Error, Warning, Info, Trace, Alert)."""
+              now: datetime | None = None, echo: bool = True) -> None:
+        """Append one event of type ``type_`` (Assert, Error, Warning, Info, Trace, Alert);
+        ``echo``: also to the Python log (False: the caller says it otherwise — a start that
+        fails is one line on stderr)."""
         if type_ not in EVENT_TYPES:
             raise ValueError(f"unknown event type {type_!r}; expected one of {EVENT_TYPES}")
         text, stack = storable(text), storable(stack)  # may quote a server: NUL, surrogates
         # one kind per item and reporting method for the log's repeat filter: a flood of one
         # item's failures is one line a minute, another item's event (or the same item's
         # give-up after its first failure) still gets through at once
-        log.log(_LEVELS[type_], "[%s] %s%s", config_name or "-",
-                f"message {message_id}: " if message_id else "", text,
-                extra={"repeat_kind": ("event", config_name, source_class, source_method)})
+        if echo:
+            log.log(_LEVELS[type_], "[%s] %s%s", config_name or "-",
+                    f"message {message_id}: " if message_id else "", text,
+                    extra={"repeat_kind": ("event", config_name, source_class,
+                                           source_method)})
         row: dict[str, Any] = {
             "time_logged": now or utcnow(), "type": type_, "config_name": config_name,
             "job": job, "message_id": message_id, "session_id": session_id,

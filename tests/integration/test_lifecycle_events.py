@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 
 from engine.clock import utcnow
 from engine.config.production import parse_production
+from engine.errors import EncoreError
 from engine.portal import create_app
 from engine.runtime.cluster import forget_daemon, reap_dead_local_daemons
 from engine.runtime.daemon import Daemon
@@ -169,3 +170,18 @@ def test_the_portal_filters_the_life_and_judges_a_daemon_of_this_host_by_its_pro
     dead = front[front.index('data-daemon="dead"'):].split("</tr>")[0]
     assert f"{(now - timedelta(hours=1)):%Y-%m-%d %H:%M}" in live  # when it started
     assert '<td class="yes">yes</td>' in live and '<td class="no">no</td>' in dead
+
+
+def test_a_start_that_fails_is_an_error_of_the_production_naming_the_item(
+        store: SqlStore, database_url: str) -> None:
+    production = parse_production(
+        f'[production]\nname = "P"\ndatabase = "{database_url}"\n[[items]]\nname = "Ledger"\n'
+        f'class = "tests.unit.sample_ops:BrokenInitOperation"\n', env={})
+    daemon = Daemon(production, store=store, env={})
+    with pytest.raises(EncoreError, match="the ledger file is locked"):
+        daemon.start()
+    (event,) = lifecycle(store)
+    assert (event["type"], event["source_method"], event["config_name"], event["job"]) == (
+        "Error", "start", "Ledger", daemon.id)
+    assert event["text"].startswith(f"daemon {daemon.id} could not start production P: ")
+    assert queries.daemons(store) == []  # nothing registered
