@@ -458,6 +458,10 @@ def _check_bodies(production: ProductionOutline, target: str, bodies: list[tuple
 @click.option("--item", help="only events of this item (config name)")
 @click.option("--message", "message_id", type=ROW_ID, help="only events of this message")
 @click.option("--session", "session_id", type=ROW_ID, help="only events of this session")
+@click.option("--lifecycle", is_flag=True,
+              help="only the production's life: daemons started and stopped, reloads, "
+                   "restarts, items enabled and disabled, dead daemons recovered, leases "
+                   "taken and lost, schema upgrades")
 @click.option("--since", help="10m, 2h, 3d or an ISO time")
 @click.option("--limit", type=COUNT, default=None,
               help=f"only the newest N events (default {DEFAULT_LIMIT})")
@@ -466,27 +470,25 @@ def _check_bodies(production: ProductionOutline, target: str, bodies: list[tuple
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
 @pass_ctx
 def log_command(ctx: Context, type_: str | None, item: str | None, message_id: int | None,
-                session_id: int | None, since: str | None, limit: int | None, show_all: bool,
-                follow: bool, as_json: bool) -> None:
+                session_id: int | None, lifecycle: bool, since: str | None, limit: int | None,
+                show_all: bool, follow: bool, as_json: bool) -> None:
     """Print the event log, newest last: the newest 50 unless --limit N or --all (stderr
-    says how many older ones were left out)."""
+    says how many older ones were left out). With --lifecycle, the daemon that wrote each
+    event is shown too."""
     limit = _row_limit(limit, show_all)
     flt = queries.EventFilter(type=type_, item=item, message_id=message_id,
-                              session_id=session_id, since=parse_since(since), limit=limit)
+                              session_id=session_id, since=parse_since(since), limit=limit,
+                              lifecycle=lifecycle)
+    columns, cells = (LIFE_COLUMNS, _life_cells) if lifecycle else (EVENT_COLUMNS, _event_cells)
     if limit is None:  # every one: read a chunk at a time, never all at once
         last = _stream(lambda up_to: queries.iter_events(ctx.store, flt, up_to=up_to),
-                       EVENT_COLUMNS, _event_cells, as_json)
+                       columns, cells, as_json)
         if follow:
             _follow_events(ctx.store, flt, last, as_json)
         return
     rows = queries.events(ctx.store, flt)
-    e = models.event_log.c
-    left_out = _left_out(ctx.store, rows, limit, models.event_log, [
-        column == value for column, value in
-        ((e.type, flt.type), (e.config_name, flt.item), (e.message_id, flt.message_id),
-         (e.session_id, flt.session_id)) if value is not None]
-        + ([e.time_logged >= flt.since] if flt.since is not None else []))
-    _print_events(rows, as_json, header=True)
+    left_out = _left_out(ctx.store, rows, limit, models.event_log, flt.conditions())
+    _print_events(rows, as_json, header=True, lifecycle=lifecycle)
     _say_left_out(left_out, len(rows), "event")
     if follow:
         _follow_events(ctx.store, flt, rows[-1]["id"] if rows else 0, as_json)
@@ -499,18 +501,23 @@ def _follow_events(store: SqlStore, flt: EventFilter, last_id: int,
     while True:
         time.sleep(0.5)
         rows = queries.events(store, dataclasses.replace(flt, after_id=last_id, limit=None))
-        _print_events(rows, as_json, header=last_id == 0)  # nothing printed yet: a header
+        _print_events(rows, as_json, header=last_id == 0,  # nothing printed yet: a header
+                      lifecycle=flt.lifecycle)
         last_id = rows[-1]["id"] if rows else last_id
 
 
-def _print_events(rows: list[dict[str, Any]], as_json: bool, *, header: bool) -> None:
+def _print_events(rows: list[dict[str, Any]], as_json: bool, *, header: bool,
+                  lifecycle: bool = False) -> None:
     if as_json:
         for row in rows:
             click.echo(report.json_line(row))
         return
     if not rows:
         return
-    text = report.table(EVENT_COLUMNS, [_event_cells(r) for r in rows])
+    if lifecycle:  # a daemon's own events have no message: the daemon in its place
+        text = report.table(LIFE_COLUMNS, [_life_cells(r) for r in rows])
+    else:
+        text = report.table(EVENT_COLUMNS, [_event_cells(r) for r in rows])
     click.echo(text if header else "\n".join(text.splitlines()[1:]))
     sys.stdout.flush()
 
@@ -595,6 +602,7 @@ def messages(ctx: Context, status: str | None, item: str | None, session_id: int
 MESSAGE_COLUMNS = ("id", "session", "kind", "target", "status", "attempts", "retry",
                    "next attempt", "created (UTC)", "error")
 EVENT_COLUMNS = ("id", "time (UTC)", "type", "item", "message", "text")
+LIFE_COLUMNS = ("id", "time (UTC)", "type", "daemon", "item", "text")
 
 
 def _message_cells(r: dict[str, Any]) -> tuple[Any, ...]:
@@ -604,6 +612,10 @@ def _message_cells(r: dict[str, Any]) -> tuple[Any, ...]:
 
 def _event_cells(r: dict[str, Any]) -> tuple[Any, ...]:
     return (r["id"], r["time_logged"], r["type"], r["config_name"], r["message_id"], r["text"])
+
+
+def _life_cells(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["id"], r["time_logged"], r["type"], r["job"], r["config_name"], r["text"])
 
 
 def _stream(every: Callable[[int | None], Iterator[dict[str, Any]]], headers: tuple[str, ...],
@@ -753,14 +765,25 @@ def status(ctx: Context) -> None:
     click.echo(_daemon_table(store, now, production.lease_seconds))
 
 
+def _alive(row: dict[str, Any], now: datetime, lease_seconds: float) -> str:
+    """``yes``; ``no`` when its heartbeat is older than a lease; ``no (pid 12 a zombie)``
+    for a daemon of this host whose process is dead, whatever its heartbeat says
+    (:func:`~engine.runtime.liveness.why_local_daemon_dead`)."""
+    from engine.runtime.liveness import why_local_daemon_dead
+
+    why = why_local_daemon_dead(row)
+    if why is not None:
+        return f"no ({why})"
+    return "yes" if row["heartbeat_at"] >= now - timedelta(seconds=lease_seconds) else "no"
+
+
 def _running_reports(store: SqlStore, now: datetime, lease_seconds: float
                      ) -> dict[str, dict[str, dict[str, Any]]]:
     """What each live daemon reports of its items (``daemon.item_states``)."""
     from engine.store.running import read_states
 
-    alive_after = now - timedelta(seconds=lease_seconds)
     return {d["id"]: read_states(d.get("item_states"))[0] for d in queries.daemons(store)
-            if d["heartbeat_at"] >= alive_after}
+            if _alive(d, now, lease_seconds) == "yes"}
 
 
 def _running_text(name: str, reports: dict[str, dict[str, dict[str, Any]]], *,
@@ -844,7 +867,6 @@ def _daemon_table(store: SqlStore, now: datetime, lease_seconds: float) -> str:
     daemons = queries.daemons(store)
     if not daemons:
         return "no daemon running"
-    alive_after = now - timedelta(seconds=lease_seconds)
     holds: dict[str, list[str]] = {}
     try:
         leases = store.leases.all()
@@ -857,7 +879,7 @@ def _daemon_table(store: SqlStore, now: datetime, lease_seconds: float) -> str:
         ("daemon", "host", "pid", "started (UTC)", "heartbeat (UTC)", "alive", "items",
          "leases"),
         [(d["id"], d["host"], d["pid"], d["started_at"], d["heartbeat_at"],
-          d["heartbeat_at"] >= alive_after, d["items"] or "-",
+          _alive(d, now, lease_seconds), d["items"] or "-",
           ", ".join(holds.get(d["id"], [])) or ("-" if leases is not None else "?"))
          for d in daemons])
 

@@ -456,7 +456,7 @@ class ItemRunner:
 
     def _write_readiness(self, type_: str, text: str) -> None:
         self.events.write(type_, text, config_name=self.item.name, source_class="ItemRunner",
-                          source_method="start")
+                          source_method="start", job=self.context.owner)
 
 
 def _quietly(func: object) -> None:

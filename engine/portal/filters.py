@@ -3,9 +3,10 @@
 Parameters are the interface (docs/portal.md): ``target``, ``status``, ``session``,
 ``since``, ``until``, ``q``, ``errors=1``, ``source``, ``prop.PATH=V`` (``prop.PATH.gt``,
 ``.lt``: ranges), ``body.PATH=V``, ``sort=time|target|status|duration`` and
-``order=asc|desc`` for messages; ``type``, ``item``, ``message``, ``since`` for events;
-``before``/``after`` (ids) and ``limit`` for paging. A value that does not parse is a
-:class:`FilterError` that names the parameter; an empty value counts as absent.
+``order=asc|desc`` for messages; ``type``, ``item``, ``message``, ``since``,
+``lifecycle=1`` for events; ``before``/``after`` (ids) and ``limit`` for paging. A value
+that does not parse is a :class:`FilterError` that names the parameter; an empty value
+counts as absent.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ PROP_PREFIX, BODY_PREFIX = "prop.", "body."
 RANGE_OPS = ("gt", "lt")  # prop.PATH.gt / prop.PATH.lt
 MAX_VALUE = 200  # characters of a prop. or body. value
 MAX_QUERY = 400  # characters of q: a longer text search costs the database, finds nothing more
-EVENT_PARAMS = ("type", "item", "message", "since")
+EVENT_PARAMS = ("type", "item", "message", "since", "lifecycle")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -120,12 +121,14 @@ def _check_path(name: str, path: str) -> None:
 
 
 def event_filter(params: Mapping[str, str]) -> EventFilter:
-    """The event log's filter from query parameters."""
+    """The event log's filter from query parameters (``lifecycle=1``: only the production's
+    life)."""
     type_ = _text(params, "type")
     if type_ is not None and type_ not in EVENT_TYPES:
         raise FilterError(f"type: {type_!r} is not one of {', '.join(EVENT_TYPES)}")
     return EventFilter(type=type_, item=_text(params, "item"),
-                       message_id=_int(params, "message"), since=_time(params, "since"))
+                       message_id=_int(params, "message"), since=_time(params, "since"),
+                       lifecycle=_text(params, "lifecycle") in ("1", "true", "on", "yes"))
 
 
 class Cursor(TypedDict):

@@ -18,6 +18,7 @@ from engine.errors import ItemNotFound
 from engine.host import BusinessOperation
 from engine.process import BusinessProcess
 from engine.runtime.cluster import LEADER, is_fifo, item_lease_name
+from engine.runtime.liveness import why_local_daemon_dead
 from engine.store import running, viewer
 from engine.store.sql import SqlStore
 
@@ -83,7 +84,8 @@ def view_of(store: SqlStore, production: ProductionConfig, *,
     alive_after = now - timedelta(seconds=production.lease_seconds)
     daemons, reports, hashes = [], {}, set()
     for d in status.daemons:
-        alive = d["heartbeat_at"] >= alive_after
+        # a daemon of this host whose process is dead is dead, whatever its last heartbeat
+        alive = d["heartbeat_at"] >= alive_after and why_local_daemon_dead(d) is None
         states, loaded = running.read_states(d.get("item_states"))
         if alive:
             reports[d["id"]] = states

@@ -17,15 +17,16 @@ before anyone else may take it.
 from __future__ import annotations
 
 import logging
-import os
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from engine.clock import Clock, SystemClock
 from engine.config.production import ItemConfig
 from engine.delivery.claims import LEASE_MARGIN  # a lease is given up early, as a claim is
 from engine.errors import StoreError
+from engine.runtime.lifecycle import LifecycleLog, LifeStep, leases_text
+from engine.runtime.liveness import boot_id, pid_namespace, why_dead
 from engine.store.sql import SqlStore
 
 __all__ = ["LEADER", "STEP_SECONDS", "DatabaseClock", "LeaseKeeper", "boot_id",
@@ -127,8 +128,12 @@ class LeaseKeeper:
     """
 
     def __init__(self, store: SqlStore, owner: str, *, clock: Clock, lease_seconds: float,
-                 retry_seconds: float) -> None:
+                 retry_seconds: float,
+                 on_change: Callable[[str, bool], None] | None = None) -> None:
+        """``on_change(name, took)``: called when this daemon takes a lease it did not hold
+        (``took`` True) or finds one it held taken by another (False)."""
         self.store = store
+        self.on_change = on_change
         self.owner = owner
         self.clock = clock
         self.lease_seconds = lease_seconds
@@ -210,7 +215,9 @@ class LeaseKeeper:
                 self._valid_until.pop(name, None)
         if dropped:
             self.store.leases.release(name, self.owner)
-        if ok and not had:
+        if ok != had and self.on_change is not None:
+            self.on_change(name, ok)
+        elif ok and not had:
             log.info("daemon %s took lease %s", self.owner, name)
         elif had and not ok:
             log.warning("daemon %s lost lease %s to another daemon", self.owner, name)
@@ -218,63 +225,47 @@ class LeaseKeeper:
 
 
 # -- daemons that are gone ----------------------------------------------------------------
-def reap_dead_local_daemons(store: SqlStore, host: str, namespace: str | None) -> None:
+def reap_dead_local_daemons(store: SqlStore, host: str, namespace: str | None,
+                            lifecycle: LifecycleLog | None = None) -> int:
     """Forget every daemon registered from ``host`` *in this PID namespace of this boot*
-    (``namespace``, see :func:`pid_namespace`) whose process is gone (kill -9): its messages
-    go back to their queues and its leases are free at once, not at expiry. A daemon of
-    another namespace — a container with the same host name — is never judged by its PID:
-    only its heartbeat lease expiring can declare it dead."""
+    (``namespace``, see :func:`pid_namespace`) that is dead — its PID gone, a zombie, or
+    another process's (:func:`~engine.runtime.liveness.why_dead`): its messages go back to
+    their queues and its leases are free at once, not at expiry. A daemon of another
+    namespace — a container with the same host name — is never judged by its PID: only its
+    heartbeat lease expiring can declare it dead. Returns how many were forgotten."""
     if namespace is None:
-        return
-    for daemon_id, pid in store.local_daemons(host, namespace=namespace):
-        if not process_alive(pid):
-            forget_daemon(store, daemon_id, f"died (pid {pid})")
+        return 0
+    forgotten = 0
+    for daemon_id, pid, started in store.local_daemons(host, namespace=namespace):
+        why = why_dead(pid, started)
+        if why is not None:
+            forgotten += forget_daemon(store, daemon_id, f"died ({why})", lifecycle)
+    return forgotten
 
 
-def boot_id() -> str | None:
-    """The kernel's boot of this host: its monotonic clock and PIDs are comparable only
-    within one. None where the system does not tell."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return None
-
-
-def pid_namespace() -> str | None:
-    """This process's PID namespace and the kernel's boot: PIDs are comparable only between
-    processes that share both. None where the system does not tell (then no PID is
-    trusted)."""
-    boot = boot_id()
-    try:
-        return None if boot is None else f"{boot}/{os.readlink('/proc/self/ns/pid')}"
-    except OSError:
-        return None
-
-
-def forget_silent_daemons(store: SqlStore, *, silent_seconds: float, now: datetime) -> None:
+def forget_silent_daemons(store: SqlStore, *, silent_seconds: float, now: datetime,
+                          lifecycle: LifecycleLog | None = None) -> None:
     """Forget the daemons whose last heartbeat is more than ``silent_seconds`` before
     ``now``: on another host, nobody can tell a dead daemon from a cut-off one sooner."""
     for daemon_id in store.stale_daemons(now - timedelta(seconds=silent_seconds)):
-        forget_daemon(store, daemon_id, f"silent for over {silent_seconds:g} s")
+        forget_daemon(store, daemon_id, f"silent for over {silent_seconds:g} s", lifecycle)
 
 
-def forget_daemon(store: SqlStore, daemon_id: str, why: str) -> None:
-    """Release the claims and leases of ``daemon_id`` and take it off the ``daemon`` table.
-    Attempts it left open stay open: the next delivery treats them as outcome unknown."""
+def forget_daemon(store: SqlStore, daemon_id: str, why: str,
+                  lifecycle: LifecycleLog | None = None) -> bool:
+    """Take ``daemon_id`` off the ``daemon`` table, then release its claims and leases, with
+    one ``Warning`` of the production's life (``lifecycle``: the daemon that found it). Only
+    the daemon that took it off does the rest: two that find it dead at once record it
+    once. Attempts it left open stay open: the next delivery treats them as outcome
+    unknown. False when another daemon forgot it first."""
+    if not store.unregister_daemon(daemon_id):
+        return False
     released = store.release_claims(daemon_id)
     leases = store.leases.release_all(daemon_id)
-    store.unregister_daemon(daemon_id)
-    log.warning("daemon %s %s; %d message(s) it held are back in their queues%s",
-                daemon_id, why, released,
-                f", its leases released: {', '.join(leases)}" if leases else "")
-
-
-def process_alive(pid: int) -> bool:
-    """True if a process ``pid`` exists on this host (one we may not signal counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    text = (f"daemon {daemon_id} {why}; {released} message(s) it held are back in their "
+            f"queues{leases_text(leases)}")
+    if lifecycle is None:
+        log.warning("%s", text)
+    else:
+        lifecycle.write("Warning", LifeStep.RECOVER, text)
     return True

@@ -73,6 +73,8 @@ from engine.runtime.cluster import (
     reap_dead_local_daemons,
 )
 from engine.runtime.console import ConsoleReport
+from engine.runtime.lifecycle import SOURCE_CLASS, LifecycleLog, LifeStep
+from engine.runtime.liveness import process_start
 from engine.runtime.logs import limit_repeats
 from engine.runtime.metrics import Metrics, MetricsServer
 from engine.runtime.queue_alerts import QueueAlerts
@@ -119,10 +121,13 @@ class Daemon:
         self.stop_requested = threading.Event()
         self.runners: dict[str, ItemRunner] = {}
         self.events = AlertingEventLog(self.store.events, self.store, production)
+        self.lifecycle = LifecycleLog(self.events, self.id)
+        self.stop_reason = "stopped by its caller"  # a signal or an error says otherwise
         self.metrics = Metrics()
         self.leases = LeaseKeeper(self.store, self.id, clock=self.clock,
                                   lease_seconds=production.lease_seconds,
-                                  retry_seconds=production.poll_interval)
+                                  retry_seconds=production.poll_interval,
+                                  on_change=self._lease_changed)
         self.scheduler = ProductionScheduler(production, store=self.store, clock=self.clock,
                                              events=self.events, leader=self.is_leader)
         self.metrics_server: MetricsServer | None = None
@@ -146,6 +151,10 @@ class Daemon:
                                      leader=self.is_leader, inbound=self._inbound_names)
         self.metrics.rollup = self.console.rollup
 
+    def _lease_changed(self, name: str, took: bool) -> None:
+        """Leadership changes are the production's life; a FIFO item's lease, the log's."""
+        self.lifecycle.lease(name, took, record=name == LEADER)
+
     @property
     def heartbeat_interval(self) -> float:
         return self.production.lease_seconds / 3
@@ -168,10 +177,15 @@ class Daemon:
         # effect): 5 ms by default, longer than a fast service takes to answer.
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         self._sync_clock()
-        runners = self._prepare_start()
+        try:
+            runners = self._prepare_start()
+        except Exception as exc:
+            self._record_failed_start(exc)
+            raise
         self._reap_dead_local_daemons()
         self.store.register_daemon(self.id, host=self.host, pid=os.getpid(),
                                    pid_namespace=self.pid_namespace,
+                                   process_start=process_start(),
                                    production=self.production.name,
                                    items=",".join(i.name for i in self._operations()),
                                    now=self.clock.now())
@@ -206,8 +220,21 @@ class Daemon:
                    for r in self.runners.values() if not r.ready]
         not_ready = (f"; {len(waiting)} item(s) not ready, their messages stay queued: "
                      + "; ".join(waiting)) if waiting else ""
-        log.info("production %s started: %d item(s), daemon %s%s%s", self.production.name,
-                 len(self.runners), self.id, " (leader)" if self.is_leader() else "", not_ready)
+        self.lifecycle.write("Info", LifeStep.START, (
+            f"production {self.production.name} started: {len(self.runners)} item(s), daemon "
+            f"{self.id}{' (leader)' if self.is_leader() else ''}{not_ready}"))
+
+    def _record_failed_start(self, exc: Exception) -> None:
+        """One ``Error`` of the production's life for a start that fails, not logged:
+        ``encore run`` says it in one line. A database that cannot take it is no matter."""
+        try:
+            self.store.events.write(
+                "Error", f"daemon {self.id} could not start production "
+                f"{self.production.name}: {exc}", config_name=getattr(exc, "item", None),
+                job=self.id, source_class=SOURCE_CLASS, source_method=LifeStep.START,
+                echo=False)
+        except Exception as write_error:  # noqa: BLE001 - the start's own error goes on
+            log.debug("the failed start is not in the event log: %s", write_error)
 
     def _prepare_start(self) -> dict[str, ItemRunner]:
         """Every operation item's runner, prepared, and the metrics endpoint serving; if
@@ -332,19 +359,22 @@ class Daemon:
         runner.start(threads=not self.inline)
 
     def _reap_dead_local_daemons(self) -> None:
-        """A daemon of this host whose process is gone (kill -9) holds claims and leases
-        that would otherwise wait for their expiry: release them now."""
-        reap_dead_local_daemons(self.store, self.host, self.pid_namespace)
+        """A dead daemon of this host (killed: its PID gone, a zombie or recycled) holds
+        claims and leases that would otherwise wait for their expiry: release them now. At
+        start and on every heartbeat: a few reads of ``/proc``."""
+        reap_dead_local_daemons(self.store, self.host, self.pid_namespace, self.lifecycle)
 
     def forget_dead_daemons(self) -> None:
         """Take daemons silent for ``FORGET_AFTER_LEASES`` lease periods off the list (their
         leases expired long ago; this only tidies ``encore status``)."""
         silent = FORGET_AFTER_LEASES * self.production.lease_seconds
-        forget_silent_daemons(self.store, silent_seconds=silent, now=self.clock.now())
+        forget_silent_daemons(self.store, silent_seconds=silent, now=self.clock.now(),
+                              lifecycle=self.lifecycle)
 
     def heartbeat(self) -> None:
         """Mark this daemon alive, renew the leases of the messages it holds, renew its
-        leader and item leases and take those that are free."""
+        leader and item leases and take those that are free; then forget the dead daemons
+        of this host (:meth:`_reap_dead_local_daemons`)."""
         if not self.file_watch.check(self._file_lost, self._stop_soon):
             return
         self._sync_clock()
@@ -355,6 +385,7 @@ class Daemon:
         for runner in runners:
             runner.claims.renewed(started)
         self.leases.renew()
+        guarded(self._reap_dead_local_daemons, "the scan for dead daemons")
 
     def _file_lost(self, text: str) -> None:
         self.store.events.write("Error", text, source_class="Daemon",
@@ -420,6 +451,10 @@ class Daemon:
         if self.tracing is not None:
             self.tracing.flush()
         guarded(self.flush_rollup, "the console's counters")
+        self.lifecycle.write("Info" if clean else "Warning", LifeStep.STOP, (
+            f"production {self.production.name} stopped: daemon {self.id}, "
+            f"{self.stop_reason}"
+            f"{'' if clean else '; attempts cut short count as outcome unknown'}"))
         try:
             if not clean:
                 self.store.release_claims(self.id)
@@ -427,8 +462,6 @@ class Daemon:
             self.store.unregister_daemon(self.id)
         except EncoreError as exc:
             log.error("could not unregister daemon (its leases will expire): %s", exc)
-        log.info("production %s stopped%s", self.production.name,
-                 "" if clean else " (attempts cut short count as outcome unknown)")
         return clean
 
     def _join_runners(self, runners: list[ItemRunner], deadline: float) -> bool:
@@ -530,6 +563,9 @@ class Daemon:
         self.start(background=False)
         try:
             self._loop()
+        except BaseException as exc:
+            self.stop_reason = f"on an error: {type(exc).__name__}: {exc}"
+            raise
         finally:
             self.stop()
         self.file_watch.raise_if_lost()  # a non-zero exit, saying why
@@ -543,6 +579,7 @@ class Daemon:
             if signum == signal.SIGHUP:
                 self.reloader.request()
             else:
+                self.stop_reason = f"on {signal.Signals(signum).name}"
                 self.stop_requested.set()
                 self.wake.set()
 

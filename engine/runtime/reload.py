@@ -23,6 +23,7 @@ from engine.errors import ConfigurationError, EncoreError
 from engine.runtime.alerts import AlertingEventLog
 from engine.runtime.cluster import LeaseKeeper, item_lease_name
 from engine.runtime.console import ConsoleReport
+from engine.runtime.lifecycle import LifecycleLog, LifeStep
 from engine.runtime.queue_alerts import QueueAlerts
 from engine.runtime.scheduler import ProductionScheduler
 from engine.runtime.steps import guarded, operation_items
@@ -61,6 +62,9 @@ class ReloadHost(Protocol):
 
     @property
     def events(self) -> AlertingEventLog: ...
+
+    @property
+    def lifecycle(self) -> LifecycleLog: ...
 
     @property
     def leases(self) -> LeaseKeeper: ...
@@ -116,6 +120,7 @@ class Reloader:
         self.requested = threading.Event()  # a reload was asked for and has not begun
         self.refused: dict[str, str] = {}
         self.failed: dict[str, str] = {}
+        self.applied_changes = ""  # what the last reload applied changed, said in its event
         self.file_hash = running.file_hash(*daemon.production.files)
         self._executor: ThreadPoolExecutor | None = None
         self._reloading: Future[None] | None = None
@@ -227,12 +232,8 @@ class Reloader:
         text = f"{REFUSED}, the production keeps running unchanged: {reason}"
         if not isinstance(exc, EncoreError):
             log.error("unexpected error during the reload", exc_info=exc)
-        try:  # the event log also logs it
-            self.daemon.events.write("Error", text, config_name=getattr(exc, "item", None),
-                                     source_class="Daemon", source_method="reload",
-                                     job=self.daemon.id)
-        except EncoreError as write_error:
-            log.error("%s (not in the event log: %s)", text, write_error)
+        self.daemon.lifecycle.write("Error", LifeStep.RELOAD, text,
+                                    item=getattr(exc, "item", None))
         self.refused = {getattr(exc, "item", None) or "(production file)": reason}
         guarded(self.daemon.console.report_states, "the item states")
 
@@ -241,6 +242,7 @@ class Reloader:
         daemon = self.daemon
         names = {i.name for i in operation_items(new)}
         stale = [n for n in daemon.runners if n in built or n not in names]
+        changes = _changes(set(daemon.runners), names, set(built), self._reconfigured(new))
         self._stop([daemon.runners.pop(name) for name in stale], new.shutdown_timeout)
         daemon.production = new
         daemon.events.production = new
@@ -252,19 +254,28 @@ class Reloader:
         guarded(daemon.console.report_states, "the item states")
         guarded(lambda: running.announce(
             daemon.store, [Announcement.control(Kind.RELOADED, daemon.id)]), "the announcement")
+        self.applied_changes = changes
+
+    def _reconfigured(self, new: ProductionConfig) -> list[str]:
+        """The items other than operation items (services, processes, routers) and the
+        production's own settings that ``new`` changes: what a reload applies without
+        restarting a runner."""
+        old = self.daemon.production
+        runs = {i.name for i in operation_items(old) + operation_items(new)}
+        current = {i.name: i for i in old.items if i.name not in runs}
+        changed = [i.name for i in new.items if i.name not in runs and current.get(i.name) != i]
+        return sorted(changed) + sorted(set(current) - {i.name for i in new.items})
 
     def _applied(self, new: ProductionConfig, inbound_stopped: str | None) -> None:
-        """The ``Info`` event that ends an applied reload (logged as well)."""
+        """The ``Info`` event of the production's life that ends an applied reload: where
+        from, what changed, what runs (``encore reload`` waits for it)."""
         daemon = self.daemon
         where = new.path.resolve() if new.path is not None else "?"
-        text = f"{RELOADED} from {where}: {len(daemon.runners)} item(s) running"
+        text = (f"{RELOADED} from {where} by daemon {daemon.id}: {self.applied_changes}; "
+                f"{len(daemon.runners)} item(s) running")
         if inbound_stopped is not None:
             text += f"; the inbound services are stopped: {inbound_stopped}"
-        try:
-            daemon.events.write("Info", text, source_class="Daemon", source_method="reload",
-                                job=daemon.id)
-        except EncoreError as write_error:
-            log.error("%s (not in the event log: %s)", text, write_error)
+        daemon.lifecycle.write("Info", LifeStep.RELOAD, text)
 
     def _switch_inbound(self, change: InboundChange) -> str | None:
         """The inbound services of the new production (docs/inbound.md); a new server that
@@ -276,9 +287,9 @@ class Reloader:
         except ConfigurationError as exc:
             daemon.inbound = None
             change.discard()  # the services the new server had started
-            daemon.events.write("Error", f"the inbound services are stopped: {exc}; fix "
-                                "[inbound] and reload", config_name="[inbound]",
-                                source_class="Daemon", source_method="reload", job=daemon.id)
+            daemon.lifecycle.write("Error", LifeStep.RELOAD, f"the inbound services are "
+                                   f"stopped: {exc}; fix [inbound] and reload",
+                                   item="[inbound]")
             return str(exc)
         return None
 
@@ -314,11 +325,22 @@ class Reloader:
         except Exception as exc:  # noqa: BLE001 - a failed restart never stops the daemon
             reason = _reason(exc)
             self.failed[name] = reason
-            daemon.events.write("Error", f"restart failed, the item is stopped: {reason}",
-                                config_name=name, source_class="Daemon",
-                                source_method="restart")
+            daemon.lifecycle.write("Error", LifeStep.RESTART,
+                                   f"restart failed, the item is stopped: {reason}", item=name)
         else:
             self.failed.pop(name, None)
             daemon.launch(runner)
-            log.info("item %s restarted", name)
+            daemon.lifecycle.write("Info", LifeStep.RESTART,
+                                   f"item restarted by daemon {daemon.id}", item=name)
         daemon.console.report_states()
+
+
+def _changes(running: set[str], names: set[str], built: set[str],
+             others: list[str]) -> str:
+    """What a reload changed, as its event says it: the operation items it started, those
+    it restarted with new settings, those it stopped, and the other items it changed."""
+    parts = [(label, sorted(found)) for label, found in (
+        ("started", built - running), ("restarted", built & running),
+        ("stopped", running - names), ("other items changed", set(others)))]
+    text = "; ".join(f"{label} {', '.join(found)}" for label, found in parts if found)
+    return text or "nothing changed"

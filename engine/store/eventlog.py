@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Connection, Engine
@@ -23,6 +24,24 @@ from engine.store.models import EVENT_TYPES, event_log
 from engine.store.text import storable
 
 log = logging.getLogger(__name__)
+
+
+
+class LifeStep(StrEnum):
+    """A step of the production's life, as the ``source_method`` of its event
+    (docs/operating.md, "The production's life"): the events ``encore log --lifecycle`` and
+    the portal's lifecycle filter select. A daemon's own carry its id in ``job``."""
+
+    START = "start"  # a daemon (or an item) started, or could not
+    STOP = "stop"  # a daemon stopped, and why
+    RELOAD = "reload"  # a reload applied (what changed) or refused (why)
+    RESTART = "restart"  # an item restarted, or could not start again
+    ENABLE = "enable"  # an operator enabled an item
+    DISABLE = "disable"  # an operator disabled an item
+    RECOVER = "recover"  # a dead daemon found, and what came back from it
+    LEAD = "lead"  # a daemon took or lost a lease (leader, a FIFO item's)
+    UPGRADE = "upgrade"  # the database schema upgraded
+
 
 _LEVELS = {"Error": logging.ERROR, "Alert": logging.ERROR, "Assert": logging.ERROR,
            "Warning": logging.WARNING, "Info": logging.INFO, "Trace": logging.DEBUG}
@@ -99,14 +118,17 @@ class SqlEventLog:
               message_id: int | None = None, session_id: int | None = None,
               source_class: str | None = None, source_method: str | None = None,
               stack: str | None = None, job: str | None = None,
-              now: datetime | None = None) -> None:
-        """Append one event of type ``type_`` (Assert, Error, Warning, Info, Trace, Alert)."""
+              now: datetime | None = None, echo: bool = True) -> None:
+        """Append one event of type ``type_`` (Assert, Error, Warning, Info, Trace, Alert);
+        ``echo``: also to the Python log (False: the caller says it otherwise — a start that
+        fails is one line on stderr)."""
         if type_ not in EVENT_TYPES:
             raise ValueError(f"unknown event type {type_!r}; expected one of {EVENT_TYPES}")
         text, stack = storable(text), storable(stack)  # may quote a server: NUL, surrogates
         logged = now or utcnow()
-        _mirror(_LEVELS[type_], logged, config_name, message_id, text,
-                ("event", config_name, source_class, source_method))
+        if echo:
+            _mirror(_LEVELS[type_], logged, config_name, message_id, text,
+                    ("event", config_name, source_class, source_method))
         row: dict[str, Any] = {
             "time_logged": logged, "type": type_, "config_name": config_name,
             "job": job, "message_id": message_id, "session_id": session_id,

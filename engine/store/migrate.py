@@ -21,8 +21,11 @@ from sqlalchemy import Engine, inspect, text
 from sqlalchemy.exc import SQLAlchemyError
 
 import migrations
+from engine.clock import utcnow
 from engine.errors import StoreError
 from engine.store.database import READ_ONLY, reason_of
+from engine.store.eventlog import LifeStep
+from engine.store.models import event_log
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -46,27 +49,38 @@ def upgrade(engine: Engine, revision: str = "head") -> str | None:
     return the revision the database was at before (None: it had no Encore tables) — on
     PostgreSQL read under the lock, so a racing upgrade that did the work first is not
     claimed as ours (on SQLite two upgrades at the very same moment may both claim it).
-    Raises StoreError for a schema newer than this code."""
-    from alembic import command
-
+    An upgrade of existing tables writes one ``Info`` event of the production's life
+    (docs/operating.md); creating them writes none. Raises StoreError for a schema newer
+    than this code."""
     try:
         if engine.dialect.name != "postgresql":
-            before = current_revision(engine)
-            _check_known(engine, before)
-            command.upgrade(alembic_config(engine), revision)
-            return before
+            return _upgrade(engine, revision)
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as lock:
             lock.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
             try:
-                before = current_revision(engine)
-                _check_known(engine, before)
-                command.upgrade(alembic_config(engine), revision)
-                return before
+                return _upgrade(engine, revision)
             finally:
                 lock.execute(text("SELECT pg_advisory_unlock(:key)"),
                              {"key": MIGRATION_LOCK_KEY})
     except SQLAlchemyError as exc:
         raise StoreError(f"database upgrade failed: {reason_of(exc)}") from exc
+
+
+def _upgrade(engine: Engine, revision: str) -> str | None:
+    """:func:`upgrade`'s work, under its lock: the revision the database was at before."""
+    from alembic import command
+
+    before = current_revision(engine)
+    _check_known(engine, before)
+    command.upgrade(alembic_config(engine), revision)
+    after = current_revision(engine)
+    if before is not None and after != before:
+        with engine.begin() as conn:
+            conn.execute(event_log.insert().values(
+                time_logged=utcnow(), type="Info", source_class="Database",
+                source_method=str(LifeStep.UPGRADE),
+                text=f"database schema upgraded from revision {before} to {after}"))
+    return before
 
 
 def check(engine: Engine) -> None:

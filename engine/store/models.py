@@ -152,6 +152,9 @@ daemon = Table(
     # /proc/self/ns/pid of the daemon's process: its PID means something only to a daemon
     # in the same namespace (containers share host names, not PID namespaces).
     Column("pid_namespace", String(200)),
+    # Its process's start time in clock ticks after the boot (/proc/PID/stat): a process
+    # with the same PID and another start time is not the daemon (migration 0017).
+    Column("process_start", BigInteger),
     # What the daemon runs of each item, as JSON (docs/portal.md, "what runs is what is
     # shown"; engine.store.running): rewritten when a state changes and at every reload.
     Column("item_states", Text),

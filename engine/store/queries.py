@@ -6,9 +6,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import ColumnElement, Select, func, select
 
 from engine.clock import as_utc
+from engine.store.eventlog import LifeStep
 from engine.store.models import daemon, event_log, message_header
 from engine.store.sql import SqlStore
 from engine.store.statuses import FINAL_STATUSES, Status
@@ -19,7 +20,8 @@ LISTING_CHUNK = 1_000  # rows one read of a listing of every row (--all) takes a
 @dataclass(frozen=True, kw_only=True)
 class EventFilter:
     """Which events to read: those of a type, an item (its config name), a message, a
-    session, logged since a time or after an id; None leaves a criterion out. ``limit``: the
+    session, logged since a time or after an id, of the production's life; None (False)
+    leaves a criterion out. ``limit``: the
     newest so many (:func:`events`; the portal's pages have sizes of their own)."""
 
     type: str | None = None
@@ -29,19 +31,26 @@ class EventFilter:
     since: datetime | None = None
     after_id: int | None = None
     limit: int | None = None
+    lifecycle: bool = False  # only the production's life (:class:`LifeStep`)
+
+    def conditions(self) -> list[ColumnElement[bool]]:
+        """The conditions on ``event_log`` this filter stands for (not ``limit``)."""
+        c = event_log.c
+        found: list[ColumnElement[bool]] = [
+            column == value for column, value in
+            ((c.type, self.type), (c.config_name, self.item), (c.message_id, self.message_id),
+             (c.session_id, self.session_id)) if value is not None]
+        if self.since is not None:
+            found.append(c.time_logged >= self.since)
+        if self.after_id is not None:
+            found.append(c.id > self.after_id)
+        if self.lifecycle:
+            found.append(c.source_method.in_([str(step) for step in LifeStep]))
+        return found
 
     def where(self, query: Select[Any]) -> Select[Any]:
         """``query`` (of ``event_log``) narrowed to the events this filter matches."""
-        c = event_log.c
-        for column, value in ((c.type, self.type), (c.config_name, self.item),
-                              (c.message_id, self.message_id), (c.session_id, self.session_id)):
-            if value is not None:
-                query = query.where(column == value)
-        if self.since is not None:
-            query = query.where(c.time_logged >= self.since)
-        if self.after_id is not None:
-            query = query.where(c.id > self.after_id)
-        return query
+        return query.where(*self.conditions())
 
 
 def events(store: SqlStore, flt: EventFilter) -> list[dict[str, Any]]:

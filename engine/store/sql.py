@@ -610,12 +610,17 @@ class SqlStore:
         return {name: bool(enabled) for name, enabled in rows}
 
     def register_daemon(self, daemon_id: str, *, host: str, pid: int, production: str,
-                        items: str, now: datetime, pid_namespace: str | None = None) -> None:
+                        items: str, now: datetime, pid_namespace: str | None = None,
+                        process_start: int | None = None) -> None:
+        """Add ``daemon_id`` to the ``daemon`` table, started and alive at ``now``;
+        ``process_start``: its process's start time in clock ticks after the boot (None:
+        unknown, its PID alone is judged)."""
         with self.db.tx() as conn:
             conn.execute(daemon.insert().values(id=daemon_id, host=host, pid=pid,
                                                 production=production, started_at=now,
                                                 heartbeat_at=now, items=items,
-                                                pid_namespace=pid_namespace))
+                                                pid_namespace=pid_namespace,
+                                                process_start=process_start))
 
     def stale_daemons(self, before: datetime) -> list[str]:
         """Ids of the daemons whose last heartbeat is older than ``before``."""
@@ -647,17 +652,21 @@ class SqlStore:
         self.db.announcer.call_back(news)
         return len(targets)
 
-    def local_daemons(self, host: str, *, namespace: str) -> list[tuple[str, int]]:
-        """(id, pid) of the daemons registered from ``host`` in PID namespace
-        ``namespace``."""
+    def local_daemons(self, host: str, *, namespace: str) -> list[tuple[str, int, int | None]]:
+        """(id, pid, process start) of the daemons registered from ``host`` in PID
+        namespace ``namespace``."""
         d = daemon.c
         with self.db.read() as conn:
-            return [(r.id, r.pid) for r in conn.execute(
-                select(d.id, d.pid).where(d.host == host, d.pid_namespace == namespace))]
+            return [(r.id, r.pid, r.process_start) for r in conn.execute(
+                select(d.id, d.pid, d.process_start)
+                .where(d.host == host, d.pid_namespace == namespace))]
 
-    def unregister_daemon(self, daemon_id: str) -> None:
+    def unregister_daemon(self, daemon_id: str) -> bool:
+        """Take ``daemon_id`` off the ``daemon`` table; False if it was not on it (another
+        daemon forgot it first)."""
         with self.db.tx() as conn:
-            conn.execute(daemon.delete().where(daemon.c.id == daemon_id))
+            return bool(conn.execute(daemon.delete().where(daemon.c.id == daemon_id))
+                        .rowcount)
 
     # -- announcements -------------------------------------------------------------------
     def add_queue_callback(self, callback: AnnouncementCallback) -> None:

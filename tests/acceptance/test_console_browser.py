@@ -149,8 +149,9 @@ class Console:
         store = SqlStore(self.database)
         try:
             with store.engine.connect() as conn:
-                return list(conn.execute(select(event_log.c.text).where(
-                    event_log.c.type == "Info", event_log.c.source_method == method)
+                return list(conn.execute(select(event_log.c.text).where(  # the users':
+                    event_log.c.type == "Info", event_log.c.source_method == method,
+                    event_log.c.job.is_(None))  # a daemon's own carry its id in job
                     .order_by(event_log.c.id)).scalars())
         finally:
             store.dispose()

@@ -116,10 +116,12 @@ def setup(tmp_path: Path, store: SqlStore) -> Iterator[Setup]:
 
 
 def info_events(store: SqlStore, method: str) -> list[str]:
+    """The Info events of the users' actions ``method`` (a daemon's record of what it did
+    carries its id in ``job``)."""
     with store.engine.connect() as conn:
         return list(conn.execute(select(event_log.c.text).where(
-            event_log.c.type == "Info", event_log.c.source_method == method)
-            .order_by(event_log.c.id)).scalars())
+            event_log.c.type == "Info", event_log.c.source_method == method,
+            event_log.c.job.is_(None)).order_by(event_log.c.id)).scalars())
 
 
 def send(s: Setup, target: str, body: dict[str, Any]) -> int:

@@ -65,7 +65,9 @@ class Harness:
                 for a in self.store.attempts(message_id)]
 
     def events(self, type_: str | None = None) -> list[str]:
-        return [e["text"] for e in queries.events(self.store, queries.EventFilter(type=type_))]
+        """The texts of the item's events (not the daemon's own record of its life)."""
+        return [e["text"] for e in queries.events(self.store, queries.EventFilter(type=type_))
+                if e["source_class"] != "Daemon"]
 
 
 def simulated(delay: float, servers: int = 1, **kw: Any) -> Any:

@@ -1,0 +1,104 @@
+"""Whether a daemon of this host is dead, judged by its process (docs/architecture.md,
+"Fencing").
+
+A daemon registers its PID, its PID namespace of this boot (:func:`pid_namespace`) and its
+process's start time in clock ticks after the boot (:func:`process_start`, field 22 of
+``/proc/PID/stat``). Another daemon of the same host and namespace judges it dead when that
+PID is gone, is a zombie (killed, not yet reaped by its parent: ``kill(pid, 0)`` still
+succeeds on it), or belongs to a process that started at another time (the PID was
+recycled). Ticks after the boot are the kernel's own count: no wall clock, so no step of
+one, enters the comparison.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["boot_id", "pid_namespace", "process_start", "why_dead", "why_local_daemon_dead"]
+
+_STATE_FIELD = 0  # of the fields after the command's closing parenthesis: field 3, the state
+_START_FIELD = 19  # likewise: field 22, the start time in clock ticks after the boot
+
+
+def boot_id() -> str | None:
+    """The kernel's boot of this host: its monotonic clock and PIDs are comparable only
+    within one. None where the system does not tell."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def pid_namespace() -> str | None:
+    """This process's PID namespace and the kernel's boot: PIDs are comparable only between
+    processes that share both. None where the system does not tell (then no PID is
+    trusted)."""
+    boot = boot_id()
+    try:
+        return None if boot is None else f"{boot}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return None
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (which may hold spaces and
+    parentheses); None when there is no such process or no ``/proc``."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rfind(")") + 2:].split()
+
+
+def process_start(pid: int | None = None) -> int | None:
+    """The start time of process ``pid`` (None: this one), in clock ticks after the boot;
+    None where the system does not tell."""
+    return _start_of(_stat(os.getpid() if pid is None else pid))
+
+
+def _start_of(fields: list[str] | None) -> int | None:
+    try:
+        return None if fields is None else int(fields[_START_FIELD])
+    except (IndexError, ValueError):
+        return None
+
+
+def why_dead(pid: int, started: int | None) -> str | None:
+    """Why the daemon of process ``pid`` that started at ``started`` (ticks after the boot;
+    None: not recorded) is dead — its PID gone, a zombie, or another process's — or None
+    while it lives. Call it only for a PID of this namespace of this boot."""
+    fields = _stat(pid)
+    if fields is None:
+        return None if _signalable(pid) else f"pid {pid} gone"
+    if fields[_STATE_FIELD:_STATE_FIELD + 1] in (["Z"], ["X"]):
+        return f"pid {pid} a zombie"
+    start = _start_of(fields)
+    if started is not None and start is not None and start != started:
+        return f"pid {pid} now another process's"
+    return None
+
+
+def _signalable(pid: int) -> bool:
+    """True if a process ``pid`` exists (one we may not signal counts): the judgement where
+    ``/proc`` cannot be read."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def why_local_daemon_dead(row: Mapping[str, Any]) -> str | None:
+    """:func:`why_dead` for a row of the ``daemon`` table registered from this host in this
+    PID namespace of this boot; None for any other (its heartbeat alone tells)."""
+    namespace = pid_namespace()
+    if namespace is None or row.get("pid_namespace") != namespace:
+        return None
+    if row.get("host") != socket.gethostname():
+        return None
+    return why_dead(int(row["pid"]), row.get("process_start"))
