@@ -166,14 +166,25 @@ class Dispatcher:
             self.wakeup.set()
 
     def commit_now(self, completion: Completion) -> None:
-        """Commit one success at once, on the caller's thread — a FIFO item's: its next
-        message is not sent before the end of this one is written (on a server database,
-        durably: a crash or failover of the server must not lose it either), or the message
-        would be sent again after the next. Raises StoreError when the database refuses it:
-        the delivery then counts as cut short, and the messages behind it wait."""
-        done = self.store.complete_many([completion], now=self.clock.now(),
-                                        durable=self.store.is_postgres)
-        self._committed([completion], done)
+        """Commit one success before returning, on the caller's thread — a FIFO item's: its
+        next message is not sent before the end of this one is written (on a server
+        database, durably: a crash or failover of the server must not lose it either), or
+        the message would be sent again after the next. If the database refuses it, the
+        success waits for the group commit, which tries again, and the caller with it (a
+        ticked dispatcher, which only the caller's thread drives, takes it at its step)."""
+        try:
+            done = self.store.complete_many([completion], now=self.clock.now(),
+                                            durable=self.store.is_postgres)
+        except EncoreError as exc:
+            log.warning("item %s: the success of message %d waits for the group commit: %s",
+                        self.settings.target, completion.message_id, exc)
+        else:
+            self._committed([completion], done)
+            return
+        self.defer(completion)
+        self.wakeup.set()
+        while self.urgent_here and not self._closed and completion.message_id in self.book.ids():
+            self.clock.sleep(FLUSH_WINDOW)  # the claim book lets it go once it is written
 
     def finished(self, message_id: int, seconds: float, *, ended: bool = False,
                  kept: bool = False) -> None:

@@ -44,7 +44,7 @@ ITEM = "Simulated"
 # The loggers ``encore simulate`` silences while it runs: its timeline says what they would.
 NOISY_LOGGERS = ("alembic", "adapters.failover", "engine.store.eventlog", "engine.delivery.worker",
                  "engine.delivery.breaker", "engine.runtime.cluster", "engine.runtime.daemon",
-                 "engine.delivery.item")
+                 "engine.runtime.lifecycle", "engine.delivery.item")
 MAX_SECONDS = 1e9  # seconds (about 31 years) any simulated time may take: the virtual clock's
 #                    dates must stay within the calendar
 MAX_SERVERS = 100  # simulated servers

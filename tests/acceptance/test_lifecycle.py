@@ -80,7 +80,7 @@ def test_start_reloads_applied_and_refused_and_sigterm_are_in_the_event_log(
             me = daemon_id(store, daemon.proc.pid)
             write_production(tmp_path, database_url, http_item("A", server.url) + failing)
             daemon.proc.send_signal(signal.SIGHUP)
-            wait_until(lambda: has(store, "reload applied"), 30, "the reload event")
+            wait_until(lambda: has(store, "production reloaded"), 30, "the reload event")
             send = json.dumps({"method": "GET", "path": "/down"})
             encore("send", "Failing", "--body", send, cwd=tmp_path)  # an Error, not life
             wait_until(lambda: queries.events(store, queries.EventFilter(type="Error")), 30,

@@ -44,7 +44,7 @@ def test_reload_reports_each_daemon_reloaded_or_refused_with_the_reason(
             applied = encore("reload", cwd=tmp_path)
             assert applied.stdout.strip() == (
                 f"daemon {daemon_id} (pid {daemon.proc.pid}): reloaded: production reloaded "
-                f"from {path}: 2 item(s) running")
+                f"from {path} by daemon {daemon_id}: started Second; 2 item(s) running")
             assert "Second" in encore("status", cwd=tmp_path).stdout
 
             path.write_text(HEAD.format(url=url) + ECHO.format(name="First") + NO_URL)

@@ -313,9 +313,13 @@ def test_a_reload_rewrites_daemon_items_and_the_portal_follows_the_announcement(
     assert status["file_changed"] is False
     added = next(i for i in status["items"] if i["name"] == "Added")
     assert added["running"]["daemons"] == [{"daemon": setup.daemon.id, "state": "ready"}]
-    asked, applied = info_events(setup.store, "reload")  # the admin's, then the daemon's
+    (asked,) = info_events(setup.store, "reload")  # the admin's
     assert asked.startswith("reload of the production file asked of every daemon")
-    assert applied.startswith("production reloaded from")
+    with setup.store.engine.connect() as conn:  # and the daemon's, of the production's life
+        (applied,) = conn.execute(select(event_log.c.text).where(
+            event_log.c.type == "Info", event_log.c.source_method == "reload",
+            event_log.c.job == setup.daemon.id)).scalars()
+    assert applied.startswith("production reloaded from") and "started Added" in applied
     # a reload that cannot start an item is refused: the item shows as refused, red
     setup.path.write_text(original + EXTRA + BROKEN)
     setup.daemon.reload()
