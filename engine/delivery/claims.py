@@ -124,8 +124,11 @@ class ClaimBook:
 
     # -- claims a failed delivery left ---------------------------------------------------
     def abandon(self, row: MessageRow, batch: int) -> None:
-        """A delivery of ``row``, of claim number ``batch``, was cut short by an error."""
+        """A delivery of ``row``, of claim number ``batch``, was cut short by an error. Its
+        claim is held no more: a FIFO claim made before it goes back to the queue must stop at
+        it, not take the messages behind it as if it were still being delivered."""
         with self._lock:
+            self._held.pop(row.id, None)
             self._abandoned[row.id] = row.claim_token
             self._abandoned_batch = batch
 

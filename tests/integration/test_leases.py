@@ -224,6 +224,59 @@ def test_a_fifo_item_is_not_stuck_behind_a_group_commit_cut_short_by_the_databas
         store.dispose()
 
 
+class RetryStartFailsOnce(SqlStore):
+    """A store that loses the database once, as the start of a retry is written (a full
+    disk): the delivery is cut short while the messages behind it wait in the queue."""
+
+    failed = False
+
+    def begin_attempt(self, message_id: int, attempt: int, **kwargs: Any) -> int:
+        if attempt == 2 and not self.failed:
+            self.failed = True
+            raise StoreError("database error: database or disk is full")
+        return super().begin_attempt(message_id, attempt, **kwargs)
+
+
+def test_a_fifo_message_whose_retry_the_database_cut_short_is_not_overtaken(
+        database_url: str) -> None:
+    """Its claim is no longer taken for held: the dispatcher claims nothing behind it while
+    the worker waits out the error, and the message is sent again before the next one."""
+    first: dict[str, int] = {}
+
+    def refuse_m0_once(handler: Any, record: Any) -> None:
+        tag = record.body.decode()
+        first[tag] = first.get(tag, 0) + 1
+        respond(503 if tag == "m0" and first[tag] == 1 else 200, "x")(handler, record)
+
+    store = RetryStartFailsOnce(database_url)
+    store.upgrade()
+    with HttpTestServer({"/fifo": refuse_m0_once}) as server:
+        production = parse_production(
+            '[[items]]\nname = "Fifo"\nclass = "operations.http:HttpOperation"\n'
+            f'[items.settings]\nurl = "{server.url}"\nretry_interval = 0.1\n', env={})
+        runner = ItemRunner(production.item("Fifo"), ItemContext(
+            store=store, clock=SystemClock(), owner="d", lease_seconds=LEASE,
+            poll_interval=0.05, lease=lambda: True))
+        def enqueue(i: int) -> int:
+            return store.enqueue(target="Fifo", body_class="operations.http:HttpRequest",
+                                 body=f'{{"method": "POST", "path": "/fifo", "body": "m{i}"}}')
+
+        ids = [enqueue(0)]
+        runner.start()
+        try:  # the others come while the worker waits out the error: a claim of their own
+            wait_until(lambda: store.failed, 10, "the retry's start to fail")
+            ids += [enqueue(1), enqueue(2)]
+            wait_until(lambda: all(store.get_message(i).status == "Completed" for i in ids), 20,
+                       "every message to complete")
+        finally:
+            runner.request_stop()
+            runner.join(5)
+            store.dispose()
+        assert store.failed
+        sent = [r.body.decode() for r in server.requests]
+    assert sent == ["m0", "m0", "m1", "m2"]  # m0 again before m1: never after a later one
+
+
 class EndAttemptFailsOnce(SqlStore):
     """A store that loses the database once, as a failed attempt's end is written: the
     delivery is cut short with its attempt open and its message still claimed."""
