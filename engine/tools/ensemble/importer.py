@@ -10,6 +10,7 @@ from typing import Any
 
 from engine.config.production import MAX_SHUTDOWN_TIMEOUT
 from engine.tools.ensemble import toml_out
+from engine.tools.ensemble.default_settings import map_defaults, read_default_settings
 from engine.tools.ensemble.errors import SourceError
 from engine.tools.ensemble.mapping import Context, ItemPlan, map_item
 from engine.tools.ensemble.model import EnsProduction
@@ -42,11 +43,15 @@ class ImportResult:
     package: str
     skeletons: dict[str, str] = field(default_factory=dict)
     report: Report = field(default_factory=lambda: Report([]))
+    defaults_text: str | None = None  # the defaults file (``--defaults``), None: none
+
 
     def write(self, output: Path, *, force: bool = False) -> list[Path]:
         """Write the production file at ``output``, the skeletons beside it and the report
         (:func:`report_path`); SourceError naming a file that exists (unless ``force``)."""
         files = {output: self.production_text, report_path(output): self.report.text()}
+        if self.defaults_text is not None:
+            files[defaults_path(output)] = self.defaults_text
         files.update({output.parent / rel: text for rel, text in self.skeletons.items()})
         existing = [str(p) for p in files if p.exists()]
         if existing and not force:
@@ -64,10 +69,19 @@ def report_path(output: Path) -> Path:
     return output.with_name(output.stem + ".import-report.txt")
 
 
+def defaults_path(output: Path) -> Path:
+    """Where the defaults file goes: ``production.toml`` → ``production.defaults.toml``."""
+    return output.with_name(output.stem + ".defaults.toml")
+
+
 def import_production(source: Path, *, name: str | None = None,
-                      output: Path = Path("production.toml")) -> ImportResult:
-    """Import production ``name`` (the only one when None) from ``source``."""
+                      output: Path = Path("production.toml"),
+                      defaults: Path | None = None) -> ImportResult:
+    """Import production ``name`` (the only one when None) from ``source``; ``defaults``:
+    an exported ``Ens.Config.DefaultSettings`` table, read into a defaults file beside the
+    output (:func:`defaults_path`) that the production file names."""
     found = read_source(source)
+    exported = read_default_settings(defaults) if defaults is not None else None
     production = choose_production(found, name)
     package = _package_name(production.class_name, output.parent)
     report = Report([f"encore import ensemble: production {production.class_name} from "
@@ -83,6 +97,18 @@ def import_production(source: Path, *, name: str | None = None,
         settings["alert_item"] = ALERT_ITEM
         own.add(MAPPED, f"item {ALERT_ITEM}", f"alert_item = {ALERT_ITEM!r}")
     inbound = _inbound(plans, ctx, own)
+    defaults_text = None
+    if exported is not None and defaults is not None:
+        target = defaults_path(output)
+        mapped = map_defaults(exported, plans, {i.class_name: p.class_path for i, p in
+                                                zip(production.items, plans, strict=True)},
+                              (production.class_name, settings["name"]),
+                              f"defaults {defaults.name} → {target.name}")
+        report.sections.append(mapped.section)
+        settings["defaults"] = target.name
+        own.add(MAPPED, f"Ens.Config.DefaultSettings ({defaults.name})",
+                f"defaults = {target.name!r}, {len(mapped.rows)} row(s)")
+        defaults_text = mapped.text(settings["name"], defaults)
     skeletons = {f"{package}/{spec.module}.py": render(spec) for spec in ctx.skeletons.values()}
     if skeletons:
         doc = (f"Skeletons of the classes of {production.class_name}, written by `encore "
@@ -92,7 +118,7 @@ def import_production(source: Path, *, name: str | None = None,
     text = _production_file(production, source, settings, inbound, plans, output)
     return ImportResult(production=production, production_text=text,
                         package=package if skeletons else "", skeletons=skeletons,
-                        report=report)
+                        report=report, defaults_text=defaults_text)
 
 
 def _production_settings(production: EnsProduction, section: Section) -> dict[str, Any]:

@@ -89,7 +89,7 @@ def map_item(item: EnsItem, ctx: Context) -> ItemPlan:
     raw = _map_settings(item, plan, kind, ctx)
     if plan.class_path == SOAP_SERVICE:
         _soap_service_contract(plan, raw)
-    plan.settings = _checked(raw, _declared(plan), plan)
+    plan.settings = _checked(raw, declared_of_plan(plan), plan)
     if plan.kind == OPERATION and kind.adapter is not None:
         _report_defaults(plan)
     return plan
@@ -306,7 +306,7 @@ def _map_port(value: str, where: str, plan: ItemPlan, ctx: Context) -> None:
                          f"on one port, {ctx.inbound_port} (another service's)")
 
 
-def _declared(plan: ItemPlan) -> tuple[Setting, ...]:
+def declared_of_plan(plan: ItemPlan) -> tuple[Setting, ...]:
     if plan.skeleton is not None:
         return declared_of(plan.skeleton)
     cls = pkgutil.resolve_name(plan.class_path)
@@ -330,7 +330,7 @@ def _checked(raw: dict[str, Any], declared: tuple[Setting, ...],
 
 def _report_defaults(plan: ItemPlan) -> None:
     """A line for each core setting the item left to Encore's default, with Ensemble's."""
-    declared = {s.name: s.default for s in _declared(plan)}
+    declared = {s.name: s.default for s in declared_of_plan(plan)}
     for key, ensemble in ENSEMBLE_DEFAULTS.items():
         if key in plan.settings or key not in declared:
             continue
@@ -339,4 +339,4 @@ def _report_defaults(plan: ItemPlan) -> None:
                          f"({theirs})")
 
 
-__all__ = ["Context", "ItemPlan", "map_item"]
+__all__ = ["Context", "ItemPlan", "declared_of_plan", "map_item"]
