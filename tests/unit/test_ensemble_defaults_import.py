@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.tools.ensemble import import_production
+from engine.tools.ensemble import ImportResult, import_production
 from engine.tools.ensemble.errors import SourceError
 from engine.tools.ensemble.report import MAPPED, NONE, NOT_NEEDED
 
@@ -25,7 +25,7 @@ EXPORT = DATA / "defaults" / "Ens.Config.DefaultSettings.xml"
 CARDS = {"ENCORE_CREDENTIALS_CARDS_USERNAME": "shop", "ENCORE_CREDENTIALS_CARDS_PASSWORD": "x"}
 
 
-def _import(tmp_path: Path) -> tuple[Path, object]:
+def _import(tmp_path: Path) -> tuple[Path, ImportResult]:
     output = tmp_path / "production.toml"
     result = import_production(SOURCE, output=output, defaults=EXPORT)
     result.write(output)
@@ -53,7 +53,7 @@ def test_the_export_becomes_a_defaults_file_that_the_production_names(tmp_path: 
 
 def test_every_row_of_the_export_is_a_line_of_the_report(tmp_path: Path) -> None:
     _, result = _import(tmp_path)
-    section = next(s for s in result.report.sections  # type: ignore[attr-defined]
+    section = next(s for s in result.report.sections
                    if s.title.startswith("defaults Ens.Config.DefaultSettings.xml"))
     by_row = {line.what.split("(row ")[1].split(":")[0]: line for line in section.lines
               if "(row " in line.what}
@@ -66,8 +66,8 @@ def test_every_row_of_the_export_is_a_line_of_the_report(tmp_path: Path) -> None
     assert "cannot be read" in by_row["7"].text  # QueueWaitAlert = soon
     assert "Acme.Unknown.Operation is neither" in by_row["9"].text
     assert [line.status for line in section.lines if line.what == "Deployable"] == [NOT_NEEDED]
-    assert not result.report.complete  # type: ignore[attr-defined]
-    assert "the system defaults" in result.report.summary()  # type: ignore[attr-defined]
+    assert not result.report.complete
+    assert "the system defaults" in result.report.summary()
 
 
 def test_the_loader_resolves_an_item_setting_from_the_imported_defaults(tmp_path: Path) -> None:
