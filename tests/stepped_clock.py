@@ -2,6 +2,7 @@
 — an NTP step or a resumed VM — through libfaketime (Debian's ``faketime`` package)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,8 +28,9 @@ class SteppedWallClock:
     that far from the real one, at once, in every such process."""
 
     def __init__(self, path: Path) -> None:
-        if not LIBFAKETIME.exists():
-            pytest.fail(f"{LIBFAKETIME} is missing: install Debian's faketime package")
+        if not LIBFAKETIME.exists():  # an error in CI, whose script installs it
+            missing = f"{LIBFAKETIME} is missing (apt-get install faketime)"
+            pytest.fail(missing) if os.environ.get("CI") else pytest.skip(missing)
         self.path = path
         self.step(0)
 
