@@ -70,6 +70,14 @@ class Database:
             yield conn
             self.events.insert_held(conn)
 
+    def single(self) -> Transaction:
+        """A connection whose every statement commits on its own, in the server (autocommit)
+        on PostgreSQL — for a statement that locks a row another daemon may be renewing (a
+        lease it may take): between such a statement and its COMMIT, a daemon frozen or cut
+        off would hold the lock, and hold up the row's owner, as long as it stays so. On
+        SQLite a write transaction, as :meth:`tx`."""
+        return Transaction(self.engine, autocommit=self.is_postgres)
+
     def read(self) -> Transaction:
         """A connection for reads only: on SQLite a plain BEGIN, without the write lock
         (``log --follow``, ``status``, metrics scrapes and the portal never wait for
@@ -126,17 +134,23 @@ class Transaction:
     """``engine.begin()`` (or a read-only connection) that turns SQLAlchemy errors into
     StoreError with the driver's reason — never the statement or its parameters."""
 
-    def __init__(self, engine: Engine, *, durable: bool = True, read_only: bool = False
-                 ) -> None:
+    def __init__(self, engine: Engine, *, durable: bool = True, read_only: bool = False,
+                 autocommit: bool = False) -> None:
         self._engine = engine
         self._read_only = read_only
+        self._autocommit = autocommit
         self._durable = durable
         self._cm: Any = None
 
     def __enter__(self) -> Connection:
         try:
-            self._cm = (self._engine.connect().execution_options(**{READ_ONLY: True})
-                        if self._read_only else self._engine.begin())
+            if self._read_only:
+                self._cm = self._engine.connect().execution_options(**{READ_ONLY: True})
+            elif self._autocommit:
+                self._cm = self._engine.connect().execution_options(
+                    isolation_level="AUTOCOMMIT")
+            else:
+                self._cm = self._engine.begin()
             conn: Connection = self._cm.__enter__()
             if not self._durable:
                 conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")

@@ -58,7 +58,9 @@ class SqlLeases:
                                       else_=ins.excluded.acquired_at)},
             where=or_(c.owner == owner, c.expires_at < now),
         ).returning(c.owner)
-        with self._db.tx() as conn:
+        # one statement that commits in the server: it locks the row even when the lease is
+        # another's, and a daemon frozen before a COMMIT would hold up the owner's renewal
+        with self._db.single() as conn:
             return conn.execute(stmt).first() is not None
 
     def release(self, name: str, owner: str) -> bool:
