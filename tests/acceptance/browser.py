@@ -9,12 +9,15 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.acceptance.daemon import cli_env
 from tests.waiting import answers, wait_until
 
 CHROMIUM = "/usr/bin/chromium"
@@ -45,6 +48,22 @@ def wait_for_portal(base: str, proc: subprocess.Popen[Any]) -> None:
             raise AssertionError("encore portal exited at start")
         return answers(f"{base}/login")
     wait_until(started, START_TIMEOUT, "encore portal to answer")
+
+
+@contextmanager
+def portal_running(root: Path, base: str) -> Iterator[subprocess.Popen[Any]]:
+    """``encore portal`` in ``root`` on ``base``'s port, its output in ``portal.log``, from
+    when it answers until the block ends."""
+    with (root / "portal.log").open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "portal", "--port",
+                                 base.rsplit(":", 1)[1]], cwd=root, env=cli_env(),
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for_portal(base, proc)
+            yield proc
+        finally:
+            proc.terminate()
+            proc.wait(10)
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,9 +21,9 @@ from tests.acceptance.browser import (
     UI_TIMEOUT,
     browser,  # noqa: F401 - the fixture
     free_port,
-    wait_for_portal,
+    portal_running,
 )
-from tests.acceptance.daemon import RunningDaemon, cli_env, encore
+from tests.acceptance.daemon import RunningDaemon, encore
 from tests.acceptance.test_portal_browser import PASSWORD, Site
 from tests.servers import HttpTestServer, respond, sequence
 from tests.waiting import wait_until
@@ -99,17 +97,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sessions]:
         store.dispose()
     base = Sessions(f"http://127.0.0.1:{free_port()}")
     base.routed, base.cut, base.server = routed, cut, server.url
-    log = (root / "portal.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "portal", "--port",
-                             base.rsplit(":", 1)[1]], cwd=root, env=cli_env(), stdout=log,
-                            stderr=subprocess.STDOUT)
-    try:
-        wait_for_portal(base, proc)
+    with portal_running(root, base):
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        log.close()
 
 
 @pytest.fixture
