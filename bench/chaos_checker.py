@@ -129,13 +129,10 @@ class FaultWindow:
     start: float
     end: float
     offset: float = 0.0
-    leases_only: bool = False  # excuses a lease lost (leader, item:*), never a message's claim
 
     def covers(self, loss: ClaimLoss, grace: float) -> bool:
         """True if ``loss`` may come of this fault: its daemon's, logged in the window or
         within ``grace`` seconds after it (the daemon notices at its next write)."""
-        if self.leases_only and loss.message_id is not None:
-            return False
         if self.daemons and loss.daemon not in self.daemons:
             return False
         return any(self.start - LOSS_BEFORE <= loss.at - off

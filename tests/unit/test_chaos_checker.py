@@ -319,17 +319,6 @@ def test_a_claim_lost_by_a_daemon_no_fault_touched_is_stolen(history: History) -
     assert v.message_id == 77 and "daemon d1" in v.detail
 
 
-def test_a_lease_holdup_window_excuses_a_lease_lost_by_another_daemon_never_a_claim(
-        history: History) -> None:
-    """--excuse-lease-holdups: while d9 is frozen, another daemon may lose a lease whose row
-    d9 holds locked; a message's claim lost then is still stolen."""
-    history.faults.append(FaultWindow(frozenset(), T0 + 300, T0 + 303, leases_only=True))
-    history.losses.append(ClaimLoss("d1", None, T0 + 302, "lost lease leader"))
-    history.losses.append(ClaimLoss("d1", 79, T0 + 302, "abandoning message 79"))
-    v = only(history.violations(), "claim_stolen")
-    assert v.message_id == 79
-
-
 @pytest.mark.parametrize(("at", "stolen"), [
     (T0 - 0.5, False),  # logged just before the fault began (clock reading)
     (T0 + 4 + GRACE - 0.1, False),  # noticed at the daemon's next write, in the grace
