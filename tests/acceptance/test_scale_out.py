@@ -291,6 +291,10 @@ def test_a_daemon_frozen_past_its_lease_never_resends_what_another_took_over(
     first, second = cluster.start(2)
     mid = cluster.send("Pay", post("pay-1"))
     wait_until(lambda: len(server.requests) == 1, 20, "the first attempt")
+    # freeze it only once the 503 is on record: frozen between the answer and its record,
+    # the attempt would be open, so outcome unknown, and this item is not re-sent then
+    wait_until(lambda: [a.ended_at is not None for a in cluster.store.attempts(mid)] == [True],
+               20, "the first attempt's 503 on record")
     holder = cluster.store.get_message(mid).claimed_by
     frozen = cluster.by_id(holder)
     frozen.proc.send_signal(signal.SIGSTOP)
