@@ -58,8 +58,8 @@ class DatabaseClock:
     (docs/architecture.md, "Which clock decides what").
 
     :meth:`sync` (at start and on every heartbeat) reads the database's clock — PostgreSQL's
-    ``clock_timestamp()``, half the round trip credited to each way; on SQLite, which has no
-    server, this host's wall clock — and anchors this clock on it: :meth:`now` is that
+    ``clock_timestamp()``; on SQLite, which has no server, this host's wall clock — and
+    anchors this clock on it, within the reading's round trip: :meth:`now` is that
     reading moved on by the monotonic seconds since. So a step of this host's wall clock (an
     NTP step, a resumed VM) changes nothing on PostgreSQL, and on SQLite nothing until the
     next heartbeat, which reports it as a *step* (:meth:`sync`'s return value) for the
@@ -82,20 +82,37 @@ class DatabaseClock:
         """Read the database's clock and anchor this clock on it; return the step — the
         seconds the database's clock moved against the monotonic clock since the last sync,
         when that is more than ``STEP_SECONDS`` — or 0.0. Raises StoreError when the
-        database does not answer."""
-        if self.store.is_postgres:
-            started = self.base.monotonic()
-            reading = self.store.db_now()
-            mono = (started + self.base.monotonic()) / 2
-        else:
-            reading, mono = self.base.now(), self.base.monotonic()
+        database does not answer.
+
+        A reading was taken somewhere within its round trip, so it only bounds the offset
+        of the two clocks: the anchor moves when it falls outside those bounds, and then no
+        further than the nearer bound. A reading delayed for seconds (a network partition,
+        a frozen database, a loaded host) thus cannot move this clock ahead of the
+        database's by half its delay — ahead, this daemon would judge other daemons' leases
+        expired early and take over their live claims."""
+        started = self.base.monotonic()
+        reading = self.store.db_now() if self.store.is_postgres else self.base.now()
+        ended = self.base.monotonic()
         with self._lock:
             anchored, at = self._anchor
-            moved = (reading - (anchored + timedelta(seconds=mono - at))).total_seconds()
             first, self._synced = not self._synced, True
-            if abs(moved) <= CLOCK_TOLERANCE:
-                return 0.0
-            self._anchor = (reading, mono)
+            if first:
+                self._anchor = (reading, (started + ended) / 2)
+                moved = (reading - (anchored + timedelta(seconds=(started + ended) / 2 - at))
+                         ).total_seconds()
+            else:
+                # what this clock reads at ``started`` and at ``ended``, against the reading
+                early = anchored + timedelta(seconds=started - at)
+                late = anchored + timedelta(seconds=ended - at)
+                if reading > late:
+                    moved = (reading - late).total_seconds()  # the database is ahead
+                elif reading < early:
+                    moved = (reading - early).total_seconds()  # ... or behind
+                else:
+                    moved = 0.0
+                if abs(moved) <= CLOCK_TOLERANCE:
+                    return 0.0
+                self._anchor = (anchored + timedelta(seconds=moved), at)
         if first:
             if abs(moved) > STEP_SECONDS:
                 log.info("this host's clock is %+.3f s off the database server's; "

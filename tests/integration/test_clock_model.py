@@ -145,3 +145,44 @@ def test_an_expiry_scan_on_sqlite_judges_leases_on_the_files_clock_frame(
                                         monotonic=time.monotonic()) == 0
     assert store.get_message(mid).status == "Delivered"
     assert store.release_expired_claims("A", now=stale, owner="other") == 1  # without it
+
+
+class StallingClock(VirtualClock):
+    """This host: the real wall clock, a monotonic clock the test moves — by ``stall``
+    seconds within the next reading of the database's clock, as when that reading is held
+    up (a partition, a frozen server) and arrives seconds after it was asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at = 1000.0
+        self.stall = 0.0
+        self.calls = 0
+
+    def monotonic(self) -> float:
+        self.calls += 1
+        value = self.at
+        if self.stall and self.calls % 2 == 1:  # the reading is asked for: it is held up
+            self.at += self.stall
+            self.stall = 0.0
+        return value
+
+    def now(self) -> datetime:
+        return utcnow()
+
+
+def test_a_reading_held_up_for_seconds_never_moves_the_daemons_clock(store: SqlStore) -> None:
+    host = StallingClock()
+    clock = DatabaseClock(store, host)
+    assert clock.sync() == 0.0
+    before = clock.now()
+    # the reading took 3 s by this host's clock: it bounds the database's time only within
+    # those 3 s, and this clock is within them, so it stays (credited half the wait, it
+    # would move 1.5 s, and a daemon ahead judges other daemons' leases expired early)
+    host.calls, host.stall = 0, 3.0
+    assert clock.sync() == 0.0
+    host.at -= 3.0  # the same monotonic instant as ``before``
+    assert abs((clock.now() - before).total_seconds()) < 0.1
+    # a prompt reading outside the bounds moves it, as far as the reading says
+    host.at += 3.0 + 2.0  # 5 s of this host's monotonic time, the database's clock still
+    assert clock.sync() == pytest.approx(-5.0, abs=0.1)
+    assert abs((clock.now() - store.db_now()).total_seconds()) < 0.1
