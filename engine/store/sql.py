@@ -316,13 +316,17 @@ class SqlStore:
                 zero_at = conn.execute(select(func.max(clock_frame.c.zero_at))).scalar()
                 if zero_at is not None:
                     now = as_utc(zero_at) + timedelta(seconds=monotonic)
-            stmt = update(message_header).where(h.target == target,
-                                                h.status == Status.DELIVERED,
-                                                h.lease_expires_at < now)
+            expired = select(h.id).where(h.target == target, h.status == Status.DELIVERED,
+                                         h.lease_expires_at < now)
             if owner is not None:
-                stmt = stmt.where(or_(h.claimed_by != owner, h.claimed_by.is_(None),
-                                      h.id.not_in(held) if held else true()))
-            count = conn.execute(stmt.values(**requeue(delivery_ended=False))).rowcount
+                expired = expired.where(or_(h.claimed_by != owner, h.claimed_by.is_(None),
+                                            h.id.not_in(held) if held else true()))
+            # a row locked is being written by its holder (or by a daemon frozen mid-write,
+            # until the server ends its session): the next scan looks again, and this one
+            # never waits — waiting, it would hold up the dispatcher and every scan behind it
+            expired = expired.with_for_update(skip_locked=True)
+            count = conn.execute(update(message_header).where(h.id.in_(expired.scalar_subquery()))
+                                 .values(**requeue(delivery_ended=False))).rowcount
         if count:
             self.db.announcer.call_back([Announcement.work(target)])
         return int(count)

@@ -186,3 +186,25 @@ def test_a_reading_held_up_for_seconds_never_moves_the_daemons_clock(store: SqlS
     host.at += 3.0 + 2.0  # 5 s of this host's monotonic time, the database's clock still
     assert clock.sync() == pytest.approx(-5.0, abs=0.1)
     assert abs((clock.now() - store.db_now()).total_seconds()) < 0.1
+
+
+def test_the_expiry_scan_skips_a_claim_locked_by_a_frozen_writer_and_never_waits(
+        pg_store: SqlStore) -> None:
+    # a daemon frozen between a write of its claimed message and its COMMIT holds the row's
+    # lock until the server ends its session: another daemon's scan must neither wait for
+    # it (its dispatcher, and every scan queued behind, would stall) nor release it
+    now = utcnow()
+    locked, free = (pg_store.enqueue(target="A", body_class=None, body="{}", now=now)
+                    for _ in range(2))
+    pg_store.claim("A", owner="frozen", now=now, lease_seconds=1, limit=2)
+    later = now + timedelta(seconds=60)
+    with pg_store.engine.connect() as frozen:
+        frozen.execute(update(message_header).where(message_header.c.id == locked)
+                       .values(retry_needed=True))  # its transaction stays open
+        started = time.monotonic()
+        assert pg_store.release_expired_claims("A", now=later, owner="other") == 1
+        assert time.monotonic() - started < 5  # it would wait as long as the lock is held
+        frozen.rollback()
+    assert pg_store.get_message(free).status == "Queued"
+    assert pg_store.get_message(locked).status == "Delivered"
+    assert pg_store.release_expired_claims("A", now=later, owner="other") == 1  # next scan
