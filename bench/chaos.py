@@ -60,8 +60,6 @@ from bench.chaos_daemons import FAULT_ITEMS, ITEMS, LEASE_SECONDS, Daemon  # noq
 from bench.chaos_disk import SqliteDisk  # noqa: E402
 from bench.chaos_faults import FAULT_ACTIONS, FAULTS  # noqa: E402
 
-# faults that leave a live daemon holding whatever database lock it held (--excuse-holdups)
-HOLDING_FAULTS = frozenset({"sigstop", "blackhole", "cut", "delay", "live_stall"})
 from bench.chaos_lag import HeartbeatWatch  # noqa: E402
 from bench.chaos_pg import ClusterPg, ExternalPg, PgBackend  # noqa: E402
 from bench.chaos_producer import Producer  # noqa: E402
@@ -160,8 +158,6 @@ class Campaign:
             if self._touched is not None:
                 names, offset = self._touched
                 self.windows.append(FaultWindow(frozenset(names), wall, time.time(), offset))
-                if kind in HOLDING_FAULTS and self.args.excuse_holdups:
-                    self.windows.append(FaultWindow(frozenset(), wall, time.time()))
         self.faults[kind] += 1
         line = (f"round {number:4d} {time.strftime('%H:%M:%S', time.localtime(wall))}: "
                 f"{kind:12s} {detail} ({time.monotonic() - started:.1f} s)")
@@ -426,11 +422,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="a claim lost while its daemon's heartbeat was older than the "
                              "lease is no violation (a loaded machine; the table still counts "
                              "late heartbeats); by default only a fault excuses it")
-    parser.add_argument("--excuse-holdups", action="store_true",
-                        help="a claim or lease lost by any daemon of the database while "
-                             "another is frozen or cut off is no violation: such a daemon "
-                             "may hold what the others' renewals wait for (an open gap, "
-                             "RELIABILITY.md); by default only the faulted daemon's count")
     parser.add_argument("--misjudge", action="append", metavar="ITEM=ROLE",
                         help="hold ITEM to ROLE in the checker (proves a wrong expectation "
                              "fails the run; for the campaign's own tests)")

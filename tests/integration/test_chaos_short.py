@@ -64,7 +64,7 @@ def test_a_pass_of_every_fault_on_postgresql_and_sqlite_breaks_no_invariant() ->
     # (a loaded machine) is not a fault's; a clock step is still caught (reconciliation,
     # stuck), and the long run of RELIABILITY.md holds the strict rule
     code, report, stderr = campaign("--rounds", str(len(faults)), "--seed", "22",
-                                    "--excuse-late-heartbeats", "--excuse-holdups", *where)
+                                    "--excuse-late-heartbeats", *where)
     assert_clean(code, report, stderr)
     assert set(report["faults"]) == faults  # every kind once
     assert set(report["databases"]) == ({"postgresql", "sqlite"} if on_pg else {"sqlite"})
