@@ -59,7 +59,6 @@ from bench.chaos_clock import faketime_library  # noqa: E402
 from bench.chaos_daemons import FAULT_ITEMS, ITEMS, LEASE_SECONDS, Daemon  # noqa: E402
 from bench.chaos_disk import SqliteDisk  # noqa: E402
 from bench.chaos_faults import FAULT_ACTIONS, FAULTS  # noqa: E402
-
 from bench.chaos_lag import HeartbeatWatch  # noqa: E402
 from bench.chaos_pg import ClusterPg, ExternalPg, PgBackend  # noqa: E402
 from bench.chaos_producer import Producer  # noqa: E402
