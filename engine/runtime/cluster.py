@@ -69,7 +69,7 @@ class DatabaseClock:
     def __init__(self, store: SqlStore, base: Clock | None = None) -> None:
         self.store = store
         self.base: Clock = base or SystemClock()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._anchor = (self.base.now(), self.base.monotonic())  # until the first sync
         self._synced = False
 
@@ -78,11 +78,13 @@ class DatabaseClock:
         """Seconds this clock is ahead of this host's wall clock now."""
         return (self.now() - self.base.now()).total_seconds()
 
-    def sync(self) -> float:
+    def sync(self, reading: tuple[datetime, float] | None = None) -> float:
         """Read the database's clock and anchor this clock on it; return the step — the
         seconds the database's clock moved against the monotonic clock since the last sync,
         when that is more than ``STEP_SECONDS`` — or 0.0. Raises StoreError when the
-        database does not answer.
+        database does not answer. ``reading``: on SQLite, the wall and monotonic times
+        the caller already read (the daemon carries the stored times across a step on the
+        same reading, so that this clock never follows a step the stored times have not).
 
         A reading was taken somewhere within its round trip, so it only bounds the offset
         of the two clocks: the anchor moves when it falls outside those bounds, and then no
@@ -90,24 +92,28 @@ class DatabaseClock:
         a frozen database, a loaded host) thus cannot move this clock ahead of the
         database's by half its delay — ahead, this daemon would judge other daemons' leases
         expired early and take over their live claims."""
-        started = self.base.monotonic()
-        reading = self.store.db_now() if self.store.is_postgres else self.base.now()
-        ended = self.base.monotonic()
+        if reading is not None and not self.store.is_postgres:
+            now, started = reading
+            ended = started
+        else:
+            started = self.base.monotonic()
+            now = self.store.db_now() if self.store.is_postgres else self.base.now()
+            ended = self.base.monotonic()
         with self._lock:
             anchored, at = self._anchor
             first, self._synced = not self._synced, True
             if first:
-                self._anchor = (reading, (started + ended) / 2)
-                moved = (reading - (anchored + timedelta(seconds=(started + ended) / 2 - at))
+                self._anchor = (now, (started + ended) / 2)
+                moved = (now - (anchored + timedelta(seconds=(started + ended) / 2 - at))
                          ).total_seconds()
             else:
-                # what this clock reads at ``started`` and at ``ended``, against the reading
+                # what this clock read at ``started`` and at ``ended``, against the reading
                 early = anchored + timedelta(seconds=started - at)
                 late = anchored + timedelta(seconds=ended - at)
-                if reading > late:
-                    moved = (reading - late).total_seconds()  # the database is ahead
-                elif reading < early:
-                    moved = (reading - early).total_seconds()  # ... or behind
+                if now > late:
+                    moved = (now - late).total_seconds()  # the database is ahead
+                elif now < early:
+                    moved = (now - early).total_seconds()  # ... or behind
                 else:
                     moved = 0.0
                 if abs(moved) <= CLOCK_TOLERANCE:
@@ -123,6 +129,14 @@ class DatabaseClock:
         log.warning("the %s clock stepped by %+.3f s against this process's monotonic clock",
                     "database server's" if self.store.is_postgres else "wall", moved)
         return moved
+
+    def holding(self) -> threading.RLock:
+        """The lock :meth:`now` takes: held, no thread reads this clock until it is
+        released (the daemon holds it while it carries SQLite's stored times across a step
+        of the wall clock and re-anchors this clock). Nothing reads this clock inside a
+        database transaction, so no thread waits for it holding the write lock the daemon
+        needs meanwhile."""
+        return self._lock
 
     def monotonic(self) -> float:
         return self.base.monotonic()

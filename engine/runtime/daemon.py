@@ -403,19 +403,25 @@ class Daemon:
         if not isinstance(self.clock, DatabaseClock):
             return
         boot = boot_id()
-        if not self.store.is_postgres and boot is not None:
-            base = self.clock.base
-            zero_at = base.now() - timedelta(seconds=base.monotonic())
-            step, moved = settle_clock_frame(self.store, boot=boot, zero_at=zero_at,
-                                             tolerance=STEP_SECONDS,
-                                             lease_seconds=self.production.lease_seconds)
-            if step:
-                what = ", ".join(f"{n} {kind}" for kind, n in moved.items() if n) or "nothing"
-                self.events.write("Warning", f"the wall clock stepped by {step:+.1f} s; "
-                                  f"daemon {self.id} moved the stored due times and leases "
-                                  f"with it, so that each keeps the time it had left "
-                                  f"({what})", source_class="Daemon", source_method="clock")
-        self.clock.sync()
+        if self.store.is_postgres or boot is None:
+            self.clock.sync()
+            return
+        base = self.clock.base
+        # One reading for the stored times and this daemon's clock, and no time read by
+        # this daemon's threads until both are across a step: a retry parked between the
+        # two on the clock's old time would stay a whole step early or late.
+        with self.clock.holding():
+            reading = (base.now(), base.monotonic())
+            step, moved = settle_clock_frame(
+                self.store, boot=boot, zero_at=reading[0] - timedelta(seconds=reading[1]),
+                tolerance=STEP_SECONDS, lease_seconds=self.production.lease_seconds)
+            self.clock.sync(reading)
+        if step:
+            what = ", ".join(f"{n} {kind}" for kind, n in moved.items() if n) or "nothing"
+            self.events.write("Warning", f"the wall clock stepped by {step:+.1f} s; "
+                              f"daemon {self.id} moved the stored due times and leases "
+                              f"with it, so that each keeps the time it had left "
+                              f"({what})", source_class="Daemon", source_method="clock")
 
     def check_queue_alerts(self) -> None:
         """``queue_count_alert`` / ``queue_wait_alert``: one Alert per crossing."""
