@@ -52,7 +52,7 @@ from bench import harness as h
 from bench.intake_http import _free_port
 from bench.keepalive import KeepAlive
 from bench.report import Outcome
-from engine.client import send_message
+from engine.client import send_message, wait_for_response
 from engine.clock import as_utc, utcnow
 from engine.config.production import ProductionConfig
 from engine.portal.auth import new_token, token_digest
@@ -267,6 +267,19 @@ def pickups(d: Daemon, count: int) -> tuple[list[float], list[float]]:
     return picked, send_ms
 
 
+def client_calls(d: Daemon, count: int, *, warm: int = WARM_CALLS) -> list[float]:
+    """Milliseconds of ``send_message`` + ``wait_for_response`` (engine.client) from this
+    process to the daemon's no-op operation, one call after the other, each timed whole."""
+    times = []
+    for i in range(warm + count):
+        t0 = time.perf_counter()
+        message_id = send_message(d.store, d.production, ECHO, {}, source="bench-client")
+        wait_for_response(d.store, message_id, ECHO, WAIT_S)
+        if i >= warm:
+            times.append((time.perf_counter() - t0) * 1000)
+    return times
+
+
 def _wait_done(store: SqlStore, message_id: int) -> None:
     deadline = time.monotonic() + PICKUP_TIMEOUT
     while True:
@@ -293,6 +306,7 @@ def latency(work: Path, sizes: Sizes) -> Outcome:
         beside, routed = alternated(d, sizes.router)
         calls = process_calls(d, sizes.process)
         picked, send_ms = pickups(d, sizes.pickups)
+        client = client_calls(d, sizes.process)
     p50 = statistics.median(direct)
     where = "encore run with [portal], SQLite"
     out.key("sync_roundtrip_ms_p50", f"intake ?wait=5 → no-op operation → 200, {where}", p50,
@@ -311,6 +325,9 @@ def latency(work: Path, sizes: Sizes) -> Outcome:
             f"{_spread(picked)}; {PICKUP_GAP * 1000:.0f} ms idle before each send")
     out.info("send_message itself (its commit), p50", statistics.median(send_ms), "ms",
              "part of pickup_ms_p50")
+    out.key("client_roundtrip_ms_p50", "send_message + wait_for_response from another "
+            "process to a no-op operation, idle daemon, SQLite", statistics.median(client),
+            "ms", _spread(client))
     return out
 
 

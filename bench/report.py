@@ -38,6 +38,9 @@ TARGETS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "process_call_ms_p50": ("≤ 1", lambda v: v <= 1),
     "pickup_ms_p50": ("≤ 10", lambda v: v <= 10),
     "pickup_ms_p50_pg": ("≤ 5", lambda v: v <= 5),
+    # engine.client's send_message + wait_for_response from another process (issue 39: one
+    # waiter, one speed — as fast as the HTTP ?wait round trip)
+    "client_roundtrip_ms_p50": ("≤ 2", lambda v: v <= 2),
     # 16 client threads against the portal, and against a bare Starlette/uvicorn endpoint
     # doing one durable SQLite insert per POST (bench/bare_intake.py), same run.
     "intake_http_16_msgs_per_s": ("measured", lambda v: True),

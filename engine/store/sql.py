@@ -570,10 +570,17 @@ class SqlStore:
         :attr:`completions` first, then calls this: an end committed before the flag is
         seen in the row returned, one committed after it is announced."""
         h = message_header.c
+        news: list[Announcement] = []
         with self.db.tx(durable=False) as conn:
             row = conn.execute(update(message_header).where(h.id == message_id)
                                .values(waited=True).returning(*message_header.c)
                                ).mappings().first()
+            if row is not None and row["status"] == Status.QUEUED:
+                # someone waits for it now: a daemon lingering before its next claim (it
+                # claims a few at a time when messages arrive one by one) claims it at once
+                news = [Announcement.work(row["target"], urgent=True)]
+                self.db.announcer.notify(conn, news)
+        self.db.announcer.call_back(news)
         return MessageRow.from_mapping(row) if row else None
 
     def finish(self, message_id: int, *, status: str, error_text: str, now: datetime,
