@@ -82,7 +82,7 @@ from engine.runtime.reload import Reloader
 from engine.runtime.scheduler import ProductionScheduler
 from engine.runtime.steps import TICK_RETRY_DELAY, guarded, operation_items
 from engine.store import queries
-from engine.store.clockstep import settle_clock_frame
+from engine.store.clockstep import frame_settled, settle_clock_frame
 from engine.store.filewatch import DatabaseFileWatch
 from engine.store.operator import purge
 from engine.store.sql import SqlStore
@@ -407,9 +407,14 @@ class Daemon:
             self.clock.sync()
             return
         base = self.clock.base
+        reading = (base.now(), base.monotonic())
+        if frame_settled(self.store, boot=boot, tolerance=STEP_SECONDS,
+                         zero_at=reading[0] - timedelta(seconds=reading[1])):
+            self.clock.sync(reading)  # no step: nothing stored to carry
+            return
         # One reading for the stored times and this daemon's clock, and no time read by
-        # this daemon's threads until both are across a step: a retry parked between the
-        # two on the clock's old time would stay a whole step early or late.
+        # this daemon's threads until both are across the step: a retry parked between
+        # the two on the clock's old time would stay a whole step early or late.
         with self.clock.holding():
             reading = (base.now(), base.monotonic())
             step, moved = settle_clock_frame(

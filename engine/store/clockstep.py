@@ -28,7 +28,17 @@ from engine.store.statuses import Status
 if TYPE_CHECKING:
     from engine.store.sql import SqlStore
 
-__all__ = ["settle_clock_frame"]
+__all__ = ["frame_settled", "settle_clock_frame"]
+
+
+def frame_settled(store: SqlStore, *, boot: str, zero_at: datetime, tolerance: float) -> bool:
+    """True when the file's frame for boot ``boot`` is within ``tolerance`` seconds of
+    ``zero_at``: nothing to carry (a read, without the write lock)."""
+    with store.db.read() as conn:
+        stored = conn.execute(select(clock_frame.c.zero_at)
+                              .where(clock_frame.c.boot == boot)).scalar()
+    return stored is not None and abs((as_utc(zero_at) - as_utc(stored)).total_seconds()) \
+        <= tolerance
 
 
 def settle_clock_frame(store: SqlStore, *, boot: str, zero_at: datetime, tolerance: float,
