@@ -45,7 +45,6 @@ class ImportResult:
     report: Report = field(default_factory=lambda: Report([]))
     defaults_text: str | None = None  # the defaults file (``--defaults``), None: none
 
-
     def write(self, output: Path, *, force: bool = False) -> list[Path]:
         """Write the production file at ``output``, the skeletons beside it and the report
         (:func:`report_path`); SourceError naming a file that exists (unless ``force``)."""
