@@ -77,7 +77,7 @@ _LOSS = re.compile(r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?"
                    r"|lost lease (?P<lease>\S+) to another daemon)")
 LOSS_BEFORE = 1.0  # seconds a loss may be logged before its fault began (clock reading)
 # The engine logs a repeated warning once a minute and then one line that says how many it
-# held back since when (engine.runtime.logs): such a line stands for losses from that time on
+# held back since when (engine.observe.logs): such a line stands for losses from that time on
 _SUMMARY = re.compile(r"more like this held back since "
                       r"(?P<since>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)")
 

@@ -1,14 +1,18 @@
 """One attempt as the engine sees it: what the worker tells the adapter before it, what it
 reports after it, and the observers that watch every attempt of an item.
 
-The engine owns these shapes (adapters import them, never the other way round). Observers
-are how features that act around every attempt plug in without touching the delivery loop:
-a circuit breaker or a rate limit (``before_attempt`` may wait for a slot, or hold the
-message), tracing (``before_attempt`` adds the ``traceparent`` header; ``after_attempt``
-ends the span), metrics.
+The engine owns these shapes (adapters import them, never the other way round). The
+observer's two hooks are the attempt half of the delivery middleware
+(:mod:`engine.delivery.middleware`), here so that what lies below delivery — tracing,
+metrics — implements them without importing it: a circuit breaker or a rate limit
+(``before_attempt`` may wait for a slot, or hold the message), tracing (``before_attempt``
+adds the ``traceparent`` header; ``after_attempt`` ends the span), metrics. It also holds
+what an attempt's key and error text are, which delivery stores and tracing reports.
 """
 from __future__ import annotations
 
+import hashlib
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -17,7 +21,7 @@ if TYPE_CHECKING:
     from engine.store.rows import MessageRow
 
 __all__ = ["SERVER_SEPARATOR", "AttemptContext", "AttemptObserver", "AttemptReport",
-           "HttpExchange", "servers_of", "servers_text"]
+           "HttpExchange", "error_text", "idempotency_key", "servers_of", "servers_text"]
 
 # between the servers one attempt went to, in order, in ``message_attempt.server`` (a URL
 # holds no space, so the text splits back unambiguously)
@@ -93,3 +97,25 @@ class AttemptObserver:
 
     def after_attempt(self, row: MessageRow, report: AttemptReport) -> None:
         return None
+
+
+def error_text(error: BaseException | None) -> str:
+    """An attempt's error as stored and logged (None: the operation asked for a retry)."""
+    if error is None:
+        return "the operation asked for a retry"
+    return f"{type(error).__name__}: {error}"
+
+
+_KEY_NAMESPACE = uuid.NAMESPACE_OID.bytes
+
+
+def idempotency_key(row: MessageRow) -> str:
+    """One stable key per message, the same on every attempt and after a restart:
+    ``uuid5(NAMESPACE_OID, "encore:<id>:<time_created>")``, made from the SHA-1 digest
+    directly (``uuid.uuid5`` builds two UUID objects: twice the cost, on every attempt)."""
+    name = f"encore:{row.id}:{row.time_created.isoformat()}".encode()
+    digest = bytearray(hashlib.sha1(_KEY_NAMESPACE + name).digest()[:16])
+    digest[6] = digest[6] & 0x0F | 0x50  # version 5
+    digest[8] = digest[8] & 0x3F | 0x80  # the RFC 4122 variant
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

@@ -14,13 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from engine.delivery.breaker import BREAKER_SETTINGS
-from engine.delivery.ratelimit import RATE_LIMIT_SETTINGS
-from engine.delivery.window import WINDOW_SETTINGS
 from engine.eventsink import EventSink
 from engine.message import JsonMessage, Message
 from engine.retry import RETRY_SETTINGS, RetrySettings
-from engine.settings import Setting, TypedSettings
+from engine.settings import OPERATION, Setting, TypedSettings, added_settings
 from engine.store.properties import check_paths
 
 if TYPE_CHECKING:  # adapters import the engine; the engine only names their base class
@@ -30,7 +27,8 @@ if TYPE_CHECKING:  # adapters import the engine; the engine only names their bas
 DEFAULT_MAX_DELIVERIES = 5  # interrupted deliveries that suspend a message (docs/architecture.md)
 
 # A business operation's settings besides its retry settings; the guards' (the working
-# window, the circuit breaker, the rate limit) are declared in their own modules.
+# window, the circuit breaker, the rate limit) are declared by the delivery middleware that
+# reads them (engine.delivery.guards), and added by declared_settings.
 OPERATION_SETTINGS: tuple[Setting, ...] = (
     Setting(name="trace", kind=bool, default=False, help="write a Trace event per attempt"),
     Setting(name="retry_mode", kind=str, default="blocking", choices=("blocking", "requeue"),
@@ -45,9 +43,6 @@ OPERATION_SETTINGS: tuple[Setting, ...] = (
             help="Alert when this many messages are queued; 0 = never"),
     Setting(name="queue_wait_alert", kind=float, default=0.0, minimum=0,
             help="Alert when the oldest queued message has waited this many seconds; 0 = never"),
-    *WINDOW_SETTINGS,
-    *BREAKER_SETTINGS,
-    *RATE_LIMIT_SETTINGS,
     Setting(name="max_deliveries", kind=int, default=DEFAULT_MAX_DELIVERIES, minimum=1,
             maximum=1000,
             help="deliveries of a message that never end (its daemon died, froze past its "
@@ -65,10 +60,10 @@ HOST_SETTINGS: tuple[Setting, ...] = (*RETRY_SETTINGS, *OPERATION_SETTINGS)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OperationSettings(TypedSettings):
     """The settings of :data:`OPERATION_SETTINGS`, typed: what the engine reads of a
-    business operation (or process) besides its :class:`~engine.retry.RetrySettings`.
-    ``queue_count_alert``, ``queue_wait_alert``, ``alert_retry_grace_period`` and
-    ``breaker_threshold`` 0 = off; ``schedule`` ``{}`` = always open; ``rate_limit`` None =
-    no limit; ``max_deliveries``: interrupted deliveries that suspend a message."""
+    business operation (or process) besides its :class:`~engine.retry.RetrySettings` and
+    its guards' (:class:`engine.delivery.guards.GuardSettings`). ``queue_count_alert``,
+    ``queue_wait_alert`` and ``alert_retry_grace_period`` 0 = off; ``max_deliveries``:
+    interrupted deliveries that suspend a message."""
 
     DECLARED: ClassVar[tuple[Setting, ...]] = OPERATION_SETTINGS
 
@@ -78,10 +73,6 @@ class OperationSettings(TypedSettings):
     alert_retry_grace_period: float  # seconds
     queue_count_alert: int  # messages
     queue_wait_alert: float  # seconds
-    schedule: Mapping[str, str]  # {"start": cron, "stop": cron}, or {}
-    breaker_threshold: int  # failed attempts
-    breaker_open_seconds: float
-    rate_limit: str | None  # "N/s", "N/min" or "N/h"
     max_deliveries: int  # deliveries that never ended, after which a message is Suspended
     search_properties: tuple[str, ...]  # dotted body paths indexed at intake
 
@@ -197,8 +188,10 @@ class BusinessOperation(BusinessHost):
 
     @classmethod
     def declared_settings(cls) -> tuple[Setting, ...]:
+        """Its class's settings, those added to every operation (the guards') and its
+        adapter's."""
         adapter = cls.adapter_class.SETTINGS if cls.adapter_class is not None else ()
-        return (*cls.SETTINGS, *adapter)
+        return (*cls.SETTINGS, *added_settings(OPERATION), *adapter)
 
     @classmethod
     def settings_objects(cls, settings: Mapping[str, Any]) -> dict[str, TypedSettings | None]:

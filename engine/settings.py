@@ -5,6 +5,11 @@ production loader checks an item's ``[items.settings]`` table against those decl
 a misspelt key, a wrong type or an out-of-range value is refused at load time with a message
 that names the item, the key and what is allowed.
 
+What acts around an item without being its class — the delivery middleware's guards —
+declares its settings with :func:`add_settings`; an operation item accepts them beside its
+class's (:meth:`engine.host.BusinessOperation.declared_settings`), so the kernel names
+none of them.
+
 The engine reads the settings it owns from :class:`TypedSettings`: frozen dataclasses
 (``RetrySettings``, ``OperationSettings``, ``AdapterSettings``, ...) built from the validated
 table by :meth:`TypedSettings.from_validated`. Their fields carry no defaults: a setting's
@@ -27,6 +32,11 @@ from urllib.parse import urlsplit
 from engine.errors import ConfigurationError
 
 _MISSING: Any = object()
+
+OPERATION = "operation"  # the kind of item :func:`add_settings` knows: business operations
+
+# the settings added to every item of a kind by what runs it, by name
+_ADDED: dict[str, dict[str, Setting]] = {}
 
 
 def camel_case(name: str) -> str:
@@ -141,6 +151,20 @@ def _is_kind(value: Any, kind: type | tuple[type, ...]) -> bool:
     if isinstance(value, int) and float in kinds:
         return True
     return isinstance(value, kinds)
+
+
+def add_settings(kind: str, settings: Iterable[Setting]) -> None:
+    """Declare ``settings`` for every item of ``kind`` (``"operation"``: business
+    operations and processes), beside those of its class; again under the same name
+    replaces one."""
+    added = _ADDED.setdefault(kind, {})
+    for setting in settings:
+        added[setting.name] = setting
+
+
+def added_settings(kind: str) -> tuple[Setting, ...]:
+    """The settings declared for every item of ``kind`` (:func:`add_settings`)."""
+    return tuple(_ADDED.get(kind, {}).values())
 
 
 def _normalise_key(key: str) -> str:

@@ -28,6 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 from engine.config.defaults import SystemDefaults, load_defaults
 from engine.config.sources import CLASS_DEFAULT
 from engine.config.user_modules import add_production_directory, resolve_class
+from engine.delivery import guards as _guards  # noqa: F401 - adds the guards' settings
 from engine.errors import ConfigurationError
 from engine.otel import tracing_wanted
 from engine.settings import Setting, TypedSettings, validate_settings

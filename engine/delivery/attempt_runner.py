@@ -1,26 +1,24 @@
 """Running one attempt: the first of the worker's three parts (docs/retries.md).
 
-:class:`AttemptRunner` does what one attempt needs and nothing more: ask the attempt
-observers (a rate limit may wait, a breaker may hold the message, tracing adds a header),
+:class:`AttemptRunner` does what one attempt needs and nothing more: ask the middleware
+(a rate limit may wait, a breaker may hold the message, tracing adds a header),
 record the attempt's start and the server it goes to — a durable write conditional on the
 claim, unless the batch claim began it — give the adapter the attempt's deadline (and the way
 to record another server before a failover sends to it), run ``on_message`` once, record a
-failed attempt's end, and tell the observers how it ended. It returns an :class:`AttemptOutcome`;
+failed attempt's end, and tell the middleware how it ended. It returns an :class:`AttemptOutcome`;
 what follows (retry, give up, complete) is the delivery policy's to decide
 (:mod:`engine.delivery.policy`) and the worker's to do (:mod:`engine.delivery.worker`).
 """
 from __future__ import annotations
 
-import hashlib
 import logging
-import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from engine.attempt import AttemptContext, AttemptObserver, AttemptReport
+from engine.attempt import AttemptContext, AttemptReport, error_text, idempotency_key
 from engine.clock import Clock
+from engine.delivery.middleware import Hooks
 from engine.errors import AdapterError
 from engine.host import BusinessOperation
 from engine.retry import RetryPolicy
@@ -63,42 +61,20 @@ class AttemptOutcome:
         return self.ended - self.started
 
 
-def error_text(error: BaseException | None) -> str:
-    """An attempt's error as stored and logged (None: the operation asked for a retry)."""
-    if error is None:
-        return "the operation asked for a retry"
-    return f"{type(error).__name__}: {error}"
-
-
 def outcome_of(error: BaseException | None) -> str:
     return error.outcome if isinstance(error, AdapterError) else "error"
-
-
-_KEY_NAMESPACE = uuid.NAMESPACE_OID.bytes
-
-
-def idempotency_key(row: MessageRow) -> str:
-    """One stable key per message, the same on every attempt and after a restart:
-    ``uuid5(NAMESPACE_OID, "encore:<id>:<time_created>")``, made from the SHA-1 digest
-    directly (``uuid.uuid5`` builds two UUID objects: twice the cost, on every attempt)."""
-    name = f"encore:{row.id}:{row.time_created.isoformat()}".encode()
-    digest = bytearray(hashlib.sha1(_KEY_NAMESPACE + name).digest()[:16])
-    digest[6] = digest[6] & 0x0F | 0x50  # version 5
-    digest[8] = digest[8] & 0x3F | 0x80  # the RFC 4122 variant
-    h = digest.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 class AttemptRunner:
     """Runs the attempts of one host instance (see the module docstring)."""
 
     def __init__(self, host: BusinessOperation, *, store: SqlStore, clock: Clock,
-                 policy: RetryPolicy, observers: Sequence[AttemptObserver] = ()) -> None:
+                 policy: RetryPolicy, hooks: Hooks | None = None) -> None:
         self.host = host
         self.store = store
         self.clock = clock
         self.policy = policy
-        self.observers = tuple(observers)
+        self.hooks = hooks or Hooks(())
 
     def run(self, row: MessageRow, request: Any, number: int, first_started: float | None,
             begun: int | None = None, begun_server: str | None = None) -> AttemptOutcome:
@@ -106,7 +82,7 @@ class AttemptRunner:
         monotonic clock (None: this is the first). ``begun``: the id of the attempt row
         the batch claim began (its true start is recorded at its end), with
         ``begun_server`` as its server. Raises AttemptHeld
-        when an observer keeps the message from being sent now, ClaimLost when the claim is
+        when a middleware keeps the message from being sent now, ClaimLost when the claim is
         gone (nothing is sent then)."""
         host, adapter = self.host, self.host.adapter
         headers = self._before(row, number)
@@ -151,8 +127,10 @@ class AttemptRunner:
 
     def _before(self, row: MessageRow, number: int) -> dict[str, str]:
         headers: dict[str, str] = {}
-        for observer in self.observers:
-            headers.update(observer.before_attempt(row, number) or {})
+        for before in self.hooks.before_attempt:
+            extra = before(row, number)
+            if extra:
+                headers.update(extra)
         return headers
 
     def _after(self, row: MessageRow, outcome: AttemptOutcome) -> None:
@@ -161,9 +139,9 @@ class AttemptRunner:
             number=outcome.number, outcome=outcome.outcome, seconds=outcome.seconds,
             server=outcome.server, status_code=getattr(outcome.error, "status_code", None),
             error=outcome.error, exchange=adapter.exchange() if adapter is not None else None)
-        for observer in self.observers:
+        for after in self.hooks.after_attempt:
             try:
-                observer.after_attempt(row, report)
-            except Exception:  # noqa: BLE001 - an observer never fails a delivery
-                log.exception("item %s: attempt observer %s failed", self.host.name,
-                              type(observer).__name__)
+                after(row, report)
+            except Exception:  # noqa: BLE001 - a middleware never fails a delivery
+                log.exception("item %s: middleware %s failed after an attempt",
+                              self.host.name, type(getattr(after, "__self__", after)).__name__)

@@ -36,15 +36,15 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NoReturn, Protocol
 
-from engine.attempt import AttemptObserver, AttemptReport
+from engine.attempt import AttemptReport
 from engine.clock import Clock
+from engine.delivery.middleware import GuardMetrics, Middleware
 from engine.errors import AttemptHeld
 from engine.settings import Setting
 from engine.store.breaker_row import CLOSED, HALF_OPEN, OPEN, BreakerRow
 
 if TYPE_CHECKING:
     from engine.eventsink import EventSink
-    from engine.runtime.metrics import Metrics
     from engine.store.rows import MessageRow
     from engine.store.sql import SqlStore
 
@@ -70,7 +70,7 @@ def check_open_seconds(value: float) -> float:
     return float(value)
 
 
-# The breaker's settings, among a business operation's (engine.host collects them).
+# The breaker's settings, among a business operation's (engine.delivery.guards adds them).
 BREAKER_SETTINGS: tuple[Setting, ...] = (
     Setting(name="breaker_threshold", kind=int, default=0, minimum=0,
             help="consecutive failed attempts (across all daemons) that open the item's "
@@ -82,8 +82,9 @@ BREAKER_SETTINGS: tuple[Setting, ...] = (
 
 
 class BreakerFields(Protocol):
-    """What the breaker reads of an item's settings (:class:`engine.host.OperationSettings`
-    has these fields, typed from :data:`BREAKER_SETTINGS`)."""
+    """What the breaker reads of an item's settings
+    (:class:`engine.delivery.guards.GuardSettings` has these fields, typed from
+    :data:`BREAKER_SETTINGS`)."""
 
     @property
     def breaker_threshold(self) -> int: ...
@@ -114,7 +115,7 @@ class BreakerSettings:
                    probe_seconds=open_seconds + max(response_timeout, 0.0))
 
 
-class CircuitBreaker(AttemptObserver):
+class CircuitBreaker(Middleware):
     """One item's breaker, as one daemon sees and drives it (see the module docstring).
 
     ``owner``: this daemon's id (probes are owned by it plus a random suffix); ``events``:
@@ -122,9 +123,11 @@ class CircuitBreaker(AttemptObserver):
     dispatcher claims the probe at once; ``listener``: told of every transition.
     """
 
+    SETTINGS = BREAKER_SETTINGS
+
     def __init__(self, item: str, settings: BreakerSettings, *, store: SqlStore,
                  clock: Clock, owner: str, events: EventSink | None = None,
-                 metrics: Metrics | None = None, wake: Callable[[], object] | None = None,
+                 metrics: GuardMetrics | None = None, wake: Callable[[], object] | None = None,
                  listener: Transition | None = None) -> None:
         self.item = item
         self.settings = settings
@@ -175,6 +178,8 @@ class CircuitBreaker(AttemptObserver):
         row = self.current()
         return row.state == CLOSED or self._over(row)
 
+    may_claim = allows_claims  # the middleware's hook
+
     def set_wake(self, wake: Callable[[], object]) -> None:
         """Call ``wake`` whenever an open period (or a probe's time) ends from now on."""
         self.wake = wake
@@ -190,7 +195,7 @@ class CircuitBreaker(AttemptObserver):
         if timer is not None:
             timer.cancel()
 
-    # -- the observer ----------------------------------------------------------------------
+    # -- the middleware ----------------------------------------------------------------------
     def before_attempt(self, row: MessageRow, number: int) -> None:
         """Let the attempt start if the breaker is closed or this attempt gets the probe;
         else hold the message (AttemptHeld)."""

@@ -21,7 +21,6 @@ import queue
 import random
 import threading
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
@@ -37,22 +36,19 @@ from engine.delivery.dispatch import (
     OwnCommits,
 )
 from engine.delivery.guards import ItemGuards
+from engine.delivery.middleware import Hooks
 from engine.delivery.readiness import ReadinessLog
-from engine.delivery.window import ScheduleWindow
 from engine.delivery.worker import MessageWorker, Result
 from engine.errors import AdapterNotReady, ClaimLost, ConfigurationError, EncoreError, Interrupted
 from engine.eventsink import EventSink
 from engine.host import BusinessOperation
-from engine.otel import NO_DELIVERY, Delivery
 from engine.process import BusinessProcess, ProcessContext
-from engine.runtime.metrics import Metrics
 from engine.store.hotpath import Claimed, Completion
 from engine.store.rows import MessageRow
 from engine.store.sql import SqlStore
 
 if TYPE_CHECKING:  # adapters import the engine; the engine only names their base class
     from adapters.base import OutboundAdapter
-    from engine.otel.spans import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +65,13 @@ class ItemContext:
     across daemons: a worker claims only while ``lease()`` is True (this daemon holds the
     item lease), and then only the head of the queue. ``production``: the daemon's current
     production, which a business process needs to call other items. ``guards``: the item's
-    rate limit and circuit breaker (their observers watch every attempt, the breaker is
-    one more condition of every claim; closed with the runner). ``stop``: the event that
-    stops the item, for observers that wait. ``adapter``: the adapter to use instead of one
-    built from the item's class; ``rng``: the workers' source of jitter (None: a fresh one
-    each).
+    schedule window, rate limit and circuit breaker (middleware that the window and the
+    breaker ask before every claim, the limiter and the breaker around every attempt;
+    closed with the runner). ``middleware``: the rest of the item's middleware, run after
+    the guards (tracing, metrics: :mod:`engine.delivery.middleware`). ``stop``: the event
+    that stops the item, for middleware that waits. ``adapter``: the adapter to use instead
+    of one built from the item's class; ``rng``: the workers' source of jitter (None: a
+    fresh one each).
     """
 
     store: SqlStore
@@ -83,11 +81,10 @@ class ItemContext:
     poll_interval: float
     env: Mapping[str, str] = field(default_factory=dict)
     events: EventSink | None = None  # None: the store's event log
-    metrics: Metrics | None = None
     lease: Callable[[], bool] | None = None
     production: Callable[[], ProductionConfig] | None = None
-    tracing: Tracing | None = None
     guards: ItemGuards = field(default_factory=ItemGuards)
+    middleware: tuple[AttemptObserver, ...] = ()
     stop: threading.Event = field(default_factory=threading.Event)
     adapter: OutboundAdapter | None = None
     rng: random.Random | None = None
@@ -107,15 +104,10 @@ class ItemRunner:
         self.stop_event = context.stop
         assert item.retry_settings is not None and item.operation_settings is not None
         self.retry_interval = item.retry_settings.retry_interval
-        self.window = ScheduleWindow.from_setting(dict(item.operation_settings.schedule))
         self.adapter = context.adapter if context.adapter is not None else self._build_adapter()
-        # what watches every attempt of this item (breaker, rate limit, tracing)
-        self.observers: list[AttemptObserver] = self.guards.observers
-        # tracing watches last: an attempt held back by another observer starts no span
-        tracing = context.tracing
-        self.tracing = tracing.item(item.name) if tracing is not None else None
-        if self.tracing is not None:
-            self.observers.append(self.tracing)
+        # the item's middleware, guards first: an attempt held back by a guard starts no span
+        self.observers: list[AttemptObserver] = [*self.guards.middleware, *context.middleware]
+        self.hooks = Hooks(self.observers)
         self.hosts: list[BusinessOperation] = []
         self.threads: list[threading.Thread] = []
         # threads=False: the workers tick() delivers with (the first one; None: threads)
@@ -285,8 +277,7 @@ class ItemRunner:
             defer = self.dispatcher.commit_now  # FIFO: each end written before the next send
         return MessageWorker.from_typed(host, item.retry_settings, item.operation_settings,
                                         store=self.store, clock=self.clock,
-                                        stop=self.stop_event, metrics=self.context.metrics,
-                                        defer=defer, rng=self.context.rng,
+                                        stop=self.stop_event, defer=defer, rng=self.context.rng,
                                         observers=self.observers)
 
     def _work(self, host: BusinessOperation) -> None:
@@ -359,10 +350,14 @@ class ItemRunner:
                 return None
             if claimed.begun is not None:
                 self.claims.confirm(row)  # no write of its own before its request: fence it
-            with self._traced(row) as delivery:
+            if not self.hooks.delivery:
+                return worker.deliver(row, claimed.begun, claimed.interrupted,
+                                      begun_server=claimed.server)
+            with self.hooks.around_delivery(row) as deliveries:
                 result = worker.deliver(row, claimed.begun, claimed.interrupted,
                                         begun_server=claimed.server)
-                delivery.ended(result.value)
+                for delivery in deliveries:
+                    delivery.ended(result.value)
             return result
         except Interrupted as exc:  # a process was waiting when the stop came
             self._put_back(row, exc)
@@ -378,12 +373,6 @@ class ItemRunner:
             log.exception("item %s: unexpected error in worker", self.item.name)
             self.stop_event.wait(STORE_RETRY_DELAY)
         return None
-
-    def _traced(self, row: MessageRow) -> AbstractContextManager[Delivery]:
-        """The CONSUMER span of this delivery of ``row`` (tracing on), else nothing."""
-        if self.tracing is None:
-            return nullcontext(NO_DELIVERY)
-        return self.tracing.delivery(row)
 
     def _put_back_unsent(self, claimed: Claimed) -> None:
         """A claimed message not sent (a stop, the item switched off): back to its queue,
@@ -415,20 +404,18 @@ class ItemRunner:
         return self.lease is not None and self.claims.behind_abandoned(batch)
 
     def _can_claim(self) -> bool:
-        """The dispatcher may claim: the adapter started, the schedule window (if any) is
-        open, this daemon holds the FIFO item's lease (if any) and ``may_claim`` (the
-        circuit breaker, if any) allows it. The operator's switch is read by the claim
-        itself."""
-        if self.window is not None and not self.window.is_open(self.clock.now()):
-            return False
-        return (self._try_start_adapter() and (self.lease is None or self.lease())
-                and ((may_claim := self.guards.may_claim) is None or may_claim()))
+        """The dispatcher may claim: every middleware's ``may_claim`` allows it (the
+        schedule window is open, the circuit breaker closed), the adapter started and this
+        daemon holds the FIFO item's lease (if any). The operator's switch is read by the
+        claim itself."""
+        return (self.hooks.may_claim_now() and self._try_start_adapter()
+                and (self.lease is None or self.lease()))
 
     def _can_take_directly(self) -> bool:
         """A waited-for message may be claimed by its intake (Dispatcher.reserve): the
-        adapter started, no guard and no schedule window to ask first (their claims stay
-        the dispatcher's), and this daemon holds the FIFO item's lease (if any)."""
-        return (self.ready and self.window is None and self.guards.may_claim is None
+        adapter started, no middleware to ask first (a window or a breaker: their claims
+        stay the dispatcher's), and this daemon holds the FIFO item's lease (if any)."""
+        return (self.ready and not self.hooks.may_claim
                 and (self.lease is None or self.lease()))
 
     def _try_start_adapter(self) -> bool:

@@ -3,7 +3,7 @@ every daemon on the database, with a burst of at most N.
 
 ``rate_limit = "5/s"`` (or ``"300/min"``, ``"1000/h"``) gives the item a token bucket of
 capacity N, refilled at N per period, kept in the ``item_rate`` table and shared by every
-daemon. :class:`RateLimiter` is an :class:`~engine.attempt.AttemptObserver`: before each
+daemon. :class:`RateLimiter` is middleware (:mod:`engine.delivery.middleware`): before each
 attempt (first ones and retries alike) it takes a slot with one SQL statement
 (:meth:`~engine.store.ratelimit.SqlRateBuckets.take`) that answers how long to wait for it,
 then the worker sleeps that long — before the attempt starts, so the wait is never part of a
@@ -23,13 +23,12 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from engine.attempt import AttemptObserver
 from engine.clock import Clock
+from engine.delivery.middleware import GuardMetrics, Middleware
 from engine.errors import AttemptHeld
 from engine.settings import Setting
 
 if TYPE_CHECKING:
-    from engine.runtime.metrics import Metrics
     from engine.store.rows import MessageRow
     from engine.store.sql import SqlStore
 
@@ -44,8 +43,9 @@ EXAMPLE = '"5/s", "300/min" or "1000/h"'
 
 
 class RateLimitField(Protocol):
-    """What the rate limit reads of an item's settings (:class:`engine.host.OperationSettings`
-    has it, typed from :data:`RATE_LIMIT_SETTINGS`)."""
+    """What the rate limit reads of an item's settings
+    (:class:`engine.delivery.guards.GuardSettings` has it, typed from
+    :data:`RATE_LIMIT_SETTINGS`)."""
 
     @property
     def rate_limit(self) -> str | None: ...
@@ -89,7 +89,7 @@ def check_rate_limit(value: str) -> str:
     return RateLimit.parse(value).text
 
 
-# The rate limit's setting, among a business operation's (engine.host collects it).
+# The rate limit's setting, among a business operation's (engine.delivery.guards adds it).
 RATE_LIMIT_SETTINGS: tuple[Setting, ...] = (
     Setting(name="rate_limit", kind=str, default=None, check=check_rate_limit,
             help='at most N attempt starts per period over all daemons, burst ≤ N: "N/s", '
@@ -97,7 +97,7 @@ RATE_LIMIT_SETTINGS: tuple[Setting, ...] = (
 )
 
 
-class RateLimiter(AttemptObserver):
+class RateLimiter(Middleware):
     """Waits, before every attempt of one item, for a slot of the item's shared bucket.
 
     ``stop``: set when the daemon stops; a worker waiting for a slot then gives the message
@@ -108,8 +108,10 @@ class RateLimiter(AttemptObserver):
     taken over (:class:`~engine.errors.ClaimLost`). None: no confirmation (one process).
     """
 
+    SETTINGS = RATE_LIMIT_SETTINGS
+
     def __init__(self, item: str, limit: RateLimit, *, store: SqlStore, clock: Clock,
-                 stop: threading.Event | None = None, metrics: Metrics | None = None,
+                 stop: threading.Event | None = None, metrics: GuardMetrics | None = None,
                  owner: str | None = None, lease_seconds: float = 0.0) -> None:
         self.item = item
         self.limit = limit

@@ -3,6 +3,8 @@
 ``schedule = { start = "0 8 * * 1-5", stop = "0 18 * * 1-5" }`` (UTC) opens the item's
 window at each start time and closes it at each stop time; outside the window its messages
 stay queued. The window is open when the most recent start is later than the most recent stop.
+:class:`ScheduleWindow` is middleware (:mod:`engine.delivery.middleware`): it answers the
+dispatcher's ``may_claim`` before each claim.
 """
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the triggers come from engine.service, with APScheduler, when needed
     from apscheduler.triggers.base import BaseTrigger
 
+from engine.clock import Clock, SystemClock
 from engine.config.cron import parse_schedule
+from engine.delivery.middleware import Middleware
 from engine.settings import Setting
 
 LOOKBACK = timedelta(days=8)  # how far back the last start/stop is searched (a weekly cron fits)
@@ -36,7 +40,7 @@ def check_window(value: dict[str, Any]) -> dict[str, str]:
     return {"start": " ".join(value["start"].split()), "stop": " ".join(value["stop"].split())}
 
 
-# The window's setting, among a business operation's (engine.host collects it).
+# The window's setting, among a business operation's (engine.delivery.guards adds it).
 WINDOW_SETTINGS: tuple[Setting, ...] = (
     Setting(name="schedule", kind=dict, default={}, check=check_window,
             help='cron start and stop times (UTC) of the item\'s working window, e.g. '
@@ -45,22 +49,31 @@ WINDOW_SETTINGS: tuple[Setting, ...] = (
 
 
 @dataclass
-class ScheduleWindow:
-    """Answers "is the item's window open at ``now``?", cheaply between transitions."""
+class ScheduleWindow(Middleware):
+    """Answers "is the item's window open at ``now``?", cheaply between transitions; as
+    middleware, at ``clock``'s now."""
+
+    SETTINGS = WINDOW_SETTINGS
 
     start: BaseTrigger
     stop: BaseTrigger
+    clock: Clock = field(default_factory=SystemClock, kw_only=True)
     _open: bool = field(default=False, init=False)
     _valid_from: datetime | None = field(default=None, init=False)
     _valid_until: datetime | None = field(default=None, init=False)
 
     @classmethod
-    def from_setting(cls, value: dict[str, str]) -> ScheduleWindow | None:
-        """The window of a validated ``schedule`` table; None when there is none."""
-
+    def from_setting(cls, value: dict[str, str],
+                     clock: Clock | None = None) -> ScheduleWindow | None:
+        """The window of a validated ``schedule`` table (on ``clock``, the system's by
+        default); None when there is none."""
         if not value:
             return None
-        return cls(parse_schedule(value["start"]), parse_schedule(value["stop"]))
+        return cls(parse_schedule(value["start"]), parse_schedule(value["stop"]),
+                   clock=clock or SystemClock())
+
+    def may_claim(self) -> bool:
+        return self.is_open(self.clock.now())
 
     def is_open(self, now: datetime) -> bool:
         if (self._valid_from is None or self._valid_until is None

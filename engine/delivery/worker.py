@@ -6,8 +6,9 @@ This is the retry engine's acting half (docs/retries.md), in three parts:
 - :class:`~engine.delivery.policy.DeliveryPolicy` decides what follows (reply codes, the
   retry policy, the failure-timeout hook);
 - the :class:`MessageWorker` here acts on the decision — completes, waits (blocking mode) or
-  parks (requeue mode) until the next attempt, gives up, suspends — and tells the
-  :class:`~engine.delivery.events.DeliveryObserver` s (event log, metrics, trace, alerts).
+  parks (requeue mode) until the next attempt, gives up, suspends — and tells its
+  middleware (:mod:`engine.delivery.middleware`: the item's guards, tracing and metrics,
+  then its own event log, trace events and alerts).
 
 ``encore simulate`` runs this same code on a virtual clock.
 """
@@ -31,19 +32,13 @@ from engine.delivery.attempt_runner import (
     idempotency_key,
     outcome_of,
 )
-from engine.delivery.events import (
-    AlertObserver,
-    DeliveryObserver,
-    EventLogObserver,
-    MetricsObserver,
-    TraceObserver,
-)
+from engine.delivery.events import AlertObserver, EventLogObserver, TraceObserver
+from engine.delivery.middleware import Hooks
 from engine.delivery.policy import DeliveryPolicy, Judgement, Verdict
 from engine.errors import CRASH_TEXT, AttemptHeld, OutcomeUnknown, StoreError
 from engine.host import DEFAULT_MAX_DELIVERIES, BusinessOperation, OperationSettings
 from engine.message import decode_message, encode_response
 from engine.retry import AttemptState, ReplyCodeActions, RetryPolicy, RetrySettings
-from engine.runtime.metrics import Metrics
 from engine.store.hotpath import Completion
 from engine.store.rows import AttemptEnd, AttemptRow
 from engine.store.sql import MessageRow, SqlStore
@@ -82,7 +77,7 @@ class MessageWorker:
                  policy: RetryPolicy, reply_codes: ReplyCodeActions, requeue: bool = False,
                  trace: bool = False, stop: threading.Event | None = None,
                  rng: random.Random | None = None, alert_on_error: bool = False,
-                 alert_grace: float = 0.0, metrics: Metrics | None = None,
+                 alert_grace: float = 0.0,
                  defer: Callable[[Completion], None] | None = None,
                  observers: Sequence[AttemptObserver] = (),
                  max_deliveries: int = DEFAULT_MAX_DELIVERIES) -> None:
@@ -95,25 +90,25 @@ class MessageWorker:
         self.stop = stop or threading.Event()
         # Where successes go: the dispatcher's group commit, else one transaction each.
         self.defer = defer
-        self.runner = AttemptRunner(host, store=store, clock=clock, policy=policy,
-                                    observers=observers)
         self.judge = DeliveryPolicy(policy, reply_codes, rng=rng)
-        self.watchers: list[DeliveryObserver] = [EventLogObserver(host)]
-        if trace:
-            self.watchers.append(TraceObserver(host))
-        if metrics is not None:
-            self.watchers.append(MetricsObserver(metrics, host.name))
-        if alert_on_error:
-            self.watchers.append(AlertObserver(host, grace=alert_grace))
+        # the middleware bound to this host instance, run after the item's
+        self.own: tuple[AttemptObserver, ...] = (
+            EventLogObserver(host), *([TraceObserver(host)] if trace else []),
+            *([AlertObserver(host, grace=alert_grace)] if alert_on_error else []))
+        self._observers = tuple(observers)
+        self.hooks = Hooks((*self._observers, *self.own))
+        self.runner = AttemptRunner(host, store=store, clock=clock, policy=policy,
+                                    hooks=self.hooks)
 
     @property
     def observers(self) -> tuple[AttemptObserver, ...]:
-        """The attempt observers (breaker, rate limit, tracing) of this worker."""
-        return self.runner.observers
+        """The item's middleware (guards, tracing, metrics), run before the worker's own."""
+        return self._observers
 
     @observers.setter
     def observers(self, value: Sequence[AttemptObserver]) -> None:
-        self.runner.observers = tuple(value)
+        self._observers = tuple(value)
+        self.hooks = self.runner.hooks = Hooks((*self._observers, *self.own))
 
     @classmethod
     def from_settings(cls, host: BusinessOperation, settings: Mapping[str, Any],
@@ -127,7 +122,6 @@ class MessageWorker:
     def from_typed(cls, host: BusinessOperation, retry: RetrySettings,
                    operation: OperationSettings, *, store: SqlStore, clock: Clock,
                    stop: threading.Event | None = None, rng: random.Random | None = None,
-                   metrics: Metrics | None = None,
                    defer: Callable[[Completion], None] | None = None,
                    observers: Sequence[AttemptObserver] = ()) -> MessageWorker:
         """A worker for ``host`` configured from its item's retry and operation settings."""
@@ -135,7 +129,7 @@ class MessageWorker:
                    reply_codes=ReplyCodeActions.parse(retry.reply_code_actions),
                    requeue=operation.retry_mode == "requeue", trace=operation.trace,
                    stop=stop, rng=rng, alert_on_error=operation.alert_on_error,
-                   alert_grace=operation.alert_retry_grace_period, metrics=metrics,
+                   alert_grace=operation.alert_retry_grace_period,
                    defer=defer, observers=observers, max_deliveries=operation.max_deliveries)
 
     # -- the delivery loop ---------------------------------------------------------------
@@ -175,7 +169,6 @@ class MessageWorker:
             except AttemptHeld as held:
                 return self._hold(row, held, begun)
             begun = None
-            self._tell("on_attempt_end", row, outcome)
             if first_started is None:
                 first_started = outcome.started
             judgement = self.judge.judge(self.host, request, outcome, first_started)
@@ -327,5 +320,5 @@ class MessageWorker:
         return Result.DISABLED
 
     def _tell(self, hook: str, *args: Any, **kwargs: Any) -> None:
-        for watcher in self.watchers:
-            getattr(watcher, hook)(*args, **kwargs)
+        for method in getattr(self.hooks, hook):
+            method(*args, **kwargs)

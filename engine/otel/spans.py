@@ -32,8 +32,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
-from engine.attempt import AttemptObserver, AttemptReport
-from engine.delivery.worker import error_text, idempotency_key
+from engine.attempt import AttemptObserver, AttemptReport, error_text, idempotency_key
 from engine.otel import semconv as sc
 from engine.otel.base import Delivery, Producer
 from engine.otel.context import context_of, derived_context, from_text, headers_of, to_text

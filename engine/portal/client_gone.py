@@ -7,7 +7,7 @@ server's: answered as an unexpected error, a flood of slow bodies cut short wrot
 per connection (13,644 in 90 s). The portal and the inbound services answer it with
 :func:`client_gone`: the process's count (:func:`clients_gone`) grows by one and a WARNING
 goes to the log, which the process's repeat filter lets through once a minute with the count
-of the others (:mod:`engine.runtime.logs`). The answer itself goes nowhere.
+of the others (:mod:`engine.observe.logs`). The answer itself goes nowhere.
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ What a flood from one address can do: hold ``max_connections_per_client`` connec
 at most ``read_timeout`` seconds each; the rest are reset at once. Only a flood from many
 addresses can fill ``max_connections``; then new connections are reset until the read
 timeout frees the held ones. The daemon's own descriptors are never at stake, and the
-refusals are logged once a minute with a count (``engine.runtime.logs``).
+refusals are logged once a minute with a count (``engine.observe.logs``).
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from engine.observe.logs import SERVER_LOGGERS, limit_repeats
 from engine.portal.limits import ConnectionGate, DescriptorBudget, ServerLimits
-from engine.runtime.logs import SERVER_LOGGERS, limit_repeats
 
 __all__ = ["LimitedServer", "limited_server", "server_loggers"]
 

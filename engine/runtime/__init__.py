@@ -1,2 +1,2 @@
-"""The runtime: the daemon that runs a production, its cluster leases, scheduler, metrics and
-alerts."""
+"""The runtime: the daemon that runs a production, its cluster leases, scheduler, reloads,
+console and alerts."""

@@ -57,6 +57,8 @@ from engine.config.production import ItemConfig, ProductionConfig
 from engine.delivery.guards import ItemGuards
 from engine.delivery.item import ItemContext, ItemRunner
 from engine.errors import EncoreError
+from engine.observe.logs import limit_repeats
+from engine.observe.metrics import ItemMetrics, Metrics, MetricsServer
 from engine.otel import tracing_for
 from engine.runtime.alerts import AlertingEventLog
 from engine.runtime.announcements import AnnouncementRouter
@@ -75,8 +77,6 @@ from engine.runtime.cluster import (
 from engine.runtime.console import ConsoleReport
 from engine.runtime.lifecycle import SOURCE_CLASS, LifecycleLog, LifeStep
 from engine.runtime.liveness import process_start
-from engine.runtime.logs import limit_repeats
-from engine.runtime.metrics import Metrics, MetricsServer
 from engine.runtime.queue_alerts import QueueAlerts
 from engine.runtime.reload import Reloader
 from engine.runtime.scheduler import ProductionScheduler
@@ -340,12 +340,15 @@ class Daemon:
         guards = ItemGuards.for_item(item, store=self.store, clock=self.clock, owner=self.id,
                                      events=self.events, metrics=self.metrics, stop=stop,
                                      lease_seconds=self.production.lease_seconds)
+        # the item's middleware after its guards: tracing (its spans), then the metrics
+        middleware = (*([self.tracing.item(item.name)] if self.tracing is not None else []),
+                      ItemMetrics(self.metrics, item.name))
         runner = ItemRunner(item, ItemContext(
             store=self.store, clock=self.clock, owner=self.id,
             lease_seconds=self.production.lease_seconds,
             poll_interval=self.production.poll_interval, env=self.env, events=self.events,
-            metrics=self.metrics, lease=lease, production=lambda: self.production,
-            tracing=self.tracing, guards=guards, stop=stop,
+            lease=lease, production=lambda: self.production, guards=guards,
+            middleware=middleware, stop=stop,
             adapter=self.adapters.get(item.name), rng=self.rng))
         guards.wake_with(runner.wakeup.set)
         runner.prepare()

@@ -27,8 +27,8 @@ import click
 
 from engine.cli.params import FiniteFloat
 from engine.clock import Clock, VirtualClock
+from engine.delivery.guards import GuardSettings
 from engine.errors import ConfigurationError
-from engine.host import OperationSettings
 from engine.retry import RetrySettings
 from engine.settings import validate_settings
 from engine.store import queries
@@ -51,7 +51,7 @@ MAX_SERVERS = 100  # simulated servers
 SECONDS = FiniteFloat(minimum=0, maximum=MAX_SECONDS)
 # The options' defaults: the settings' declared defaults.
 RETRY = RetrySettings.defaults()
-OPERATION = OperationSettings.defaults()
+GUARDS = GuardSettings.defaults()
 ADAPTER = SimulatedServerAdapter.settings_class.defaults()
 
 
@@ -214,9 +214,9 @@ def _clock(t: float) -> str:
               show_default=True)
 @click.option("--strict", is_flag=True, help="strict_failure_timeout = true")
 @click.option("--breaker-threshold", type=click.IntRange(min=0),
-              default=OPERATION.breaker_threshold, show_default=True,
+              default=GUARDS.breaker_threshold, show_default=True,
               help="consecutive failed attempts that open the circuit breaker; 0 = none")
-@click.option("--breaker-open-seconds", type=SECONDS, default=OPERATION.breaker_open_seconds,
+@click.option("--breaker-open-seconds", type=SECONDS, default=GUARDS.breaker_open_seconds,
               show_default=True, help="seconds the breaker stays open before its probe attempt")
 @click.option("--seed", type=int, default=0, show_default=True, help="random seed for jitter")
 @click.option("--json", "as_json", is_flag=True, help="print the timeline as JSON")

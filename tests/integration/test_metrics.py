@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from engine.runtime.metrics import DEFAULT_BUCKETS, Metrics, MetricsServer
+from engine.observe.metrics import DEFAULT_BUCKETS, Metrics, MetricsServer
 
 TIMEOUT = 5.0  # seconds for one HTTP request to the local server
 

@@ -12,9 +12,10 @@ from sqlalchemy import event
 from engine.attempt import AttemptReport
 from engine.clock import VirtualClock
 from engine.delivery.breaker import BREAKER_REFRESH, BreakerSettings, CircuitBreaker
+from engine.delivery.guards import GuardSettings
 from engine.errors import AttemptHeld, ConfigurationError, ResponseTimeout
-from engine.host import HOST_SETTINGS, OperationSettings
-from engine.runtime.metrics import Metrics
+from engine.host import BusinessOperation
+from engine.observe.metrics import Metrics
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.store.rows import MessageRow
@@ -272,16 +273,16 @@ class count_statements:  # noqa: N801 - used as a context manager
 def test_wrong_breaker_settings_are_refused_naming_item_and_key(
         settings: dict[str, Any], says: str) -> None:
     with pytest.raises(ConfigurationError) as refused:
-        validate_settings("Payments", settings, HOST_SETTINGS)
+        validate_settings("Payments", settings, BusinessOperation.declared_settings())
     assert str(refused.value).startswith("item 'Payments', setting") and says in str(refused.value)
 
 
 def test_the_breaker_is_off_by_default() -> None:
-    clean = validate_settings("Payments", {}, HOST_SETTINGS)
+    clean = validate_settings("Payments", {}, BusinessOperation.declared_settings())
     assert clean["breaker_threshold"] == 0 and clean["breaker_open_seconds"] == 30.0
-    assert BreakerSettings.from_settings(OperationSettings.from_validated(clean)) is None
+    assert BreakerSettings.from_settings(GuardSettings.from_validated(clean)) is None
     on = BreakerSettings.from_settings(
-        OperationSettings.from_validated({**clean, "breaker_threshold": 5}), response_timeout=7)
+        GuardSettings.from_validated({**clean, "breaker_threshold": 5}), response_timeout=7)
     assert on == BreakerSettings(threshold=5, open_seconds=30.0, probe_seconds=37.0)
 
 

@@ -1,5 +1,5 @@
 """Repeated failures are logged once per kind and minute with a count (docs/security.md), on a
-virtual clock: :class:`engine.runtime.logs.RepeatFilter` takes its clock as an argument."""
+virtual clock: :class:`engine.observe.logs.RepeatFilter` takes its clock as an argument."""
 from __future__ import annotations
 
 import logging
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine.runtime.logs import RepeatFilter, limit_repeats
+from engine.observe.logs import RepeatFilter, limit_repeats
 
 
 class Clock:

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from engine.clock import VirtualClock
-from engine.delivery.guards import ItemGuards
+from engine.delivery.guards import GuardSettings, ItemGuards
 from engine.delivery.ratelimit import RateLimit, RateLimiter
 from engine.errors import AttemptHeld, ClaimLost, ConfigurationError
-from engine.host import HOST_SETTINGS, OperationSettings
+from engine.host import BusinessOperation
 from engine.settings import validate_settings
 from engine.store.rows import MessageRow
 from engine.store.sql import SqlStore
@@ -43,15 +43,15 @@ def test_a_rate_is_n_per_second_minute_or_hour(text: str, count: int, period: fl
 ])
 def test_a_wrong_rate_limit_is_refused_naming_item_and_key(value: Any, says: str) -> None:
     with pytest.raises(ConfigurationError) as refused:
-        validate_settings("Orders", {"rate_limit": value}, HOST_SETTINGS)
+        validate_settings("Orders", {"rate_limit": value}, BusinessOperation.declared_settings())
     text = str(refused.value)
     assert text.startswith("item 'Orders', setting 'rate_limit': ") and says in text
 
 
 def test_no_limit_and_no_breaker_by_default_cost_nothing(store: SqlStore) -> None:
-    clean = validate_settings("Orders", {}, HOST_SETTINGS)
+    clean = validate_settings("Orders", {}, BusinessOperation.declared_settings())
     assert clean["rate_limit"] is None
-    guards = ItemGuards.from_settings("Orders", OperationSettings.from_validated(clean),
+    guards = ItemGuards.from_settings("Orders", GuardSettings.from_validated(clean),
                                       store=store, clock=VirtualClock(), owner="d")
     assert guards.observers == [] and guards.may_claim is None
     assert store.rate_buckets.tokens("Orders") is None and store.breakers.get("Orders") is None
@@ -59,8 +59,8 @@ def test_no_limit_and_no_breaker_by_default_cost_nothing(store: SqlStore) -> Non
 
 def test_the_limiter_runs_before_the_breaker(store: SqlStore) -> None:
     clean = validate_settings("Orders", {"rate_limit": "5/s", "breaker_threshold": 3},
-                              HOST_SETTINGS)
-    guards = ItemGuards.from_settings("Orders", OperationSettings.from_validated(clean),
+                              BusinessOperation.declared_settings())
+    guards = ItemGuards.from_settings("Orders", GuardSettings.from_validated(clean),
                                       store=store, clock=VirtualClock(), owner="d")
     assert guards.observers == [guards.limiter, guards.breaker]
     assert guards.may_claim is not None and guards.may_claim()

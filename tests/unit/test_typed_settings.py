@@ -11,6 +11,7 @@ from adapters.http import HttpAdapter, HttpAdapterSettings
 from adapters.settings import AdapterSettings
 from adapters.soap import SoapAdapterSettings
 from engine.config.production import PortalConfig, ProductionSettings, parse_production
+from engine.delivery.guards import GuardSettings
 from engine.errors import ConfigurationError
 from engine.host import HOST_SETTINGS, OperationSettings
 from engine.retry import RetryPolicy, RetrySettings
@@ -23,6 +24,7 @@ from engine.settings import TypedSettings, validate_settings
 TYPED = [
     RetrySettings,  # engine.retry.settings
     OperationSettings,  # engine.host: the rest of a business operation's settings
+    GuardSettings,  # engine.delivery.guards: its window's, breaker's and rate limit's
     AdapterSettings,  # adapters.settings: every outbound adapter's
     HttpAdapterSettings,  # adapters.http: those and url, redirects
     SoapAdapterSettings,  # adapters.soap: those and wsdl, auth

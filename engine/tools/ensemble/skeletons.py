@@ -118,6 +118,7 @@ def _declare(spec: SkeletonSpec, key: str, ensemble: str, kind: type, default: o
 
 def _base_settings(spec: SkeletonSpec) -> tuple[Setting, ...]:
     if spec.kind == OPERATION:
+        from engine.delivery.guards import GUARD_SETTINGS
         from engine.host import HOST_SETTINGS
         adapter: tuple[Setting, ...] = ()
         if spec.adapter == SOAP:
@@ -126,7 +127,7 @@ def _base_settings(spec: SkeletonSpec) -> tuple[Setting, ...]:
         elif spec.adapter == HTTP:
             from adapters.http import HttpAdapter
             adapter = HttpAdapter.SETTINGS
-        return (*HOST_SETTINGS, *adapter)
+        return (*HOST_SETTINGS, *GUARD_SETTINGS, *adapter)
     if spec.kind == PROCESS:
         from engine.process import PROCESS_SETTINGS
         return PROCESS_SETTINGS + (Setting(name="target_config_names", kind=list, default=[],

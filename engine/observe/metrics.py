@@ -22,10 +22,11 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from engine.attempt import AttemptObserver, AttemptReport
 from engine.errors import ConfigurationError
-from engine.runtime.network import is_loopback
+from engine.observe.network import is_loopback
 
-__all__ = ["CONTENT_TYPE", "DEFAULT_BUCKETS", "Metrics", "MetricsServer"]
+__all__ = ["CONTENT_TYPE", "DEFAULT_BUCKETS", "ItemMetrics", "Metrics", "MetricsServer"]
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,32 @@ class Metrics:
         except Exception:  # noqa: BLE001 - a scrape still answers when the database is down
             log.exception("could not read queue depths for the metrics")
             return {}
+
+
+class ItemMetrics(AttemptObserver):
+    """The metrics of one item's deliveries, as delivery middleware
+    (:mod:`engine.delivery.middleware`): attempts by outcome and duration, and give-ups, for
+    Prometheus — and completions too for the console's per-minute counters, when the daemon
+    keeps them. Shared by the item's workers."""
+
+    def __init__(self, metrics: Metrics, item: str) -> None:
+        self.metrics = metrics
+        self.item = item
+
+    def after_attempt(self, row: object, report: AttemptReport) -> None:
+        self.metrics.observe_attempt(self.item, report.outcome, report.seconds)
+        if self.metrics.rollup is not None:  # the console's counters (engine.store.rollup)
+            self.metrics.rollup.attempt(self.item, report.outcome, report.seconds,
+                                        report.number)
+
+    def on_complete(self, row: object, number: int) -> None:
+        if self.metrics.rollup is not None:
+            self.metrics.rollup.completed(self.item)
+
+    def on_give_up(self, row: object, text: str) -> None:
+        self.metrics.give_up(self.item)
+        if self.metrics.rollup is not None:
+            self.metrics.rollup.gave_up(self.item)
 
 
 class _QueueDepthCollector:

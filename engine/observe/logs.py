@@ -46,7 +46,7 @@ REPEATING_LOGGERS: tuple[str, ...] = SERVER_LOGGERS + (
     "engine.runtime.daemon", "engine.delivery.dispatch", "engine.delivery.item",
     "engine.delivery.worker", "engine.delivery.attempt_runner", "engine.runtime.scheduler",
     "engine.runtime.cluster", "engine.runtime.alerts",
-    "engine.runtime.metrics", "engine.store.sql", "engine.store.eventlog", "engine.store.notify",
+    "engine.observe.metrics", "engine.store.sql", "engine.store.eventlog", "engine.store.notify",
     "engine.store.doorbell",
 )
 

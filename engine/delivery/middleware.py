@@ -1,0 +1,152 @@
+"""The middleware of an item's deliveries: one protocol for everything that acts around them.
+
+The event log, the metrics, the tracing, the circuit breaker, the rate limit and the
+schedule window all work through the same hooks, and each declares the settings it reads
+(``SETTINGS``). A middleware implements the hooks it needs; the others are no-ops:
+
+- ``may_claim()``, before each claim of the item's dispatcher: False keeps messages queued
+  (the window while it is closed, the breaker while it is open);
+- ``delivery(row)``, a context manager around each delivery of a message, which yields an
+  object told how it ``ended(result)`` (tracing's CONSUMER span);
+- ``before_attempt(row, number)``, just before an attempt starts: it may wait (a rate-limit
+  slot), raise :class:`~engine.errors.AttemptHeld` to keep the message unsent (an open
+  breaker), and return headers for the attempt's requests (``traceparent``);
+- ``after_attempt(row, report)``, once an attempt has ended, before anything is decided
+  (the breaker counts it, tracing ends its span, metrics count it, ``trace`` writes its
+  Trace event); a failure here is logged and never fails the delivery;
+- after a delivery's decisions: ``on_start``, ``on_first_failure``, ``on_reply_warning``,
+  ``on_failure``, ``on_complete``, ``on_give_up``, ``on_suspend``, ``on_disable`` and
+  ``on_failure_timeout_response`` (:class:`Middleware` says when each runs). Events they
+  write go in the transaction of the change they report, and name the hook as their
+  ``source_method``.
+
+The kernel's :class:`~engine.attempt.AttemptObserver` holds the two attempt hooks, so that
+what lies below delivery (tracing in :mod:`engine.otel`, metrics in :mod:`engine.observe`)
+implements the protocol without importing this package; the hooks are found by name. The
+runtime composes an item's middleware (its guards, tracing, metrics) and passes it to the
+item's runner; each worker adds the event writers bound to its host instance
+(:mod:`engine.delivery.events`). :class:`Hooks` holds, per hook, only the middleware that
+implements it, so a hook nobody implements costs nothing per message.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from engine.attempt import AttemptObserver
+from engine.settings import Setting
+
+if TYPE_CHECKING:
+    from engine.store.rows import MessageRow
+
+__all__ = ["HOOKS", "EndedAttempt", "GuardMetrics", "Hooks", "Middleware", "settings_of"]
+
+# every hook of the protocol, as :class:`Hooks` collects them
+HOOKS = ("may_claim", "delivery", "before_attempt", "after_attempt", "on_start",
+         "on_first_failure", "on_reply_warning", "on_failure", "on_complete", "on_give_up",
+         "on_suspend", "on_disable", "on_failure_timeout_response")
+
+
+class EndedAttempt(Protocol):
+    """What the decision hooks read of an attempt
+    (:class:`~engine.delivery.attempt_runner.AttemptOutcome` has it)."""
+
+    @property
+    def number(self) -> int: ...  # 1 for the first attempt of the message
+
+    @property
+    def ended(self) -> float: ...  # monotonic seconds
+
+    @property
+    def error(self) -> BaseException | None: ...
+
+
+class GuardMetrics(Protocol):
+    """What the breaker and the rate limit report to (:class:`engine.observe.metrics.Metrics`)."""
+
+    def set_breaker_open(self, item: str, is_open: bool) -> None: ...
+
+    def rate_limited(self, item: str, seconds: float) -> None: ...
+
+
+class Middleware(AttemptObserver):
+    """Acts around the deliveries of one item (see the module docstring); every hook of
+    this base does nothing. ``SETTINGS``: the item settings it reads."""
+
+    SETTINGS: ClassVar[tuple[Setting, ...]] = ()
+
+    def may_claim(self) -> bool:
+        """Whether the dispatcher may claim messages of the item now."""
+        return True
+
+    def delivery(self, row: MessageRow) -> AbstractContextManager[Any]:
+        """Around one delivery of ``row``: yields an object with ``ended(result)``."""
+        raise NotImplementedError  # never called: only overriding middleware is asked
+
+    def on_start(self, row: MessageRow, first_failure: float | None) -> None:
+        """A delivery of ``row`` begins; ``first_failure``: when (monotonic) its first
+        failed attempt ended, if it has one already (a message retried after a restart)."""
+
+    def on_first_failure(self, row: MessageRow, text: str,
+                         error: BaseException | None = None) -> None:
+        """Attempt 1 failed (rule 6: one Error event); ``error`` when the operation's own
+        code raised something unexpected (its stack is worth keeping)."""
+
+    def on_reply_warning(self, row: MessageRow, outcome: EndedAttempt) -> None:
+        """A reply code action asked for a warning (``W``)."""
+
+    def on_failure(self, row: MessageRow, outcome: EndedAttempt, *, final: bool) -> None:
+        """A failed attempt once the policy has decided: ``final`` when no retry follows."""
+
+    def on_complete(self, row: MessageRow, number: int) -> None:
+        """The message completed on attempt ``number``."""
+
+    def on_give_up(self, row: MessageRow, text: str) -> None:
+        """The message ended in Error."""
+
+    def on_suspend(self, row: MessageRow, text: str) -> None:
+        """The message was suspended for an operator."""
+
+    def on_disable(self, row: MessageRow, reason: str) -> None:
+        """Reply code action D switched the item off; the message is back in its queue."""
+
+    def on_failure_timeout_response(self, row: MessageRow) -> None:
+        """``on_failure_timeout`` answered instead of failing the message."""
+
+
+# the no-op bodies: a middleware whose hook is one of these does not implement it
+_NO_OPS = {name: getattr(Middleware, name) for name in HOOKS}
+
+
+class Hooks:
+    """The middleware of one worker (or one item), sorted by hook: each attribute named
+    after a hook is the tuple of the bound methods that implement it, in order."""
+
+    may_claim: tuple[Callable[[], bool], ...]
+    delivery: tuple[Callable[[MessageRow], AbstractContextManager[Any]], ...]
+    before_attempt: tuple[Callable[[MessageRow, int], Mapping[str, str] | None], ...]
+    after_attempt: tuple[Callable[..., None], ...]
+
+    def __init__(self, middleware: Sequence[object]) -> None:
+        self.middleware = tuple(middleware)
+        for name in HOOKS:
+            no_op = _NO_OPS[name]
+            setattr(self, name, tuple(
+                getattr(m, name) for m in self.middleware
+                if getattr(type(m), name, no_op) is not no_op))
+
+    def may_claim_now(self) -> bool:
+        """True when every ``may_claim`` allows a claim (in order; the first no ends it)."""
+        return all(allows() for allows in self.may_claim)
+
+    @contextmanager
+    def around_delivery(self, row: MessageRow) -> Iterator[list[Any]]:
+        """Every ``delivery`` context of ``row`` entered; yields what they yielded."""
+        with ExitStack() as stack:
+            yield [stack.enter_context(around(row)) for around in self.delivery]
+
+
+def settings_of(middleware: Sequence[type[Middleware]]) -> tuple[Setting, ...]:
+    """The settings that the ``middleware`` classes declare, in order."""
+    return tuple(s for cls in middleware for s in cls.SETTINGS)
