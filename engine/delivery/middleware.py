@@ -138,7 +138,10 @@ class Hooks:
 
     def may_claim_now(self) -> bool:
         """True when every ``may_claim`` allows a claim (in order; the first no ends it)."""
-        return all(allows() for allows in self.may_claim)
+        for allows in self.may_claim:
+            if not allows():
+                return False
+        return True
 
     @contextmanager
     def around_delivery(self, row: MessageRow) -> Iterator[list[Any]]:
