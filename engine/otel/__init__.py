@@ -12,7 +12,8 @@ else says. Then:
   context and linked to it (:mod:`engine.otel.spans`);
 - every attempt is a CLIENT span following the HTTP client conventions, whose context goes
   out as the W3C ``traceparent`` header of the attempt's requests
-  (:class:`engine.otel.spans.ItemTracing`, an attempt observer).
+  (:class:`engine.otel.spans.ItemTracing`, delivery middleware that the runtime gives
+  each item).
 
 This module only decides and hands out; it never imports ``opentelemetry``, so with tracing
 off, or the extra absent, Encore runs exactly as without it. It reads one thing of a

@@ -112,8 +112,10 @@ class ConsumerSpan(Delivery):
 
 
 class ItemTracing(AttemptObserver):
-    """One item's CONSUMER span per delivery and CLIENT span per attempt. Shared by the
-    item's workers: what is open belongs to the worker thread that opened it."""
+    """One item's CONSUMER span per delivery and CLIENT span per attempt: the hooks
+    ``delivery``, ``before_attempt`` and ``after_attempt`` of the delivery middleware
+    (:mod:`engine.delivery.middleware`). Shared by the item's workers: what is open belongs
+    to the worker thread that opened it."""
 
     def __init__(self, tracer: trace.Tracer, target: str) -> None:
         self.tracer = tracer
