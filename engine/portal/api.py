@@ -4,7 +4,7 @@ Every call needs ``Authorization: Bearer TOKEN`` (``encore token create``): 401 
 valid token, 403 when its role is too low (viewer to read, operator to act). Errors are
 ``{"error": "..."}``. Lists are keyset-paged like the Message Viewer: a response names the
 ``older`` cursor, to pass as ``before=`` for the next page. Intake is in
-:mod:`engine.portal.intake`.
+:mod:`engine.serving.intake`.
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from starlette.routing import BaseRoute, Route
 
 from engine.errors import MessageNotFound
 from engine.portal import actions, export, filters
-from engine.portal.auth import NotAuthenticated, Principal
 from engine.portal.context import portal_of
 from engine.portal.status import production_view
+from engine.serving.auth import NotAuthenticated, Principal
 from engine.store import viewer
 from engine.store.rows import AttemptRow
 

@@ -1,7 +1,7 @@
 """The portal's ASGI application: :func:`create_app` over a store and a production.
 
 Pages (:mod:`engine.portal.pages`) and the JSON API (:mod:`engine.portal.api`,
-:mod:`engine.portal.intake`) share one :class:`~engine.portal.context.Portal` — the store,
+:mod:`engine.serving.intake`) share one :class:`~engine.portal.context.Portal` — the store,
 the production, the authenticator and the templates — kept in ``app.state.portal``. This
 module builds the application from the route modules; they never import it (they reach the
 shared context through :mod:`engine.portal.context`). Refusals are exceptions turned into
@@ -34,8 +34,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from engine.client import IdempotencyConflict
 from engine.config.production import ProductionConfig
 from engine.errors import MessageError, NotFound, OperatorError, StoreError
-from engine.portal import admin, api, export, intake, items, pages, queues, searches
-from engine.portal.auth import (
+from engine.portal import admin, api, export, items, pages, queues, searches
+from engine.portal.context import Portal, Waiters, portal_of
+from engine.portal.filters import FilterError
+from engine.portal.watch import ProductionFollower
+from engine.serving import intake
+from engine.serving.auth import (
     Authenticator,
     AuthError,
     Forbidden,
@@ -43,10 +47,7 @@ from engine.portal.auth import (
     NotAuthenticated,
     portal_secret,
 )
-from engine.portal.client_gone import on_client_gone
-from engine.portal.context import Portal, Waiters, portal_of
-from engine.portal.filters import FilterError
-from engine.portal.watch import ProductionFollower
+from engine.serving.client_gone import on_client_gone
 from engine.store.sql import SqlStore
 from engine.store.viewer import SearchTimedOut, SearchTooComplex
 

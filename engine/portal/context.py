@@ -21,7 +21,7 @@ from starlette.templating import Jinja2Templates
 
 from engine.clock import utcnow
 from engine.config.production import PortalConfig, ProductionConfig
-from engine.portal.auth import Authenticator, Principal
+from engine.serving.auth import Authenticator, Principal
 from engine.store.sql import SqlStore
 
 __all__ = ["Portal", "Waiters", "portal_of"]

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 
 from engine.errors import ConfigurationError
-from engine.runtime.network import is_loopback
+from engine.serving.network import is_loopback
 
 __all__ = ["CONTENT_TYPE", "DEFAULT_BUCKETS", "Metrics", "MetricsServer"]
 

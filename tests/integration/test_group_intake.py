@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from engine.portal.auth import TOKEN_CACHE_SECONDS, Authenticator
+from engine.serving.auth import TOKEN_CACHE_SECONDS, Authenticator
 from engine.store import accounts
 from engine.store.group import GroupCommit
 from engine.store.sql import SqlStore

@@ -19,7 +19,7 @@
   ``X-Forwarded-For`` names when a proxy of ``[portal] forwarded_allow_ips`` sent it
   (:mod:`engine.portal.server`).
 - A password is checked (or hashed) only in a slot of the process's
-  :class:`~engine.portal.hash_gate.HashGate`: a login that finds none in time is refused
+  :class:`~engine.serving.hash_gate.HashGate`: a login that finds none in time is refused
   with :class:`LoginBusy` (429, ``Retry-After``) and its attempt is taken back.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from engine.clock import utcnow
 from engine.errors import EncoreError, OperatorError
-from engine.portal.hash_gate import HashGate, HashGateBusy, process_gate
+from engine.serving.hash_gate import HashGate, HashGateBusy, process_gate
 from engine.store import accounts
 from engine.store.sql import SqlStore
 
@@ -137,7 +137,7 @@ def _dummy_hash() -> str:
 
 def hash_password(password: str) -> str:
     """The argon2 hash of ``password`` (refused if empty), in a slot of the process's
-    :class:`~engine.portal.hash_gate.HashGate` (LoginBusy if none is to be had)."""
+    :class:`~engine.serving.hash_gate.HashGate` (LoginBusy if none is to be had)."""
     if not password:
         raise AuthError("the password is empty")
     try:

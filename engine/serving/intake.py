@@ -36,8 +36,8 @@ from engine.client import TERMINAL, accept_message, decode_body
 from engine.errors import MessageError
 from engine.portal.api import api_user, cached_api_user, reply
 from engine.portal.context import portal_of
-from engine.portal.threads import to_thread
 from engine.process import KEY_PREFIX as PROCESS_KEY_PREFIX
+from engine.serving.threads import to_thread
 from engine.store.completions import SAFETY_POLL, CompletionHub
 from engine.store.hotpath import Outcome
 from engine.store.sql import Accepted, SqlStore
