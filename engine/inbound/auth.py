@@ -35,7 +35,6 @@ from engine.serving.auth import (
     Authenticator,
     AuthError,
     LoginThrottled,
-    portal_secret,
 )
 from engine.serving.network import is_loopback
 from engine.store.sql import SqlStore
@@ -47,7 +46,7 @@ class CallerAuth:
     """Checks callers against the store's users and tokens."""
 
     def __init__(self, store: SqlStore) -> None:
-        self._auth = Authenticator(store, portal_secret({}))
+        self._auth = Authenticator(store)
         self._key = secrets.token_bytes(32)  # keys the digests of remembered Basic headers
         self._basic: dict[bytes, tuple[float, str]] = {}
         self._lock = threading.Lock()

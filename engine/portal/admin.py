@@ -22,16 +22,10 @@ from engine.clock import utcnow
 from engine.config.production import PortalConfig
 from engine.errors import OperatorError
 from engine.portal.actions import audit
+from engine.portal.auth import check_csrf, check_password
 from engine.portal.context import Portal, portal_of
 from engine.portal.forms import confirm, confirmed, current_user, field
-from engine.serving.auth import (
-    Principal,
-    check_csrf,
-    check_password,
-    hash_password,
-    new_token,
-    token_digest,
-)
+from engine.serving.auth import Principal, hash_password, new_token, token_digest
 from engine.store import accounts, operator
 from engine.store.models import TOKEN_ROLES, USER_ROLES
 

@@ -4,7 +4,7 @@ Every call needs ``Authorization: Bearer TOKEN`` (``encore token create``): 401 
 valid token, 403 when its role is too low (viewer to read, operator to act). Errors are
 ``{"error": "..."}``. Lists are keyset-paged like the Message Viewer: a response names the
 ``older`` cursor, to pass as ``before=`` for the next page. Intake is in
-:mod:`engine.serving.intake`.
+:mod:`engine.portal.intake`.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The portal's ASGI application: :func:`create_app` over a store and a production.
 
 Pages (:mod:`engine.portal.pages`) and the JSON API (:mod:`engine.portal.api`,
-:mod:`engine.serving.intake`) share one :class:`~engine.portal.context.Portal` — the store,
+:mod:`engine.portal.intake`) share one :class:`~engine.portal.context.Portal` — the store,
 the production, the authenticator and the templates — kept in ``app.state.portal``. This
 module builds the application from the route modules; they never import it (they reach the
 shared context through :mod:`engine.portal.context`). Refusals are exceptions turned into
@@ -34,19 +34,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from engine.client import IdempotencyConflict
 from engine.config.production import ProductionConfig
 from engine.errors import MessageError, NotFound, OperatorError, StoreError
-from engine.portal import admin, api, export, items, pages, queues, searches
+from engine.portal import admin, api, export, intake, items, pages, queues, searches
+from engine.portal.auth import PortalAuthenticator, portal_secret
 from engine.portal.context import Portal, Waiters, portal_of
 from engine.portal.filters import FilterError
 from engine.portal.watch import ProductionFollower
-from engine.serving import intake
-from engine.serving.auth import (
-    Authenticator,
-    AuthError,
-    Forbidden,
-    LoginThrottled,
-    NotAuthenticated,
-    portal_secret,
-)
+from engine.serving.auth import AuthError, Forbidden, LoginThrottled, NotAuthenticated
 from engine.serving.client_gone import on_client_gone
 from engine.store.sql import SqlStore
 from engine.store.viewer import SearchTimedOut, SearchTooComplex
@@ -75,7 +68,7 @@ def create_app(store: SqlStore, production: ProductionConfig, *, secret: str | N
     daemon announces a reload, and — ``follow_file``, a standalone portal — when the file
     changes (:mod:`engine.portal.watch`)."""
     env = os.environ if env is None else env
-    auth = Authenticator(store, secret or portal_secret(env))
+    auth = PortalAuthenticator(store, secret or portal_secret(env))
     portal = Portal(store, production, auth, _templates(), tls=tls)
     if max_waiters is not None:
         portal.waiters = Waiters(max_waiters)

@@ -16,9 +16,9 @@ from starlette.routing import BaseRoute, Route
 
 from engine.clock import utcnow
 from engine.portal import filters
+from engine.portal.auth import check_csrf
 from engine.portal.context import portal_of
 from engine.portal.forms import current_user, field
-from engine.serving.auth import check_csrf
 from engine.store import searches
 
 

@@ -1,16 +1,9 @@
-"""Who is asking, and may they: passwords, sessions, API tokens, CSRF, roles, login limits.
+"""Who is asking, and may they: roles, passwords, API tokens and login limits, shared by the
+portal and the inbound services (the portal's sessions and CSRF: :mod:`engine.portal.auth`).
 
 - Passwords are hashed with argon2 (``argon2-cffi``'s defaults, re-hashed at login when the
   defaults grow). API tokens are 256 random bits, shown once and stored as their SHA-256:
   a token needs no slow hash, and the digest can be looked up by an index.
-- A portal session is a cookie signed with the portal's secret (``itsdangerous``) that names
-  the user, the user's session generation and the session's CSRF token. The user is read
-  again on every request, so removing a user ends their sessions, and so does a logout (a
-  CSRF-checked POST), which moves the user's generation on: every session of theirs ends, on
-  every portal of the database. The cookie is HttpOnly, SameSite=Strict, and Secure when the
-  portal serves TLS.
-- Every form carries the CSRF token; the login form, sent before there is a session, carries
-  one paired with a short-lived signed cookie instead.
 - Login attempts are counted per user name and per client address in the database
   (:class:`StoredLoginLimiter`), each before its password is checked: past
   :data:`LOGIN_FAILURES` within :data:`LOGIN_WINDOW` seconds, logins are refused until the
@@ -26,36 +19,28 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import hmac
 import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from engine.clock import utcnow
-from engine.errors import EncoreError, OperatorError
+from engine.errors import EncoreError
 from engine.serving.hash_gate import HashGate, HashGateBusy, process_gate
 from engine.store import accounts
 from engine.store.sql import SqlStore
 
 ROLE_RANK = {"sender": 0, "viewer": 1, "operator": 2, "admin": 3}
-SESSION_COOKIE = "encore_session"
-LOGIN_COOKIE = "encore_login"  # pairs with the login form's CSRF token
-SESSION_MAX_AGE = 8 * 3600  # seconds a session lasts after login
-LOGIN_FORM_MAX_AGE = 3600  # seconds a login form stays valid
 LOGIN_FAILURES = 5  # login attempts allowed per user name or address in LOGIN_WINDOW
 LOGIN_WINDOW = 300.0  # seconds
 MAX_KEY_TEXT = 200  # characters of a user name or address kept as such in a limit's key
 TOKEN_PREFIX = "enc_"
-SECRET_ENV = "ENCORE_PORTAL_SECRET"  # shared by the portals of one database, if set
 # seconds a valid token's holder is remembered without asking the database: a token revoked
 # on any portal (or by the command line) is refused everywhere at most this long after
 TOKEN_CACHE_SECONDS = 1.0
@@ -117,16 +102,6 @@ class Principal:
 _hasher = PasswordHasher()
 
 
-def check_password(password: str, min_length: int) -> None:
-    """The password policy: OperatorError unless ``password`` has at least ``min_length``
-    characters (``[portal] password_min_length``, 12 by default)."""
-    if not password:
-        raise OperatorError("the password is empty")
-    if len(password) < min_length:
-        raise OperatorError(f"the password has {len(password)} characters; it needs at least "
-                            f"{min_length} ([portal] password_min_length)")
-
-
 @functools.cache
 def _dummy_hash() -> str:
     """A hash of a random password, verified for a login that names no user, so that such a
@@ -155,12 +130,6 @@ def new_token() -> str:
 def token_digest(token: str) -> str:
     """What is stored of a token: its SHA-256, hex."""
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def portal_secret(env: Mapping[str, str]) -> str:
-    """``$ENCORE_PORTAL_SECRET``, else a random secret for this process (its sessions end
-    when it stops, and other portals on the database do not accept them)."""
-    return env.get(SECRET_ENV) or secrets.token_urlsafe(32)
 
 
 # -- login limits ------------------------------------------------------------------------
@@ -244,16 +213,13 @@ class LoginLimiter:
 
 # -- the authenticator -------------------------------------------------------------------
 class Authenticator:
-    """Checks passwords, sessions and tokens against the store's users and tokens."""
+    """Checks passwords and tokens against the store's users and tokens."""
 
-    def __init__(self, store: SqlStore, secret: str, *,
-                 limiter: StoredLoginLimiter | None = None,
+    def __init__(self, store: SqlStore, *, limiter: StoredLoginLimiter | None = None,
                  gate: HashGate | None = None) -> None:
         self.store = store
         self.limiter = limiter or StoredLoginLimiter(store)
         self.gate = gate or process_gate()
-        self._sessions = URLSafeTimedSerializer(secret, salt="encore-portal-session")
-        self._login_forms = URLSafeTimedSerializer(secret, salt="encore-portal-login")
         _dummy_hash()  # made now, not at the first login naming no user, which it would slow
         self._tokens: dict[str, tuple[float, Principal]] = {}  # digest → (read at, holder)
 
@@ -291,46 +257,6 @@ class Authenticator:
             return _hasher.verify(password_hash, password)
         except (VerificationError, InvalidHashError):
             return False
-
-    # sessions
-    def session_cookie(self, user: Principal) -> str:
-        return self._sessions.dumps({"u": user.name, "c": user.csrf, "g": user.generation})
-
-    def session_user(self, cookie: str | None) -> Principal | None:
-        """The user of a session cookie, if it is valid, the user still exists and has not
-        logged out since it was issued."""
-        if not cookie:
-            return None
-        try:
-            data: Any = self._sessions.loads(cookie, max_age=SESSION_MAX_AGE)
-        except BadSignature:
-            return None
-        if not isinstance(data, dict) or not isinstance(data.get("u"), str):
-            return None
-        user = accounts.get_user(self.store, data["u"])
-        if user is None or data.get("g") != user.session_generation:
-            return None
-        return Principal(user.name, user.role, "user", csrf=str(data.get("c", "")),
-                         generation=user.session_generation, time_zone=user.time_zone)
-
-    def logout(self, user: Principal) -> None:
-        """End every session of ``user``, on every portal of the database."""
-        accounts.end_sessions(self.store, user.name)
-
-    # login form CSRF
-    def login_form_token(self) -> tuple[str, str]:
-        """(token for the form, value of the login cookie) for a new login form."""
-        token = secrets.token_urlsafe(24)
-        return token, self._login_forms.dumps(token)
-
-    def check_login_form(self, cookie: str | None, token: str | None) -> None:
-        try:
-            expected = self._login_forms.loads(cookie or "", max_age=LOGIN_FORM_MAX_AGE)
-        except BadSignature:
-            expected = None
-        if not token or not isinstance(expected, str) or \
-                not hmac.compare_digest(expected, token):
-            raise Forbidden("the login form has expired; reload the page and try again")
 
     # API tokens
     def bearer(self, authorization: str | None) -> Principal | None:
@@ -372,10 +298,3 @@ class Authenticator:
         if scheme.lower() != "bearer" or not token.startswith(TOKEN_PREFIX):
             return None
         return token_digest(token)
-
-
-def check_csrf(user: Principal, token: str | None) -> None:
-    """Refuse a form whose CSRF token is not the session's."""
-    if not token or not user.csrf or not hmac.compare_digest(user.csrf, token):
-        raise Forbidden("the form's CSRF token is missing or wrong; reload the page and "
-                        "try again")

@@ -1,20 +1,8 @@
-"""Intake through the API: ``POST /api/v1/messages/{target}`` (docs/processes.md).
+"""Accepting a message for a caller on an event loop and waiting for its end, as the
+portal's intake API (``?wait``), its Testing Service and the inbound services do; and the
+``Idempotency-Key`` such a caller may send.
 
-A token of role ``sender`` or higher; the body is checked exactly as ``encore send`` checks
-it (:func:`engine.client.accept_message`) and committed before the answer,
-``202 {"id", "session_id"}``. An ``Idempotency-Key`` header makes a retry of the same call
-return the first message and create nothing (``Idempotent-Replayed: true``, with or without
-``?wait``) — decided by the database's unique index on (target, caller, key), so it holds
-for racing calls on any number of portals; the caller is the token's holder, so another
-holder's key is another message, and the same key again with another body is refused with
-``422``. ``?wait=S`` waits up to S seconds for the message to finish: ``200`` with its status
-and response, or ``504`` (the message goes on); at most ``[portal] max_waiters`` calls wait at
-once, the next is refused with ``503`` before anything is created. Refusals create nothing:
-``400`` (not JSON, not UTF-8, a lone surrogate, a body that does not fit the target's
-message class, a bad key or wait), ``404`` (no such target), ``413`` (over
-:data:`MAX_BODY_BYTES`).
-
-A ``?wait`` call is woken by the commit that ends its message (:mod:`engine.store.completions`),
+A waiting call is woken by the commit that ends its message (:mod:`engine.store.completions`),
 in this process or any other; it looks at the database again only every
 :data:`~engine.store.completions.SAFETY_POLL` seconds in case an announcement was lost.
 """
@@ -28,95 +16,15 @@ from collections.abc import Callable
 from typing import Any
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
 
-from engine.client import TERMINAL, accept_message, decode_body
-from engine.errors import MessageError
-from engine.portal.api import api_user, cached_api_user, reply
-from engine.portal.context import portal_of
 from engine.process import KEY_PREFIX as PROCESS_KEY_PREFIX
 from engine.serving.threads import to_thread
 from engine.store.completions import SAFETY_POLL, CompletionHub
 from engine.store.hotpath import Outcome
 from engine.store.sql import Accepted, SqlStore
+from engine.store.statuses import ENDED_STATUSES
 
-MAX_BODY_BYTES = 1024 * 1024  # bytes of one intake body
-MAX_WAIT = 300.0  # seconds ?wait= may ask for
 MAX_KEY_LENGTH = 200  # characters of an Idempotency-Key (the column's size)
-
-
-def routes() -> list[BaseRoute]:
-    return [Route("/api/v1/messages/{target}", intake, methods=["POST"])]
-
-
-async def intake(request: Request) -> Response:
-    who = cached_api_user(request, "sender")
-    if who is None:
-        who = await to_thread(api_user, request, "sender")
-    portal = portal_of(request)
-    target = request.path_params["target"]
-    if not portal.has_item(target):
-        raise HTTPException(404, f"unknown target {target!r}: no such item in the production")
-    wait = _wait(request.query_params.get("wait")) if request.scope["query_string"] else None
-    key = check_idempotency_key(request.headers.get("idempotency-key"))
-    text = await _body_text(request)
-    if wait is None:  # decoded, checked and committed in one hop to a thread
-        accepted: Accepted = await to_thread(
-            lambda: accept_message(portal.store, portal.production, target,
-                                   decode_body(text, where="request"),
-                                   source=f"api:{who.name}", idempotency_key=key,
-                                   same_body=True))
-        response = JSONResponse({"id": accepted.id, "session_id": accepted.session_id}, 202)
-        if not accepted.created:
-            response.headers["idempotent-replayed"] = "true"
-        return response
-    with portal.waiters.slot():  # 503 past the cap: nothing created
-        accepted, outcome = await accept_and_wait(
-            portal.store, lambda: accept_message(
-                portal.store, portal.production, target, decode_body(text, where="request"),
-                source=f"api:{who.name}", idempotency_key=key, waited=True, same_body=True),
-            wait)
-    if outcome is None:
-        response = reply({"error": f"message {accepted.id} not finished after {wait:g} s; "
-                                   "it goes on", "id": accepted.id,
-                          "session_id": accepted.session_id}, 504)
-    else:
-        response = reply(outcome)
-    if not accepted.created:
-        response.headers["idempotent-replayed"] = "true"
-    return response
-
-
-async def _body_text(request: Request) -> str:
-    """The body as text, refused (413) past :data:`MAX_BODY_BYTES` before it is all read."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise HTTPException(413, f"the body is over {MAX_BODY_BYTES} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise HTTPException(413, f"the body is over {MAX_BODY_BYTES} bytes")
-        chunks.append(chunk)
-    try:
-        return b"".join(chunks).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MessageError(f"request: body is not UTF-8 text: {exc}") from exc
-
-
-def _wait(text: str | None) -> float | None:
-    if text is None or text == "":
-        return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= MAX_WAIT:
-        raise HTTPException(400, f"wait: {text!r} is not a number of seconds from 0 to "
-                                 f"{MAX_WAIT:g}")
-    return seconds
 
 
 def check_idempotency_key(text: str | None) -> str | None:
@@ -221,7 +129,7 @@ async def _ended(store: SqlStore, accepted: Accepted, wait: float, woken: _Wake,
 
 def outcome_if_ended(store: SqlStore, message_id: int) -> dict[str, Any] | None:
     found = store.get_outcome(message_id)  # the message and its response: one read
-    return None if found is None or found.row.status not in TERMINAL else _outcome(found)
+    return None if found is None or found.row.status not in ENDED_STATUSES else _outcome(found)
 
 
 def _outcome(found: Outcome) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from engine.message import encode_response
 from engine.portal import create_app
-from engine.serving.intake import MAX_BODY_BYTES
+from engine.portal.intake import MAX_BODY_BYTES
 from engine.store.models import api_token, event_log, message_header
 from engine.store.rows import AttemptEnd
 from engine.store.sql import SqlStore
