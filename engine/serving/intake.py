@@ -8,10 +8,8 @@ in this process or any other; it looks at the database again only every
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +17,7 @@ from starlette.exceptions import HTTPException
 
 from engine.process import KEY_PREFIX as PROCESS_KEY_PREFIX
 from engine.serving.threads import to_thread
-from engine.store.completions import SAFETY_POLL, CompletionHub
+from engine.store.completions import Kept
 from engine.store.hotpath import Outcome
 from engine.store.sql import Accepted, SqlStore
 from engine.store.statuses import ENDED_STATUSES
@@ -47,84 +45,30 @@ async def accept_and_wait(store: SqlStore, accept: Callable[[], Accepted], wait:
     thread, then wait up to ``wait`` seconds for the message's end, woken by the commit
     that ends it: (the accepted message, its outcome — None if it had not ended in time, or
     ``stopping`` was set first). The intake API's ``?wait``, the Testing Service and the
-    inbound services all wait so.
+    inbound services all wait so, through the hub's asynchronous face
+    (:meth:`CompletionHub.wait_async`).
 
-    The watch begins (here, on the event loop, once the message exists) before the first
-    look, so no end is missed. That look is skipped for a message the call created after
-    this process was already hearing every end — the hub then knows whether it ended
-    (:meth:`CompletionHub.ended_lately`) — and a success committed here after the watch
-    began comes with its response (:meth:`CompletionHub.kept`): no read at all."""
+    The hub is hearing before the commit, so the end of a message the call created is
+    announced here: it is looked at first only if that end came already
+    (:meth:`CompletionHub.ended_lately`), and a success committed in this process comes
+    with its response (:meth:`CompletionHub.kept`): no read at all."""
     hub = store.completions
     if not hub.hearing:  # the first wait: it may wait for a listener to connect
         await to_thread(hub.start_hearing)
     heard = hub.hearing  # before the commit: then every end of the message is heard here
     accepted = await to_thread(accept)
-    woken = _Wake(asyncio.get_running_loop())
-    with hub.watching(accepted.id, woken.set):
-        outcome = None
-        if not (accepted.created and heard and not hub.ended_lately(accepted.id)):
-            outcome = _completed_here(hub, accepted)  # ended already, here: no read
-            if outcome is None:
-                outcome = await to_thread(outcome_if_ended, store, accepted.id)
-        if outcome is None:
-            outcome = await _ended(store, accepted, wait, woken, stopping)
+    outcome = await hub.wait_async(
+        accepted.id, lambda: outcome_if_ended(store, accepted.id), wait, hop=to_thread,
+        kept=lambda kept: _completed_here(accepted, kept), fresh=accepted.created and heard,
+        stop=stopping)
     return accepted, outcome
 
 
-def _completed_here(hub: CompletionHub, accepted: Accepted) -> dict[str, Any] | None:
-    """The outcome of ``accepted`` if it completed in this process lately (its response
-    kept by the hub), else None: read it."""
-    kept = hub.kept(accepted.id)
-    if kept is None:
-        return None
+def _completed_here(accepted: Accepted, kept: Kept) -> dict[str, Any]:
+    """The outcome of ``accepted``, which completed in this process lately with the response
+    ``kept`` by the hub."""
     return {"id": accepted.id, "session_id": accepted.session_id, "status": "Completed",
             "response": _decoded(kept[1]), "error": None}
-
-
-class _Wake:
-    """A wake-up for a waiter on the event loop, set from any thread."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._future: asyncio.Future[None] = loop.create_future()
-
-    def set(self) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._settle)
-        except RuntimeError:  # the loop closed: nobody waits any more
-            pass
-
-    def _settle(self) -> None:
-        if not self._future.done():
-            self._future.set_result(None)
-
-    async def wait(self, timeout: float) -> None:
-        """Until set (since the last wait), or ``timeout`` seconds."""
-        if not self._future.done():
-            timer = self._loop.call_later(timeout, self._settle)
-            try:
-                await self._future
-            finally:
-                timer.cancel()
-        self._future = self._loop.create_future()  # before the look: a later set counts
-
-
-async def _ended(store: SqlStore, accepted: Accepted, wait: float, woken: _Wake,
-                 stopping: threading.Event | None) -> dict[str, Any] | None:
-    """The outcome of the message once it has finished (or is suspended), woken by
-    ``woken``; None after ``wait`` seconds, or once ``stopping`` is set."""
-    hub = store.completions
-    deadline = time.monotonic() + wait
-    while (left := deadline - time.monotonic()) > 0:
-        if stopping is not None and stopping.is_set():
-            return None
-        await woken.wait(min(left, SAFETY_POLL))
-        outcome = _completed_here(hub, accepted)  # its response came with the announcement
-        if outcome is None:
-            outcome = await to_thread(outcome_if_ended, store, accepted.id)
-        if outcome is not None:
-            return outcome
-    return None
 
 
 def outcome_if_ended(store: SqlStore, message_id: int) -> dict[str, Any] | None:
