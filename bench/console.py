@@ -27,7 +27,7 @@ from bench.viewer import ITEMS, _filled, _wipe, fill, measure  # noqa: E402
 from engine.clock import utcnow  # noqa: E402
 from engine.config.production import parse_production  # noqa: E402
 from engine.portal import create_app  # noqa: E402
-from engine.portal.auth import hash_password  # noqa: E402
+from engine.serving.auth import hash_password  # noqa: E402
 from engine.store import accounts, rollup  # noqa: E402
 from engine.store.models import item_minute, portal_user  # noqa: E402
 from engine.store.sql import SqlStore  # noqa: E402

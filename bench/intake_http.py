@@ -29,7 +29,7 @@ from bench import harness as h
 from bench.keepalive import KeepAlive
 from bench.report import Outcome
 from engine.clock import utcnow
-from engine.portal.auth import new_token, token_digest
+from engine.serving.auth import new_token, token_digest
 from engine.store import accounts
 
 ITEM = "Noop"

@@ -55,7 +55,7 @@ from bench.report import Outcome
 from engine.client import send_message, wait_for_response
 from engine.clock import as_utc, utcnow
 from engine.config.production import ProductionConfig
-from engine.portal.auth import new_token, token_digest
+from engine.serving.auth import new_token, token_digest
 from engine.store import accounts
 from engine.store.sql import SqlStore
 

@@ -41,7 +41,7 @@ from bench import latency  # noqa: E402
 from bench.report import Outcome  # noqa: E402
 from engine.client import send_message  # noqa: E402
 from engine.clock import as_utc, utcnow  # noqa: E402
-from engine.portal.auth import hash_password  # noqa: E402
+from engine.serving.auth import hash_password  # noqa: E402
 from engine.store import accounts  # noqa: E402
 from engine.store.models import message_header  # noqa: E402
 

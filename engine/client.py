@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from engine.clock import Clock, SystemClock, VirtualClock
+from engine.clock import Clock, SystemClock
 from engine.config.production import ItemConfig, ProductionConfig, ProductionOutline
 from engine.errors import CallFailed, CallTimedOut, ConfigurationError, MessageError
 from engine.message import MAX_BODY_DEPTH, Message, decode_message, encode_request
@@ -22,20 +22,12 @@ from engine.store.completions import SAFETY_POLL
 from engine.store.statuses import ENDED_STATUSES
 
 if TYPE_CHECKING:
-    from typing import TypeVar
-
     from engine.store.hotpath import Accepted, Outcome
     from engine.store.rows import MessageRow
     from engine.store.sql import SqlStore
 
-    _Found = TypeVar("_Found", "MessageRow", "Outcome")
-
 TERMINAL = ENDED_STATUSES
-# seconds between two looks at a waited-for message on a virtual clock, whose sleep runs the
-# harness's deliveries: the look after a target's delivery sees its end when it happens
-VIRTUAL_POLL = 0.05
 WAIT_POLL = SAFETY_POLL  # seconds between looks in real time, when no announcement came
-STOP_CHECK = 0.25  # seconds between looks at a ``stop`` event while waiting
 MAX_WAIT = 1e9  # seconds: a wait without limit, as a date offset that cannot overflow
 
 
@@ -244,51 +236,17 @@ def wait_for(store: SqlStore, message_id: int, timeout: float, *,
     None if it did not, or if ``stop`` was set first.
 
     The wait is woken by the commit that ends the message, in this process or any other
-    (:mod:`engine.store.completions`); ``poll`` is only the safety net's period. ``marked``:
-    the message was accepted ``waited`` (else this flags it, one write); ``fresh``: it was
-    accepted ``waited`` just now, after ``store.completions`` was already hearing, so the
-    hub knows whether it ended and the first look is skipped unless it did. On a virtual clock
-    it looks every :data:`VIRTUAL_POLL` virtual seconds instead, each sleep running the
-    harness's deliveries."""
-    found = _wait(store, message_id, timeout, clock=clock, poll=poll, stop=stop,
-                  marked=marked, fresh=fresh, look=store.get_message)
-    assert not isinstance(found, Kept)  # only wait_for_response takes kept responses
-    return found
-
-
-def _wait(store: SqlStore, message_id: int, timeout: float, *, clock: Clock | None,
-          poll: float, stop: threading.Event | None, marked: bool, fresh: bool,
-          look: Callable[[int], _Found | None], kept: bool = False) -> _Found | Kept | None:
-    """:func:`wait_for`, each look being ``look(message_id)`` (a row, or a row with its
-    response's body) — or, with ``kept``, the response the hub kept when the message
-    completed in this process (:meth:`CompletionHub.kept`: no read)."""
-    clock = clock or SystemClock()
-    deadline = clock.monotonic() + timeout
-    if isinstance(clock, VirtualClock):
-        return _wait_virtual(look, message_id, deadline, clock, stop)
-    woken = threading.Event()
-    hub = store.completions
-    def looked() -> _Found | Kept | None:
-        response = hub.kept(message_id) if kept else None
-        return Kept(*response) if response is not None else look(message_id)
-
-    with hub.watching(message_id, woken.set):
-        found: _Found | Kept | None
-        if fresh and not hub.ended_lately(message_id):
-            found = None
-        elif marked or fresh:
-            found = looked()
-        else:
-            store.mark_waited(message_id)
-            found = looked()
-        while found is None or (not isinstance(found, Kept)
-                                and _status(found) not in TERMINAL):
-            left = deadline - clock.monotonic()
-            if left <= 0 or _pause(woken, min(left, poll), stop):
-                return None
-            woken.clear()  # before the look: an end announced during it wakes the next wait
-            found = looked()
-        return found
+    (:meth:`CompletionHub.wait <engine.store.completions.CompletionHub.wait>`); ``poll`` is
+    only the safety net's period. ``marked``: the message was accepted ``waited`` (else this
+    flags it, one write); ``fresh``: it was accepted ``waited`` just now, after
+    ``store.completions`` was already hearing, so the hub knows whether it ended and the
+    first look is skipped unless it did. On a virtual clock it looks every
+    :data:`~engine.store.completions.VIRTUAL_POLL` virtual seconds instead, each sleep
+    running the harness's deliveries."""
+    return store.completions.wait(
+        message_id, lambda: _ended(store.get_message(message_id)), timeout, fresh=fresh,
+        mark=None if marked or fresh else lambda: store.mark_waited(message_id),
+        poll=poll, stop=stop, clock=clock)
 
 
 @dataclass(frozen=True)
@@ -300,35 +258,14 @@ class Kept:
     body: str | None
 
 
-def _status(found: MessageRow | Outcome) -> str:
-    row = found.row if hasattr(found, "row") else found  # an Outcome holds its row
-    return row.status
+def _ended(row: MessageRow | None) -> MessageRow | None:
+    """``row`` if its message has ended, else None."""
+    return row if row is not None and row.status in TERMINAL else None
 
 
-def _pause(woken: threading.Event, seconds: float, stop: threading.Event | None) -> bool:
-    """Wait up to ``seconds`` for ``woken``; True if ``stop`` was set instead."""
-    if stop is None:
-        woken.wait(seconds)
-        return False
-    end = SystemClock().monotonic() + seconds
-    while not woken.wait(min(STOP_CHECK, max(end - SystemClock().monotonic(), 0.0))):
-        if stop.is_set():
-            return True
-        if SystemClock().monotonic() >= end:
-            return False
-    return stop.is_set()
-
-
-def _wait_virtual(look: Callable[[int], _Found | None], message_id: int, deadline: float,
-                  clock: Clock, stop: threading.Event | None) -> _Found | None:
-    while True:
-        found = look(message_id)
-        if found is not None and _status(found) in TERMINAL:
-            return found
-        if clock.monotonic() >= deadline:
-            return None
-        if clock.sleep(min(VIRTUAL_POLL, deadline - clock.monotonic()), stop):
-            return None
+def _outcome_if_ended(found: Outcome | None) -> Outcome | None:
+    """``found`` (a row with its response) if its message has ended, else None."""
+    return found if found is not None and _ended(found.row) is not None else None
 
 
 def wait_for_response(store: SqlStore, message_id: int, target: str, timeout: float, *,
@@ -345,8 +282,11 @@ def wait_for_response(store: SqlStore, message_id: int, target: str, timeout: fl
     inside the wait may see it only then)."""
     clock = clock or SystemClock()
     deadline_at = clock.now() + timedelta(seconds=min(timeout, MAX_WAIT))
-    found = _wait(store, message_id, timeout, clock=clock, poll=poll, stop=stop,
-                  marked=marked, fresh=fresh, look=store.get_outcome, kept=True)
+    found = store.completions.wait(
+        message_id, lambda: _outcome_if_ended(store.get_outcome(message_id)), timeout,
+        kept=lambda kept: Kept(*kept), fresh=fresh,
+        mark=None if marked or fresh else lambda: store.mark_waited(message_id),
+        poll=poll, stop=stop, clock=clock)
     if isinstance(found, Kept):  # completed here, before the deadline (it is not over)
         return None if found.body is None else decode_message(found.response_class,
                                                               found.body)

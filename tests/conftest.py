@@ -94,7 +94,7 @@ def quick_password_hashes() -> None:
     cost a quarter of a second of CPU per hash and per check, and most portal tests make
     users and log them in (a daemon or command the tests start keeps the defaults, and
     re-hashes such a password at its first login there, as for any changed parameters)."""
-    from engine.portal import auth
+    from engine.serving import auth
     auth._hasher = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 
 

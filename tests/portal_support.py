@@ -6,7 +6,7 @@ from typing import Any
 
 from engine.clock import utcnow
 from engine.config.production import ProductionConfig, parse_production
-from engine.portal.auth import hash_password, new_token, token_digest
+from engine.serving.auth import hash_password, new_token, token_digest
 from engine.store import accounts
 from engine.store.sql import SqlStore
 

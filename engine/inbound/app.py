@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute
 from engine.errors import ConfigurationError
 from engine.inbound.base import InboundService
 from engine.inbound.calls import InboundContext
-from engine.portal.client_gone import on_client_gone
+from engine.serving.client_gone import on_client_gone
 
 SERVER_NAME = "inbound"  # the refusal log's name for what no service answered
 

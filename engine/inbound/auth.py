@@ -6,10 +6,10 @@ Per service, ``auth`` is one of:
   request from any other address is refused (403).
 - ``basic``: HTTP Basic with a portal user (``encore user add``; every user's role is
   ``sender`` or higher), checked as the portal's login checks it
-  (:meth:`engine.portal.auth.Authenticator.login`: argon2, and the failed-login limits
+  (:meth:`engine.serving.auth.Authenticator.login`: argon2, and the failed-login limits
   counted in the database per user name and client address, and a few checks at once per
-  process: 429 with ``Retry-After`` past them, :mod:`engine.portal.hash_gate`). A valid
-  header is remembered for :data:`~engine.portal.auth.TOKEN_CACHE_SECONDS` by a keyed
+  process: 429 with ``Retry-After`` past them, :mod:`engine.serving.hash_gate`). A valid
+  header is remembered for :data:`~engine.serving.auth.TOKEN_CACHE_SECONDS` by a keyed
   digest, so a caller sending many requests does not pay an argon2 hash for each.
 - ``token``: ``Authorization: Bearer TOKEN`` of role ``sender`` or higher
   (``encore token create``), as the intake API checks it.
@@ -29,15 +29,14 @@ import threading
 import time
 
 from engine.inbound.refusals import Refused
-from engine.portal.auth import (
+from engine.observe.network import is_loopback
+from engine.serving.auth import (
     TOKEN_CACHE_SECONDS,
     TOKEN_CACHE_SIZE,
     Authenticator,
     AuthError,
     LoginThrottled,
-    portal_secret,
 )
-from engine.runtime.network import is_loopback
 from engine.store.sql import SqlStore
 
 REALM = 'Basic realm="Encore", charset="UTF-8"'
@@ -47,7 +46,7 @@ class CallerAuth:
     """Checks callers against the store's users and tokens."""
 
     def __init__(self, store: SqlStore) -> None:
-        self._auth = Authenticator(store, portal_secret({}))
+        self._auth = Authenticator(store)
         self._key = secrets.token_bytes(32)  # keys the digests of remembered Basic headers
         self._basic: dict[bytes, tuple[float, str]] = {}
         self._lock = threading.Lock()

@@ -1,7 +1,7 @@
 """Reading a request body within its limit: refused (413) past it, before it is all read.
 
 A body is parsed (JSON, XML) off the event loop, which every caller of the inbound server
-shares: on a thread (:func:`engine.portal.threads.to_thread`). Only a body of at most
+shares: on a thread (:func:`engine.serving.threads.to_thread`). Only a body of at most
 :data:`INLINE_PARSE_BYTES` may be parsed on the loop itself: JSON that small decodes in
 well under a millisecond, less than the hop to a thread and back costs.
 """

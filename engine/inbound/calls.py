@@ -4,7 +4,7 @@
 the intake API's checks (:func:`engine.client.accept_message`: the body checked against the
 target's message class, an ``Idempotency-Key`` honoured once per target, caller and key) —
 for a caller that does not wait, on the event loop, with the commit batched with others'
-(:class:`~engine.portal.batch_intake.BatchIntake`) — and, for a caller that waits, watches
+(:class:`~engine.serving.batch_intake.BatchIntake`) — and, for a caller that waits, watches
 for its end through the store's
 :class:`~engine.store.completions.CompletionHub` — woken by the commit that ends it, in this
 process or any other, with a look every :data:`~engine.store.completions.SAFETY_POLL`
@@ -36,9 +36,9 @@ from engine.config.production import ProductionConfig
 from engine.inbound.auth import CallerAuth
 from engine.inbound.refusals import RefusalLog
 from engine.otel import producer_span
-from engine.portal.batch_intake import BatchIntake
-from engine.portal.intake import MAX_KEY_LENGTH, accept_and_wait, check_idempotency_key
-from engine.portal.threads import to_thread
+from engine.serving.batch_intake import BatchIntake
+from engine.serving.intake import MAX_KEY_LENGTH, accept_and_wait, check_idempotency_key
+from engine.serving.threads import to_thread
 from engine.store.hotpath import Intake
 from engine.store.inbound import InboundCall, record_calls
 from engine.store.sql import Accepted, SqlStore

@@ -55,8 +55,8 @@ from engine.inbound.base import COMMON_SETTINGS, InboundService
 from engine.inbound.body import INLINE_PARSE_BYTES, read_body
 from engine.inbound.calls import Caller, Ended, InboundContext, call_record, scoped_key, submit
 from engine.inbound.refusals import Refused
-from engine.portal.client_gone import client_gone
-from engine.portal.threads import to_thread
+from engine.serving.client_gone import client_gone
+from engine.serving.threads import to_thread
 from engine.settings import Setting
 
 __all__ = ["HTTP_SERVICE_SETTINGS", "HttpService"]

@@ -34,10 +34,10 @@ from engine.inbound.auth import CallerAuth
 from engine.inbound.base import InboundService
 from engine.inbound.calls import CallRecorder, InboundContext
 from engine.inbound.refusals import RefusalLog
-from engine.portal.batch_intake import BatchIntake
-from engine.portal.limited_server import LimitedServer, limited_server
-from engine.portal.limits import ServerLimits
-from engine.runtime.network import is_loopback
+from engine.observe.network import is_loopback
+from engine.serving.batch_intake import BatchIntake
+from engine.serving.limited_server import LimitedServer, limited_server
+from engine.serving.limits import ServerLimits
 from engine.store.sql import SqlStore
 
 __all__ = ["InboundChange", "InboundServer", "inbound_http_server", "inbound_services",
@@ -97,7 +97,7 @@ class _Switch:
 
 def inbound_http_server(app: ASGIApp, config: InboundConfig) -> LimitedServer:
     """The uvicorn server of the inbound services for ``config``, under the same caps as the
-    portal's (docs/security.md, :mod:`engine.portal.limited_server`): connections in total and
+    portal's (docs/security.md, :mod:`engine.serving.limited_server`): connections in total and
     per client sized from the open-file limit (the process's one budget, shared with the
     portal), a request read within 10 s, idle keep-alive connections closed after 5 s."""
     for name in ("tls_cert", "tls_key"):

@@ -70,8 +70,8 @@ from engine.inbound.wsdl import (
     SoapContract,
     fault_envelope,
 )
-from engine.portal.client_gone import client_gone
-from engine.portal.threads import to_thread
+from engine.serving.client_gone import client_gone
+from engine.serving.threads import to_thread
 from engine.settings import Setting
 
 __all__ = ["SOAP_SERVICE_SETTINGS", "SoapService"]

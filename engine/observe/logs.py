@@ -39,7 +39,7 @@ FLUSH_INTERVAL = 5.0  # seconds between the background thread's looks at ended w
 # loggers whose failures can repeat per connection: an HTTP server's
 SERVER_LOGGERS: tuple[str, ...] = (
     "uvicorn", "uvicorn.error", "uvicorn.access", "asyncio",
-    "engine.portal.limits", "engine.portal.app", "engine.portal.server",
+    "engine.serving.limits", "engine.portal.app", "engine.portal.server",
 )
 # ... and per message or per tick: those of the daemon (``encore run``) too
 REPEATING_LOGGERS: tuple[str, ...] = SERVER_LOGGERS + (

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from engine.clock import utcnow
 from engine.config.production import ProductionConfig
 from engine.errors import OperatorError
-from engine.portal.auth import Principal
 from engine.portal.status import production_view_of_item
+from engine.serving.auth import Principal
 from engine.store import operator, running, viewer
 from engine.store.notify import Announcement, Kind
 from engine.store.sql import SqlStore

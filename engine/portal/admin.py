@@ -22,16 +22,10 @@ from engine.clock import utcnow
 from engine.config.production import PortalConfig
 from engine.errors import OperatorError
 from engine.portal.actions import audit
-from engine.portal.auth import (
-    Principal,
-    check_csrf,
-    check_password,
-    hash_password,
-    new_token,
-    token_digest,
-)
+from engine.portal.auth import check_csrf, check_password
 from engine.portal.context import Portal, portal_of
 from engine.portal.forms import confirm, confirmed, current_user, field
+from engine.serving.auth import Principal, hash_password, new_token, token_digest
 from engine.store import accounts, operator
 from engine.store.models import TOKEN_ROLES, USER_ROLES
 
@@ -55,7 +49,7 @@ def routes() -> list[BaseRoute]:
     ]
 
 
-# -- the password policy (engine.portal.auth.check_password) ----------------------------
+# -- the password policy (engine.serving.auth.check_password) ----------------------------
 def min_password_length(portal: Portal) -> int:
     return (portal.production.portal or PortalConfig.defaults()).password_min_length
 

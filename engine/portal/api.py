@@ -20,9 +20,9 @@ from starlette.routing import BaseRoute, Route
 
 from engine.errors import MessageNotFound
 from engine.portal import actions, export, filters
-from engine.portal.auth import NotAuthenticated, Principal
 from engine.portal.context import portal_of
 from engine.portal.status import production_view
+from engine.serving.auth import NotAuthenticated, Principal
 from engine.store import viewer
 from engine.store.rows import AttemptRow
 

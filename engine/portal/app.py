@@ -35,18 +35,12 @@ from engine.client import IdempotencyConflict
 from engine.config.production import ProductionConfig
 from engine.errors import MessageError, NotFound, OperatorError, StoreError
 from engine.portal import admin, api, export, intake, items, pages, queues, searches
-from engine.portal.auth import (
-    Authenticator,
-    AuthError,
-    Forbidden,
-    LoginThrottled,
-    NotAuthenticated,
-    portal_secret,
-)
-from engine.portal.client_gone import on_client_gone
+from engine.portal.auth import PortalAuthenticator, portal_secret
 from engine.portal.context import Portal, Waiters, portal_of
 from engine.portal.filters import FilterError
 from engine.portal.watch import ProductionFollower
+from engine.serving.auth import AuthError, Forbidden, LoginThrottled, NotAuthenticated
+from engine.serving.client_gone import on_client_gone
 from engine.store.sql import SqlStore
 from engine.store.viewer import SearchTimedOut, SearchTooComplex
 
@@ -74,7 +68,7 @@ def create_app(store: SqlStore, production: ProductionConfig, *, secret: str | N
     daemon announces a reload, and — ``follow_file``, a standalone portal — when the file
     changes (:mod:`engine.portal.watch`)."""
     env = os.environ if env is None else env
-    auth = Authenticator(store, secret or portal_secret(env))
+    auth = PortalAuthenticator(store, secret or portal_secret(env))
     portal = Portal(store, production, auth, _templates(), tls=tls)
     if max_waiters is not None:
         portal.waiters = Waiters(max_waiters)

@@ -1,8 +1,6 @@
-"""Who is asking, and may they: passwords, sessions, API tokens, CSRF, roles, login limits.
+"""The portal's sessions, CSRF tokens and password policy, over the shared checks of
+passwords and tokens (:mod:`engine.serving.auth`).
 
-- Passwords are hashed with argon2 (``argon2-cffi``'s defaults, re-hashed at login when the
-  defaults grow). API tokens are 256 random bits, shown once and stored as their SHA-256:
-  a token needs no slow hash, and the digest can be looked up by an index.
 - A portal session is a cookie signed with the portal's secret (``itsdangerous``) that names
   the user, the user's session generation and the session's CSRF token. The user is read
   again on every request, so removing a user ends their sessions, and so does a logout (a
@@ -11,110 +9,27 @@
   portal serves TLS.
 - Every form carries the CSRF token; the login form, sent before there is a session, carries
   one paired with a short-lived signed cookie instead.
-- Login attempts are counted per user name and per client address in the database
-  (:class:`StoredLoginLimiter`), each before its password is checked: past
-  :data:`LOGIN_FAILURES` within :data:`LOGIN_WINDOW` seconds, logins are refused until the
-  window has passed — on every portal, however many attempts race. A successful login takes
-  its own attempt back. The client address is the connection's, or the one
-  ``X-Forwarded-For`` names when a proxy of ``[portal] forwarded_allow_ips`` sent it
-  (:mod:`engine.portal.server`).
-- A password is checked (or hashed) only in a slot of the process's
-  :class:`~engine.portal.hash_gate.HashGate`: a login that finds none in time is refused
-  with :class:`LoginBusy` (429, ``Retry-After``) and its attempt is taken back.
 """
 from __future__ import annotations
 
-import functools
-import hashlib
 import hmac
 import secrets
-import threading
-import time
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from collections.abc import Mapping
 from typing import Any
 
-from argon2 import PasswordHasher
-from argon2.exceptions import InvalidHashError, VerificationError
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
-from engine.clock import utcnow
-from engine.errors import EncoreError, OperatorError
-from engine.portal.hash_gate import HashGate, HashGateBusy, process_gate
+from engine.errors import OperatorError
+from engine.serving.auth import Authenticator, Forbidden, Principal, StoredLoginLimiter
+from engine.serving.hash_gate import HashGate
 from engine.store import accounts
 from engine.store.sql import SqlStore
 
-ROLE_RANK = {"sender": 0, "viewer": 1, "operator": 2, "admin": 3}
 SESSION_COOKIE = "encore_session"
 LOGIN_COOKIE = "encore_login"  # pairs with the login form's CSRF token
 SESSION_MAX_AGE = 8 * 3600  # seconds a session lasts after login
 LOGIN_FORM_MAX_AGE = 3600  # seconds a login form stays valid
-LOGIN_FAILURES = 5  # login attempts allowed per user name or address in LOGIN_WINDOW
-LOGIN_WINDOW = 300.0  # seconds
-MAX_KEY_TEXT = 200  # characters of a user name or address kept as such in a limit's key
-TOKEN_PREFIX = "enc_"
 SECRET_ENV = "ENCORE_PORTAL_SECRET"  # shared by the portals of one database, if set
-# seconds a valid token's holder is remembered without asking the database: a token revoked
-# on any portal (or by the command line) is refused everywhere at most this long after
-TOKEN_CACHE_SECONDS = 1.0
-TOKEN_CACHE_SIZE = 10_000  # tokens remembered at most (the cache is emptied when full)
-
-
-class AuthError(EncoreError):
-    """Base of the refusals below; the text is safe to show."""
-
-
-class NotAuthenticated(AuthError):
-    """No valid session or token (HTTP 401; pages redirect to /login)."""
-
-
-class Forbidden(AuthError):
-    """Known, but the role is too low or the CSRF token is wrong (HTTP 403)."""
-
-
-class LoginThrottled(AuthError):
-    """Too many failed logins (HTTP 429, ``Retry-After``)."""
-
-    WHAT = "too many failed logins"
-
-    def __init__(self, retry_after: float) -> None:
-        super().__init__(f"{self.WHAT}; try again in {retry_after:.0f} s")
-        self.retry_after = retry_after
-
-
-class LoginBusy(LoginThrottled):
-    """Too many password checks at once in this process (HTTP 429, ``Retry-After``); the
-    attempt was not counted against the login limits."""
-
-    WHAT = "too many logins at once"
-
-
-@dataclass(frozen=True)
-class Principal:
-    """A logged-in user (``kind`` "user", with the session's ``csrf`` token) or the
-    holder of an API token (``kind`` "token")."""
-
-    name: str
-    role: str
-    kind: str
-    csrf: str = ""
-    generation: int = 0  # a user's session generation when the session began
-    time_zone: str = "UTC"  # how the user reads times: "UTC" or "local" (the browser's)
-
-    def may(self, role: str) -> bool:
-        """True if this principal's role is ``role`` or above it."""
-        return ROLE_RANK.get(self.role, -1) >= ROLE_RANK[role]
-
-    def require(self, role: str) -> None:
-        if not self.may(role):
-            raise Forbidden(f"{self.kind} {self.name!r} has role {self.role}; this needs "
-                            f"{role} or above")
-
-
-# -- secrets and hashes ----------------------------------------------------------------
-_hasher = PasswordHasher()
 
 
 def check_password(password: str, min_length: int) -> None:
@@ -127,170 +42,22 @@ def check_password(password: str, min_length: int) -> None:
                             f"{min_length} ([portal] password_min_length)")
 
 
-@functools.cache
-def _dummy_hash() -> str:
-    """A hash of a random password, verified for a login that names no user, so that such a
-    login takes as long as one with a wrong password. One per process: each portal and
-    inbound service of a daemon would otherwise spend a hash's CPU on its own at start."""
-    return _hasher.hash(secrets.token_hex(8))
-
-
-def hash_password(password: str) -> str:
-    """The argon2 hash of ``password`` (refused if empty), in a slot of the process's
-    :class:`~engine.portal.hash_gate.HashGate` (LoginBusy if none is to be had)."""
-    if not password:
-        raise AuthError("the password is empty")
-    try:
-        with process_gate().slot():
-            return _hasher.hash(password)
-    except HashGateBusy as exc:
-        raise LoginBusy(exc.retry_after) from exc
-
-
-def new_token() -> str:
-    """A new API token: 256 random bits, URL-safe."""
-    return TOKEN_PREFIX + secrets.token_urlsafe(32)
-
-
-def token_digest(token: str) -> str:
-    """What is stored of a token: its SHA-256, hex."""
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 def portal_secret(env: Mapping[str, str]) -> str:
     """``$ENCORE_PORTAL_SECRET``, else a random secret for this process (its sessions end
     when it stops, and other portals on the database do not accept them)."""
     return env.get(SECRET_ENV) or secrets.token_urlsafe(32)
 
 
-# -- login limits ------------------------------------------------------------------------
-def limit_key(kind: str, value: str) -> str:
-    """The key a login limit counts under: ``kind:value``, a long value by its digest."""
-    if len(value) > MAX_KEY_TEXT:
-        value = "sha256:" + hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()
-    return f"{kind}:{value}"
-
-
-class StoredLoginLimiter:
-    """Counts login attempts per key (a user name, an address) in the database's
-    ``login_guess`` table, shared by every portal: :meth:`guess` counts an attempt before
-    its password is checked, or raises LoginThrottled; :meth:`succeeded` takes a successful
-    attempt back and forgets the user name's."""
-
-    def __init__(self, store: SqlStore, *, failures: int = LOGIN_FAILURES,
-                 window: float = LOGIN_WINDOW,
-                 now: Callable[[], datetime] | None = None) -> None:
-        self.store = store
-        self.failures, self.window = failures, timedelta(seconds=window)
-        self._now = now or utcnow
-        self._purged: datetime | None = None  # when this portal last deleted stale rows
-
-    def guess(self, keys: Sequence[str]) -> None:
-        now = self._now()
-        if self._purged is None or now - self._purged > self.window:
-            self._purged = now
-            accounts.purge_login_guesses(self.store, before=now - self.window)
-        spent = accounts.count_login_guess(self.store, keys, now=now, limit=self.failures,
-                                           window=self.window)
-        if spent is not None:
-            raise LoginThrottled(max((spent + self.window - now).total_seconds(), 0.0))
-
-    def succeeded(self, user_key: str, others: Sequence[str]) -> None:
-        accounts.refund_login_guess(self.store, reset=user_key, refund=others)
-
-    def refund(self, keys: Sequence[str]) -> None:
-        """Take back the attempt just counted against each of ``keys`` (its password was
-        never checked)."""
-        accounts.refund_login_guess(self.store, reset=None, refund=keys)
-
-
-class LoginLimiter:
-    """Counts failed logins per key (a user name, an address) over a sliding window, in
-    this process only. The portal counts in the database instead
-    (:class:`StoredLoginLimiter`), so that the limit holds across portals and races."""
-
-    def __init__(self, *, failures: int = LOGIN_FAILURES, window: float = LOGIN_WINDOW,
-                 monotonic: Callable[[], float] | None = None) -> None:
-        self.failures, self.window = failures, window
-        self._now = monotonic or time.monotonic
-        self._seen: dict[str, deque[float]] = {}
-        self._lock = threading.Lock()
-
-    def check(self, keys: list[str]) -> None:
-        """Raise LoginThrottled if any of ``keys`` has used up its failures."""
-        now = self._now()
-        with self._lock:
-            for key in keys:
-                times = self._recent(key, now)
-                if len(times) >= self.failures:
-                    raise LoginThrottled(times[0] + self.window - now)
-
-    def failed(self, keys: list[str]) -> None:
-        now = self._now()
-        with self._lock:
-            for key in keys:
-                self._recent(key, now).append(now)
-
-    def succeeded(self, key: str) -> None:
-        with self._lock:
-            self._seen.pop(key, None)
-
-    def _recent(self, key: str, now: float) -> deque[float]:
-        times = self._seen.setdefault(key, deque())
-        while times and times[0] <= now - self.window:
-            times.popleft()
-        return times
-
-
-# -- the authenticator -------------------------------------------------------------------
-class Authenticator:
-    """Checks passwords, sessions and tokens against the store's users and tokens."""
+class PortalAuthenticator(Authenticator):
+    """An :class:`~engine.serving.auth.Authenticator` that also issues and checks the
+    portal's session cookies and login forms, signed with ``secret``."""
 
     def __init__(self, store: SqlStore, secret: str, *,
                  limiter: StoredLoginLimiter | None = None,
                  gate: HashGate | None = None) -> None:
-        self.store = store
-        self.limiter = limiter or StoredLoginLimiter(store)
-        self.gate = gate or process_gate()
+        super().__init__(store, limiter=limiter, gate=gate)
         self._sessions = URLSafeTimedSerializer(secret, salt="encore-portal-session")
         self._login_forms = URLSafeTimedSerializer(secret, salt="encore-portal-login")
-        _dummy_hash()  # made now, not at the first login naming no user, which it would slow
-        self._tokens: dict[str, tuple[float, Principal]] = {}  # digest → (read at, holder)
-
-    # logins
-    def login(self, username: str, password: str, client: str) -> Principal:
-        """The user, if ``password`` is theirs; else NotAuthenticated (the same text
-        whether or not the user exists), or LoginThrottled (LoginBusy: no slot to check
-        the password in, the attempt is not counted)."""
-        name_key, address_key = limit_key("user", username), limit_key("addr", client)
-        try:
-            self.gate.check()  # a flood past the gate is refused before any write
-        except HashGateBusy as exc:
-            raise LoginBusy(exc.retry_after) from exc
-        self.limiter.guess([name_key, address_key])  # counted before the password is checked
-        user = accounts.get_user(self.store, username)
-        try:
-            with self.gate.slot():
-                if not self._verify(user.password_hash if user else _dummy_hash(), password) \
-                        or user is None:
-                    raise NotAuthenticated("wrong user name or password")
-                rehash = (_hasher.hash(password)
-                          if _hasher.check_needs_rehash(user.password_hash) else None)
-        except HashGateBusy as exc:
-            self.limiter.refund([name_key, address_key])
-            raise LoginBusy(exc.retry_after) from exc
-        self.limiter.succeeded(name_key, [address_key])
-        if rehash is not None:
-            accounts.set_password_hash(self.store, user.name, rehash)
-        return Principal(user.name, user.role, "user", csrf=secrets.token_urlsafe(24),
-                         generation=user.session_generation)
-
-    @staticmethod
-    def _verify(password_hash: str, password: str) -> bool:
-        try:
-            return _hasher.verify(password_hash, password)
-        except (VerificationError, InvalidHashError):
-            return False
 
     # sessions
     def session_cookie(self, user: Principal) -> str:
@@ -331,47 +98,6 @@ class Authenticator:
         if not token or not isinstance(expected, str) or \
                 not hmac.compare_digest(expected, token):
             raise Forbidden("the login form has expired; reload the page and try again")
-
-    # API tokens
-    def bearer(self, authorization: str | None) -> Principal | None:
-        """The holder of the token in an ``Authorization: Bearer …`` header, if valid
-        (read from the database at most once per :data:`TOKEN_CACHE_SECONDS`)."""
-        digest = self._digest(authorization)
-        if digest is None:
-            return None
-        cached = self._cached(digest)
-        if cached is not None:
-            return cached
-        row = accounts.find_token(self.store, digest, now=utcnow())
-        if row is None:
-            self._tokens.pop(digest, None)
-            return None
-        holder = Principal(row.name, row.role, "token")
-        if len(self._tokens) >= TOKEN_CACHE_SIZE:
-            self._tokens.clear()
-        self._tokens[digest] = (time.monotonic(), holder)
-        return holder
-
-    def cached_bearer(self, authorization: str | None) -> Principal | None:
-        """The holder of the token in ``authorization`` if it was found valid less than
-        :data:`TOKEN_CACHE_SECONDS` ago (no database read: callable from the event loop);
-        None means "ask :meth:`bearer`"."""
-        digest = self._digest(authorization)
-        return None if digest is None else self._cached(digest)
-
-    def _cached(self, digest: str) -> Principal | None:
-        hit = self._tokens.get(digest)
-        if hit is None or time.monotonic() - hit[0] >= TOKEN_CACHE_SECONDS:
-            return None
-        return hit[1]
-
-    @staticmethod
-    def _digest(authorization: str | None) -> str | None:
-        scheme, _, token = (authorization or "").partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token.startswith(TOKEN_PREFIX):
-            return None
-        return token_digest(token)
 
 
 def check_csrf(user: Principal, token: str | None) -> None:

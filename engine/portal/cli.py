@@ -17,7 +17,8 @@ from engine.cli import report
 from engine.clock import utcnow
 from engine.config.production import PortalConfig, ProductionConfig, ProductionOutline
 from engine.errors import ConfigurationError, OperatorError
-from engine.portal.auth import check_password, hash_password, new_token, token_digest
+from engine.portal.auth import check_password
+from engine.serving.auth import hash_password, new_token, token_digest
 from engine.store import accounts
 from engine.store.models import TOKEN_ROLES, USER_ROLES
 from engine.store.sql import SqlStore

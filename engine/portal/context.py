@@ -21,7 +21,8 @@ from starlette.templating import Jinja2Templates
 
 from engine.clock import utcnow
 from engine.config.production import PortalConfig, ProductionConfig
-from engine.portal.auth import Authenticator, Principal
+from engine.portal.auth import PortalAuthenticator
+from engine.serving.auth import Principal
 from engine.store.sql import SqlStore
 
 __all__ = ["Portal", "Waiters", "portal_of"]
@@ -58,7 +59,7 @@ class Portal:
 
     store: SqlStore
     production: ProductionConfig
-    auth: Authenticator
+    auth: PortalAuthenticator
     templates: Jinja2Templates
     tls: bool = False
     waiters: Waiters = field(

@@ -8,8 +8,9 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
 
-from engine.portal.auth import SESSION_COOKIE, NotAuthenticated, Principal, check_csrf
+from engine.portal.auth import SESSION_COOKIE, check_csrf
 from engine.portal.context import Portal, portal_of
+from engine.serving.auth import NotAuthenticated, Principal
 
 __all__ = ["acting_user", "confirm", "confirmed", "current_user", "field"]
 

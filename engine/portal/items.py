@@ -34,12 +34,12 @@ from engine.config.sources import shown_value
 from engine.errors import MessageError
 from engine.portal import actions
 from engine.portal.api import api_user, reply
-from engine.portal.auth import Principal
 from engine.portal.context import Portal, portal_of
 from engine.portal.example_body import example_body
 from engine.portal.forms import acting_user, confirm, confirmed, current_user, field
-from engine.portal.intake import accept_and_wait
 from engine.portal.status import is_enabled, production_view_of_item
+from engine.serving.auth import Principal
+from engine.serving.intake import accept_and_wait
 from engine.store import rollup
 from engine.store.sql import Accepted
 

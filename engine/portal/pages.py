@@ -18,21 +18,14 @@ from starlette.routing import BaseRoute, Route
 
 from engine.errors import MessageNotFound, OperatorError
 from engine.portal import actions, filters
-from engine.portal.auth import (
-    LOGIN_COOKIE,
-    SESSION_COOKIE,
-    SESSION_MAX_AGE,
-    AuthError,
-    LoginThrottled,
-    NotAuthenticated,
-    check_csrf,
-)
+from engine.portal.auth import LOGIN_COOKIE, SESSION_COOKIE, SESSION_MAX_AGE, check_csrf
 from engine.portal.context import portal_of
 from engine.portal.diagram import layout
 from engine.portal.forms import acting_user, confirm, confirmed, current_user, field
 from engine.portal.status import production_view
 from engine.portal.trace_view import session_trace
 from engine.portal.viewer_page import messages_context
+from engine.serving.auth import AuthError, LoginThrottled, NotAuthenticated
 from engine.store import operator, viewer
 from engine.store.models import EVENT_TYPES
 

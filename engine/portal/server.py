@@ -5,7 +5,7 @@ Loopback by default. A portal that listens beyond loopback without TLS sends pas
 session cookies and tokens in clear: it still starts (a proxy in front may add TLS) but
 writes a ``Warning`` event saying so.
 
-Either way the server holds the ``[portal]`` caps (``engine.portal.limited_server``): open
+Either way the server holds the ``[portal]`` caps (``engine.serving.limited_server``): open
 connections in total and per client address, the time to send a request, idle keep-alive
 time, concurrent ``?wait`` callers — so a flood of connections can never take the
 descriptors the daemon's deliveries need.
@@ -20,10 +20,10 @@ from pathlib import Path
 
 from engine.config.production import PortalConfig, ProductionConfig
 from engine.errors import ConfigurationError
+from engine.observe.network import is_loopback
 from engine.portal.app import create_app
-from engine.portal.limited_server import LimitedServer, limited_server
-from engine.portal.limits import ServerLimits
-from engine.runtime.network import is_loopback
+from engine.serving.limited_server import LimitedServer, limited_server
+from engine.serving.limits import ServerLimits
 from engine.store.sql import SqlStore
 
 __all__ = ["PortalServer", "is_loopback", "portal_limits", "portal_server", "serve",

@@ -8,9 +8,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 from engine.portal import filters
-from engine.portal.auth import Principal
 from engine.portal.context import Portal
 from engine.portal.export import declared_properties
+from engine.serving.auth import Principal
 from engine.store import searches, viewer
 from engine.store.models import MESSAGE_STATUSES
 

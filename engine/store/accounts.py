@@ -3,7 +3,7 @@ and the login attempts counted against the login limit (``login_guess``, docs/se
 
 This module stores and finds hashes; it never sees a password or a token in clear. Hashing
 (argon2 for passwords, SHA-256 for tokens, which are random and long) is the portal's
-business: :mod:`engine.portal.auth`.
+business: :mod:`engine.serving.auth`.
 """
 from __future__ import annotations
 

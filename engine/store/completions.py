@@ -18,23 +18,45 @@ end, or one committed elsewhere, is read from the database.
 Announcements can still be lost (a listener reconnecting, a full socket buffer): waiters
 look again every :data:`SAFETY_POLL` seconds whatever happens, and all of them look again
 when a listener reconnects.
+
+Every waiter waits through the hub, by one of its two faces: :meth:`CompletionHub.wait` on a
+thread (the client, the CLI, a business process's sync call) and
+:meth:`CompletionHub.wait_async` on an event loop (the intake's ``?wait``, the inbound
+services), which hops to a thread only to read.
 """
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import Protocol, TypeVar
 
+from engine.clock import Clock, SystemClock, VirtualClock
 from engine.store.notify import Announcement, Kind
 
 SAFETY_POLL = 2.0  # seconds between a waiter's looks when no announcement reaches it
+# seconds between two looks at a waited-for message on a virtual clock, whose sleep runs the
+# harness's deliveries: the look after a target's delivery sees its end when it happens
+VIRTUAL_POLL = 0.05
+STOP_CHECK = 0.25  # seconds between looks at a ``stop`` event while waiting on a thread
 RECENT = 4096  # ended ids a hub remembers, so that a waiter who just registered need not look
 RECENT_RESPONSES = 256  # responses of unwatched ends a hub keeps for a waiter about to look
 RECENT_RESPONSE_BYTES = 64 * 1024  # characters of such a response at most
 
 Waker = Callable[[], object]
 Kept = tuple["str | None", "str | None"]  # a response kept for a waiter: (class, body)
+T = TypeVar("T")
+K = TypeVar("K")
+
+
+class Hop(Protocol):
+    """What a waiter on an event loop runs a blocking call through: a hop to a thread and
+    back (:func:`engine.serving.threads.to_thread`)."""
+
+    def __call__(self, fn: Callable[[], T], /) -> Awaitable[T]: ...
 
 
 class CompletionHub:
@@ -158,3 +180,127 @@ class CompletionHub:
     def waiting(self) -> int:
         """How many messages have a waiter."""
         return len(self._waiters)
+
+    # -- the two faces of a wait ---------------------------------------------------------
+    def wait(self, message_id: int, read: Callable[[], T | None], timeout: float, *,
+             kept: Callable[[Kept], K] | None = None, fresh: bool = False,
+             mark: Callable[[], object] | None = None, poll: float = SAFETY_POLL,
+             stop: threading.Event | None = None, clock: Clock | None = None) -> T | K | None:
+        """Wait on this thread up to ``timeout`` seconds (``math.inf``: no limit) for
+        ``message_id`` to end: what ``read()`` returns once it has (``read`` returns None
+        while it has not), or None if time ran out or ``stop`` was set first.
+
+        ``kept``: turns the response this hub kept for a message that completed here
+        (:meth:`kept`) into the result, instead of a read. ``fresh``: the message was
+        accepted waited-for after this hub was :attr:`hearing`, so the first look is made
+        only if it ended lately. ``mark``: called once the waiter is registered, before the
+        first look (it flags the message waited-for). ``poll`` is only the safety net's
+        period. On a :class:`~engine.clock.VirtualClock` the wait looks every
+        :data:`VIRTUAL_POLL` virtual seconds instead, each sleep running the harness's
+        deliveries, and reads every time (whether the end came in time is the clock's to
+        say, not the hub's)."""
+        clock = clock or SystemClock()
+        deadline = clock.monotonic() + timeout
+        if isinstance(clock, VirtualClock):
+            return _wait_virtual(read, deadline, clock, stop)
+        woken = threading.Event()
+        with self.watching(message_id, woken.set):
+            found: T | K | None = None
+            if not fresh or self.ended_lately(message_id):
+                if mark is not None:
+                    mark()
+                found = self._look(message_id, read, kept)
+            while found is None:
+                left = deadline - clock.monotonic()
+                if left <= 0 or _pause(woken, min(left, poll), stop):
+                    return None
+                woken.clear()  # before the look: an end announced during it wakes the next wait
+                found = self._look(message_id, read, kept)
+            return found
+
+    async def wait_async(self, message_id: int, read: Callable[[], T | None], timeout: float,
+                         *, hop: Hop, kept: Callable[[Kept], K] | None = None,
+                         fresh: bool = False, poll: float = SAFETY_POLL,
+                         stop: threading.Event | None = None) -> T | K | None:
+        """:meth:`wait` for a caller on an event loop: registered and woken on the loop, each
+        ``read`` (and the start of the hearing, which may wait for a listener to connect)
+        run through ``hop``; a kept response is taken on the loop, with no hop at all."""
+        if not self.hearing:
+            await hop(self.start_hearing)
+        deadline = time.monotonic() + timeout
+        woken = _Wake(asyncio.get_running_loop())
+        with self.watching(message_id, woken.set):
+            found: T | K | None = None
+            if not fresh or self.ended_lately(message_id):
+                found = await self._look_async(message_id, read, kept, hop)
+            while found is None and (left := deadline - time.monotonic()) > 0:
+                if stop is not None and stop.is_set():
+                    return None
+                await woken.wait(min(left, poll))
+                found = await self._look_async(message_id, read, kept, hop)
+            return found
+
+    def _look(self, message_id: int, read: Callable[[], T | None],
+              kept: Callable[[Kept], K] | None) -> T | K | None:
+        response = self.kept(message_id) if kept is not None else None
+        return read() if response is None or kept is None else kept(response)
+
+    async def _look_async(self, message_id: int, read: Callable[[], T | None],
+                          kept: Callable[[Kept], K] | None, hop: Hop) -> T | K | None:
+        response = self.kept(message_id) if kept is not None else None
+        return await hop(read) if response is None or kept is None else kept(response)
+
+
+def _pause(woken: threading.Event, seconds: float, stop: threading.Event | None) -> bool:
+    """Wait up to ``seconds`` for ``woken``; True if ``stop`` was set instead."""
+    if stop is None:
+        woken.wait(seconds)
+        return False
+    clock = SystemClock()
+    end = clock.monotonic() + seconds
+    while not woken.wait(min(STOP_CHECK, max(end - clock.monotonic(), 0.0))):
+        if stop.is_set():
+            return True
+        if clock.monotonic() >= end:
+            return False
+    return stop.is_set()
+
+
+def _wait_virtual(read: Callable[[], T | None], deadline: float, clock: Clock,
+                  stop: threading.Event | None) -> T | None:
+    while True:
+        found = read()
+        if found is not None:
+            return found
+        if clock.monotonic() >= deadline:
+            return None
+        if clock.sleep(min(VIRTUAL_POLL, deadline - clock.monotonic()), stop):
+            return None
+
+
+class _Wake:
+    """A wake-up for a waiter on an event loop, set from any thread."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._future: asyncio.Future[None] = loop.create_future()
+
+    def set(self) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._settle)
+        except RuntimeError:  # the loop closed: nobody waits any more
+            pass
+
+    def _settle(self) -> None:
+        if not self._future.done():
+            self._future.set_result(None)
+
+    async def wait(self, timeout: float) -> None:
+        """Until set (since the last wait), or ``timeout`` seconds."""
+        if not self._future.done():
+            timer = self._loop.call_later(timeout, self._settle)
+            try:
+                await self._future
+            finally:
+                timer.cancel()
+        self._future = self._loop.create_future()  # before the look: a later set counts

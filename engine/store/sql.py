@@ -161,7 +161,7 @@ class SqlStore:
     def accept_batch(self, intakes: Sequence[Intake]) -> list[Accepted | BaseException]:
         """:meth:`accept` of each of ``intakes`` (durably, none taken directly) in one
         transaction, for a caller that batches them itself (an event loop's intake,
-        :mod:`engine.portal.batch_intake`); each result in order, an Accepted or the error
+        :mod:`engine.serving.batch_intake`); each result in order, an Accepted or the error
         of that intake alone: if the batch fails as a whole, each is tried on its own."""
         results = commit_together(intakes, self._accept_one, self.db.hot.accept_many)
         work: dict[str, bool] = {}  # target → urgent

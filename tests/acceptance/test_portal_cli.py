@@ -6,7 +6,7 @@ from pathlib import Path
 from argon2 import PasswordHasher
 from sqlalchemy import select
 
-from engine.portal.auth import token_digest
+from engine.serving.auth import token_digest
 from engine.store.models import api_token, portal_user
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import encore

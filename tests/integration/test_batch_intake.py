@@ -1,4 +1,4 @@
-"""The event loop's batched intake (engine/portal/batch_intake.py) on SQLite and PostgreSQL:
+"""The event loop's batched intake (engine/serving/batch_intake.py) on SQLite and PostgreSQL:
 requests that arrive together share one durable transaction, each is answered only once it
 is committed, one bad intake fails alone, and a stop commits what is queued."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import requests
 
 from engine import BusinessProcess
 from engine.clock import utcnow
-from engine.portal.batch_intake import BatchIntake
+from engine.serving.batch_intake import BatchIntake
 from engine.store import queries
 from engine.store.hotpath import Accepted, Intake
 from engine.store.sql import SqlStore

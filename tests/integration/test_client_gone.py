@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from engine.config.production import PortalConfig
-from engine.portal.client_gone import clients_gone
 from engine.portal.server import PortalServer
 from engine.process import BusinessProcess
+from engine.serving.client_gone import clients_gone
 from engine.store.sql import SqlStore
 from tests.integration.inbound_support import free_port, running, soap_service
 from tests.portal_support import production

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from engine.portal.auth import TOKEN_CACHE_SECONDS, Authenticator
+from engine.portal.auth import PortalAuthenticator
+from engine.serving.auth import TOKEN_CACHE_SECONDS
 from engine.store import accounts
 from engine.store.group import GroupCommit
 from engine.store.sql import SqlStore
@@ -104,7 +105,7 @@ def test_a_revoked_token_is_refused_within_a_second_on_every_portal(
     stores = [SqlStore(database_url) for _ in range(2)]  # two portals, one database
     stores[0].upgrade()
     try:
-        portals = [Authenticator(s, "secret") for s in stores]
+        portals = [PortalAuthenticator(s, "secret") for s in stores]
         header = bearer(add_token(stores[0], "sender", name="bot"))["Authorization"]
         assert all(p.bearer(header) is not None for p in portals)
         reads = 0

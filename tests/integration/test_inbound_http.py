@@ -15,8 +15,8 @@ import requests
 
 from engine.client import wait_for
 from engine.clock import utcnow
-from engine.portal.auth import hash_password, new_token, token_digest
 from engine.process import BusinessProcess
+from engine.serving.auth import hash_password, new_token, token_digest
 from engine.store import accounts, queries
 from engine.store.sql import SqlStore
 from tests.integration.inbound_support import free_port, running

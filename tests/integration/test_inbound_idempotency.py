@@ -11,8 +11,8 @@ import requests
 
 from engine.clock import utcnow
 from engine.inbound.calls import Caller, scoped_key
-from engine.portal.auth import new_token, token_digest
 from engine.process import BusinessProcess
+from engine.serving.auth import new_token, token_digest
 from engine.store import accounts, queries
 from engine.store.sql import SqlStore
 from tests.integration.inbound_support import free_port, running

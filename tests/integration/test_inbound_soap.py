@@ -189,7 +189,7 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(
 def test_basic_authentication_for_the_wsdl_and_the_calls(
         store: SqlStore, backends: tuple[SoapTestServer, SoapTestServer]) -> None:
     from engine.clock import utcnow
-    from engine.portal.auth import hash_password
+    from engine.serving.auth import hash_password
     from engine.store import accounts
     fast, slow = backends
     accounts.add_user(store, "caller", "viewer", hash_password("pw"), now=utcnow())

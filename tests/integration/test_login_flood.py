@@ -22,10 +22,11 @@ from starlette.testclient import TestClient
 
 from engine.clock import utcnow
 from engine.config.production import PortalConfig
-from engine.portal import auth, create_app
-from engine.portal.hash_gate import HASH_WAIT, process_gate
+from engine.portal import create_app
 from engine.portal.server import PortalServer
 from engine.process import BusinessProcess
+from engine.serving import auth
+from engine.serving.hash_gate import HASH_WAIT, process_gate
 from engine.store import accounts, queries
 from engine.store.models import login_guess
 from engine.store.sql import SqlStore

@@ -21,14 +21,14 @@ from engine.clock import utcnow
 from engine.config.production import PortalConfig, parse_production
 from engine.errors import ConfigurationError
 from engine.portal import create_app
-from engine.portal.auth import (
+from engine.portal.auth import SESSION_COOKIE
+from engine.portal.server import PortalServer
+from engine.serving.auth import (
     LOGIN_FAILURES,
-    SESSION_COOKIE,
     Authenticator,
     LoginThrottled,
     StoredLoginLimiter,
 )
-from engine.portal.server import PortalServer
 from engine.store.models import message_header
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import encore

@@ -11,7 +11,8 @@ from sqlalchemy import event, func, select
 from starlette.testclient import TestClient
 
 from engine.portal import create_app
-from engine.portal.auth import LOGIN_FAILURES, SESSION_COOKIE
+from engine.portal.auth import SESSION_COOKIE
+from engine.serving.auth import LOGIN_FAILURES
 from engine.store import viewer
 from engine.store.models import event_log, message_header
 from engine.store.sql import SqlStore

@@ -31,8 +31,8 @@ import requests
 from engine.client import accept_message
 from engine.config.production import PortalConfig, load_production, parse_production
 from engine.errors import ConfigurationError
-from engine.portal.limits import ConnectionGate, DescriptorBudget, ServerLimits
 from engine.portal.server import PortalServer
+from engine.serving.limits import ConnectionGate, DescriptorBudget, ServerLimits
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import cli_env
 from tests.integration.test_portal_server import free_port

@@ -23,7 +23,7 @@ from sqlalchemy import create_engine, text
 from engine.client import accept_message, wait_for, wait_for_response
 from engine.clock import utcnow
 from engine.config.production import parse_production
-from engine.portal.intake import accept_and_wait
+from engine.serving.intake import accept_and_wait
 from engine.store.hotpath.base import Completion
 from engine.store.notify import Announcement
 from engine.store.sql import SqlStore

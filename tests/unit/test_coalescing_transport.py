@@ -1,4 +1,4 @@
-"""The HTTP servers' transport (engine.portal.limited_server.CoalescingTransport): what a
+"""The HTTP servers' transport (engine.serving.limited_server.CoalescingTransport): what a
 response writes in one run of the event loop leaves as one write of the real transport, in
 order, before a close; an abort sends nothing. The transport under it is a real asyncio
 transport on one end of a socket pair; the other end reads what arrived."""
@@ -9,7 +9,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from engine.portal.limited_server import COALESCE_BYTES, CoalescingTransport
+from engine.serving.limited_server import COALESCE_BYTES, CoalescingTransport
 
 
 class Counting:

@@ -1,4 +1,4 @@
-"""HashGate (engine/portal/hash_gate.py): a few password checks at once, a short queue, the
+"""HashGate (engine/serving/hash_gate.py): a few password checks at once, a short queue, the
 rest refused at once — without a clock: the waits are on threads and events."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from engine.portal.hash_gate import MAX_SLOTS, HashGate, HashGateBusy, default_slots
+from engine.serving.hash_gate import MAX_SLOTS, HashGate, HashGateBusy, default_slots
 from tests.waiting import wait_until
 
 LONG_WAIT = 30.0  # seconds a queued check may wait: far more than the test takes

@@ -10,9 +10,9 @@ import pytest
 
 from engine.config.production import parse_production
 from engine.errors import ConfigurationError
-from engine.portal.auth import LoginLimiter, LoginThrottled
 from engine.portal.filters import FilterError, event_filter, message_filter
 from engine.portal.trace_svg import FAIL, OK, render_trace
+from engine.serving.auth import LoginLimiter, LoginThrottled
 from engine.store.rows import AttemptRow
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""The intake's thread hop (engine/portal/threads.py): the work runs on another thread in a
+"""The intake's thread hop (engine/serving/threads.py): the work runs on another thread in a
 copy of the caller's context, its exception reaches the caller, a cancelled caller does not
 stop the work, and many hops at once run at once (group commit needs them together)."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from engine.portal import threads
-from engine.portal.threads import to_thread
+from engine.serving import threads
+from engine.serving.threads import to_thread
 
 REQUEST: contextvars.ContextVar[str] = contextvars.ContextVar("request", default="none")
 

@@ -1,4 +1,4 @@
-"""A uvicorn server that holds its :class:`~engine.portal.limits.ServerLimits` (docs/security.md:
+"""A uvicorn server that holds its :class:`~engine.serving.limits.ServerLimits` (docs/security.md:
 "HTTP servers never starve delivery"), for any ASGI app, host, port and TLS context.
 
 - **We accept connections ourselves** (:class:`LimitedListener`): a connection over a cap is
@@ -34,11 +34,11 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from engine.observe.logs import SERVER_LOGGERS, limit_repeats
-from engine.portal.limits import ConnectionGate, DescriptorBudget, ServerLimits
+from engine.serving.limits import ConnectionGate, DescriptorBudget, ServerLimits
 
 __all__ = ["LimitedServer", "limited_server", "server_loggers"]
 
-log = logging.getLogger("engine.portal.limits")
+log = logging.getLogger("engine.serving.limits")
 
 ACCEPT_BATCH = 64  # connections accepted per wake-up of the loop (it stays responsive)
 LISTEN_BACKLOG = 128  # connections the kernel queues for us (they cost us no descriptor)
@@ -55,7 +55,7 @@ STARTUP_FAILURE = 3  # uvicorn's exit status when it cannot start
 # CPU per request and answered 8-22 % more requests a second (BENCHMARKS.md)
 LOOP = "auto"
 # the packages whose every module's logger goes through the repeat filter
-SERVER_PACKAGES = ("engine.portal", "engine.inbound")
+SERVER_PACKAGES = ("engine.serving", "engine.portal", "engine.inbound")
 
 
 class Slot:

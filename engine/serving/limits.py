@@ -14,7 +14,7 @@ defaults are sized from ``RLIMIT_NOFILE``: a reserve of a quarter of the limit (
 :data:`RESERVE_MIN`) stays for the daemon's own files — database, WAL, outbound sockets,
 logs — and every limited server of the process draws on what is left, one
 :class:`DescriptorBudget` per process, so no number of servers can eat into the reserve.
-:class:`ConnectionGate` counts connections against both. ``engine.portal.limited_server``
+:class:`ConnectionGate` counts connections against both. ``engine.serving.limited_server``
 enforces them on a uvicorn server.
 """
 from __future__ import annotations
