@@ -48,6 +48,7 @@ from engine.portal.context import Portal, Waiters, portal_of
 from engine.portal.filters import FilterError
 from engine.portal.watch import ProductionFollower
 from engine.store.sql import SqlStore
+from engine.store.statuses import Status
 from engine.store.viewer import SearchTimedOut, SearchTooComplex
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,7 @@ def _templates() -> Jinja2Templates:
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                                      autoescape=True)
     environment.filters.update(ts=_timestamp, pretty=_pretty_json, short=_short)
+    environment.globals["Status"] = Status
     return Jinja2Templates(env=environment)
 
 

@@ -41,6 +41,7 @@ from engine.process import KEY_PREFIX as PROCESS_KEY_PREFIX
 from engine.store.completions import SAFETY_POLL, CompletionHub
 from engine.store.hotpath import Outcome
 from engine.store.sql import Accepted, SqlStore
+from engine.store.statuses import Status
 
 MAX_BODY_BYTES = 1024 * 1024  # bytes of one intake body
 MAX_WAIT = 300.0  # seconds ?wait= may ask for
@@ -169,7 +170,7 @@ def _completed_here(hub: CompletionHub, accepted: Accepted) -> dict[str, Any] | 
     kept = hub.kept(accepted.id)
     if kept is None:
         return None
-    return {"id": accepted.id, "session_id": accepted.session_id, "status": "Completed",
+    return {"id": accepted.id, "session_id": accepted.session_id, "status": Status.COMPLETED,
             "response": _decoded(kept[1]), "error": None}
 
 
