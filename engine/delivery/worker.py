@@ -65,7 +65,7 @@ def poison_text(interrupted: int, limit: int) -> str:
 
 
 class Result(str, enum.Enum):
-    """How a delivery left the message: in a final status, or back in its queue."""
+    """How a delivery left the message: in the status it ended in, or back in its queue."""
 
     COMPLETED = Status.COMPLETED.value
     ERROR = Status.ERROR.value
