@@ -19,7 +19,7 @@ from engine.errors import CallFailed, CallTimedOut, ConfigurationError, MessageE
 from engine.message import MAX_BODY_DEPTH, Message, decode_message, encode_request
 from engine.otel import producer_span
 from engine.store.completions import SAFETY_POLL
-from engine.store.statuses import ENDED_STATUSES
+from engine.store.statuses import ENDED_STATUSES, Status
 
 if TYPE_CHECKING:
     from engine.store.hotpath import Accepted, Outcome
@@ -296,7 +296,7 @@ def wait_for_response(store: SqlStore, message_id: int, target: str, timeout: fl
         raise CallTimedOut(f"message {message_id} to {target!r} not finished after "
                            f"{timeout:g} s", message_id=message_id, target=target,
                            status=current.status if current else None)
-    if row.status != "Completed":
+    if row.status != Status.COMPLETED:
         raise CallFailed(f"message {message_id} to {target!r} ended {row.status}: "
                          f"{row.error_text or 'no error text'}", message_id=message_id,
                          status=row.status, target=target, error_text=row.error_text)

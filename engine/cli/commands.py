@@ -34,6 +34,7 @@ from engine.config.production import (
 from engine.errors import ConfigurationError, EncoreError, MessageError, StoreError
 from engine.store.breaker_row import BreakerRow
 from engine.store.database import DEFAULT_DATABASE_URL, normalise_url
+from engine.store.statuses import Status
 
 if TYPE_CHECKING:
     from sqlalchemy import Table
@@ -331,7 +332,7 @@ def send(ctx: Context, target: str, body: str | None, many: TextIO | None,
         message_id = send_message(ctx.store if wait is not None else ctx.intake, ctx.outline,
                                   target, request)
     if wait is None:
-        _print_sent(message_id, "Queued", None, as_json)
+        _print_sent(message_id, Status.QUEUED, None, as_json)
         return
     if not as_json:
         click.echo(message_id, err=True)  # stdout holds the response alone, for pipes
@@ -373,9 +374,9 @@ def _wait_and_print(store: SqlStore, message_id: int, wait: float, as_json: bool
                    "(is `encore run` running?)", err=True)
         if as_json:
             current = store.get_message(message_id)
-            _print_sent(message_id, current.status if current else "Queued", None, True)
+            _print_sent(message_id, current.status if current else Status.QUEUED, None, True)
         return 2
-    if row.status != "Completed":
+    if row.status != Status.COMPLETED:
         click.echo(f"error: message {message_id} ended {row.status}: {row.error_text}", err=True)
         if as_json:
             _print_sent(message_id, row.status, None, True)

@@ -7,7 +7,6 @@ It decides only; the worker acts (writes, waits, parks) and tells the observers.
 """
 from __future__ import annotations
 
-import enum
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -15,28 +14,20 @@ from typing import Any
 from engine.delivery.attempt_runner import AttemptOutcome, error_text
 from engine.errors import AdapterError, Retry
 from engine.host import BusinessOperation
-from engine.retry import Action, AttemptState, Decision, ReplyCodeActions, RetryPolicy
+from engine.retry import Action, AttemptState, Decision, Reason, ReplyCodeActions, RetryPolicy
 from engine.retry.reply_codes import Actions
 
-__all__ = ["DeliveryPolicy", "Judgement", "Verdict"]
-
-
-class Verdict(str, enum.Enum):
-    """What the worker does with the message after an attempt."""
-
-    COMPLETE = "complete"
-    RETRY = "retry"
-    GIVE_UP = "give_up"  # ends in Error
-    SUSPEND = "suspend"  # ends in Suspended, for an operator
-    DISABLE = "disable"  # reply code action D: the item off, the message back in its queue
+__all__ = ["DeliveryPolicy", "Judgement"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Judgement:
-    """A verdict and what the worker needs to carry it out and report it."""
+    """What follows an attempt (an :class:`~engine.retry.Action`, with its reason) and what
+    the worker needs to carry it out and report it."""
 
-    verdict: Verdict
+    action: Action
     at: float | None = None  # RETRY: monotonic start of the next attempt
+    reason: Reason | None = None  # GIVE_UP / SUSPEND / DISABLE: why
     text: str = ""  # GIVE_UP / SUSPEND: the message's error text; DISABLE: the reason
     response: Any = None  # COMPLETE: the response to store
     attempt_open: bool = False  # COMPLETE: the attempt is a success still to be ended
@@ -61,30 +52,32 @@ class DeliveryPolicy:
         """What follows ``outcome`` (``first_started``: s_1 on the monotonic clock). May call
         ``host.on_failure_timeout(request)`` when the FailureTimeout runs out."""
         if not outcome.failed:
-            return Judgement(verdict=Verdict.COMPLETE, response=outcome.response,
+            return Judgement(action=Action.COMPLETE, response=outcome.response,
                              attempt_open=True)
         err = outcome.error
         actions = self._reply_actions(err)
         if actions.complete:
-            return Judgement(verdict=Verdict.COMPLETE, warn=actions.warn)
+            return Judgement(action=Action.COMPLETE, warn=actions.warn)
         first: dict[str, Any] = {"warn": actions.warn, "first_failure": outcome.number == 1,
                  "unexpected": err if err is not None and not isinstance(
                      err, (AdapterError, Retry)) else None}
         if outcome.suspend_asked or actions.suspend:
-            return Judgement(verdict=Verdict.SUSPEND, **first,
+            return Judgement(action=Action.SUSPEND, **first,
+                             reason=Reason.ASKED if outcome.suspend_asked else Reason.REPLY_CODE,
                              text=f"suspended after attempt {outcome.number}: "
                                   f"{error_text(err)}")
         retry_needed = (outcome.retry_asked or isinstance(err, Retry) or actions.retry
                         or (isinstance(err, AdapterError) and err.retryable))
         if actions.disable and not actions.retry:
-            return Judgement(verdict=Verdict.DISABLE, **first, text=_disabled(err))
+            return Judgement(action=Action.DISABLE, reason=Reason.REPLY_CODE, **first,
+                             text=_disabled(err))
         state = AttemptState(attempt=outcome.number, first_started=first_started,
                              started=outcome.started, ended=outcome.ended, error=err)
         decision = self.policy.decide(state, retry_needed=retry_needed, rng=self.rng)
-        if decision.action is Action.GIVE_UP and "FailureTimeout" in decision.reason:
+        if decision.reason is Reason.FAILURE_TIMEOUT:
             response, hooked = self._failure_timeout_hook(host, request, state, decision)
             if hooked is None:  # on_failure_timeout answered instead
-                return Judgement(verdict=Verdict.COMPLETE, response=response, from_hook=True,
+                return Judgement(action=Action.COMPLETE, response=response, from_hook=True,
                                  **first)
             decision = hooked
         return self.carry_out(decision, state, actions, **first)
@@ -92,18 +85,14 @@ class DeliveryPolicy:
     def carry_out(self, decision: Decision, state: AttemptState,
                   actions: Actions | None = None, **flags: Any) -> Judgement:
         """The judgement that follows the retry policy's ``decision`` about ``state``."""
-        last = error_text(state.error)
-        if decision.action is Action.SUSPEND:
-            return Judgement(verdict=Verdict.SUSPEND, decided=True, **flags,
-                             text=f"{decision.reason}; last error: {last}")
-        if decision.action is Action.GIVE_UP:
-            if actions is not None and actions.disable:
-                return Judgement(verdict=Verdict.DISABLE, decided=True, **flags,
-                                 text=_disabled(state.error))
-            return Judgement(verdict=Verdict.GIVE_UP, decided=True, **flags,
-                             text=f"giving up: {decision.reason}; last error: {last}")
-        assert decision.at is not None
-        return Judgement(verdict=Verdict.RETRY, at=decision.at, decided=True, **flags)
+        if decision.action is Action.RETRY:
+            assert decision.at is not None
+            return Judgement(action=Action.RETRY, at=decision.at, decided=True, **flags)
+        if decision.action is Action.GIVE_UP and actions is not None and actions.disable:
+            return Judgement(action=Action.DISABLE, reason=Reason.REPLY_CODE, decided=True,
+                             **flags, text=_disabled(state.error))
+        return Judgement(action=decision.action, reason=decision.reason, decided=True, **flags,
+                         text=_ended(decision, state.error))
 
     def _failure_timeout_hook(self, host: BusinessOperation, request: Any,
                               state: AttemptState, decision: Decision
@@ -123,6 +112,17 @@ class DeliveryPolicy:
         if err is None or isinstance(err, Retry):
             return Actions()
         return self.reply_codes.evaluate(err)
+
+
+def _ended(decision: Decision, err: BaseException | None) -> str:
+    """The error text of a message the retry policy gave up or suspended: the reason, then
+    the last error (an interrupted attempt's text leads, as the event of its recovery)."""
+    if decision.reason is Reason.INTERRUPTED:
+        return f"{err}; {decision.text}"
+    last = error_text(err)
+    if decision.action is Action.SUSPEND:
+        return f"{decision.text}; last error: {last}"
+    return f"giving up: {decision.text}; last error: {last}"
 
 
 def _disabled(err: BaseException | None) -> str:

@@ -34,14 +34,15 @@ from engine.delivery.attempt_runner import (
 )
 from engine.delivery.events import AlertObserver, EventLogObserver, TraceObserver
 from engine.delivery.middleware import Hooks
-from engine.delivery.policy import DeliveryPolicy, Judgement, Verdict
+from engine.delivery.policy import DeliveryPolicy, Judgement
 from engine.errors import CRASH_TEXT, AttemptHeld, OutcomeUnknown, StoreError
 from engine.host import DEFAULT_MAX_DELIVERIES, BusinessOperation, OperationSettings
 from engine.message import decode_message, encode_response
-from engine.retry import AttemptState, ReplyCodeActions, RetryPolicy, RetrySettings
+from engine.retry import Action, AttemptState, ReplyCodeActions, RetryPolicy, RetrySettings
 from engine.store.hotpath import Completion
 from engine.store.rows import AttemptEnd, AttemptRow
 from engine.store.sql import MessageRow, SqlStore
+from engine.store.statuses import Status
 from engine.store.text import storable
 
 __all__ = ["CRASH_TEXT", "MessageWorker", "Result", "error_text", "idempotency_key",
@@ -59,11 +60,11 @@ def poison_text(interrupted: int, limit: int) -> str:
 
 
 class Result(str, enum.Enum):
-    """How a delivery left the message."""
+    """How a delivery left the message: in the status it ended in, or back in its queue."""
 
-    COMPLETED = "Completed"
-    ERROR = "Error"
-    SUSPENDED = "Suspended"
+    COMPLETED = Status.COMPLETED.value
+    ERROR = Status.ERROR.value
+    SUSPENDED = Status.SUSPENDED.value
     PARKED = "Parked"  # requeue mode: back in the queue until next_attempt_at
     RELEASED = "Released"  # stop requested during a wait: back in the queue
     DISABLED = "Disabled"  # reply code action D: item disabled, message back in the queue
@@ -208,18 +209,18 @@ class MessageWorker:
             self._tell("on_first_failure", row, f"attempt 1 failed: {error_text(outcome.error)}",
                        judgement.unexpected)
         if judgement.decided:
-            self._tell("on_failure", row, outcome, final=judgement.verdict is not Verdict.RETRY)
-        if judgement.verdict is Verdict.COMPLETE:
+            self._tell("on_failure", row, outcome, final=judgement.action is not Action.RETRY)
+        if judgement.action is Action.COMPLETE:
             return self._complete(row, judgement, outcome)
         return self._act(row, judgement)
 
     def _act(self, row: MessageRow, judgement: Judgement) -> Result | None:
-        if judgement.verdict is Verdict.RETRY:
+        if judgement.action is Action.RETRY:
             assert judgement.at is not None
             return self._wait_for(row, judgement.at)
-        if judgement.verdict is Verdict.DISABLE:
+        if judgement.action is Action.DISABLE:
             return self._disable(row, judgement.text)
-        result = Result.SUSPENDED if judgement.verdict is Verdict.SUSPEND else Result.ERROR
+        result = Result.SUSPENDED if judgement.action is Action.SUSPEND else Result.ERROR
         return self._end(row, result, judgement.text)
 
     def _wait_for(self, row: MessageRow, at: float) -> Result | None:
@@ -244,9 +245,8 @@ class MessageWorker:
 
     def _recover_in_flight(self, row: MessageRow, open_attempt: AttemptRow,
                            first_started: float | None) -> Result | float:
-        """An attempt left open by a daemon that stopped: outcome unknown. Re-sent for an
-        idempotent item (per the retry policy), suspended otherwise. Returns s_1, or how the
-        delivery ended."""
+        """An attempt left open by a daemon that stopped: outcome unknown, decided by the retry
+        policy as ``interrupted``. Returns s_1, or how the delivery ended."""
         now = self.clock.monotonic()
         if open_attempt.attempt == 1:  # written with the attempt's end
             self._tell("on_first_failure", row, f"attempt 1 failed: {CRASH_TEXT}")
@@ -254,14 +254,11 @@ class MessageWorker:
                                server=open_attempt.server, error_text=CRASH_TEXT,
                                token=row.claim_token, defer=True)
         first = now if first_started is None else first_started
-        if not self.policy.idempotent:
-            return self._end(row, Result.SUSPENDED, f"{CRASH_TEXT}; the request may have been "
-                             "processed, so it is not re-sent (the item is not idempotent); "
-                             "resend or discard it")
-        started = now - (self.clock.now() - open_attempt.started_at).total_seconds()
+        started = min(now, now - (self.clock.now() - open_attempt.started_at).total_seconds())
         state = AttemptState(attempt=open_attempt.attempt, first_started=first, started=started,
                              ended=now, error=OutcomeUnknown(CRASH_TEXT))
-        decision = self.policy.decide(state, retry_needed=True, rng=self.judge.rng)
+        decision = self.policy.decide(state, retry_needed=True, interrupted=True,
+                                      rng=self.judge.rng)
         result = self._act(row, self.judge.carry_out(decision, state))
         return first if result is None else result
 

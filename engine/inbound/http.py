@@ -58,6 +58,7 @@ from engine.inbound.refusals import Refused
 from engine.serving.client_gone import client_gone
 from engine.serving.threads import to_thread
 from engine.settings import Setting
+from engine.store.statuses import Status
 
 __all__ = ["HTTP_SERVICE_SETTINGS", "HttpService"]
 
@@ -232,7 +233,7 @@ class HttpService(InboundService):
             return JSONResponse({"error": f"message {accepted.id} to {target!r} not finished "
                                           f"after {self.response_timeout:g} s "
                                           "(response_timeout); it goes on", **ids}, 504)
-        if outcome["status"] != "Completed":
+        if outcome["status"] != Status.COMPLETED:
             return JSONResponse({"error": f"message {accepted.id} to {target!r} ended "
                                           f"{outcome['status']}: "
                                           f"{outcome['error'] or 'no error text'}",

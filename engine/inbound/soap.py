@@ -73,6 +73,7 @@ from engine.inbound.wsdl import (
 from engine.serving.client_gone import client_gone
 from engine.serving.threads import to_thread
 from engine.settings import Setting
+from engine.store.statuses import Status
 
 __all__ = ["SOAP_SERVICE_SETTINGS", "SoapService"]
 
@@ -248,7 +249,7 @@ class SoapService(InboundService):
             text = (f"message {accepted.id} to {self.target!r} not finished after "
                     f"{self.response_timeout:g} s (response_timeout); it goes on")
             return _fault(call.envelope, "Server", text), f"fault Server: {text}"
-        if outcome["status"] != "Completed":
+        if outcome["status"] != Status.COMPLETED:
             text = (f"message {accepted.id} to {self.target!r} ended {outcome['status']}: "
                     f"{outcome['error'] or 'no error text'}")
             return _fault(call.envelope, "Server", text), f"fault Server: {text}"

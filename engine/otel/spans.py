@@ -37,12 +37,14 @@ from engine.otel import semconv as sc
 from engine.otel.base import Delivery, Producer
 from engine.otel.context import context_of, derived_context, from_text, headers_of, to_text
 from engine.store.rows import MessageRow
+from engine.store.statuses import Status as MessageStatus
 
 __all__ = ["ItemTracing", "Tracing"]
 
 log = logging.getLogger(__name__)
 
-FAILED_RESULTS = frozenset({"Error", "Suspended"})  # deliveries that end the message badly
+# deliveries that end the message badly
+FAILED_RESULTS = frozenset({MessageStatus.ERROR, MessageStatus.SUSPENDED})
 
 
 def _version() -> str:

@@ -42,6 +42,7 @@ from engine.portal.watch import ProductionFollower
 from engine.serving.auth import AuthError, Forbidden, LoginThrottled, NotAuthenticated
 from engine.serving.client_gone import on_client_gone
 from engine.store.sql import SqlStore
+from engine.store.statuses import Status
 from engine.store.viewer import SearchTimedOut, SearchTooComplex
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ def _templates() -> Jinja2Templates:
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                                      autoescape=True)
     environment.filters.update(ts=_timestamp, pretty=_pretty_json, short=_short)
+    environment.globals["Status"] = Status
     return Jinja2Templates(env=environment)
 
 

@@ -27,6 +27,7 @@ from engine.portal.context import portal_of
 from engine.portal.forms import current_user
 from engine.store import viewer
 from engine.store.sql import SqlStore
+from engine.store.statuses import Status
 
 FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
 MESSAGE_COLUMNS = ("id", "session_id", "time_created", "time_completed", "duration_ms",
@@ -109,7 +110,7 @@ _STATUS = viewer.EXPORT_COLUMNS.index("status")
 def _message_record(row: list[Any]) -> list[Any]:
     """An export row in MESSAGE_COLUMNS order (the duration after the times)."""
     created, completed = row[_CREATED], row[_COMPLETED]
-    duration = (None if created is None or completed is None or row[_STATUS] == "Suspended"
+    duration = (None if created is None or completed is None or row[_STATUS] == Status.SUSPENDED
                 else round((completed - created).total_seconds() * 1000, 1))
     return [*row[:_CREATED], created, completed, duration, *row[_COMPLETED + 1:]]
 

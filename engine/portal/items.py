@@ -42,6 +42,7 @@ from engine.serving.auth import Principal
 from engine.serving.intake import accept_and_wait
 from engine.store import rollup
 from engine.store.sql import Accepted
+from engine.store.statuses import Status
 
 TEST_WAIT = 30.0  # seconds the Testing Service waits for its message to end
 MAX_TEST_BODY = 1024 * 1024  # characters of a test body
@@ -254,7 +255,7 @@ async def send_test(portal: Portal, who: Principal, name: str, text: str) -> dic
     if outcome is None:
         row = await run_in_threadpool(portal.store.get_message, accepted.id)
         outcome = {"id": accepted.id, "session_id": accepted.session_id,
-                   "status": row.status if row else "Queued", "response": None,
+                   "status": row.status if row else Status.QUEUED, "response": None,
                    "error": None, "waited": TEST_WAIT}
     return outcome
 

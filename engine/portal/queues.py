@@ -27,6 +27,7 @@ from engine.portal.forms import acting_user, confirm, confirmed, current_user
 from engine.portal.status import is_enabled, production_view
 from engine.store.models import message_header
 from engine.store.sql import SqlStore
+from engine.store.statuses import Status
 
 PAGE_SIZE = 50
 QUEUE_ACTIONS = ("suspend", "discard")
@@ -47,7 +48,7 @@ def queued_page(store: SqlStore, item: str, *, after: int | None = None,
     h = message_header.c
     query = select(h.id, h.session_id, h.source, h.time_created, h.attempts, h.retry_needed,
                    h.next_attempt_at, h.body).where(
-        h.target == item, h.status == "Queued", h.kind == "request")
+        h.target == item, h.status == Status.QUEUED, h.kind == "request")
     if after is not None:
         query = query.where(h.id > after)
     with store.read() as conn:

@@ -47,6 +47,7 @@ from engine.portal.trace_scale import BREAK_HEIGHT, TimeAxis, duration_text, tim
 from engine.store.inbound import InboundCall
 from engine.store.operator import resent_from
 from engine.store.rows import AttemptRow
+from engine.store.statuses import Status
 
 __all__ = ["FAIL", "OK", "STYLES", "caller_label", "participant_lines", "render_trace",
            "sender_label"]
@@ -239,8 +240,8 @@ def _message(svg: ET.Element, m: Mapping[str, Any], columns: Mapping[str, float]
                                   "marker-end": "url(#arrow-msg)"})
     kind = "response" if m["kind"] == "response" else m["status"]
     text(group, (start + end) / 2, y - 6, f"message {m['id']} · {kind}", anchor="middle")
-    if m["kind"] == "request" and m["time_completed"] and m["status"] != "Completed":
-        colour = FAIL if m["status"] == "Error" else NEUTRAL
+    if m["kind"] == "request" and m["time_completed"] and m["status"] != Status.COMPLETED:
+        colour = FAIL if m["status"] == Status.ERROR else NEUTRAL
         reason = f": {m['error_text']}" if m["error_text"] else ""
         ending = text(svg, end + 10, scale.y(m["time_completed"]) + 30,
                        short(f"message {m['id']} {m['status']}{reason}", 48), colour=colour,

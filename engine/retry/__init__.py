@@ -15,7 +15,7 @@ from engine.retry.backoff import (
     parse_retry_after,
     resolve_function,
 )
-from engine.retry.policy import Action, Decision, RetryPolicy
+from engine.retry.policy import Action, Decision, Reason, RetryPolicy
 from engine.retry.reply_codes import (
     DEFAULT_REPLY_CODE_ACTIONS,
     Actions,
@@ -30,7 +30,7 @@ from engine.retry.state import AttemptState
 __all__ = [
     "DEFAULT_REPLY_CODE_ACTIONS", "RETRY_SETTINGS", "Action", "Actions", "AttemptState", "Backoff",
     "Decision", "DelayFunction", "ExponentialBackoff", "FixedBackoff", "FunctionBackoff",
-    "ReplyCode", "ReplyCodeActions", "ReplyCodeRule", "RetryAfterBackoff", "RetryPolicy",
+    "Reason", "ReplyCode", "ReplyCodeActions", "ReplyCodeRule", "RetryAfterBackoff", "RetryPolicy",
     "RetrySettings", "backoff_from_settings", "check_backoff", "check_jitter",
     "check_reply_code_actions", "parse_retry_after", "resolve_function",
 ]

@@ -1,5 +1,4 @@
-"""The retry policy: after a failed attempt, retry at T, give up, or suspend (docs/retries.md,
-docs/retries.md).
+"""The retry policy: after a failed attempt, retry at T, give up, or suspend (docs/retries.md).
 
 :class:`RetryPolicy` is immutable and only decides; it never sleeps, logs or touches a
 message. The worker (or ``encore simulate``, on a virtual clock) acts on the
@@ -26,8 +25,8 @@ from engine.retry.settings import (
 )
 from engine.retry.state import AttemptState
 
-__all__ = ["FOREVER", "UNKNOWN_OUTCOME_CHOICES", "UNKNOWN_OUTCOME_REASON", "Action", "Decision",
-           "RetryPolicy"]
+__all__ = ["FOREVER", "INTERRUPTED_REASON", "UNKNOWN_OUTCOME_CHOICES", "UNKNOWN_OUTCOME_REASON",
+           "Action", "Decision", "Reason", "RetryPolicy"]
 
 # No retry waits longer than this, whatever a strategy computes (a retry_interval of 1e300,
 # a user function's answer): every wait stays a date a database can store and a time a
@@ -36,14 +35,37 @@ MAX_WAIT = 366 * 24 * 3600.0  # seconds
 
 UNKNOWN_OUTCOME_REASON = ("outcome unknown: the request may have been processed by the server; "
                           "it was not re-sent because the item is not idempotent")
+# after the text of the attempt that was cut short (engine.errors.CRASH_TEXT)
+INTERRUPTED_REASON = ("the request may have been processed, so it is not re-sent (the item is "
+                      "not idempotent); resend or discard it")
 
 
 class Action(str, enum.Enum):
-    """What the worker does next."""
+    """What follows an attempt. The retry policy answers RETRY, GIVE_UP or SUSPEND; the
+    delivery policy (engine.delivery.policy) adds COMPLETE and DISABLE."""
 
+    COMPLETE = "complete"  # a success, or an error that reply code action C accepts
     RETRY = "retry"
     GIVE_UP = "give_up"  # message ends in Error
     SUSPEND = "suspend"  # message ends in Suspended, for an operator
+    DISABLE = "disable"  # reply code action D: the item off, the message back in its queue
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Reason(str, enum.Enum):
+    """Why a delivery stops (GIVE_UP, SUSPEND, DISABLE): the value callers test. What the
+    event log says is the decision's ``text``, never matched."""
+
+    NOT_RETRYABLE = "not_retryable"  # the failure asks for no retry
+    MAX_ATTEMPTS = "max_attempts"
+    FAILURE_TIMEOUT = "failure_timeout"  # run out, or would be before the next attempt starts
+    DELAY_FUNCTION = "delay_function"  # a backoff function answered None
+    OUTCOME_UNKNOWN = "outcome_unknown"  # may have been processed; the item is not idempotent
+    INTERRUPTED = "interrupted"  # in flight when its daemon stopped; the item is not idempotent
+    REPLY_CODE = "reply_code"  # reply code action S or D
+    ASKED = "asked"  # the operation set suspend_message
 
     def __str__(self) -> str:
         return self.value
@@ -52,15 +74,17 @@ class Action(str, enum.Enum):
 @dataclass(frozen=True)
 class Decision:
     """The policy's answer. ``at`` is the monotonic time the next attempt starts (RETRY only,
-    else None); ``reason`` is human text for GIVE_UP / SUSPEND, written in the give-up event."""
+    else None); ``reason`` says why a GIVE_UP or SUSPEND stops (None for RETRY), and ``text``
+    says it in the words of the give-up or suspension event."""
 
     action: Action
     at: float | None = None
-    reason: str = ""
+    reason: Reason | None = None
+    text: str = ""
 
 
-def _give_up(reason: str) -> Decision:
-    return Decision(Action.GIVE_UP, reason=reason)
+def _give_up(reason: Reason, text: str) -> Decision:
+    return Decision(Action.GIVE_UP, reason=reason, text=text)
 
 
 def _seconds(value: float) -> str:
@@ -125,31 +149,46 @@ class RetryPolicy:
             end = min(end, first_started + self.failure_timeout)
         return end
 
-    def decide(self, state: AttemptState, *, retry_needed: bool,
+    def decide(self, state: AttemptState, *, retry_needed: bool, interrupted: bool = False,
                rng: random.Random | None = None) -> Decision:
-        """Decide after failed attempt ``state`` (rules 4, 5 of docs/retries.md and
-        docs/retries.md).
+        """Decide after failed attempt ``state`` (rules 4, 5 of docs/retries.md).
 
-        ``retry_needed`` is the message's retry-needed flag; ``rng`` draws jitter (None: a
-        module-wide generator). A RETRY's ``at`` is never before ``state.ended``.
+        ``retry_needed`` is the message's retry-needed flag; ``interrupted``: the attempt was
+        in flight when its daemon stopped (recovered on the next delivery); ``rng`` draws
+        jitter (None: a module-wide generator). A RETRY's ``at`` is never before
+        ``state.ended``.
         """
-        refusal = self._refusal(state, retry_needed)
+        refusal = self._refusal(state, retry_needed, interrupted)
         if refusal is not None:
             return refusal
         return self._schedule(state, rng)
 
-    def _refusal(self, state: AttemptState, retry_needed: bool) -> Decision | None:
+    def _refusal(self, state: AttemptState, retry_needed: bool,
+                 interrupted: bool) -> Decision | None:
         if not retry_needed:
-            return _give_up("not retryable")
-        if getattr(state.error, "delivery", None) == Delivery.UNKNOWN and not self.idempotent:
-            action = Action.SUSPEND if self.on_unknown_outcome == "suspend" else Action.GIVE_UP
-            return Decision(action, reason=UNKNOWN_OUTCOME_REASON)
+            return _give_up(Reason.NOT_RETRYABLE, "not retryable")
+        unknown = self._unknown_outcome(state, interrupted)
+        if unknown is not None:
+            return unknown
         if self.max_attempts > 0 and state.attempt >= self.max_attempts:
-            return _give_up(f"max attempts ({self.max_attempts}) reached")
+            return _give_up(Reason.MAX_ATTEMPTS, f"max attempts ({self.max_attempts}) reached")
         if self.bounded and state.elapsed >= self.failure_timeout:
-            return _give_up(f"{self._exceeded()} after {_attempts(state.attempt)} "
+            return _give_up(Reason.FAILURE_TIMEOUT,
+                            f"{self._exceeded()} after {_attempts(state.attempt)} "
                             f"in {_seconds(state.elapsed)} seconds")
         return None
+
+    def _unknown_outcome(self, state: AttemptState, interrupted: bool) -> Decision | None:
+        """The outcome-unknown rule, decided here only: a request that may have been
+        processed is sent again only by an idempotent item. Otherwise the message ends in
+        Error or, with ``on_unknown_outcome = "suspend"``, Suspended; an attempt cut short by
+        its daemon stopping always suspends it, for an operator to find out what happened."""
+        if self.idempotent or getattr(state.error, "delivery", None) != Delivery.UNKNOWN:
+            return None
+        if interrupted:
+            return Decision(Action.SUSPEND, reason=Reason.INTERRUPTED, text=INTERRUPTED_REASON)
+        action = Action.SUSPEND if self.on_unknown_outcome == "suspend" else Action.GIVE_UP
+        return Decision(action, reason=Reason.OUTCOME_UNKNOWN, text=UNKNOWN_OUTCOME_REASON)
 
     def _schedule(self, state: AttemptState, rng: random.Random | None) -> Decision:
         refusal = self._retry_after_refusal(state)
@@ -157,12 +196,13 @@ class RetryPolicy:
             return refusal
         at = self.backoff.next_start(state, rng)
         if at is None:
-            return _give_up("the delay function gave up")
+            return _give_up(Reason.DELAY_FUNCTION, "the delay function gave up")
         at = min(at, state.ended + MAX_WAIT) if at >= state.ended else state.ended
         if self.bounded and isinstance(self.backoff, RetryAfterBackoff):
             at = min(at, self._budget_end(state))  # jitter must not push past the budget
         if self.strict and self.bounded and at >= self._budget_end(state):
-            return _give_up(f"{self._exceeded()}: the next attempt would start "
+            return _give_up(Reason.FAILURE_TIMEOUT,
+                            f"{self._exceeded()}: the next attempt would start "
                             f"{_seconds(at - state.first_started)} seconds after the first")
         return Decision(Action.RETRY, at=at)
 
@@ -181,7 +221,8 @@ class RetryPolicy:
             shown += (f" (the server asked for {_seconds(asked)}; backoff_base "
                       f"{self.backoff.fallback.base:g} and backoff_max "
                       f"{self.backoff.fallback.cap:g} bound it)")
-        return _give_up(f"{shown} is longer than the {_seconds(left)} seconds left of the "
+        return _give_up(Reason.FAILURE_TIMEOUT,
+                        f"{shown} is longer than the {_seconds(left)} seconds left of the "
                         f"FailureTimeout of {self.failure_timeout:g} seconds")
 
     def _budget_end(self, state: AttemptState) -> float:

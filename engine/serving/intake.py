@@ -20,7 +20,7 @@ from engine.serving.threads import to_thread
 from engine.store.completions import Kept
 from engine.store.hotpath import Outcome
 from engine.store.sql import Accepted, SqlStore
-from engine.store.statuses import ENDED_STATUSES
+from engine.store.statuses import ENDED_STATUSES, Status
 
 MAX_KEY_LENGTH = 200  # characters of an Idempotency-Key (the column's size)
 
@@ -67,7 +67,7 @@ async def accept_and_wait(store: SqlStore, accept: Callable[[], Accepted], wait:
 def _completed_here(accepted: Accepted, kept: Kept) -> dict[str, Any]:
     """The outcome of ``accepted``, which completed in this process lately with the response
     ``kept`` by the hub."""
-    return {"id": accepted.id, "session_id": accepted.session_id, "status": "Completed",
+    return {"id": accepted.id, "session_id": accepted.session_id, "status": Status.COMPLETED,
             "response": _decoded(kept[1]), "error": None}
 
 

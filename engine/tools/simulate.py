@@ -33,6 +33,7 @@ from engine.retry import RetrySettings
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.store.sql import SqlStore
+from engine.store.statuses import Status
 from engine.testing import (
     ServerBehaviour,
     SimulatedOperation,
@@ -156,7 +157,7 @@ def _timeline(store: SqlStore, message_id: int, clock: VirtualClock,
         events.append(TimelineEvent(round(when, 6), "late_response", owner, server, "discarded"))
     final = store.get_message(message_id)
     assert final is not None and final.time_completed is not None
-    if final.status == "Completed":
+    if final.status == Status.COMPLETED:
         events.append(TimelineEvent(t(final.time_completed), "success", final.attempts))
     else:
         events.append(TimelineEvent(t(final.time_completed), "give_up", final.attempts,

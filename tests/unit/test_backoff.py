@@ -14,6 +14,7 @@ from engine.retry import (
     ExponentialBackoff,
     FixedBackoff,
     FunctionBackoff,
+    Reason,
     RetryAfterBackoff,
     RetryPolicy,
     backoff_from_settings,
@@ -181,9 +182,9 @@ def test_without_a_usable_retry_after_header_the_exponential_fallback_applies():
 def test_a_retry_after_beyond_the_failure_budget_gives_up_at_once():
     policy = RetryPolicy(failure_timeout=30, backoff=RetryAfterBackoff(now=lambda: NOW))
     decision = policy.decide(failed(started=20, ended=25, error=busy("10")), retry_needed=True)
-    assert decision.action is Action.GIVE_UP
-    assert "Retry-After of 10 seconds" in decision.reason
-    assert "5 seconds left" in decision.reason
+    assert (decision.action, decision.reason) == (Action.GIVE_UP, Reason.FAILURE_TIMEOUT)
+    assert "Retry-After of 10 seconds" in decision.text
+    assert "5 seconds left" in decision.text
 
 
 def test_a_retry_after_within_the_failure_budget_is_honoured():

@@ -7,10 +7,12 @@ import random
 import pytest
 
 from engine.errors import (
+    CRASH_TEXT,
     ConfigurationError,
     ConnectFailed,
     ConnectionReset,
     HttpStatusError,
+    OutcomeUnknown,
     ResponseTimeout,
 )
 from engine.retry import (
@@ -21,9 +23,11 @@ from engine.retry import (
     ExponentialBackoff,
     FixedBackoff,
     FunctionBackoff,
+    Reason,
     RetryAfterBackoff,
     RetryPolicy,
 )
+from engine.retry.policy import INTERRUPTED_REASON
 from engine.settings import validate_settings
 
 FAILURE_TIMEOUT_30 = "FailureTimeout of 30 seconds exceeded"
@@ -61,7 +65,8 @@ def test_the_seed_timeline_starts_at_0_10_20_30_and_gives_up_at_37():
     assert starts == [0, 10, 20, 30]
     assert decision.action is Action.GIVE_UP
     assert ended == 37
-    assert FAILURE_TIMEOUT_30 in decision.reason
+    assert decision.reason is Reason.FAILURE_TIMEOUT
+    assert FAILURE_TIMEOUT_30 in decision.text
     assert decision.at is None
 
 
@@ -70,23 +75,40 @@ def test_seed_003_idempotent_with_no_interval_retries_at_0_10_20_30_and_gives_up
     starts, decision, ended = run_timeline(policy, attempt_time=10)
     assert starts == [0, 10, 20, 30]
     assert (decision.action, ended) == (Action.GIVE_UP, 40)
-    assert "FailureTimeout of 35 seconds exceeded" in decision.reason
+    assert decision.reason is Reason.FAILURE_TIMEOUT
+    assert "FailureTimeout of 35 seconds exceeded" in decision.text
 
 
 def test_seed_003_not_idempotent_gives_up_after_one_timed_out_attempt():
     policy = RetryPolicy(retry_interval=0, failure_timeout=35, idempotent=False)
     starts, decision, ended = run_timeline(policy, attempt_time=10)
     assert starts == [0] and ended == 10
-    assert decision.action is Action.GIVE_UP
-    assert "may have been processed" in decision.reason
-    assert "not idempotent" in decision.reason
+    assert (decision.action, decision.reason) == (Action.GIVE_UP, Reason.OUTCOME_UNKNOWN)
+    assert "may have been processed" in decision.text
+    assert "not idempotent" in decision.text
 
 
 def test_not_idempotent_suspends_an_unknown_outcome_when_configured_to():
     policy = RetryPolicy(idempotent=False, on_unknown_outcome="suspend")
     decision = policy.decide(state(error=ConnectionReset("reset")), retry_needed=True)
-    assert decision.action is Action.SUSPEND
-    assert "may have been processed" in decision.reason
+    assert (decision.action, decision.reason) == (Action.SUSPEND, Reason.OUTCOME_UNKNOWN)
+    assert "may have been processed" in decision.text
+
+
+@pytest.mark.parametrize("on_unknown_outcome", ["error", "suspend"])
+def test_not_idempotent_always_suspends_an_attempt_its_daemon_left_in_flight(on_unknown_outcome):
+    policy = RetryPolicy(idempotent=False, on_unknown_outcome=on_unknown_outcome)
+    decision = policy.decide(state(error=OutcomeUnknown(CRASH_TEXT)), retry_needed=True,
+                             interrupted=True)
+    assert (decision.action, decision.reason) == (Action.SUSPEND, Reason.INTERRUPTED)
+    assert decision.text == INTERRUPTED_REASON
+
+
+def test_idempotent_retries_an_attempt_its_daemon_left_in_flight():
+    policy = RetryPolicy(retry_interval=10, failure_timeout=30)
+    decision = policy.decide(state(error=OutcomeUnknown(CRASH_TEXT)), retry_needed=True,
+                             interrupted=True)
+    assert decision == Decision(Action.RETRY, at=10.0)
 
 
 def test_not_idempotent_still_retries_a_request_that_was_never_sent():
@@ -105,7 +127,7 @@ def test_not_idempotent_retries_an_answered_error():
 
 def test_without_the_retry_needed_flag_it_gives_up_as_not_retryable():
     decision = RetryPolicy().decide(state(), retry_needed=False)
-    assert decision == Decision(Action.GIVE_UP, reason="not retryable")
+    assert decision == Decision(Action.GIVE_UP, reason=Reason.NOT_RETRYABLE, text="not retryable")
 
 
 def test_not_retryable_wins_over_an_unknown_outcome_suspend():
@@ -117,7 +139,8 @@ def test_not_retryable_wins_over_an_unknown_outcome_suspend():
 def test_failure_timeout_0_allows_a_single_attempt():
     starts, decision, _ = run_timeline(RetryPolicy(failure_timeout=0), attempt_time=0.001)
     assert starts == [0]
-    assert "FailureTimeout of 0 seconds exceeded" in decision.reason
+    assert decision.reason is Reason.FAILURE_TIMEOUT
+    assert "FailureTimeout of 0 seconds exceeded" in decision.text
 
 
 def test_failure_timeout_0_gives_up_even_after_an_instant_failure():
@@ -138,12 +161,13 @@ def test_max_attempts_stops_after_that_many_attempts():
     policy = RetryPolicy(retry_interval=1, failure_timeout=-1, max_attempts=3)
     starts, decision, _ = run_timeline(policy, attempt_time=0.5)
     assert starts == [0, 1, 2]
-    assert decision.reason == "max attempts (3) reached"
+    assert decision.reason is Reason.MAX_ATTEMPTS
+    assert decision.text == "max attempts (3) reached"
 
 
 def test_max_attempts_is_checked_before_the_failure_timeout():
     policy = RetryPolicy(failure_timeout=1, max_attempts=1)
-    assert policy.decide(state(ended=5), retry_needed=True).reason.startswith("max attempts (1)")
+    assert policy.decide(state(ended=5), retry_needed=True).text.startswith("max attempts (1)")
 
 
 @pytest.mark.parametrize(("failure_timeout", "text"), [
@@ -153,7 +177,7 @@ def test_max_attempts_is_checked_before_the_failure_timeout():
 def test_the_failure_timeout_reason_formats_the_number_compactly(failure_timeout, text):
     decision = RetryPolicy(failure_timeout=failure_timeout).decide(
         state(ended=100), retry_needed=True)
-    assert text in decision.reason
+    assert text in decision.text
 
 
 def test_a_retry_is_possible_right_up_to_the_failure_timeout():
@@ -165,7 +189,8 @@ def test_a_retry_is_possible_right_up_to_the_failure_timeout():
 def test_a_delay_function_returning_none_gives_up():
     policy = RetryPolicy(backoff=FunctionBackoff(lambda attempt: None))
     decision = policy.decide(state(), retry_needed=True)
-    assert decision == Decision(Action.GIVE_UP, reason="the delay function gave up")
+    assert decision == Decision(Action.GIVE_UP, reason=Reason.DELAY_FUNCTION,
+                                text="the delay function gave up")
 
 
 def test_fixed_interval_runs_from_the_start_of_the_previous_attempt():
@@ -211,7 +236,8 @@ def test_strict_refuses_to_start_an_attempt_after_the_budget():
     starts, decision, ended = run_timeline(policy, attempt_time=1)
     assert starts == [0, 10, 20]
     assert ended == 21
-    assert "FailureTimeout of 25 seconds exceeded" in decision.reason
+    assert decision.reason is Reason.FAILURE_TIMEOUT
+    assert "FailureTimeout of 25 seconds exceeded" in decision.text
 
 
 def test_without_strict_the_same_timeline_starts_a_fourth_attempt_after_the_budget():
@@ -223,8 +249,8 @@ def test_without_strict_the_same_timeline_starts_a_fourth_attempt_after_the_budg
 def test_strict_refuses_an_attempt_that_would_start_exactly_at_the_budget():
     policy = RetryPolicy(retry_interval=10, failure_timeout=30, strict=True)
     decision = policy.decide(state(attempt=3, started=20, ended=27), retry_needed=True)
-    assert decision.action is Action.GIVE_UP
-    assert FAILURE_TIMEOUT_30 in decision.reason
+    assert (decision.action, decision.reason) == (Action.GIVE_UP, Reason.FAILURE_TIMEOUT)
+    assert FAILURE_TIMEOUT_30 in decision.text
 
 
 # --- immutability and validation ---------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 from engine.attempt import AttemptObserver, AttemptReport
 from engine.clock import VirtualClock
 from engine.delivery.worker import Result, idempotency_key
-from engine.errors import AttemptHeld, HttpStatusError, RemoteFault, ResponseTimeout
+from engine.errors import CRASH_TEXT, AttemptHeld, HttpStatusError, RemoteFault, ResponseTimeout
 from engine.host import BusinessOperation
 from engine.settings import validate_settings
 from engine.store import queries
@@ -247,6 +247,25 @@ def test_an_attempt_in_flight_at_a_crash_is_resent_only_when_idempotent(store: S
         assert len(attempts) == (2 if idempotent else 1)
         assert row is not None
         h.daemon.stop()  # the next harness is another daemon: this one lets go of the item
+
+
+def test_an_attempt_in_flight_at_a_crash_suspends_a_not_idempotent_item_whatever_it_says(
+        store: SqlStore) -> None:
+    # on_unknown_outcome = "error" ends a live outcome-unknown failure in Error; an attempt
+    # its daemon left in flight is suspended all the same, for an operator
+    settings = {**SEED, "idempotent": False, "on_unknown_outcome": "error"}
+    h = Harness(store, StubOperation, settings, stub(["ok"]))
+    mid = h.send()
+    store.claim_next("Item", owner="dead", now=h.clock.now(), lease_seconds=1)
+    store.begin_attempt(mid, 1, started_at=h.clock.now())  # then the daemon died
+    h.clock.advance(5)
+    assert h.deliver_next() is Result.SUSPENDED
+    text = (f"{CRASH_TEXT}; the request may have been processed, so it is not re-sent (the "
+            "item is not idempotent); resend or discard it")
+    message = store.get_message(mid)
+    assert message is not None
+    assert (message.status, message.error_text) == ("Suspended", text)
+    assert h.events("Warning") == [text]
 
 
 def test_failure_timeout_counts_from_the_original_first_attempt_after_a_restart(
