@@ -30,13 +30,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sqlalchemy import func, select, text  # noqa: E402
+from sqlalchemy import func, select, text
 
-from engine.portal.export import export_store  # noqa: E402
-from engine.store import viewer  # noqa: E402
-from engine.store.models import message_header  # noqa: E402
-from engine.store.sql import SqlStore  # noqa: E402
-from engine.store.viewer import MessageFilter, PropertyFilter  # noqa: E402
+from engine.portal.export import export_store
+from engine.store import viewer
+from engine.store.models import message_header
+from engine.store.sql import SqlStore
+from engine.store.viewer import MessageFilter, PropertyFilter
 
 ITEMS = ("Payments", "Orders", "Stock", "Mail", "Ledger")
 STATUSES = (("Completed", 0.90), ("Error", 0.05), ("Queued", 0.03), ("Suspended", 0.01),

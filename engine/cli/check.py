@@ -122,7 +122,7 @@ def _operations_of(item: ItemConfig, failed: dict[str, str]) -> list[str] | None
             return contract.operation_names
     except EncoreError as exc:
         failed[item.name] = _without_item(str(exc), item.name)
-    except Exception as exc:  # noqa: BLE001 - a WSDL zeep cannot read: its reason, named
+    except Exception as exc:  # a WSDL zeep cannot read: its reason, named
         failed[item.name] = f"cannot load the WSDL {item.settings.get('wsdl')}: {exc}"
     return None
 

@@ -129,7 +129,7 @@ class AttemptRunner:
         response, error = None, None
         try:
             response = host.on_message(request)
-        except Exception as exc:  # noqa: BLE001 - every failure of user code is recorded
+        except Exception as exc:  # every failure of user code is recorded
             error = exc
         finally:
             server = adapter.end_attempt() if adapter is not None else None
@@ -164,6 +164,6 @@ class AttemptRunner:
         for observer in self.observers:
             try:
                 observer.after_attempt(row, report)
-            except Exception:  # noqa: BLE001 - an observer never fails a delivery
+            except Exception:  # an observer never fails a delivery
                 log.exception("item %s: attempt observer %s failed", self.host.name,
                               type(observer).__name__)

@@ -233,7 +233,7 @@ class Daemon:
                 f"{self.production.name}: {exc}", config_name=getattr(exc, "item", None),
                 job=self.id, source_class=SOURCE_CLASS, source_method=LifeStep.START,
                 echo=False)
-        except Exception as write_error:  # noqa: BLE001 - the start's own error goes on
+        except Exception as write_error:  # the start's own error goes on
             log.debug("the failed start is not in the event log: %s", write_error)
 
     def _prepare_start(self) -> dict[str, ItemRunner]:
@@ -526,7 +526,7 @@ class Daemon:
                 try:
                     self.heartbeat()
                     self._next_beat = now + self.heartbeat_interval
-                except Exception as exc:  # noqa: BLE001 - the loop outlives a failed beat
+                except Exception as exc:  # the loop outlives a failed beat
                     log.error("heartbeat failed; trying again in %.0f s: %s",
                               TICK_RETRY_DELAY, exc)
                     self._next_beat = now + min(TICK_RETRY_DELAY, self.heartbeat_interval)
@@ -561,7 +561,7 @@ class Daemon:
             self.wake.clear()  # before the tick: a wake-up during it is not lost
             try:
                 wait = self.tick()
-            except Exception:  # noqa: BLE001 - the loop must outlive one bad tick
+            except Exception:  # the loop must outlive one bad tick
                 log.exception("unexpected error in the daemon's loop")
                 wait = TICK_RETRY_DELAY
             self.wake.wait(min(wait, SIGNAL_POLL))
