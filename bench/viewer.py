@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import func, select, text
 
-from engine.portal.export import export_store
+from engine.portal.export import message_lines
 from engine.store import viewer
 from engine.store.models import message_header
 from engine.store.sql import SqlStore
@@ -186,7 +186,7 @@ def export_rows_per_s(store: SqlStore) -> tuple[float, int]:
     """viewer_export_rows_per_s: rows per second of a CSV export of every message of one
     item (the text chunks the portal's response streams, counted as they come)."""
     started = time.perf_counter()
-    rows_ = sum(chunk.count("\r\n") for chunk in export_store(
+    rows_ = sum(chunk.count("\r\n") for chunk in message_lines(
         store, MessageFilter(target="Stock"), "csv")) - 1  # the header line
     return rows_ / (time.perf_counter() - started), rows_
 

@@ -493,11 +493,6 @@ class Daemon:
         <engine.runtime.reload.Reloader.reload>`)."""
         self.reloader.reload()
 
-    def restart(self, name: str) -> None:
-        """Tear item ``name`` down and start it again (:meth:`Reloader.restart
-        <engine.runtime.reload.Reloader.restart>`)."""
-        self.reloader.restart(name)
-
     def request_restart(self, name: str) -> None:
         """Restart item ``name`` (as an operator's restart does), on the reload thread."""
         self.reloader.request_restart(name)
