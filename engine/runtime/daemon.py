@@ -45,7 +45,6 @@ import os
 import random
 import signal
 import socket
-import sys
 import threading
 import uuid
 from collections.abc import Mapping
@@ -95,7 +94,6 @@ log = logging.getLogger(__name__)
 
 PURGE_INTERVAL = 3600.0  # seconds between purges for retention_days
 SIGNAL_POLL = 1.0  # seconds the loop waits at most between ticks (signals wake it sooner)
-GIL_SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while others wait
 FORGET_AFTER_LEASES = 10  # a daemon silent for this many lease_seconds is taken off the list
 
 
@@ -172,10 +170,6 @@ class Daemon:
         daemon with :meth:`tick`, which then also delivers (the virtual-clock harness)."""
         self.inline = inline
         self.store.check_schema()
-        # Workers spend their time in socket calls; when one returns it waits for the GIL
-        # for up to the switch interval while another thread computes (the "convoy"
-        # effect): 5 ms by default, longer than a fast service takes to answer.
-        sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         self._sync_clock()
         try:
             runners = self._prepare_start()
