@@ -75,7 +75,7 @@ class XmlLimits(TypedSettings):
         return cls.from_validated(settings)
 
 
-class _Doctype(Exception):  # noqa: N818 - control flow: the caller's parser refuses DTDs
+class _Doctype(Exception):  # control flow: the caller's parser refuses DTDs
     """The document has a DTD: left to the parser that refuses it."""
 
 

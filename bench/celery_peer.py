@@ -107,7 +107,7 @@ def celery(work: Path, count: int) -> Outcome:
         try:
             with redis_server(work) as url, celery_worker(work, url):
                 durations = roundtrips(url, count)
-        except Exception as exc:  # noqa: BLE001 - an optional peer: its key goes null
+        except Exception as exc:  # an optional peer: its key goes null
             why_not = f"the Celery peer failed: {type(exc).__name__}: {exc}"
     if durations is None:
         print(f"[bench] celery_roundtrip_ms_p50 and sync_vs_celery are null: {why_not}",

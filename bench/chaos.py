@@ -234,7 +234,7 @@ def _drain(c: Campaign) -> float:
         try:
             if all(_unended(db.url) == 0 for db in c.databases):
                 break
-        except Exception:  # noqa: BLE001 - a database still coming back
+        except Exception:  # a database still coming back
             pass
         time.sleep(0.5)
     return time.monotonic() - started

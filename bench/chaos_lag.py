@@ -52,7 +52,7 @@ class HeartbeatWatch:
             while not self._stop.wait(EVERY):
                 try:
                     self._look(store)
-                except Exception:  # noqa: BLE001 - the database is away: a fault of its own
+                except Exception:  # the database is away: a fault of its own
                     pass
         finally:
             store.dispose()

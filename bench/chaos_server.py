@@ -96,7 +96,7 @@ class CountingServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:  # http.server's name
                 length = int(self.headers.get("Content-Length") or 0)
                 data = self.rfile.read(length)
                 sender, _, rest = self.path.lstrip("/").partition("/")

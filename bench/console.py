@@ -20,17 +20,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sqlalchemy import delete, insert  # noqa: E402
-from starlette.testclient import TestClient  # noqa: E402
+from sqlalchemy import delete, insert
+from starlette.testclient import TestClient
 
-from bench.viewer import ITEMS, _filled, _wipe, fill, measure  # noqa: E402
-from engine.clock import utcnow  # noqa: E402
-from engine.config.production import parse_production  # noqa: E402
-from engine.portal import create_app  # noqa: E402
-from engine.serving.auth import hash_password  # noqa: E402
-from engine.store import accounts, rollup  # noqa: E402
-from engine.store.models import item_minute, portal_user  # noqa: E402
-from engine.store.sql import SqlStore  # noqa: E402
+from bench.viewer import ITEMS, _filled, _wipe, fill, measure
+from engine.clock import utcnow
+from engine.config.production import parse_production
+from engine.portal import create_app
+from engine.serving.auth import hash_password
+from engine.store import accounts, rollup
+from engine.store.models import item_minute, portal_user
+from engine.store.sql import SqlStore
 
 PASSWORD = "a bench password"
 ITEM_TOML = """

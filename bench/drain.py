@@ -108,7 +108,7 @@ def pg_drain(pg_url: str | None, count: int) -> Outcome:
     if why_not is None:
         try:
             peer = pgq.drain(pg_url, count)
-        except Exception as exc:  # noqa: BLE001 - an optional peer: its key goes null
+        except Exception as exc:  # an optional peer: its key goes null
             why_not = f"pgqueuer's drain failed: {type(exc).__name__}: {exc}"
     if peer is None:
         print(f"[bench] pgqueuer_drain_ratio is null: {why_not}", file=sys.stderr, flush=True)

@@ -38,7 +38,7 @@ class DramatiqDrain:
 
 
 def _url() -> str:
-    from bench.dramatiq_app import DEFAULT_URL, URL_ENV  # noqa: PLC0415 - optional peer
+    from bench.dramatiq_app import DEFAULT_URL, URL_ENV  # optional peer
 
     return os.environ.get(URL_ENV, DEFAULT_URL)
 
@@ -47,19 +47,19 @@ def unavailable() -> str | None:
     """Why the dramatiq peer cannot run here, or None."""
     if importlib.util.find_spec("dramatiq") is None or importlib.util.find_spec("pika") is None:
         return "dramatiq[rabbitmq] is not installed (pip install -e '.[bench]')"
-    import pika  # noqa: PLC0415
+    import pika
 
     params = pika.URLParameters(_url())
     try:
         pika.BlockingConnection(params).close()
-    except Exception as exc:  # noqa: BLE001 - any failure to connect means no broker
+    except Exception as exc:  # any failure to connect means no broker
         return (f"RabbitMQ is not reachable at {params.host}:{params.port} "
                 f"({type(exc).__name__}: {exc}); start it with `rabbitmq-server -detached`")
     return None
 
 
 def _delete_queues(queue: str) -> None:
-    import pika  # noqa: PLC0415
+    import pika
 
     conn = pika.BlockingConnection(pika.URLParameters(_url()))
     try:
@@ -73,9 +73,9 @@ def _delete_queues(queue: str) -> None:
 def drain(work: Path, count: int, threads: int = THREADS) -> DramatiqDrain:
     """Enqueue ``count`` no-op messages, then drain them with one worker of ``threads``
     threads; messages/s from the first start to the last end."""
-    import dramatiq  # noqa: PLC0415
+    import dramatiq
 
-    from bench import dramatiq_app as app  # noqa: PLC0415 - optional peer
+    from bench import dramatiq_app as app  # optional peer
 
     queue = f"encore-bench-{os.getpid()}-{time.monotonic_ns()}"
     times = work / f"dramatiq-{queue}.times"
@@ -116,7 +116,7 @@ def drain(work: Path, count: int, threads: int = THREADS) -> DramatiqDrain:
 
 
 def _wait(times: Path, count: int, proc: subprocess.Popen[bytes], log: str) -> None:
-    from bench.dramatiq_app import LINE  # noqa: PLC0415
+    from bench.dramatiq_app import LINE
 
     started = time.monotonic()
     last, last_change = -1, started

@@ -316,7 +316,7 @@ def install_census(store: SqlStore) -> Tally:
     tally = Tally()
     old = store.db.hot
     cls = CountingPostgresHotPath if store.is_postgres else CountingSqliteHotPath
-    hot = cls(store.engine, old._is_driver_error)  # noqa: SLF001
+    hot = cls(store.engine, old._is_driver_error)
     hot.tally, hot._depth = tally, threading.local()
     old.dispose()
     store.db.hot = hot

@@ -34,9 +34,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import harness as h  # noqa: E402
-from bench.drain import ITEM, NOOP_BODY, NOOP_CLASS  # noqa: E402
-from engine.clock import utcnow  # noqa: E402
+from bench import harness as h
+from bench.drain import ITEM, NOOP_BODY, NOOP_CLASS
+from engine.clock import utcnow
 
 GUARDS: dict[str, dict[str, Any]] = {
     "off": {},

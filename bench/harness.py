@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, func, select, text
 
+from engine.cli.run import GIL_SWITCH_INTERVAL
 from engine.client import send_message, send_messages
 from engine.clock import as_utc, utcnow
 from engine.config.production import ProductionConfig, parse_production
@@ -81,7 +82,9 @@ def _toml(value: Any) -> str:
 
 @contextmanager
 def running_daemon(production: ProductionConfig, store: SqlStore) -> Iterator[Daemon]:
-    """A :class:`Daemon` started in this process (stopped on the way out)."""
+    """A :class:`Daemon` started in this process (stopped on the way out), under the switch
+    interval `encore run` gives its own process."""
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL)
     daemon = Daemon(production, store=store, env={})
     daemon.start()
     try:

@@ -100,7 +100,7 @@ def _spread(values: Sequence[float]) -> str:
 # -- the production inside ``encore run`` ----------------------------------------------------
 
 def production_text(database: str, port: int) -> str:
-    q = h._toml  # noqa: SLF001 - the harness's TOML quoting
+    q = h._toml  # the harness's TOML quoting
     return "\n".join([
         "[production]", 'name = "Latency"', f"database = {q(database)}", "",
         "[portal]", 'host = "127.0.0.1"', f"port = {port}", "",

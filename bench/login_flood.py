@@ -32,18 +32,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import requests  # noqa: E402
-from requests.adapters import HTTPAdapter  # noqa: E402
-from sqlalchemy import select  # noqa: E402
+import requests
+from requests.adapters import HTTPAdapter
+from sqlalchemy import select
 
-from bench import harness as h  # noqa: E402
-from bench import latency  # noqa: E402
-from bench.report import Outcome  # noqa: E402
-from engine.client import send_message  # noqa: E402
-from engine.clock import as_utc, utcnow  # noqa: E402
-from engine.serving.auth import hash_password  # noqa: E402
-from engine.store import accounts  # noqa: E402
-from engine.store.models import message_header  # noqa: E402
+from bench import harness as h
+from bench import latency
+from bench.report import Outcome
+from engine.client import send_message
+from engine.clock import as_utc, utcnow
+from engine.serving.auth import hash_password
+from engine.store import accounts
+from engine.store.models import message_header
 
 FLOOD = 80  # parallel logins
 PER_ADDRESS = 5  # from each loopback address: the login limit, so none is throttled

@@ -141,7 +141,7 @@ def dramatiq(work: Path, sizes: PoolSizes) -> Outcome:
                 peers.append(dramatiq_peer.drain(work, sizes.dramatiq, POOL))
                 runs.append(d.drain(h.sqlite_url(work, f"dramatiq-encore-{i}.db"),
                                     sizes.dramatiq, POOL))
-        except Exception as exc:  # noqa: BLE001 - an optional peer: its key goes null
+        except Exception as exc:  # an optional peer: its key goes null
             why_not = f"the dramatiq peer failed: {type(exc).__name__}: {exc}"
     if why_not is not None:
         print(f"[bench] {key} is null: {why_not}", file=sys.stderr, flush=True)

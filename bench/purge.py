@@ -27,10 +27,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sqlalchemy import text  # noqa: E402
+from sqlalchemy import text
 
-from engine.store import operator  # noqa: E402
-from engine.store.sql import SqlStore  # noqa: E402
+from engine.store import operator
+from engine.store.sql import SqlStore
 
 COUNT = 200_000  # finished requests of the full and the --quick run alike (the key's name)
 CHUNK = 20_000  # rows per insert batch

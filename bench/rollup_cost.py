@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.clock import SystemClock  # noqa: E402
-from engine.store.rollup import RollupCounter  # noqa: E402
+from engine.clock import SystemClock
+from engine.store.rollup import RollupCounter
 
 
 def per_message_us(count: int) -> float:

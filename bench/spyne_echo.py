@@ -26,7 +26,7 @@ class EchoService(ServiceBase):  # type: ignore[misc]
 class _Quiet(WSGIRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as a real service would
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 

@@ -205,7 +205,7 @@ def bare_requests(target_url: str, count: int, threads: int) -> float:
                 ready.wait()
                 for _ in range(calls):
                     session.get(target_url, timeout=10).raise_for_status()
-        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+        except BaseException as exc:  # reported by the caller
             errors.append(exc)
             ready.abort()
 

@@ -30,13 +30,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sqlalchemy import func, select, text  # noqa: E402
+from sqlalchemy import func, select, text
 
-from engine.portal.export import export_store  # noqa: E402
-from engine.store import viewer  # noqa: E402
-from engine.store.models import message_header  # noqa: E402
-from engine.store.sql import SqlStore  # noqa: E402
-from engine.store.viewer import MessageFilter, PropertyFilter  # noqa: E402
+from engine.portal.export import message_lines
+from engine.store import viewer
+from engine.store.models import message_header
+from engine.store.sql import SqlStore
+from engine.store.viewer import MessageFilter, PropertyFilter
 
 ITEMS = ("Payments", "Orders", "Stock", "Mail", "Ledger")
 STATUSES = (("Completed", 0.90), ("Error", 0.05), ("Queued", 0.03), ("Suspended", 0.01),
@@ -186,7 +186,7 @@ def export_rows_per_s(store: SqlStore) -> tuple[float, int]:
     """viewer_export_rows_per_s: rows per second of a CSV export of every message of one
     item (the text chunks the portal's response streams, counted as they come)."""
     started = time.perf_counter()
-    rows_ = sum(chunk.count("\r\n") for chunk in export_store(
+    rows_ = sum(chunk.count("\r\n") for chunk in message_lines(
         store, MessageFilter(target="Stock"), "csv")) - 1  # the header line
     return rows_ / (time.perf_counter() - started), rows_
 

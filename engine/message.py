@@ -11,7 +11,7 @@ import importlib
 import json
 import typing
 from collections.abc import Mapping
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 from engine.errors import MessageError
 
@@ -70,7 +70,6 @@ class JsonMessage(Message):
     even one whose text spells an object (``"{\\"a\\": 1}"``): a body is decoded once."""
 
     data: dict[str, Any] = dataclasses.field(default_factory=dict)
-    open_fields: ClassVar[bool] = True
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.data)

@@ -74,7 +74,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     try:
         drop_database(_worker_database(normalise_url(url), worker))
-    except Exception as exc:  # noqa: BLE001 - the run's result stands; say what is left
+    except Exception as exc:  # the run's result stands; say what is left
         sys.stderr.write(f"\nthe PostgreSQL database of worker {worker} was not dropped: "
                          f"{exc}\n")
 

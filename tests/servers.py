@@ -103,7 +103,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet tests
+    def log_message(self, format: str, *args: Any) -> None:  # quiet tests
         pass
 
     def finish(self) -> None:
@@ -364,7 +364,7 @@ def _echo_service(state: _SpyneState) -> type:
 
 
 class _QuietWSGIRequestHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 

@@ -1,2 +1,3 @@
 """The ``encore`` command line: ``commands`` holds the group (``encore = engine.cli.commands:main``)
-and the commands of the message store; ``operator`` the operator's; ``report`` renders rows."""
+and registers every command, each in the module of its subject (``run``, ``send``,
+``listing``, ``status``, ``database``, ``operator``, ...); ``report`` renders rows."""

@@ -3,15 +3,13 @@ its daemons run (:mod:`engine.store.backup`, docs/backup.md). A PostgreSQL datab
 backed up with PostgreSQL's own tools: the command says which, and exits 1."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import click
 
 from engine.errors import StoreError
 from engine.store.database import normalise_url, sqlite_file
-
-if TYPE_CHECKING:
-    from sqlalchemy.engine import URL
+from engine.store.url import libpq_url, parse_url
 
 
 class BackupContext(Protocol):
@@ -26,17 +24,15 @@ class BackupContext(Protocol):
 def backup(ctx: BackupContext, path: str) -> None:
     """Copy the production's SQLite database to PATH, a new file, as one consistent
     snapshot — while the daemons run. For PostgreSQL, says to use pg_dump (exit 1)."""
-    from sqlalchemy.engine import make_url  # not at import: `encore send` never needs it
-
     from engine.store.backup import backup_sqlite
 
-    url = make_url(normalise_url(ctx.database_url()))
+    url = parse_url(normalise_url(ctx.database_url()))
     safe = url.render_as_string(hide_password=True)
     if url.get_backend_name() != "sqlite":
         raise StoreError(
             f"`encore db backup` copies SQLite files; {safe} is a {url.get_backend_name()} "
             f"database: back it up with its own tools, e.g. pg_dump --format=custom "
-            f"--file={path} '{_libpq_url(url)}' (its password from PGPASSWORD or "
+            f"--file={path} '{libpq_url(url)}' (its password from PGPASSWORD or "
             "~/.pgpass; docs/backup.md)")
     database = sqlite_file(url.render_as_string(hide_password=False))
     if database is None:
@@ -45,11 +41,3 @@ def backup(ctx: BackupContext, path: str) -> None:
     click.echo(f"backup of {safe} written to {done.path} ({done.size:,} bytes, integrity "
                f"check {done.integrity})")
 
-
-def _libpq_url(url: URL) -> str:
-    """``url`` as pg_dump takes it: no SQLAlchemy driver name, no password."""
-    from sqlalchemy.engine import URL
-
-    plain = URL.create(url.get_backend_name(), username=url.username, host=url.host,
-                       port=url.port, database=url.database, query=url.query)
-    return plain.render_as_string(hide_password=False)

@@ -122,7 +122,7 @@ def _operations_of(item: ItemConfig, failed: dict[str, str]) -> list[str] | None
             return contract.operation_names
     except EncoreError as exc:
         failed[item.name] = _without_item(str(exc), item.name)
-    except Exception as exc:  # noqa: BLE001 - a WSDL zeep cannot read: its reason, named
+    except Exception as exc:  # a WSDL zeep cannot read: its reason, named
         failed[item.name] = f"cannot load the WSDL {item.settings.get('wsdl')}: {exc}"
     return None
 
@@ -192,9 +192,9 @@ def _without_item(text: str, name: str | None) -> str:
 
 # -- the database and the ports --------------------------------------------------------------
 def _check_database(ctx: object, report: _Report) -> None:
-    from sqlalchemy.engine import make_url
-
-    from engine.cli.commands import migrate, open_store
+    from engine.store import migrate
+    from engine.store.opening import open_store
+    from engine.store.url import safe_url
 
     url = ctx.database_url()  # type: ignore[attr-defined]
     try:
@@ -204,7 +204,7 @@ def _check_database(ctx: object, report: _Report) -> None:
         return
     try:
         revision = migrate.current_revision(store.engine)
-        name = make_url(store.url).render_as_string(hide_password=True)
+        name = safe_url(store.url)
         report.ok("database", f"{name}, at the latest schema (revision {revision})")
     finally:
         store.dispose()

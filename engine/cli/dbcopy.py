@@ -13,20 +13,15 @@ import sys
 from pathlib import Path
 
 import click
-from sqlalchemy.engine import make_url
 
-from engine.cli.commands import Context, open_store
+from engine.cli.context import Context
 from engine.config.production import absolute_sqlite_url
 from engine.errors import StoreError
 from engine.store.copy import copy_database, describe, live_daemons, row_counts
+from engine.store.opening import open_store
+from engine.store.url import safe_url
 
 __all__ = ["copy_to"]
-
-
-def safe_database_name(url: str) -> str:
-    """``url`` without its password."""
-    return make_url(url).render_as_string(hide_password=True)
-
 
 
 def copy_to(ctx: Context, to_url: str, batch: int) -> None:
@@ -35,7 +30,7 @@ def copy_to(ctx: Context, to_url: str, batch: int) -> None:
     source = ctx.store
     alive = live_daemons(source.engine, source.db_now(), ctx.outline.lease_seconds)
     if alive:
-        raise StoreError(f"daemons are running on {safe_database_name(source.url)}: "
+        raise StoreError(f"daemons are running on {safe_url(source.url)}: "
                          f"{', '.join(alive)}; stop them (SIGTERM) before copying")
     to_url = absolute_sqlite_url(to_url, Path.cwd())
     if to_url == source.url:
@@ -43,8 +38,8 @@ def copy_to(ctx: Context, to_url: str, batch: int) -> None:
     target = open_store(to_url, need_schema=False)
     try:
         counts = row_counts(source.engine)
-        click.echo(f"copying {safe_database_name(source.url)} to "
-                   f"{safe_database_name(target.url)}: {describe(counts)}", err=True)
+        click.echo(f"copying {safe_url(source.url)} to "
+                   f"{safe_url(target.url)}: {describe(counts)}", err=True)
         with click.progressbar(length=sum(counts.values()), label="rows", file=sys.stderr,
                                show_pos=True) as bar:
             copied = copy_database(source.engine, target.engine, batch=batch,
@@ -55,5 +50,5 @@ def copy_to(ctx: Context, to_url: str, batch: int) -> None:
         click.echo(f"{table.table}: {table.source} rows, {table.target} on the target")
     click.echo(f"copied {sum(t.target for t in copied)} rows of {len(copied)} tables; every "
                f"table's rows counted on both sides. Point the production's database (or "
-               f"ENCORE_DATABASE_URL) at {safe_database_name(target.url)} and start the "
+               f"ENCORE_DATABASE_URL) at {safe_url(target.url)} and start the "
                "daemons there.")

@@ -29,7 +29,7 @@ MAX_AGE = timedelta(days=36500)  # a century: older cut-offs reach back towards 
 
 
 class OperatorContext(Protocol):
-    """What these commands need of the group's context object (``engine.cli.commands.Context``)."""
+    """What these commands need of the group's context object (``engine.cli.context.Context``)."""
 
     @property
     def store(self) -> SqlStore: ...

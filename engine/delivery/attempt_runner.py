@@ -105,7 +105,7 @@ class AttemptRunner:
         response, error = None, None
         try:
             response = host.on_message(request)
-        except Exception as exc:  # noqa: BLE001 - every failure of user code is recorded
+        except Exception as exc:  # every failure of user code is recorded
             error = exc
         finally:
             server = adapter.end_attempt() if adapter is not None else None
@@ -142,6 +142,6 @@ class AttemptRunner:
         for after in self.hooks.after_attempt:
             try:
                 after(row, report)
-            except Exception:  # noqa: BLE001 - a middleware never fails a delivery
+            except Exception:  # a middleware never fails a delivery
                 log.exception("item %s: middleware %s failed after an attempt",
                               self.host.name, type(getattr(after, "__self__", after)).__name__)

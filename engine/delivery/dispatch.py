@@ -315,7 +315,7 @@ class Dispatcher:
                 log.error("item %s: %s; trying again in %.0f s", self.settings.target, exc,
                           STORE_RETRY_DELAY)
                 wait = STORE_RETRY_DELAY
-            except Exception:  # noqa: BLE001 - the dispatcher must outlive one bad step
+            except Exception:  # the dispatcher must outlive one bad step
                 log.exception("item %s: unexpected error in the dispatcher",
                               self.settings.target)
                 wait = STORE_RETRY_DELAY
@@ -516,7 +516,7 @@ class Dispatcher:
         except EncoreError as exc:
             log.warning("item %s: %d success(es) are recorded with the next group commit: %s",
                         self.settings.target, len(completions), exc)
-        except Exception:  # noqa: BLE001 - the worker must outlive one bad commit
+        except Exception:  # the worker must outlive one bad commit
             log.exception("item %s: %d success(es) are recorded with the next group commit "
                           "after an unexpected error", self.settings.target, len(completions))
         if failed:

@@ -156,7 +156,7 @@ class ItemRunner:
                        pool_size=self.item.pool_size, env=self.context.env, clock=self.clock)
         except EncoreError:
             raise
-        except Exception as exc:  # noqa: BLE001 - a user's adapter class: its error, named
+        except Exception as exc:  # a user's adapter class: its error, named
             raise ConfigurationError(f"{cls.__name__} cannot be created: "
                                      f"{type(exc).__name__}: {exc}", item=self.item.name) from exc
 
@@ -190,7 +190,7 @@ class ItemRunner:
                 host.bind(ProcessContext(store=self.store, production=production,
                                          clock=self.clock, stop=self.stop_event))
             host.on_init()
-        except Exception as exc:  # noqa: BLE001 - user code: its error names the item
+        except Exception as exc:  # user code: its error names the item
             raise ConfigurationError(f"{self.item.class_path} failed to start (on_init): "
                                      f"{type(exc).__name__}: {exc}", item=self.item.name) from exc
         return host
@@ -368,7 +368,7 @@ class ItemRunner:
             log.error("item %s: %s; trying again in %.0f s", self.item.name, exc,
                       STORE_RETRY_DELAY)
             self.stop_event.wait(STORE_RETRY_DELAY)
-        except Exception:  # noqa: BLE001 - a worker never dies of one message
+        except Exception:  # a worker never dies of one message
             self.claims.abandon(row, self.dispatcher.claims)
             log.exception("item %s: unexpected error in worker", self.item.name)
             self.stop_event.wait(STORE_RETRY_DELAY)
@@ -449,5 +449,5 @@ class ItemRunner:
 def _quietly(func: object) -> None:
     try:
         func()  # type: ignore[operator]
-    except Exception:  # noqa: BLE001 - tear-down must not stop the shutdown
+    except Exception:  # tear-down must not stop the shutdown
         log.exception("error during tear-down")

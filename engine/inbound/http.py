@@ -186,7 +186,7 @@ class HttpService(InboundService):
             return self._refuse(context, caller, 400, str(exc))
         except ClientDisconnect:  # gone mid-body: counted, not traced
             return client_gone(self.name, caller.host)
-        except Exception:  # noqa: BLE001 - the store is down, say: the caller hears it
+        except Exception:  # the store is down, say: the caller hears it
             log.exception("%s: a request could not be taken in", self.name)
             return JSONResponse({"error": "the request could not be taken in (the daemon's "
                                           "log says why); try again"}, 503)

@@ -65,7 +65,7 @@ def inbound_services(production: ProductionConfig, store: SqlStore) -> list[Inbo
         try:
             service = cls(item.name, item.settings, events=store.events)
             service.on_init()
-        except Exception as exc:  # noqa: BLE001 - user code: its error names the item
+        except Exception as exc:  # user code: its error names the item
             tear_down(services)
             if isinstance(exc, ConfigurationError):
                 raise
@@ -80,7 +80,7 @@ def tear_down(services: Sequence[InboundService]) -> None:
     for service in services:
         try:
             service.on_tear_down()
-        except Exception:  # noqa: BLE001 - tear-down must not stop a stop or a reload
+        except Exception:  # tear-down must not stop a stop or a reload
             log.exception("error during tear-down of %s", service.name)
 
 

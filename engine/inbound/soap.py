@@ -159,7 +159,7 @@ class SoapService(InboundService):
         service keeps the contract it has."""
         try:
             self.contract.load()
-        except Exception as exc:  # noqa: BLE001 - zeep, lxml and the policy raise many kinds
+        except Exception as exc:  # zeep, lxml and the policy raise many kinds
             raise ConfigurationError(f"cannot load the WSDL {self.contract.path}: "
                                      f"{type(exc).__name__}: {exc}", item=self.name,
                                      key="wsdl") from exc
@@ -174,7 +174,7 @@ class SoapService(InboundService):
                 return self.contract.loaded
             try:
                 self.contract.load()
-            except Exception as exc:  # noqa: BLE001 - a bad WSDL is the item's error
+            except Exception as exc:  # a bad WSDL is the item's error
                 self._next_load = time.monotonic() + WSDL_RETRY
                 if not self._load_failed:
                     self.log_error(f"cannot load the WSDL {self.contract.path}: "
@@ -221,7 +221,7 @@ class SoapService(InboundService):
                                                            f"target {self.target!r}: {exc}", 500)
         except ClientDisconnect:  # gone mid-body: counted, not traced
             return client_gone(self.name, caller.host)
-        except Exception:  # noqa: BLE001 - the store is down, say: the caller hears it
+        except Exception:  # the store is down, say: the caller hears it
             log.exception("%s: a request could not be taken in", self.name)
             return _fault(envelope, "Server", "the request could not be taken in (the "
                                               "daemon's log says why); try again", 503)

@@ -170,5 +170,5 @@ def _flush_forever(shared: RepeatFilter) -> None:
         time.sleep(FLUSH_INTERVAL)
         try:
             shared.flush()
-        except Exception:  # noqa: BLE001 - the flusher must outlive a broken handler
+        except Exception:  # the flusher must outlive a broken handler
             pass

@@ -131,7 +131,7 @@ class Metrics:
             return {}
         try:
             return dict(source())
-        except Exception:  # noqa: BLE001 - a scrape still answers when the database is down
+        except Exception:  # a scrape still answers when the database is down
             log.exception("could not read queue depths for the metrics")
             return {}
 
@@ -257,7 +257,7 @@ class MetricsServer:
             return True, "ok"
         try:
             ok, reason = self.health()
-        except Exception as exc:  # noqa: BLE001 - a broken check is an unhealthy daemon
+        except Exception as exc:  # a broken check is an unhealthy daemon
             log.exception("health check failed")
             return False, f"health check failed: {type(exc).__name__}"
         return bool(ok), str(reason or ("ok" if ok else "unhealthy"))
@@ -298,13 +298,13 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = "encore-metrics"
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:  # http.server's naming
         path = urlsplit(self.path).path
         owner = self.server.owner
         if path == "/metrics":
             try:
                 body = owner.metrics.render()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("could not render the metrics")
                 self._reply(500, "could not render the metrics\n")
                 return
@@ -325,5 +325,5 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:  # stdlib signature
         log.debug("metrics %s - %s", self.address_string(), format % args)

@@ -167,7 +167,7 @@ class ItemTracing(AttemptObserver):
                             sc.ENCORE_MESSAGE_ID: row.id})
             self._local.attempt = span
             return headers_of(span)
-        except Exception:  # noqa: BLE001 - never fail a delivery for tracing
+        except Exception:  # never fail a delivery for tracing
             log.exception("item %s: could not start the span of an attempt", self.target)
             return None
 

@@ -27,7 +27,7 @@ PORTAL_DEFAULTS = PortalConfig.defaults()  # the portal of a production without 
 
 
 class PortalContext(Protocol):
-    """What these commands need of the group's context object (``engine.cli.commands.Context``)."""
+    """What these commands need of the group's context object (``engine.cli.context.Context``)."""
 
     @property
     def store(self) -> SqlStore: ...

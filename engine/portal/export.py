@@ -103,7 +103,6 @@ def message_lines(store: SqlStore, flt: viewer.MessageFilter, fmt: str, *,
 
 _CREATED, _COMPLETED = (viewer.EXPORT_COLUMNS.index(c) for c in ("time_created",
                                                                   "time_completed"))
-_RETRY = viewer.EXPORT_COLUMNS.index("retry_needed")
 _STATUS = viewer.EXPORT_COLUMNS.index("status")
 
 
@@ -189,8 +188,3 @@ def _bool_cell(value: bool | None) -> str:
 _CELLS: dict[str, Callable[[Any], str]] = {"time_created": _time_cell, "time_completed": _time_cell,
                                           "time_logged": _time_cell,
                                           "retry_needed": _bool_cell}
-
-
-def export_store(store: SqlStore, flt: viewer.MessageFilter, fmt: str) -> Iterator[str]:
-    """An export of ``flt`` as ``fmt`` text chunks, without a request (the benchmark's)."""
-    return message_lines(store, flt, fmt)

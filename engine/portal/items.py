@@ -17,7 +17,6 @@ an example body (:mod:`engine.portal.example_body`).
 """
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -46,7 +45,7 @@ from engine.store.statuses import Status
 
 TEST_WAIT = 30.0  # seconds the Testing Service waits for its message to end
 MAX_TEST_BODY = 1024 * 1024  # characters of a test body
-CHART_W, CHART_H, CHART_BAR = 480, 90, 8  # px: 60 minutes of 8 px
+CHART_H, CHART_BAR = 90, 8  # px: the chart's height; one minute's bar, 60 of them
 
 
 def routes() -> list[BaseRoute]:
@@ -275,7 +274,3 @@ async def reload_api(request: Request) -> Response:
     who = await run_in_threadpool(api_user, request, "admin")
     await run_in_threadpool(actions.reload_production, portal_of(request).store, who)
     return reply({"reload": "asked of every daemon"}, 202)
-
-
-def minute_label(moment: datetime) -> str:
-    return moment.strftime("%H:%M")

@@ -4,30 +4,23 @@ one item in delivery order, paged, each with suspend and discard.
 
 Delivery order is the order the dispatcher claims in: by id among the messages due now; a
 message parked until its next retry (``next_attempt_at`` in the future) comes when due, so
-it is listed with its due time. Pages are keyset-paged by id (``?after=ID``) on the queue
-index ``(target, status, id)``: page 100 costs what page 1 does.
+it is listed with its due time. Pages are keyset-paged by id (``?after=ID``,
+:func:`engine.store.listings.queued_page`).
 """
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
-
-from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from engine.clock import as_utc
 from engine.errors import ItemNotFound
 from engine.portal import actions
 from engine.portal.context import portal_of
 from engine.portal.forms import acting_user, confirm, confirmed, current_user
 from engine.portal.status import is_enabled, production_view
-from engine.store.models import message_header
-from engine.store.sql import SqlStore
-from engine.store.statuses import Status
+from engine.store import listings
 
 PAGE_SIZE = 50
 QUEUE_ACTIONS = ("suspend", "discard")
@@ -39,25 +32,6 @@ def routes() -> list[BaseRoute]:
         Route("/queues/{name}", queue_page, methods=["GET"]),
         Route("/queues/{name}/{message_id:int}/{action}", queue_action, methods=["POST"]),
     ]
-
-
-def queued_page(store: SqlStore, item: str, *, after: int | None = None,
-                limit: int = PAGE_SIZE) -> tuple[list[dict[str, Any]], int | None]:
-    """The queued requests of ``item`` in delivery order after id ``after``: (rows, the
-    ``after`` of the next page or None)."""
-    h = message_header.c
-    query = select(h.id, h.session_id, h.source, h.time_created, h.attempts, h.retry_needed,
-                   h.next_attempt_at, h.body).where(
-        h.target == item, h.status == Status.QUEUED, h.kind == "request")
-    if after is not None:
-        query = query.where(h.id > after)
-    with store.read() as conn:
-        rows: list[dict[str, Any]] = [
-            {k: as_utc(v) if isinstance(v, datetime) else v for k, v in r.items()}
-            for r in conn.execute(query.order_by(h.id).limit(limit + 1)).mappings()]
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return rows, rows[-1]["id"] if more and rows else None
 
 
 def queues_page(request: Request) -> Response:
@@ -79,7 +53,7 @@ def queue_page(request: Request) -> Response:
     if after_text and not after_text.isdigit():
         raise HTTPException(400, f"after: {after_text!r} is not a message id")
     after = int(after_text) if after_text else None
-    rows, next_after = queued_page(portal.store, name, after=after)
+    rows, next_after = listings.queued_page(portal.store, name, after=after, limit=PAGE_SIZE)
     now = portal.store.db_now()
     return portal.render(request, "queue.html", {
         "name": name, "rows": rows, "after": after, "next_after": next_after,

@@ -94,7 +94,7 @@ class ProductionFollower:
                 return False
             try:
                 new = load_production(self.path, self.env)  # type: ignore[arg-type]
-            except Exception as exc:  # noqa: BLE001 - a bad file never takes the portal down
+            except Exception as exc:  # a bad file never takes the portal down
                 if digest != self._refused:
                     log.warning("portal: the production file changed but does not load; "
                                 "serving the previous version: %s", exc)

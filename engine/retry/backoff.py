@@ -226,7 +226,7 @@ def _date_delay(text: str, now: datetime) -> float | None:
         if when.tzinfo is None:  # "-0000": UTC with no offset information
             when = when.replace(tzinfo=UTC)
         return max((when - now).total_seconds(), 0.0)
-    except Exception:  # noqa: BLE001 - a server's header is data: unusable, not a crash
+    except Exception:  # a server's header is data: unusable, not a crash
         return None
 
 

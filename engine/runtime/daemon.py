@@ -45,7 +45,6 @@ import os
 import random
 import signal
 import socket
-import sys
 import threading
 import uuid
 from collections.abc import Mapping
@@ -95,7 +94,6 @@ log = logging.getLogger(__name__)
 
 PURGE_INTERVAL = 3600.0  # seconds between purges for retention_days
 SIGNAL_POLL = 1.0  # seconds the loop waits at most between ticks (signals wake it sooner)
-GIL_SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while others wait
 FORGET_AFTER_LEASES = 10  # a daemon silent for this many lease_seconds is taken off the list
 
 
@@ -172,10 +170,6 @@ class Daemon:
         daemon with :meth:`tick`, which then also delivers (the virtual-clock harness)."""
         self.inline = inline
         self.store.check_schema()
-        # Workers spend their time in socket calls; when one returns it waits for the GIL
-        # for up to the switch interval while another thread computes (the "convoy"
-        # effect): 5 ms by default, longer than a fast service takes to answer.
-        sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         self._sync_clock()
         try:
             runners = self._prepare_start()
@@ -233,7 +227,7 @@ class Daemon:
                 f"{self.production.name}: {exc}", config_name=getattr(exc, "item", None),
                 job=self.id, source_class=SOURCE_CLASS, source_method=LifeStep.START,
                 echo=False)
-        except Exception as write_error:  # noqa: BLE001 - the start's own error goes on
+        except Exception as write_error:  # the start's own error goes on
             log.debug("the failed start is not in the event log: %s", write_error)
 
     def _prepare_start(self) -> dict[str, ItemRunner]:
@@ -496,11 +490,6 @@ class Daemon:
         <engine.runtime.reload.Reloader.reload>`)."""
         self.reloader.reload()
 
-    def restart(self, name: str) -> None:
-        """Tear item ``name`` down and start it again (:meth:`Reloader.restart
-        <engine.runtime.reload.Reloader.restart>`)."""
-        self.reloader.restart(name)
-
     def request_restart(self, name: str) -> None:
         """Restart item ``name`` (as an operator's restart does), on the reload thread."""
         self.reloader.request_restart(name)
@@ -529,7 +518,7 @@ class Daemon:
                 try:
                     self.heartbeat()
                     self._next_beat = now + self.heartbeat_interval
-                except Exception as exc:  # noqa: BLE001 - the loop outlives a failed beat
+                except Exception as exc:  # the loop outlives a failed beat
                     log.error("heartbeat failed; trying again in %.0f s: %s",
                               TICK_RETRY_DELAY, exc)
                     self._next_beat = now + min(TICK_RETRY_DELAY, self.heartbeat_interval)
@@ -564,7 +553,7 @@ class Daemon:
             self.wake.clear()  # before the tick: a wake-up during it is not lost
             try:
                 wait = self.tick()
-            except Exception:  # noqa: BLE001 - the loop must outlive one bad tick
+            except Exception:  # the loop must outlive one bad tick
                 log.exception("unexpected error in the daemon's loop")
                 wait = TICK_RETRY_DELAY
             self.wake.wait(min(wait, SIGNAL_POLL))

@@ -35,7 +35,7 @@ class LifecycleLog:
         try:  # the event log also logs it
             self.events.write(type_, text, config_name=item, job=self.daemon_id,
                               source_class=SOURCE_CLASS, source_method=str(step))
-        except Exception as exc:  # noqa: BLE001 - the record must not stop the daemon
+        except Exception as exc:  # the record must not stop the daemon
             log.error("%s (not in the event log: %s)", text, exc)
 
     def lease(self, name: str, took: bool, *, record: bool) -> None:

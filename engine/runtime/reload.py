@@ -209,7 +209,7 @@ class Reloader:
 
                 inbound = prepare_inbound(daemon.inbound, daemon.store, new)
             built = self._build_changed(new)
-        except Exception as exc:  # noqa: BLE001 - a refused reload never stops the daemon
+        except Exception as exc:  # a refused reload never stops the daemon
             if inbound is not None:
                 inbound.discard()
             self._refuse(exc)
@@ -322,7 +322,7 @@ class Reloader:
         try:
             item = daemon.production.item(name)
             runner = daemon.build_runner(item)
-        except Exception as exc:  # noqa: BLE001 - a failed restart never stops the daemon
+        except Exception as exc:  # a failed restart never stops the daemon
             reason = _reason(exc)
             self.failed[name] = reason
             daemon.lifecycle.write("Error", LifeStep.RESTART,

@@ -324,7 +324,7 @@ class ProductionScheduler:
             for service in self.services.values():
                 try:
                     service.on_tear_down()
-                except Exception:  # noqa: BLE001 - tear-down must not stop the shutdown
+                except Exception:  # tear-down must not stop the shutdown
                     log.exception("service %s: error in on_tear_down", service.name)
         return True
 
@@ -355,7 +355,7 @@ class ProductionScheduler:
     def _run(self, job: ScheduledJob) -> None:
         try:
             job.action()
-        except Exception as exc:  # noqa: BLE001 - a failing job never kills the scheduler
+        except Exception as exc:  # a failing job never kills the scheduler
             job.failures += 1
             self._report(job, exc)
         finally:
@@ -366,7 +366,7 @@ class ProductionScheduler:
         assert self.leader is not None
         try:
             return bool(self.leader())
-        except Exception:  # noqa: BLE001 - no leader check, no scheduled work
+        except Exception:  # no leader check, no scheduled work
             log.exception("leader check failed; skipping scheduled work")
             return False
 
@@ -399,7 +399,7 @@ class ProductionScheduler:
             return
         try:
             self.events.write("Error", text, stack=stack, **context)
-        except Exception:  # noqa: BLE001 - e.g. the database is down: the log must do
+        except Exception:  # e.g. the database is down: the log must do
             log.exception("could not write an Error event for %s: %s", job.name, text)
             log.error("%s\n%s", text, stack)
 

@@ -27,6 +27,6 @@ def guarded(step: Callable[[], float | None], what: str) -> float | None:
         return step()
     except EncoreError as exc:
         log.error("%s: %s; trying again in %.0f s", what, exc, TICK_RETRY_DELAY)
-    except Exception:  # noqa: BLE001 - a failing step never kills the loop
+    except Exception:  # a failing step never kills the loop
         log.exception("%s: unexpected error; trying again in %.0f s", what, TICK_RETRY_DELAY)
     return TICK_RETRY_DELAY

@@ -86,7 +86,7 @@ class BatchIntake:
         results: list[Any]
         try:
             results = self.store.accept_batch([intake for intake, _, _ in batch])
-        except BaseException as exc:  # noqa: BLE001 - every caller hears it; the thread lives
+        except BaseException as exc:  # every caller hears it; the thread lives
             log.exception("a batch of %d intake(s) failed", len(batch))
             results = [exc] * len(batch)
         self.batches += 1

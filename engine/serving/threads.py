@@ -65,7 +65,7 @@ class _Pool:
             result: Any = None
             try:
                 result = context.run(fn, *args)
-            except BaseException as exc:  # noqa: BLE001 - raised in the caller
+            except BaseException as exc:  # raised in the caller
                 _hand_back(loop, future, None, exc)
             else:
                 _hand_back(loop, future, result, None)

@@ -154,7 +154,7 @@ def connection_looks_dead(conn: Any) -> bool:
         return False
     try:
         fd = fileno()
-    except Exception:  # noqa: BLE001 - closed under our feet
+    except Exception:  # closed under our feet
         return True
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLPRI)

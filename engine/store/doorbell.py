@@ -134,7 +134,7 @@ class Doorbell:
                 if note is not None:
                     try:
                         on_note(note)
-                    except Exception:  # noqa: BLE001 - the receiver outlives a callback
+                    except Exception:  # the receiver outlives a callback
                         log.exception("doorbell callback failed for %s", note)
 
     def close(self) -> None:

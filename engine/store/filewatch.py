@@ -71,7 +71,7 @@ class DatabaseFileWatch:
             log.error("%s", self.lost)
             try:
                 report(str(self.lost))
-            except Exception as exc:  # noqa: BLE001 - the stop matters, the event may not fit
+            except Exception as exc:  # the stop matters, the event may not fit
                 log.error("the event could not be written: %s", exc)
             stop()
         return False

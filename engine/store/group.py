@@ -117,12 +117,12 @@ def commit_together(writes: Sequence[W], commit_one: Callable[[W], R],
     if len(writes) > 1:
         try:
             return list(commit_many(writes))
-        except Exception:  # noqa: BLE001 - tried again one by one below
+        except Exception:  # tried again one by one below
             pass
     outcomes: list[R | BaseException] = []
     for write in writes:
         try:
             outcomes.append(commit_one(write))
-        except BaseException as exc:  # noqa: BLE001 - handed to that write's caller
+        except BaseException as exc:  # handed to that write's caller
             outcomes.append(exc)
     return outcomes

@@ -109,7 +109,7 @@ class LiteIntake:
         """NotLite unless the database is at this code's revision (and answers)."""
         try:
             rows = self._hot.execute(VERSION_QUERY, {})
-        except Exception as exc:  # noqa: BLE001 - the full store says what it is
+        except Exception as exc:  # the full store says what it is
             raise NotLite(str(exc)) from exc
         if [r[0] for r in rows] != [migrations.HEAD]:
             raise NotLite(f"schema at {rows!r}")

@@ -36,7 +36,6 @@ def _where(condition: str) -> dict[str, Any]:
 
 
 EVENT_TYPES = ("Assert", "Error", "Warning", "Info", "Trace", "Alert")
-ATTEMPT_OUTCOMES = ("ok", "timeout", "connect_error", "reset", "http_status", "fault", "error")
 
 event_log = Table(
     "event_log", metadata,

@@ -180,7 +180,7 @@ class QueueAnnouncer:
             for callback in callbacks:
                 try:
                     callback(note)
-                except Exception:  # noqa: BLE001 - a wake-up must never fail a commit
+                except Exception:  # a wake-up must never fail a commit
                     log.exception("announcement callback failed for %s", note)
 
 
@@ -227,7 +227,7 @@ class QueueListener:
                         note = Announcement.from_json(raw.payload)
                         if note is not None:
                             self.on_note(note)
-            except Exception as exc:  # noqa: BLE001 - the listener must outlive the database
+            except Exception as exc:  # the listener must outlive the database
                 self.connected.clear()
                 log.warning("queue listener lost its connection (%s); polling until it is "
                             "back, next try in %.0f s", exc, RECONNECT_DELAY)
@@ -255,5 +255,5 @@ class QueueListener:
 def _close(conn: Any) -> None:
     try:
         conn.close()
-    except Exception:  # noqa: BLE001 - already broken
+    except Exception:  # already broken
         pass

@@ -735,7 +735,7 @@ class SqlStore:
         for hook in list(self._reconnect_hooks):
             try:
                 hook()
-            except Exception:  # noqa: BLE001 - one hook must not starve the others
+            except Exception:  # one hook must not starve the others
                 log.exception("reconnect hook failed")
 
     def announce(self, targets: Iterable[str]) -> None:

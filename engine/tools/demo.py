@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from sqlalchemy.engine import make_url
 
 from engine.cli.report import table
 from engine.cli.trace import trace_lines
@@ -30,7 +29,9 @@ from engine.config.production import absolute_sqlite_url, parse_production
 from engine.runtime.daemon import Daemon
 from engine.store import queries
 from engine.store.database import DEFAULT_DATABASE_URL, sqlite_file
+from engine.store.listings import TABLE_QUERIES
 from engine.store.sql import SqlStore
+from engine.store.url import parse_url, safe_url
 from engine.tools.demo_server import DemoSoapServer
 
 SLOW_REPLY = 0.8  # seconds: the report's 8 s, ÷10
@@ -58,11 +59,6 @@ FILE_HEADER = f"""\
 # `messages`, `show ID`, `log`, `trace ID`. Its SOAP service listened on a loopback port only
 # while the demo ran, so `encore run` with this file would find no WSDL there.
 """
-SQL_HINTS = """\
-Look at the tables yourself ({url}):
-  SELECT id, status, attempts, retry_needed, error_text FROM message_header ORDER BY id;
-  SELECT message_id, attempt, started_at, ended_at, outcome FROM message_attempt ORDER BY id;
-  SELECT time_logged, type, config_name, message_id, text FROM event_log ORDER BY id;"""
 
 
 class _Narrator:
@@ -124,7 +120,7 @@ def demo(database: str | None) -> None:
         time.sleep(SLOW_REPLY)  # let the last late answer show up
         daemon.stop()
     _summary(store, ids, url, production_file)
-    if production_file is not None and make_url(url).password:
+    if production_file is not None and parse_url(url).password:
         click.echo("(demo.toml leaves the database's password out: set ENCORE_DATABASE_URL "
                    "to its URL before these commands)")
     store.dispose()
@@ -148,7 +144,7 @@ def _with_database(text: str, url: str) -> str:
     """The production ``text`` with its ``database``: the file's name for an SQLite file
     (the file is beside it, and a relative path is read from the production file's
     directory); a URL holding a password is left to ENCORE_DATABASE_URL, not written."""
-    parsed = make_url(url)
+    parsed = parse_url(url)
     if sqlite_file(url) and not parsed.query:
         line = f"database = {json.dumps('sqlite:///' + Path(parsed.database or '').name)}"
     elif parsed.password:
@@ -190,7 +186,7 @@ def _summary(store: SqlStore, ids: list[int], url: str, production_file: Path | 
     click.echo(f"\nTrace of message {ids[1]} ({encore} trace {ids[1]}):")
     for line in trace_lines(store, ids[1]):
         click.echo(line)
-    click.echo("\n" + SQL_HINTS.format(url=url))
+    click.echo(f"\nLook at the tables yourself ({url}):\n{TABLE_QUERIES}")
     click.echo("\n" + _next_steps(encore, ids, production_file))
 
 
@@ -198,7 +194,7 @@ def _command_prefix(url: str, production_file: Path | None) -> str:
     """``encore -p demo.toml`` (the path as short as it can be from here), or, when the demo
     left no production file, ``ENCORE_DATABASE_URL=… encore``."""
     if production_file is None:
-        shown_url = make_url(url).render_as_string(hide_password=True)
+        shown_url = safe_url(url)
         return f"ENCORE_DATABASE_URL={shlex.quote(shown_url)} encore"
     relative = os.path.relpath(production_file)
     shown = relative if not relative.startswith("..") else str(production_file)

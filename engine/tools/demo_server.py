@@ -89,10 +89,10 @@ class DemoSoapServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:  # http.server's naming
                 self._reply(200, WSDL.format(ns=NS, address=server.url))
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
                 match = re.search(r"<(?:\w+:)?text>(.*?)</(?:\w+:)?text>", body, re.S)
                 text = match.group(1) if match else ""

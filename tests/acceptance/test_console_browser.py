@@ -108,13 +108,13 @@ class Answering:
 
     def start(self) -> None:
         class Ok(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 self.send_response(200)
                 self.send_header("content-length", "2")
                 self.end_headers()
                 self.wfile.write(b"ok")
 
-            do_POST = do_GET  # noqa: N815
+            do_POST = do_GET
 
             def log_message(self, *args: Any) -> None:
                 pass

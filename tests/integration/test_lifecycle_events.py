@@ -26,6 +26,7 @@ from engine.store.sql import SqlStore
 from migrations import HEAD
 from tests.portal_support import add_user, login, production
 from tests.servers import HttpTestServer, respond
+from tests.waiting import wait_until
 
 HOST = socket.gethostname()
 
@@ -104,7 +105,9 @@ def test_a_daemons_start_restart_and_stop_and_an_operators_enable_are_its_life(
         daemon = Daemon(production, store=store, env={})
         daemon.start()
         try:
-            daemon.restart("A")
+            daemon.request_restart("A")  # what an operator's restart announces
+            wait_until(lambda: [e for e in lifecycle(store) if e["source_method"] == "restart"],
+                       30, "item A's restart")
             disable_item(store, "A", known_items=["A"], now=utcnow(), reason="maintenance")
             enable_item(store, "A", known_items=["A"], now=utcnow())
             store.events.write("Info", "not the production's life", config_name="A",

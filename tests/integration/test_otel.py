@@ -16,22 +16,22 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
-from opentelemetry import trace  # noqa: E402
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
-from opentelemetry.trace import SpanContext, SpanKind  # noqa: E402
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanContext, SpanKind
 
-from adapters.http import HttpAdapter  # noqa: E402
-from engine.client import send_message, send_messages, wait_for  # noqa: E402
-from engine.clock import SystemClock  # noqa: E402
-from engine.config.production import ProductionConfig, parse_production  # noqa: E402
-from engine.delivery.worker import MessageWorker, Result  # noqa: E402
-from engine.otel.context import from_text  # noqa: E402
-from engine.otel.spans import Tracing  # noqa: E402
-from engine.runtime.daemon import Daemon  # noqa: E402
-from engine.store.sql import SqlStore  # noqa: E402
-from tests.servers import HttpTestServer, SoapTestServer, respond, sequence  # noqa: E402
+from adapters.http import HttpAdapter
+from engine.client import send_message, send_messages, wait_for
+from engine.clock import SystemClock
+from engine.config.production import ProductionConfig, parse_production
+from engine.delivery.worker import MessageWorker, Result
+from engine.otel.context import from_text
+from engine.otel.spans import Tracing
+from engine.runtime.daemon import Daemon
+from engine.store.sql import SqlStore
+from tests.servers import HttpTestServer, SoapTestServer, respond, sequence
 from tests.waiting import wait_until
 
 RETRY = 0.05  # seconds between attempts where the test does not stop in between

@@ -67,7 +67,7 @@ class Producer:
                     mid = send_message(self.store, self.production,  # type: ignore[arg-type]
                                        item, {"method": "POST", "path": "/echo",
                                               "body": body})
-                except Exception:  # noqa: BLE001 - the database is away: not accepted
+                except Exception:  # the database is away: not accepted
                     self.refused += 1
                     continue
                 self.accepted[body] = mid
@@ -103,7 +103,7 @@ def first_request_of(server: HttpTestServer, bodies: set[str]) -> float | None:
 
 
 def test_a_daemon_rides_out_the_failover_to_its_synchronous_standby(
-        pg_cluster: PgCluster, server: HttpTestServer, tmp_path: Path) -> None:  # noqa: F811
+        pg_cluster: PgCluster, server: HttpTestServer, tmp_path: Path) -> None:
     url = pg_cluster.url()
     (tmp_path / "production.toml").write_text(
         f'[production]\nname = "Failover"\ndatabase = "{url}"\n'
@@ -194,7 +194,7 @@ def test_a_daemon_rides_out_the_failover_to_its_synchronous_standby(
 
 
 def test_no_connection_is_left_on_the_dead_primary_or_a_standby(
-        pg_cluster: PgCluster, tmp_path: Path) -> None:  # noqa: F811
+        pg_cluster: PgCluster, tmp_path: Path) -> None:
     # The standby named first, no target_session_attrs: Encore asks for the read-write
     # server itself, so writes never land on the standby.
     standby_first = (f"postgresql+psycopg://postgres@/encore?host=127.0.0.1:"

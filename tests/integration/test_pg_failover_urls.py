@@ -11,7 +11,6 @@ from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.exc import DBAPIError
 
-from engine.cli.commands import _safe_url
 from engine.store.database import (
     MULTI_HOST_DEFAULTS,
     POSTGRES_DEFAULTS,
@@ -21,6 +20,7 @@ from engine.store.database import (
 )
 from engine.store.lite import LiteIntake, NotLite
 from engine.store.sql import SqlStore
+from engine.store.url import safe_url
 from tests.conftest import postgres_url
 from tests.waiting import wait_until
 
@@ -93,7 +93,7 @@ def test_the_comma_authority_becomes_sqlalchemys_form() -> None:
     assert normalise_url("postgresql://u:pw@h1:5432,h2:5433/db?sslmode=require") == (
         "postgresql+psycopg://u:pw@/db?host=h1:5432&host=h2:5433&sslmode=require")
     assert normalise_url("postgresql://u@h1/db") == "postgresql+psycopg://u@h1/db"
-    shown = _safe_url("postgresql://u:secret@h1:5432,h2:5433/db")
+    shown = safe_url("postgresql://u:secret@h1:5432,h2:5433/db")
     assert "secret" not in shown and "h1" in shown and "h2" in shown
 
 

@@ -113,7 +113,7 @@ def test_a_hub_remembers_the_last_ends_announced_to_it() -> None:
         assert hub.hearing and started == [True]
     hub.ended(range(10, 10 + RECENT))  # the oldest are forgotten, the newest kept
     assert not hub.ended_lately(1) and hub.ended_lately(10 + RECENT - 1)
-    assert len(hub._recent_set) == RECENT  # noqa: SLF001 - bounded memory
+    assert len(hub._recent_set) == RECENT  # bounded memory
 
 
 def test_closing_a_doorbell_wakes_its_receiver_at_once_not_at_its_timeout(

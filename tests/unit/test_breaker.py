@@ -238,7 +238,7 @@ def test_a_success_after_failures_writes_once(store: SqlStore, clock: VirtualClo
     assert [s.split()[0].upper() for s in statements if "item_breaker" in s] == ["UPDATE"]
 
 
-class count_statements:  # noqa: N801 - used as a context manager
+class count_statements:  # used as a context manager
     """Records the SQL statements run on ``store`` inside the ``with`` block."""
 
     def __init__(self, store: SqlStore) -> None:

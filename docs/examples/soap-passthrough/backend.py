@@ -46,13 +46,13 @@ def _escaped(text: str) -> str:
 class Handler(BaseHTTPRequestHandler):
     wsdl = b""  # echo.wsdl, its address this server's
 
-    def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+    def do_GET(self) -> None:  # the name http.server calls
         if self.path.endswith("?wsdl"):
             self._send(200, self.wsdl, "text/xml; charset=utf-8")
         else:
             self._send(404, b"not found: the WSDL is at /?wsdl\n", "text/plain")
 
-    def do_POST(self) -> None:  # noqa: N802 - the name http.server calls
+    def do_POST(self) -> None:  # the name http.server calls
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_BODY:
             self._send(413, b"too large\n", "text/plain")

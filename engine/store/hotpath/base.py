@@ -398,5 +398,5 @@ def _close_all(idle: dict[bool, list[Any]]) -> None:
 def _close(conn: Any) -> None:
     try:
         conn.close()
-    except Exception:  # noqa: BLE001 - already broken
+    except Exception:  # already broken
         pass

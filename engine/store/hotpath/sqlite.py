@@ -149,7 +149,7 @@ class SqliteHotPath(HotPath):
             except BaseException:
                 try:
                     conn.execute("ROLLBACK")
-                except Exception:  # noqa: BLE001 - no transaction left to roll back
+                except Exception:  # no transaction left to roll back
                     pass
                 raise
             finally:
