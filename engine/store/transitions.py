@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, case, func, select, update
 
 from engine.store.connector import Database, check_claim, fenced_update
-from engine.store.hotpath import Completion
+from engine.store.hotpath import AttemptEnding, Completion
 from engine.store.models import message_attempt, message_header
 from engine.store.notify import Announcement, done_announcements
 from engine.store.rows import AttemptEnd, AttemptRow, MessageRow
@@ -81,14 +81,10 @@ class StoreTransitions:
         taking the message for a decided retry (and re-sending a non-idempotent request).
         :meth:`drop_deferred` forgets what no change took."""
         a, h = message_attempt.c, message_header.c
-        values: dict[str, Any] = {"ended_at": ended_at, "outcome": outcome,
-                                  "server": storable(server), "status_code": status_code,
-                                  "error_text": storable(error_text)}
-        if started_at is not None:
-            values["started_at"] = started_at
-        stmt = _fenced_attempt(attempt_id, token)
+        ending = AttemptEnding(attempt_id, ended_at, outcome, storable(server), status_code,
+                               storable(error_text), started_at, token)
         def write(conn: Connection) -> None:
-            changed = conn.execute(stmt.values(**values)).rowcount
+            changed = self.db.hot.end_attempt_in(conn.connection.driver_connection, ending)
             check_claim(changed, attempt_id, token, what="attempt")
             if started_at is not None:
                 first = select(a.message_id).where(a.id == attempt_id, a.attempt == 1)

@@ -126,6 +126,22 @@ class Completion:
     urgent: bool = False  # someone waits for the message: commit it without delay
 
 
+@dataclass(frozen=True)
+class AttemptEnding:
+    """The end of one attempt to record, a failure's (a success's goes with its
+    :class:`Completion`): ``started_at`` None keeps the start its begin recorded; ``token``:
+    only while the attempt's message's claim is that one."""
+
+    attempt_id: int
+    ended_at: datetime
+    outcome: str
+    server: str | None = None
+    status_code: int | None = None
+    error_text: str | None = None
+    started_at: datetime | None = None
+    token: int | None = None
+
+
 class Connector(Protocol):
     """What hands a hot path its driver connections: an SQLAlchemy engine, or the light
     connector of :mod:`engine.store.lite` (``encore send`` without SQLAlchemy)."""
@@ -291,6 +307,11 @@ class HotPath:
         caller's, which commits it with other writes); message id → response id of those
         completed, and the ids of those someone waits for (for :meth:`after_completion`,
         once committed)."""
+        raise NotImplementedError
+
+    def end_attempt_in(self, conn: Any, ending: AttemptEnding) -> int:
+        """Record ``ending`` in the transaction open on driver connection ``conn`` (a
+        caller's); how many attempts it ended (0: the claim was lost)."""
         raise NotImplementedError
 
     @staticmethod

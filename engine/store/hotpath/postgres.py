@@ -9,6 +9,7 @@ from typing import Any
 from engine.store import properties
 from engine.store.hotpath.base import (
     Accepted,
+    AttemptEnding,
     Claimed,
     Completion,
     HotPath,
@@ -164,6 +165,15 @@ class PostgresHotPath(HotPath):
             sql.COMPLETE, self._complete_params(completions, now), prepare=True).fetchall())
         return ({int(r[0]): None if r[2] is None else int(r[2]) for r in rows},
                 [int(r[0]) for r in rows if r[1]])
+
+    def end_attempt_in(self, conn: Any, ending: AttemptEnding) -> int:
+        e = ending
+        document = json.dumps([{
+            "attempt_id": e.attempt_id, "started_at": _time(e.started_at),
+            "ended_at": _time(e.ended_at), "server": e.server, "outcome": e.outcome,
+            "status_code": e.status_code, "error_text": e.error_text, "token": e.token}])
+        return int(self._guard(lambda: conn.execute(
+            sql.END_ATTEMPTS, {"ends": document}, prepare=True).rowcount))
 
     @staticmethod
     def _complete_params(completions: Sequence[Completion], now: datetime) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 from engine.store import properties
 from engine.store.hotpath.base import (
     Accepted,
+    AttemptEnding,
     Claimed,
     Completion,
     Connector,
@@ -281,6 +282,14 @@ class SqliteHotPath(HotPath):
                               "server": params["server"]})}
         return raw, begun, {i: deliveries for i, _, deliveries in picked}
 
+    def end_attempt_in(self, conn: Any, ending: AttemptEnding) -> int:
+        e = ending
+        row = [e.attempt_id, _sqlite_time(e.started_at), _sqlite_time(e.ended_at),
+               sql.json_text(e.server), e.outcome, e.status_code, sql.json_text(e.error_text),
+               e.token]
+        return int(self._guard(lambda: conn.execute(
+            sql.END_ATTEMPTS, {"rows": json.dumps([row])}).rowcount))
+
     def _complete(self, cur: Any, completions: Sequence[Completion], stamp: str | None,
                   waited: list[int]) -> dict[int, int | None]:
         """Record ``completions`` (:data:`~engine.store.statements.sqlite.COMPLETE`, which
@@ -318,7 +327,7 @@ class SqliteHotPath(HotPath):
         if not ended:  # every claim was lost: nothing recorded
             return {}
         ends = [[c.attempt_id, _sqlite_time(c.started_at), _sqlite_time(c.ended_at),
-                 sql.json_text(c.server)]
+                 sql.json_text(c.server), "ok", None, None, None]
                 for c in batch if c.message_id in ended and c.attempt_id is not None]
         if ends:
             cur.execute(sql.END_ATTEMPTS, {"rows": json.dumps(ends)})

@@ -15,7 +15,7 @@ from engine.store.statements.shared import (
 from engine.store.statements.shared import MESSAGE as _MESSAGE
 from engine.store.statements.shared import OUTCOME as _OUTCOME
 
-__all__ = ["ACCEPT", "CLAIM_ANY", "CLAIM_FIFO", "COMPLETE", "FIND_KEY", "INSERT",
+__all__ = ["ACCEPT", "CLAIM_ANY", "CLAIM_FIFO", "COMPLETE", "END_ATTEMPTS", "FIND_KEY", "INSERT",
            "INSERT_PROPERTY", "MESSAGE", "OUTCOME"]
 
 # The caller an idempotency key belongs to: an API token's holder ("api:<name>", the source)
@@ -76,7 +76,25 @@ CLAIM_FIFO = pg(_CLAIM.format(
     pick=PICK_FIFO.format(not_held="d.id <> ALL(:held::bigint[])", due_index=""), skip=""))
 CLAIM_ANY = pg(_CLAIM.format(pick=PICK_ANY, skip=" SKIP LOCKED"))
 
-# -- a success -------------------------------------------------------------------------------
+# -- the end of an attempt, a success ---------------------------------------------------------
+# The one statement that ends attempts, a success's or a failure's, over ``e`` (attempt_id,
+# started_at — null: as its begin recorded it —, ended_at, server, outcome, status_code,
+# error_text, token — not null: only while the attempt's message's claim is that one).
+_END_ATTEMPTS = (
+    "UPDATE message_attempt a SET started_at = coalesce(e.started_at, a.started_at), "
+    "ended_at = e.ended_at, server = e.server, outcome = e.outcome, "
+    "status_code = e.status_code, error_text = e.error_text FROM {ends} "
+    "WHERE a.id = e.attempt_id AND (e.token IS NULL OR EXISTS (SELECT 1 FROM message_header h "
+    "WHERE h.id = a.message_id AND h.claim_token = e.token))")
+END_ATTEMPTS = pg(_END_ATTEMPTS.format(
+    ends="json_to_recordset(:ends::json) AS e(attempt_id bigint, started_at timestamptz, "
+         "ended_at timestamptz, server text, outcome text, status_code int, error_text text, "
+         "token bigint)"))
+# a success's end, within COMPLETE: fenced there already
+_SUCCESS_ENDS = ("(SELECT d.attempt_id, d.started_at, d.ended_at, d.server, 'ok' AS outcome, "
+                 "NULL::int AS status_code, NULL::text AS error_text, NULL::bigint AS token "
+                 "FROM d JOIN req ON req.id = d.id) AS e")
+
 # The one statement that writes Completed, with the one guard: the completion's claim still
 # holds the message (its token, and the message still Delivered). It also ends the attempt
 # (outcome ok, its true start: attempt 1's becomes the message's first_attempt_at, so that it
@@ -97,9 +115,7 @@ COMPLETE = pg(
     "h.first_attempt_at) FROM d WHERE h.id = d.id AND h.claim_token = d.token "
     "AND h.status = 'Delivered' "
     "RETURNING h.id, h.session_id, h.target, h.source, h.waited, h.corresponding_id), "
-    "att AS (UPDATE message_attempt a SET started_at = coalesce(d.started_at, a.started_at), "
-    "ended_at = d.ended_at, outcome = 'ok', server = d.server FROM d JOIN req "
-    "ON req.id = d.id WHERE a.id = d.attempt_id RETURNING a.id), "
+    f"att AS ({_END_ATTEMPTS.format(ends=_SUCCESS_ENDS)} RETURNING a.id), "
     "resp AS (INSERT INTO message_header (id, session_id, source, target, kind, "
     "body_class, body, status, is_error, time_created, time_processed, time_completed, "
     "corresponding_id, retry_needed, attempts, claim_token) SELECT d.response_id, "

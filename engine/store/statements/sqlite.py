@@ -116,13 +116,18 @@ COMPLETE = ("UPDATE message_header AS h SET status = 'Completed', is_error = 0, 
             "WHERE h.id = c.value ->> 0 AND h.claim_token = c.value ->> 1 "
             "AND +h.status = 'Delivered' "
             "RETURNING id, session_id, target, source, waited")
-# the successful attempts' ends: each row is [attempt_id, started_at, ended_at, server]
-# (started_at null: as recorded)
+# The one statement that ends attempts, a success's or a failure's: each row is
+# [attempt_id, started_at, ended_at, server, outcome, status_code, error_text, token]
+# (started_at null: as its begin recorded it; token not null: only while the attempt's
+# message's claim is that one — a success's is fenced by COMPLETE, which it follows).
 END_ATTEMPTS = ("UPDATE message_attempt AS a SET "
                 "started_at = coalesce(c.value ->> 1, a.started_at), "
-                "ended_at = c.value ->> 2, outcome = 'ok', "
-                f"server = {_unescaped('c.value ->> 3')} "
-                "FROM json_each(:rows) AS c WHERE a.id = c.value ->> 0")
+                f"ended_at = c.value ->> 2, server = {_unescaped('c.value ->> 3')}, "
+                "outcome = c.value ->> 4, status_code = c.value ->> 5, "
+                f"error_text = {_unescaped('c.value ->> 6')} "
+                "FROM json_each(:rows) AS c WHERE a.id = c.value ->> 0 "
+                "AND (c.value ->> 7 IS NULL OR EXISTS (SELECT 1 FROM message_header h "
+                "WHERE h.id = a.message_id AND h.claim_token = c.value ->> 7))")
 RESPONSE = ("INSERT INTO message_header (id, session_id, source, target, kind, body_class, "
             "body, status, is_error, time_created, time_processed, time_completed, "
             "corresponding_id, retry_needed, attempts, claim_token) VALUES (:id, "
