@@ -222,13 +222,13 @@ class StoreTransitions:
 
 
 def _fenced_attempt(attempt_id: int, token: int | None) -> Any:
-    """An UPDATE of attempt ``attempt_id``, only while its message's claim is ``token``
-    (when given)."""
+    """An UPDATE of attempt ``attempt_id``, only while its message's claim of ``token``
+    holds it (when given; see :func:`~engine.store.connector.fenced_update`)."""
     a, h = message_attempt.c, message_header.c
     stmt = update(message_attempt).where(a.id == attempt_id)
     if token is not None:
-        stmt = stmt.where(select(h.id).where(h.id == a.message_id, h.claim_token == token)
-                          .exists())
+        stmt = stmt.where(select(h.id).where(h.id == a.message_id, h.claim_token == token,
+                                             h.status == Status.DELIVERED).exists())
     return stmt
 
 

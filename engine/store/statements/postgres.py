@@ -79,13 +79,14 @@ CLAIM_ANY = pg(_CLAIM.format(pick=PICK_ANY, skip=" SKIP LOCKED"))
 # -- the end of an attempt, a success ---------------------------------------------------------
 # The one statement that ends attempts, a success's or a failure's, over ``e`` (attempt_id,
 # started_at — null: as its begin recorded it —, ended_at, server, outcome, status_code,
-# error_text, token — not null: only while the attempt's message's claim is that one).
+# error_text, token — not null: only while the attempt's message's claim of that token holds
+# it).
 _END_ATTEMPTS = (
     "UPDATE message_attempt a SET started_at = coalesce(e.started_at, a.started_at), "
     "ended_at = e.ended_at, server = e.server, outcome = e.outcome, "
     "status_code = e.status_code, error_text = e.error_text FROM {ends} "
     "WHERE a.id = e.attempt_id AND (e.token IS NULL OR EXISTS (SELECT 1 FROM message_header h "
-    "WHERE h.id = a.message_id AND h.claim_token = e.token))")
+    "WHERE h.id = a.message_id AND h.claim_token = e.token AND h.status = 'Delivered'))")
 END_ATTEMPTS = pg(_END_ATTEMPTS.format(
     ends="json_to_recordset(:ends::json) AS e(attempt_id bigint, started_at timestamptz, "
          "ended_at timestamptz, server text, outcome text, status_code int, error_text text, "

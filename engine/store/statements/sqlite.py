@@ -119,7 +119,8 @@ COMPLETE = ("UPDATE message_header AS h SET status = 'Completed', is_error = 0, 
 # The one statement that ends attempts, a success's or a failure's: each row is
 # [attempt_id, started_at, ended_at, server, outcome, status_code, error_text, token]
 # (started_at null: as its begin recorded it; token not null: only while the attempt's
-# message's claim is that one — a success's is fenced by COMPLETE, which it follows).
+# message's claim of that token holds it — a success's is fenced by COMPLETE, which it
+# follows).
 END_ATTEMPTS = ("UPDATE message_attempt AS a SET "
                 "started_at = coalesce(c.value ->> 1, a.started_at), "
                 f"ended_at = c.value ->> 2, server = {_unescaped('c.value ->> 3')}, "
@@ -127,7 +128,8 @@ END_ATTEMPTS = ("UPDATE message_attempt AS a SET "
                 f"error_text = {_unescaped('c.value ->> 6')} "
                 "FROM json_each(:rows) AS c WHERE a.id = c.value ->> 0 "
                 "AND (c.value ->> 7 IS NULL OR EXISTS (SELECT 1 FROM message_header h "
-                "WHERE h.id = a.message_id AND h.claim_token = c.value ->> 7))")
+                "WHERE h.id = a.message_id AND h.claim_token = c.value ->> 7 "
+                "AND h.status = 'Delivered'))")
 RESPONSE = ("INSERT INTO message_header (id, session_id, source, target, kind, body_class, "
             "body, status, is_error, time_created, time_processed, time_completed, "
             "corresponding_id, retry_needed, attempts, claim_token) VALUES (:id, "
