@@ -300,7 +300,7 @@ class MessageWorker:
             end = AttemptEnd(outcome.attempt_id, outcome.ended_at, outcome.server) \
                 if judgement.attempt_open else None
             self.store.complete(row, response_class=body_class, response_body=body,
-                                now=self.clock.now(), attempt=end, fenced=True)
+                                now=self.clock.now(), attempt=end)
         return Result.COMPLETED
 
     def _end(self, row: MessageRow, result: Result, text: str) -> Result:

@@ -28,6 +28,7 @@ from engine.store.eventlog import SqlEventLog
 from engine.store.hotpath import HotPath, PostgresHotPath, SqliteHotPath
 from engine.store.models import message_header
 from engine.store.notify import Announcement, QueueAnnouncer, done_announcements
+from engine.store.statuses import Status
 
 __all__ = ["Database", "Transaction", "check_claim", "fenced_update", "work_announcements"]
 
@@ -117,10 +118,15 @@ class Database:
 
 
 def fenced_update(message_id: int, token: int | None) -> Update:
-    """UPDATE of ``message_id``, conditional on its claim token when one is given."""
+    """UPDATE of ``message_id``, conditional, when a token is given, on the claim of that
+    token still holding it: the message still ``Delivered`` with that token. (A claim taken
+    back on expiry leaves the message ``Queued`` with its token until the next claim: the
+    token alone would let the old claimer write about a message it no longer holds.)"""
     h = message_header.c
     stmt = update(message_header).where(h.id == message_id)
-    return stmt if token is None else stmt.where(h.claim_token == token)
+    if token is None:
+        return stmt
+    return stmt.where(h.claim_token == token, h.status == Status.DELIVERED)
 
 
 def check_claim(changed: int, ident: int, token: int | None, what: str = "message") -> None:

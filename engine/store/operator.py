@@ -41,6 +41,7 @@ from engine.store.models import (
 from engine.store.notify import done_announcements
 from engine.store.sql import MessageRow, SqlStore
 from engine.store.statuses import ENDED_STATUSES, FINAL_STATUSES, Status
+from engine.store.transitions import ending
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def suspend(store: SqlStore, message_id: int, *, now: datetime, by: str = OPERAT
     it until an operator resends or discards it. Refused in any other status. The event is
     an ``Info``, as for every operator action: one record of who did what."""
     _transition(store, message_id, SUSPENDABLE_STATUSES, "suspended", now=now,
-                values={"status": Status.SUSPENDED},
+                status=Status.SUSPENDED,
                 event=("Info", f"suspended by {by}", "suspend"))
     log.info("message %d suspended", message_id)
 
@@ -106,7 +107,7 @@ def suspend(store: SqlStore, message_id: int, *, now: datetime, by: str = OPERAT
 def discard(store: SqlStore, message_id: int, *, now: datetime, by: str = OPERATOR) -> None:
     """End a ``Queued`` or ``Suspended`` request in ``Discarded``; it is never delivered."""
     _transition(store, message_id, DISCARDABLE_STATUSES, "discarded", now=now,
-                values={"status": Status.DISCARDED},
+                status=Status.DISCARDED,
                 event=("Info", f"discarded by {by}", "discard"))
     log.info("message %d discarded", message_id)
 
@@ -286,7 +287,7 @@ def copy_properties(conn: Connection, from_id: int, to_id: int) -> None:
 
 
 def _transition(store: SqlStore, message_id: int, allowed: Sequence[str], verb: str, *,
-                now: datetime, values: dict[str, Any], event: tuple[str, str, str]) -> None:
+                now: datetime, status: str, event: tuple[str, str, str]) -> None:
     """Move a request out of one of the ``allowed`` statuses with one conditional UPDATE and
     record ``event`` (type, text, method) on it. If a daemon claimed the message first, the
     UPDATE matches nothing and OperatorError says why; nothing is changed."""
@@ -294,15 +295,14 @@ def _transition(store: SqlStore, message_id: int, allowed: Sequence[str], verb: 
     with store.db.tx() as conn:
         row = conn.execute(update(message_header).where(
             h.id == message_id, h.kind == "request", h.status.in_(allowed)).values(
-            retry_needed=False, next_attempt_at=None, time_completed=now, claimed_by=None,
-            lease_expires_at=None, **values).returning(*message_header.c)).mappings().first()
+            **ending(status, now)).returning(*message_header.c)).mappings().first()
         if row is None:
             _require(_message(conn, message_id, lock=False), message_id, allowed, verb)
             raise OperatorError(f"message {message_id} changed status while it was being "
                                 f"{verb}; try again")
         type_, text, method = event
         _event(conn, type_, text, MessageRow.from_mapping(row), method=method, now=now)
-        ended = row["waited"] and values.get("status") in ENDING_STATUSES
+        ended = row["waited"] and status in ENDING_STATUSES
         if ended:  # someone waits for it: announce its end (NOTIFY goes with the commit)
             store.db.announcer.notify(conn, done_announcements([message_id]))
     if ended:

@@ -68,8 +68,6 @@ class AttemptRow:
         data["ended_at"] = as_utc(data["ended_at"])
         return cls(**data)
 
-
-
 @dataclass(frozen=True)
 class AttemptEnd:
     """How a successful attempt ended, recorded with the message's completion."""
@@ -77,3 +75,4 @@ class AttemptEnd:
     attempt_id: int
     ended_at: datetime
     server: str | None = None
+    started_at: datetime | None = None  # its true start (None: as its begin recorded it)

@@ -10,6 +10,7 @@ from engine.clock import utcnow
 from engine.errors import ClaimLost
 from engine.store.hotpath import Grant
 from engine.store.sql import SqlStore
+from tests.claiming import claim_one
 
 PAY = "http://pay-a.example:8080/pay"
 PAY_B = "http://pay-b.example:8080/pay"
@@ -41,7 +42,7 @@ def test_a_claim_that_begins_nothing_records_no_server(store: SqlStore) -> None:
 
 def test_begin_attempt_records_the_server_with_the_start(store: SqlStore) -> None:
     (mid,) = enqueue(store, 1)
-    row = store.claim_next("Pay", owner="d", now=utcnow(), lease_seconds=30)
+    row = claim_one(store, "Pay", owner="d", now=utcnow(), lease_seconds=30)
     assert row is not None
     aid = store.begin_attempt(mid, 1, started_at=utcnow(), token=row.claim_token, server=PAY)
     assert store.open_attempt(mid).id == aid
@@ -50,7 +51,7 @@ def test_begin_attempt_records_the_server_with_the_start(store: SqlStore) -> Non
 
 def test_a_failover_adds_the_next_server_to_the_open_attempt(store: SqlStore) -> None:
     (mid,) = enqueue(store, 1)
-    row = store.claim_next("Pay", owner="d", now=utcnow(), lease_seconds=30)
+    row = claim_one(store, "Pay", owner="d", now=utcnow(), lease_seconds=30)
     assert row is not None
     aid = store.begin_attempt(mid, 1, started_at=utcnow(), token=row.claim_token, server=PAY)
     store.note_attempt_server(aid, servers_text([PAY, PAY_B]) or "", token=row.claim_token)
@@ -63,7 +64,7 @@ def test_a_failover_adds_the_next_server_to_the_open_attempt(store: SqlStore) ->
 
 def test_a_failover_write_is_fenced_by_the_claim(store: SqlStore) -> None:
     (mid,) = enqueue(store, 1)
-    row = store.claim_next("Pay", owner="d", now=utcnow(), lease_seconds=30)
+    row = claim_one(store, "Pay", owner="d", now=utcnow(), lease_seconds=30)
     assert row is not None
     aid = store.begin_attempt(mid, 1, started_at=utcnow(), token=row.claim_token, server=PAY)
     with pytest.raises(ClaimLost):  # another claim took it: the next server is not sent to
@@ -100,7 +101,7 @@ def test_a_server_too_wide_for_the_column_is_cut_not_refused(store: SqlStore) ->
     text = servers_text(servers)
     assert text is not None and len(text) == 500 and text.endswith("…")
     (mid,) = enqueue(store, 1)
-    row = store.claim_next("Pay", owner="d", now=utcnow(), lease_seconds=30)
+    row = claim_one(store, "Pay", owner="d", now=utcnow(), lease_seconds=30)
     assert row is not None
     store.begin_attempt(mid, 1, started_at=utcnow(), token=row.claim_token, server=text)
     assert store.open_attempt(mid).server == text

@@ -25,6 +25,7 @@ from engine.runtime.cluster import (
 from engine.runtime.daemon import Daemon
 from engine.store.notify import Announcement, Kind, QueueListener
 from engine.store.sql import Claimed, Completion, SqlStore
+from tests.claiming import claim_one
 from tests.servers import HttpTestServer, respond
 from tests.waiting import wait_until
 
@@ -146,33 +147,33 @@ def enqueue(store: SqlStore, n: int, target: str = "Fifo") -> list[int]:
 
 def test_a_fifo_claim_never_overtakes_a_head_held_by_another_daemon(store: SqlStore) -> None:
     first, second = enqueue(store, 2)
-    assert store.claim_next("Fifo", owner="dead", now=at(0), lease_seconds=LEASE).id == first
-    assert store.claim_next("Fifo", owner="b", now=at(5), lease_seconds=LEASE,
+    assert claim_one(store, "Fifo", owner="dead", now=at(0), lease_seconds=LEASE).id == first
+    assert claim_one(store, "Fifo", owner="b", now=at(5), lease_seconds=LEASE,
                             fifo=True) is None
-    row = store.claim_next("Fifo", owner="b", now=at(11), lease_seconds=LEASE, fifo=True)
+    row = claim_one(store, "Fifo", owner="b", now=at(11), lease_seconds=LEASE, fifo=True)
     assert row is not None and (row.id, row.claimed_by) == (first, "b")
     store.complete(store.get_message(first), response_class=None, response_body=None,
                    now=at(12))
-    assert store.claim_next("Fifo", owner="b", now=at(12), lease_seconds=LEASE,
+    assert claim_one(store, "Fifo", owner="b", now=at(12), lease_seconds=LEASE,
                             fifo=True).id == second
 
 
 def test_a_fifo_claim_waits_for_a_parked_head(store: SqlStore) -> None:
     first, _ = enqueue(store, 2)
-    store.claim_next("Fifo", owner="a", now=at(0), lease_seconds=LEASE)
+    claim_one(store, "Fifo", owner="a", now=at(0), lease_seconds=LEASE)
     store.schedule_retry(first, next_attempt_at=at(30), release=True)  # a stopped mid-wait
-    assert store.claim_next("Fifo", owner="b", now=at(1), lease_seconds=LEASE,
+    assert claim_one(store, "Fifo", owner="b", now=at(1), lease_seconds=LEASE,
                             fifo=True) is None
-    assert store.claim_next("Fifo", owner="b", now=at(30), lease_seconds=LEASE,
+    assert claim_one(store, "Fifo", owner="b", now=at(30), lease_seconds=LEASE,
                             fifo=True).id == first
 
 
 def test_a_lost_claim_is_released_only_while_its_owner_still_holds_it(store: SqlStore) -> None:
     (mid,) = enqueue(store, 1)
-    store.claim_next("Fifo", owner="d", now=at(0), lease_seconds=LEASE)
+    claim_one(store, "Fifo", owner="d", now=at(0), lease_seconds=LEASE)
     assert not store.release_claim(mid, "other")
     assert store.release_claim(mid, "d") and store.get_message(mid).status == "Queued"
-    store.claim_next("Fifo", owner="d", now=at(0), lease_seconds=LEASE)
+    claim_one(store, "Fifo", owner="d", now=at(0), lease_seconds=LEASE)
     store.complete(store.get_message(mid), response_class=None, response_body=None, now=at(1))
     assert not store.release_claim(mid, "d") and store.get_message(mid).status == "Completed"
 
@@ -336,9 +337,9 @@ def test_work_is_announced_in_process_after_each_commit(store: SqlStore) -> None
 
     store.add_queue_callback(hear)
     (mid,) = enqueue(store, 1, target="A")
-    store.claim_next("A", owner="d", now=at(0), lease_seconds=LEASE)
+    claim_one(store, "A", owner="d", now=at(0), lease_seconds=LEASE)
     store.release(mid)
-    store.claim_next("A", owner="d", now=at(0), lease_seconds=LEASE)
+    claim_one(store, "A", owner="d", now=at(0), lease_seconds=LEASE)
     assert store.release_claims("d") == 1
     store.announce(["B", "B"])
     store.remove_queue_callback(hear)
@@ -401,7 +402,7 @@ def test_only_a_daemon_of_this_pid_namespace_is_judged_by_its_pid(
     (mid,) = enqueue(store, 1, target="A")
     store.register_daemon("peer", host="same-host", pid=DEAD_PID, production="P", items="A",
                           now=at(0), pid_namespace=namespace)
-    store.claim_next("A", owner="peer", now=at(0), lease_seconds=LEASE)
+    claim_one(store, "A", owner="peer", now=at(0), lease_seconds=LEASE)
     store.leases.acquire("item:A", "peer", now=at(0), lease_seconds=LEASE)
     reap_dead_local_daemons(store, "same-host", pid_namespace())
     row = store.get_message(mid)

@@ -24,6 +24,7 @@ from engine.store import migrate, queries
 from engine.store.operator import disable_item, enable_item
 from engine.store.sql import SqlStore
 from migrations import HEAD
+from tests.claiming import claim_one
 from tests.portal_support import add_user, login, production
 from tests.servers import HttpTestServer, respond
 from tests.waiting import wait_until
@@ -53,7 +54,7 @@ def test_a_pid_now_anothers_process_is_a_dead_daemon(
     assert started is not None
     register_peer(store, os.getpid(), started + offset)
     store.enqueue(target="A", body_class=None, body="{}")
-    store.claim_next("A", owner="peer", now=utcnow(), lease_seconds=30)
+    claim_one(store, "A", owner="peer", now=utcnow(), lease_seconds=30)
     forgotten = reap_dead_local_daemons(store, HOST, pid_namespace(),
                                         LifecycleLog(store.events, "finder"))
     assert forgotten == (1 if dead else 0)

@@ -20,6 +20,7 @@ from engine.store import operator, queries
 from engine.store.models import event_log, message_attempt, message_header
 from engine.store.operator import PurgeCounts
 from engine.store.sql import SqlStore
+from tests.claiming import claim_one
 from tests.unit.sample_ops import EchoOperation, StubOperation
 
 ITEMS = ("Busy", "Echo", "Flaky", "Held", "Parked")  # no worker serves Busy or Held
@@ -67,7 +68,7 @@ class Production:
     def deliver(self, target: str = "Echo", text: str = "hi") -> int:
         """Send one message to ``target`` and let its worker deliver it once."""
         message_id = self.send(target, text)
-        row = self.store.claim_next(target, owner="worker", now=self.clock.now(),
+        row = claim_one(self.store, target, owner="worker", now=self.clock.now(),
                                     lease_seconds=60)
         assert row is not None and row.id == message_id
         self.workers[target].deliver(row)
@@ -77,7 +78,7 @@ class Production:
         """Send one message to an item no worker here serves and leave it claimed by another
         daemon (status Delivered)."""
         message_id = self.send(target)
-        row = self.store.claim_next(target, owner="daemon-B", now=self.clock.now(),
+        row = claim_one(self.store, target, owner="daemon-B", now=self.clock.now(),
                                     lease_seconds=60)
         assert row is not None and row.id == message_id
         return message_id
@@ -118,7 +119,7 @@ def test_resend_queues_a_copy_in_the_same_session_and_the_copy_is_delivered(
     assert old.status == "Completed"
     assert ("Info", f"resent by an operator as message {new_id}") in events_of(prod.store,
                                                                                 original)
-    row = prod.store.claim_next("Echo", owner="worker", now=prod.clock.now(), lease_seconds=60)
+    row = claim_one(prod.store, "Echo", owner="worker", now=prod.clock.now(), lease_seconds=60)
     prod.workers["Echo"].deliver(row)
     assert prod.status(new_id) == "Completed"
     response = prod.store.get_message(prod.store.get_message(new_id).corresponding_id)
@@ -182,7 +183,7 @@ def test_suspend_takes_a_queued_message_out_of_its_queue(prod: Production) -> No
     assert (row.status, row.retry_needed, row.time_completed) == (
         "Suspended", False, prod.clock.now())
     assert events_of(prod.store, message_id) == [("Info", "suspended by an operator")]
-    assert prod.store.claim_next("Held", owner="w", now=prod.clock.now(),
+    assert claim_one(prod.store, "Held", owner="w", now=prod.clock.now(),
                                  lease_seconds=60) is None
 
 
@@ -194,7 +195,7 @@ def test_suspend_takes_a_message_parked_for_its_next_retry(prod: Production) -> 
     row = prod.store.get_message(message_id)
     assert (row.status, row.next_attempt_at, row.attempts) == ("Suspended", None, 1)
     later = prod.clock.now() + timedelta(hours=1)
-    assert prod.store.claim_next("Parked", owner="w", now=later, lease_seconds=60) is None
+    assert claim_one(prod.store, "Parked", owner="w", now=later, lease_seconds=60) is None
 
 
 def test_suspend_refuses_delivered_final_and_suspended_messages(prod: Production) -> None:
@@ -223,7 +224,7 @@ def test_suspend_never_takes_a_message_a_daemon_claims_at_the_same_time(
     refused: list[int] = []
 
     def claim() -> None:
-        while (row := prod.store.claim_next("Held", owner="daemon-B", now=utcnow(),
+        while (row := claim_one(prod.store, "Held", owner="daemon-B", now=utcnow(),
                                             lease_seconds=60)) is not None:
             claimed.append(row.id)
 
@@ -257,7 +258,7 @@ def test_discard_ends_queued_and_suspended_messages(prod: Production) -> None:
         assert (row.status, row.retry_needed, row.next_attempt_at, row.time_completed) == (
             "Discarded", False, None, prod.clock.now())
         assert events_of(prod.store, message_id)[-1] == ("Info", "discarded by an operator")
-    assert prod.store.claim_next("Parked", owner="w", now=prod.clock.now() + OLD,
+    assert claim_one(prod.store, "Parked", owner="w", now=prod.clock.now() + OLD,
                                  lease_seconds=60) is None
 
 

@@ -31,6 +31,7 @@ from engine.otel.context import from_text
 from engine.otel.spans import Tracing
 from engine.runtime.daemon import Daemon
 from engine.store.sql import SqlStore
+from tests.claiming import claim_one
 from tests.servers import HttpTestServer, SoapTestServer, respond, sequence
 from tests.waiting import wait_until
 
@@ -119,7 +120,7 @@ def test_a_message_retried_three_times_is_one_trace_of_three_client_spans(
                                              clock=SystemClock(),
                                              observers=[Tracing().item("Orders")])
         mid = send_message(store, prod, "Orders", {"method": "POST", "path": "/orders"})
-        row = store.claim_next("Orders", owner="test", now=SystemClock().now(),
+        row = claim_one(store, "Orders", owner="test", now=SystemClock().now(),
                                lease_seconds=60)
         assert row is not None and worker.deliver(row) is Result.COMPLETED
         adapter.stop()

@@ -16,6 +16,7 @@ from engine.store import operator
 from engine.store.operator import PurgeCounts
 from engine.store.sql import SqlStore
 from engine.store.statuses import Status
+from tests.claiming import claim_one
 
 
 def _finish(store: SqlStore, count: int, *, ended_days_ago: float) -> list[int]:
@@ -25,7 +26,7 @@ def _finish(store: SqlStore, count: int, *, ended_days_ago: float) -> list[int]:
     for n in range(count):
         message_id = store.enqueue(target="Orders", body_class=None, body=f'{{"n": {n}}}', source="test",
                                    now=when)
-        row = store.claim_next("Orders", owner="me", now=when, lease_seconds=60)
+        row = claim_one(store, "Orders", owner="me", now=when, lease_seconds=60)
         assert row is not None and row.id == message_id
         store.complete(row, response_class=None, response_body='{"ok": true}', now=when)
         ids.append(message_id)

@@ -7,6 +7,7 @@ from datetime import timedelta
 from engine.clock import utcnow
 from engine.store.rows import AttemptEnd
 from engine.store.sql import SqlStore
+from tests.claiming import claim_one
 
 
 def enqueue(store: SqlStore, n: int, target: str = "A") -> list[int]:
@@ -26,7 +27,7 @@ def test_claims_take_messages_in_order_and_only_from_their_own_queue(store: SqlS
     ids = enqueue(store, 3)
     enqueue(store, 2, target="B")
     now = utcnow()
-    claimed = [store.claim_next("A", owner="d1", now=now, lease_seconds=30) for _ in range(4)]
+    claimed = [claim_one(store, "A", owner="d1", now=now, lease_seconds=30) for _ in range(4)]
     assert [r.id if r else None for r in claimed] == [*ids, None]
     assert all(r.status == "Delivered" and r.claimed_by == "d1" for r in claimed if r)
 
@@ -34,21 +35,21 @@ def test_claims_take_messages_in_order_and_only_from_their_own_queue(store: SqlS
 def test_a_parked_message_waits_for_its_next_attempt_time(store: SqlStore) -> None:
     (mid,) = enqueue(store, 1)
     now = utcnow()
-    assert store.claim_next("A", owner="d", now=now, lease_seconds=30) is not None
+    assert claim_one(store, "A", owner="d", now=now, lease_seconds=30) is not None
     store.schedule_retry(mid, next_attempt_at=now + timedelta(seconds=60), release=True)
-    assert store.claim_next("A", owner="d", now=now, lease_seconds=30) is None
+    assert claim_one(store, "A", owner="d", now=now, lease_seconds=30) is None
     assert store.next_due_time("A") == now + timedelta(seconds=60)
-    later = store.claim_next("A", owner="d", now=now + timedelta(seconds=61), lease_seconds=30)
+    later = claim_one(store, "A", owner="d", now=now + timedelta(seconds=61), lease_seconds=30)
     assert later is not None and later.id == mid and later.retry_needed
 
 
 def test_a_message_whose_lease_expired_is_taken_over(store: SqlStore) -> None:
     (mid,) = enqueue(store, 1)
     now = utcnow()
-    assert store.claim_next("A", owner="dead", now=now, lease_seconds=5) is not None
-    assert store.claim_next("A", owner="alive", now=now + timedelta(seconds=1),
+    assert claim_one(store, "A", owner="dead", now=now, lease_seconds=5) is not None
+    assert claim_one(store, "A", owner="alive", now=now + timedelta(seconds=1),
                             lease_seconds=5) is None
-    row = store.claim_next("A", owner="alive", now=now + timedelta(seconds=6), lease_seconds=5)
+    row = claim_one(store, "A", owner="alive", now=now + timedelta(seconds=6), lease_seconds=5)
     assert row is not None and row.id == mid and row.claimed_by == "alive"
 
 
@@ -58,7 +59,7 @@ def test_concurrent_claims_never_hand_out_a_message_twice(store: SqlStore) -> No
     lock = threading.Lock()
 
     def worker() -> None:
-        while (row := store.claim_next("A", owner=threading.current_thread().name,
+        while (row := claim_one(store, "A", owner=threading.current_thread().name,
                                        now=utcnow(), lease_seconds=30)) is not None:
             with lock:
                 taken.append(row.id)
@@ -74,7 +75,7 @@ def test_concurrent_claims_never_hand_out_a_message_twice(store: SqlStore) -> No
 def test_attempts_and_completion_are_recorded_with_the_response_linked(store: SqlStore) -> None:
     (mid,) = enqueue(store, 1)
     now = utcnow()
-    store.claim_next("A", owner="d", now=now, lease_seconds=30)
+    claim_one(store, "A", owner="d", now=now, lease_seconds=30)
     aid = store.begin_attempt(mid, 1, started_at=now)
     assert store.open_attempt(mid) is not None
     rid = store.complete(store.get_message(mid), response_class=None,

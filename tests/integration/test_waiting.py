@@ -28,6 +28,7 @@ from engine.store.hotpath.base import Completion
 from engine.store.notify import Announcement
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import ROOT
+from tests.claiming import claim_one
 from tests.waiting import wait_until
 
 NO_POLL = 60.0  # seconds: the safety net's period in these tests (none of them waits so long)
@@ -41,10 +42,9 @@ def _accept(store: SqlStore) -> int:
 
 
 def _complete(store: SqlStore, message_id: int) -> None:
-    row = store.claim_next("Echo", owner="other", now=utcnow(), lease_seconds=30)
+    row = claim_one(store, "Echo", owner="other", now=utcnow(), lease_seconds=30)
     assert row is not None and row.id == message_id
-    store.complete(row, response_class=None, response_body='{"ok": true}', now=utcnow(),
-                   fenced=True)
+    store.complete(row, response_class=None, response_body='{"ok": true}', now=utcnow())
 
 
 _COMPLETER = """
@@ -53,11 +53,12 @@ from datetime import datetime, timezone
 from engine.store.sql import SqlStore
 store = SqlStore(sys.argv[1])
 time.sleep(float(sys.argv[3]))
-row = store.claim_next("Echo", owner="child", now=datetime.now(timezone.utc), lease_seconds=30)
-assert row is not None and row.id == int(sys.argv[2]), row
+claimed = store.claim("Echo", owner="child", now=datetime.now(timezone.utc), lease_seconds=30)
+assert [c.row.id for c in claimed] == [int(sys.argv[2])], claimed
+row = claimed[0].row
 print(time.monotonic(), flush=True)  # the commit starts
 store.complete(row, response_class=None, response_body='{"ok": true}',
-               now=datetime.now(timezone.utc), fenced=True)
+               now=datetime.now(timezone.utc))
 store.dispose()
 """
 
@@ -183,7 +184,7 @@ def test_nothing_is_announced_before_its_commit(database_url: str) -> None:
             watches.enter_context(store.completions.watching(
                 mid, lambda mid=mid: seen.append(reader.get_message(mid).status)))
         _complete(store, ids[0])  # one at a time
-        rows = [store.claim_next("Echo", owner="d", now=utcnow(), lease_seconds=30)
+        rows = [claim_one(store, "Echo", owner="d", now=utcnow(), lease_seconds=30)
                 for _ in range(2)]
         store.complete_many([_completion(r) for r in rows if r is not None], now=utcnow())
         store.finish(ids[3], status="Error", error_text="gave up", now=utcnow())

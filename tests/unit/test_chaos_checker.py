@@ -86,8 +86,7 @@ class History:
         row = self.store.get_message(mid)
         assert row is not None
         self.store.complete(row, response_class=None, response_body=None, now=utcnow(),
-                            attempt=AttemptEnd(aid, utcnow(), "http://127.0.0.1/"),
-                            fenced=True)
+                            attempt=AttemptEnd(aid, utcnow(), "http://127.0.0.1/"))
 
     def event(self, mid: int, method: str, type_: str = "Error") -> None:
         self.store.events.write(type_, f"{method} of {mid}", message_id=mid,

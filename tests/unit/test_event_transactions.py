@@ -16,6 +16,7 @@ from engine.store import queries
 from engine.store.models import message_header
 from engine.store.sql import SqlStore
 from engine.testing import StubAdapter
+from tests.claiming import claim_one
 from tests.unit.sample_ops import StubOperation
 
 SETTINGS = {"response_timeout": 7, "retry_interval": 10, "failure_timeout": 30}
@@ -47,7 +48,7 @@ def _worker(store: SqlStore, clock: VirtualClock, settings: dict[str, Any],
 
 def _deliver(store: SqlStore, worker: MessageWorker, clock: VirtualClock) -> tuple[int, Any]:
     mid = store.enqueue(target="Item", body_class=None, body='{"x": 1}', now=clock.now())
-    row = store.claim_next("Item", owner="me", now=clock.now(), lease_seconds=3600)
+    row = claim_one(store, "Item", owner="me", now=clock.now(), lease_seconds=3600)
     assert row is not None and row.id == mid
     try:
         return mid, worker.deliver(row)

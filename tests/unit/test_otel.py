@@ -13,6 +13,7 @@ from engine.config.production import parse_production
 from engine.errors import ClaimLost, ConfigurationError, ResponseTimeout
 from engine.otel import NO_PRODUCER, producer_span, tracing_wanted
 from engine.store.sql import SqlStore
+from tests.claiming import claim_one
 
 ITEM = '[[items]]\nname = "Item"\nclass = "tests.unit.sample_ops:StubOperation"\n'
 
@@ -153,7 +154,7 @@ def test_the_default_exporter_is_otlp_over_http() -> None:
 def row(store: SqlStore) -> Iterator[Any]:
     from engine.clock import SystemClock
     store.enqueue(target="Item", body_class=None, body="{}")
-    yield store.claim_next("Item", owner="t", now=SystemClock().now(), lease_seconds=60)
+    yield claim_one(store, "Item", owner="t", now=SystemClock().now(), lease_seconds=60)
 
 
 def test_an_attempt_cut_short_still_ends_its_span_as_an_error(

@@ -16,6 +16,7 @@ from engine.process import BusinessProcess, ProcessContext
 from engine.store import queries
 from engine.store.sql import SqlStore
 from engine.testing import StubCall, VirtualDaemon
+from tests.claiming import claim_one
 
 QUOTE_SECONDS = 2.0  # virtual seconds Quote takes to answer
 TAX_SECONDS = 3.0  # virtual seconds Tax takes to answer
@@ -202,7 +203,7 @@ def test_a_stop_interrupts_a_waiting_call_and_the_next_run_re_attaches_to_its_re
     host.bind(stopping.context)
     worker = MessageWorker.from_settings(host, prod.item("Shop").settings, store=store,
                                          clock=stopping.clock)
-    row = store.claim_next("Shop", owner="d1", now=vd.clock.now(), lease_seconds=60)
+    row = claim_one(store, "Shop", owner="d1", now=vd.clock.now(), lease_seconds=60)
     with pytest.raises(Interrupted):
         worker.deliver(row)
     store.release(row.id, token=row.claim_token)  # what the item runner does

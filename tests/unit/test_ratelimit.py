@@ -17,6 +17,7 @@ from engine.host import BusinessOperation
 from engine.settings import validate_settings
 from engine.store.rows import MessageRow
 from engine.store.sql import SqlStore
+from tests.claiming import claim_one
 
 ITEM = "Item"
 
@@ -160,11 +161,11 @@ def test_after_a_wait_a_claim_taken_over_meanwhile_is_not_sent(store: SqlStore) 
                           owner="daemon-A", lease_seconds=30)
     for _ in range(2):
         store.enqueue(target=ITEM, body_class=None, body="{}", now=clock.now())
-    first = store.claim_next(ITEM, owner="daemon-A", now=clock.now(), lease_seconds=30)
-    second = store.claim_next(ITEM, owner="daemon-A", now=clock.now(), lease_seconds=30)
+    first = claim_one(store, ITEM, owner="daemon-A", now=clock.now(), lease_seconds=30)
+    second = claim_one(store, ITEM, owner="daemon-A", now=clock.now(), lease_seconds=30)
     assert first is not None and second is not None
     limiter.before_attempt(first, 1)  # the burst: no wait, no confirmation needed
     store.release(second.id, token=second.claim_token)  # "another daemon took it over"
-    store.claim_next(ITEM, owner="daemon-B", now=clock.now(), lease_seconds=30)
+    claim_one(store, ITEM, owner="daemon-B", now=clock.now(), lease_seconds=30)
     with pytest.raises(ClaimLost):
         limiter.before_attempt(second, 1)  # it waited 1 s, then found its claim gone

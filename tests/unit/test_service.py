@@ -17,6 +17,7 @@ from engine.retry import ReplyCodeActions, RetryPolicy
 from engine.service import BusinessService, CallFailed, CallTimedOut, parse_schedule
 from engine.store import queries
 from engine.store.sql import SqlStore
+from tests.claiming import claim_one
 from tests.unit.sample_ops import Ping
 
 PRODUCTION = """
@@ -94,7 +95,7 @@ def deliver_all(store: SqlStore, production: ProductionConfig, clock: VirtualClo
                                reply_codes=ReplyCodeActions.parse(
                                    item.settings["reply_code_actions"]),
                                requeue=False, trace=False)
-        while (row := store.claim_next(item.name, owner="test", now=clock.now(),
+        while (row := claim_one(store, item.name, owner="test", now=clock.now(),
                                        lease_seconds=60)) is not None:
             worker.deliver(row)
 

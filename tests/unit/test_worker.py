@@ -23,6 +23,7 @@ from engine.testing import (
     StubAdapter,
     VirtualDaemon,
 )
+from tests.claiming import claim_one
 from tests.unit.sample_ops import RetryTwiceOperation, StubOperation
 
 SEED = {"response_timeout": 7, "retry_interval": 10, "failure_timeout": 30}
@@ -206,9 +207,9 @@ def test_reply_code_action_d_disables_the_item_and_keeps_the_message_first(
     row = store.get_message(first)
     assert row.status == "Queued"
     # while the item is off nothing is claimed; switched on, the message comes first
-    assert store.claim_next("Item", owner="t", now=h.clock.now(), lease_seconds=10) is None
+    assert claim_one(store, "Item", owner="t", now=h.clock.now(), lease_seconds=10) is None
     store.set_item_enabled("Item", True, reason=None, now=h.clock.now())
-    nxt = store.claim_next("Item", owner="t", now=h.clock.now(), lease_seconds=10)
+    nxt = claim_one(store, "Item", owner="t", now=h.clock.now(), lease_seconds=10)
     assert nxt.id == first
 
 
@@ -219,7 +220,7 @@ def test_requeue_mode_parks_the_message_until_its_next_attempt(store: SqlStore) 
     row = store.get_message(mid)
     assert row.status == "Queued" and row.retry_needed
     assert (row.next_attempt_at - h.clock.start).total_seconds() == 10
-    assert store.claim_next("Item", owner="t", now=h.clock.now(), lease_seconds=9) is None
+    assert claim_one(store, "Item", owner="t", now=h.clock.now(), lease_seconds=9) is None
     while (row := store.get_message(mid)).status == "Queued":
         h.clock.advance_to((row.next_attempt_at - h.clock.start).total_seconds())
         h.deliver_next()
@@ -238,7 +239,7 @@ def test_an_attempt_in_flight_at_a_crash_is_resent_only_when_idempotent(store: S
     for idempotent, expected in ((True, "Completed"), (False, "Suspended")):
         h = Harness(store, StubOperation, {**SEED, "idempotent": idempotent}, stub(["ok"]))
         mid = h.send()
-        row = store.claim_next("Item", owner="dead", now=h.clock.now(), lease_seconds=1)
+        row = claim_one(store, "Item", owner="dead", now=h.clock.now(), lease_seconds=1)
         store.begin_attempt(mid, 1, started_at=h.clock.now())  # then the daemon died
         h.clock.advance(5)
         assert h.deliver_next().value == expected
@@ -256,7 +257,7 @@ def test_an_attempt_in_flight_at_a_crash_suspends_a_not_idempotent_item_whatever
     settings = {**SEED, "idempotent": False, "on_unknown_outcome": "error"}
     h = Harness(store, StubOperation, settings, stub(["ok"]))
     mid = h.send()
-    store.claim_next("Item", owner="dead", now=h.clock.now(), lease_seconds=1)
+    claim_one(store, "Item", owner="dead", now=h.clock.now(), lease_seconds=1)
     store.begin_attempt(mid, 1, started_at=h.clock.now())  # then the daemon died
     h.clock.advance(5)
     assert h.deliver_next() is Result.SUSPENDED
@@ -272,7 +273,7 @@ def test_failure_timeout_counts_from_the_original_first_attempt_after_a_restart(
         store: SqlStore) -> None:
     h = Harness(store, SimulatedOperation, SEED, simulated(8))
     mid = h.send()
-    row = store.claim_next("Item", owner="dead", now=h.clock.now(), lease_seconds=1)
+    row = claim_one(store, "Item", owner="dead", now=h.clock.now(), lease_seconds=1)
     aid = store.begin_attempt(mid, 1, started_at=h.clock.now())
     h.clock.advance(7)
     store.end_attempt(aid, ended_at=h.clock.now(), outcome="timeout")
@@ -348,7 +349,7 @@ def test_an_observer_holds_a_message_unsent_and_its_headers_reach_the_adapter(
     row = store.get_message(mid)
     assert (row.status, row.attempts, row.first_attempt_at) == ("Queued", 0, None)
     assert store.attempts(mid) == []  # an attempt begun with the claim is taken back
-    assert store.claim_next("Item", owner="t", now=h.clock.now(), lease_seconds=60) is None
+    assert claim_one(store, "Item", owner="t", now=h.clock.now(), lease_seconds=60) is None
     h.clock.advance(5)
     assert h.deliver_next() is Result.COMPLETED
     (call,) = h.host.adapter.calls

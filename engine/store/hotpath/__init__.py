@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from engine.store.hotpath.base import (
     Accepted,
+    AttemptEnding,
     Claimed,
     Completion,
     Grant,
@@ -26,5 +27,5 @@ from engine.store.hotpath.base import (
 from engine.store.hotpath.postgres import PostgresHotPath
 from engine.store.hotpath.sqlite import SqliteHotPath
 
-__all__ = ["Accepted", "Claimed", "Completion", "Grant", "HotPath", "Intake", "Outcome",
-           "PostgresHotPath", "SqliteHotPath", "Taker"]
+__all__ = ["Accepted", "AttemptEnding", "Claimed", "Completion", "Grant", "HotPath", "Intake",
+           "Outcome", "PostgresHotPath", "SqliteHotPath", "Taker"]

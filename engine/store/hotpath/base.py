@@ -1,9 +1,8 @@
-"""What both dialects share: the rows a step returns, the SQL fragments of a claim, and the
-pool of driver connections of one store."""
+"""What both dialects share: the rows a step returns and the pool of driver connections of
+one store (the statements themselves are in :mod:`engine.store.statements`)."""
 from __future__ import annotations
 
 import itertools
-import re
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -14,6 +13,7 @@ from typing import Any, Protocol, TypeVar
 from engine.errors import StoreError
 from engine.store.database import connection_looks_dead, reason_of
 from engine.store.rows import MessageRow
+from engine.store.statements.shared import COLUMNS
 from engine.store.text import storable
 
 T = TypeVar("T")
@@ -21,84 +21,13 @@ T = TypeVar("T")
 MAX_IDLE_CONNECTIONS = 8  # driver connections kept open between steps, per store
 _NO_ID = 2**62  # larger than any id: "no limit" in the FIFO head probe
 
-# The columns of a message row, in MessageRow's order: what the dialects' statements select
-# (SELECT_COLUMNS, of a header aliased ``h``) and their rows are read back by.
-COLUMNS = ("id", "session_id", "source", "target", "kind", "body_class", "body", "status",
-           "is_error", "error_text", "time_created", "time_processed", "time_completed",
-           "corresponding_id", "retry_needed", "attempts", "first_attempt_at",
-           "next_attempt_at", "claimed_by", "lease_expires_at", "claim_token", "trace_context",
-           "waited")
-SELECT_COLUMNS = ", ".join(f"h.{c}" for c in COLUMNS)
-# the columns of COLUMNS that hold times (SQLite returns them as text, to be parsed)
-TIMES = frozenset({"time_created", "time_processed", "time_completed", "first_attempt_at",
-                   "next_attempt_at", "lease_expires_at"})
-
-# The messages a claim may take: any due queued message, oldest first (PICK_ANY), or for a
-# FIFO item only the head of the queue, in order (PICK_FIFO) — queued messages older than
-# any held by another claim (``:held``: those the claimer holds itself, which it delivers in
-# order before these), up to the first that is not due yet; index probes on (target, status,
-# id) and (target, status, next_attempt_at) find the head, never a scan of the queue. Either
-# way nothing while the item is switched off by an operator (item_state), else as the
-# production file says (``:enabled``).
-PICK_ANY = """
-    SELECT q.id, q.attempts, q.deliveries FROM message_header q
-    WHERE q.target = :target AND q.status = 'Queued'
-      AND (q.next_attempt_at IS NULL OR q.next_attempt_at <= :now)
-      AND coalesce((SELECT s.enabled FROM item_state s WHERE s.config_name = :target),
-                   :enabled)
-    ORDER BY q.id LIMIT :limit"""
-PICK_FIFO = """
-    SELECT q.id, q.attempts, q.deliveries FROM message_header q
-    WHERE q.target = :target AND q.status = 'Queued'
-      AND coalesce((SELECT s.enabled FROM item_state s WHERE s.config_name = :target),
-                   :enabled)
-      AND q.id < coalesce(
-            (SELECT min(d.id) FROM message_header d
-             WHERE d.target = :target AND d.status = 'Delivered' AND {not_held}), :no_id)
-      AND q.id < coalesce(
-            (SELECT min(w.id) FROM message_header w {due_index}
-             WHERE w.target = :target AND w.status = 'Queued' AND w.next_attempt_at > :now),
-            :no_id)
-    ORDER BY q.id LIMIT :limit"""
-
-# Of the picked messages (``cand``: id, attempts, deliveries) a claim takes those before the
-# first *suspect* — a message whose count of deliveries is above 0: one of its deliveries
-# never ended (its daemon died, froze past its lease or was killed during it). A suspect is
-# delivered alone, so that a message that crashes or freezes its daemon does not take
-# others down with it again and again: it is taken only when it comes first and the claimer
-# holds no other message of the item (``:alone``); the claimer then takes nothing more of
-# the item until it is done (engine.delivery.dispatch). ``isolate`` is the same rule in Python.
-ISOLATE = """
-    SELECT c.id, c.attempts, c.deliveries FROM cand c
-    WHERE (c.deliveries = 0
-           AND c.id < coalesce((SELECT min(s.id) FROM cand s WHERE s.deliveries > 0), :no_id))
-       OR (:alone AND c.deliveries > 0 AND c.id = (SELECT min(f.id) FROM cand f))"""
-
 
 def isolate(picked: Sequence[Any], alone: bool) -> list[Any]:
-    """:data:`ISOLATE` on ``(id, attempts, deliveries)`` rows in id order."""
+    """:data:`~engine.store.statements.shared.ISOLATE` (a suspect comes alone) on
+    ``(id, attempts, deliveries)`` rows in id order."""
     if picked and picked[0][2] > 0:
         return list(picked[:1]) if alone else []
     return list(itertools.takewhile(lambda p: p[2] == 0, picked))
-
-
-# Claim the picked messages: Delivered, leased to :owner, a new fencing token, one more
-# delivery counted, and — when :begin — attempt 1 counted for those never attempted (its
-# row is inserted alongside).
-CLAIM_SET = """
-    status = 'Delivered', claimed_by = :owner, lease_expires_at = :expires,
-    claim_token = h.claim_token + 1, time_processed = coalesce(h.time_processed, :now),
-    deliveries = h.deliveries + 1,
-    attempts = CASE WHEN :begin AND h.attempts = 0 THEN 1 ELSE h.attempts END,
-    first_attempt_at = CASE WHEN :begin AND h.attempts = 0 THEN :now
-                            ELSE h.first_attempt_at END,
-    next_attempt_at = CASE WHEN :begin AND h.attempts = 0 THEN NULL
-                           ELSE h.next_attempt_at END"""
-
-# The columns a new request is inserted with, after its id (both dialects' intakes).
-INSERT_MESSAGE_COLUMNS = ("session_id, source, target, kind, body_class, body, status, is_error, "
-                          "time_created, retry_needed, attempts, claim_token, "
-                          "idempotency_key, trace_context, waited")
 
 
 @dataclass(frozen=True)
@@ -182,17 +111,35 @@ class Taker(Protocol):
 @dataclass(frozen=True)
 class Completion:
     """A successful attempt to record: the message's completion, its attempt's end and its
-    response (if any), conditional on the claim ``token``."""
+    response (if any), conditional on the claim ``token``. ``attempt_id`` None: the attempt
+    was ended already (an answer from a hook); ``started_at`` None: its start stays as it
+    was recorded."""
 
     message_id: int
     token: int
-    attempt_id: int
-    started_at: datetime
-    ended_at: datetime
+    attempt_id: int | None
+    started_at: datetime | None
+    ended_at: datetime | None
     server: str | None
     response_class: str | None
     response_body: str | None
     urgent: bool = False  # someone waits for the message: commit it without delay
+
+
+@dataclass(frozen=True)
+class AttemptEnding:
+    """The end of one attempt to record, a failure's (a success's goes with its
+    :class:`Completion`): ``started_at`` None keeps the start its begin recorded; ``token``:
+    only while the attempt's message's claim is that one."""
+
+    attempt_id: int
+    ended_at: datetime
+    outcome: str
+    server: str | None = None
+    status_code: int | None = None
+    error_text: str | None = None
+    started_at: datetime | None = None
+    token: int | None = None
 
 
 class Connector(Protocol):
@@ -209,8 +156,6 @@ class HotPath:
     for (their ``waited`` flag is set), so that the store announces them; just before it,
     ``on_completed(responses)`` with their responses (message id → (class, body), body
     None: no response), which the store's waiters here answer with."""
-
-    paramstyle_named = re.compile(r"(?<!:):(\w+)")
 
     def __init__(self, engine: Connector, translate: Callable[[BaseException], bool], *,
                  shared: bool = False) -> None:
@@ -229,7 +174,7 @@ class HotPath:
         weakref.finalize(self, _close_all, self._idle)
         self._shared = shared  # one in-memory database
 
-    def _waited_completed(self, completions: Sequence[Completion], waited: list[int]) -> None:
+    def after_completion(self, completions: Sequence[Completion], waited: list[int]) -> None:
         """After the commit of ``completions``: those someone waits for (``waited``) go to
         ``on_completed`` with their responses, then are announced."""
         if not waited:
@@ -332,14 +277,9 @@ class HotPath:
         order; each as :meth:`accept` would."""
         raise NotImplementedError
 
-    _MESSAGE = f"SELECT {SELECT_COLUMNS} FROM message_header h WHERE h.id = :id"
-
     def message(self, message_id: int) -> MessageRow | None:
         """One message as it is now (a waiter's look: one indexed read, no transaction)."""
         raise NotImplementedError
-
-    _OUTCOME = (f"SELECT {SELECT_COLUMNS}, r.id, r.body_class, r.body FROM message_header h "
-                "LEFT JOIN message_header r ON r.id = h.corresponding_id WHERE h.id = :id")
 
     def outcome(self, message_id: int) -> Outcome | None:
         """One message and its response's body, in one indexed read (a waiter's look once
@@ -357,6 +297,21 @@ class HotPath:
 
     def complete_many(self, completions: Sequence[Completion], *, now: datetime,
                       durable: bool = False) -> list[int]:
+        """Record ``completions`` in one transaction of the hot path's own; the ids
+        completed (the others' claims were lost: nothing was written for them)."""
+        raise NotImplementedError
+
+    def complete_in(self, conn: Any, completions: Sequence[Completion], *, now: datetime
+                    ) -> tuple[dict[int, int | None], list[int]]:
+        """Record ``completions`` in the transaction open on driver connection ``conn`` (a
+        caller's, which commits it with other writes); message id → response id of those
+        completed, and the ids of those someone waits for (for :meth:`after_completion`,
+        once committed)."""
+        raise NotImplementedError
+
+    def end_attempt_in(self, conn: Any, ending: AttemptEnding) -> int:
+        """Record ``ending`` in the transaction open on driver connection ``conn`` (a
+        caller's); how many attempts it ended (0: the claim was lost)."""
         raise NotImplementedError
 
     @staticmethod
@@ -373,7 +328,7 @@ class HotPath:
               held: Sequence[int] = (), alone: bool = True,
               server: str | None = None) -> list[Claimed]:
         """``alone``: the claimer holds no other message of ``target``, so it may take a
-        suspect (see :data:`ISOLATE`); ``server``: recorded with each attempt begun."""
+        suspect (see :func:`isolate`); ``server``: recorded with each attempt begun."""
         raise NotImplementedError
 
     def execute(self, sql: str, params: dict[str, Any]) -> list[Any]:

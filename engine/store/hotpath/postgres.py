@@ -8,14 +8,8 @@ from typing import Any
 
 from engine.store import properties
 from engine.store.hotpath.base import (
-    CLAIM_SET,
-    COLUMNS,
-    INSERT_MESSAGE_COLUMNS,
-    ISOLATE,
-    PICK_ANY,
-    PICK_FIFO,
-    SELECT_COLUMNS,
     Accepted,
+    AttemptEnding,
     Claimed,
     Completion,
     HotPath,
@@ -24,10 +18,8 @@ from engine.store.hotpath.base import (
 )
 from engine.store.notify import Announcement
 from engine.store.rows import MessageRow
-
-# The caller an idempotency key belongs to: an API token's holder ("api:<name>", the source)
-# or '' for the production (as SQLite's _CALLER; the source typed once, as text).
-_CALLER = "CASE WHEN substr(:source::text, 1, 4) = 'api:' THEN :source::text ELSE '' END"
+from engine.store.statements import postgres as sql
+from engine.store.statements.shared import COLUMNS
 
 
 def _index(conn: Any, message_id: int, body: str, search_paths: Sequence[str]) -> None:
@@ -36,15 +28,11 @@ def _index(conn: Any, message_id: int, body: str, search_paths: Sequence[str]) -
         rows = properties.extract(body, search_paths)
         if rows:
             with conn.cursor() as cur:
-                cur.executemany(_INSERT_PROPERTY, properties.parameters(message_id, rows))
+                cur.executemany(sql.INSERT_PROPERTY, properties.parameters(message_id, rows))
 
 
-def _pg(sql: str) -> str:
-    """``:name`` placeholders as psycopg's ``%(name)s`` (and ``%`` escaped)."""
-    return HotPath.paramstyle_named.sub(r"%(\1)s", sql.replace("%", "%%"))
-
-
-_INSERT_PROPERTY = _pg(properties.INSERT_SQL)
+def _time(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
 
 
 class PostgresHotPath(HotPath):
@@ -54,82 +42,6 @@ class PostgresHotPath(HotPath):
     delivery treats as outcome unknown."""
 
     parallel_commits = True
-
-    _INSERT = _pg(
-        f"WITH n AS (SELECT nextval('message_header_id_seq') AS id, b.ord, b.body_class, b.body "
-        f"FROM unnest(:body_classes::text[], :bodies::text[]) WITH ORDINALITY "
-        f"AS b(body_class, body, ord)), "
-        f"ins AS (INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}) "
-        f"SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', n.body_class, "
-        f"n.body, 'Queued', false, :now, false, 0, 0, NULL, :trace::text, false FROM n "
-        f"ORDER BY n.ord "
-        f"RETURNING id) "
-        f"SELECT ins.id, pg_notify('encore_queue', :note) FROM ins ORDER BY ins.id")
-    # The unique index on (target, idempotency_caller, idempotency_key) decides between
-    # racing duplicates: the loser inserts nothing and reads the winner's row once it has
-    # committed. The caller is an API token's holder or '' for the production (_CALLER).
-    _ACCEPT = _pg(
-        f"WITH n AS (SELECT nextval('message_header_id_seq') AS id), "
-        f"ins AS (INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}, "
-        f"idempotency_caller) "
-        f"SELECT n.id, coalesce(:session_id, n.id), :source::text, :target, 'request', "
-        f":body_class, :body, 'Queued', false, :now, false, 0, 0, :key, :trace, :waited, "
-        f"{_CALLER} FROM n "
-        f"ON CONFLICT (target, idempotency_caller, idempotency_key) "
-        f"WHERE idempotency_key IS NOT NULL "
-        f"DO NOTHING RETURNING id, session_id) "
-        f"SELECT ins.id, ins.session_id, pg_notify('encore_queue', :note) FROM ins")
-    _FIND_KEY = _pg("SELECT id, session_id FROM message_header "
-                    f"WHERE target = :target AND idempotency_caller = {_CALLER} "
-                    "AND idempotency_key = :key")
-    # The id of each attempt begun is drawn with the claim, so the rows come back without a
-    # join of the claimed messages to their new attempts; each with its count of deliveries
-    # before the claim (a suspect comes alone: ISOLATE).
-    _CLAIM = (
-        "WITH cand AS ({pick} FOR UPDATE{skip}), "
-        f"pick AS ({ISOLATE}), "
-        f"claimed AS (UPDATE message_header h SET {CLAIM_SET} FROM pick "
-        f"WHERE h.id = pick.id "
-        f"RETURNING {SELECT_COLUMNS}, pick.deliveries AS interrupted, "
-        "CASE WHEN :begin AND pick.attempts = 0 "
-        "THEN nextval('message_attempt_id_seq') END AS begun), "
-        "begun AS (INSERT INTO message_attempt (id, message_id, attempt, started_at, server) "
-        "SELECT begun, id, 1, :now, :server::text FROM claimed WHERE begun IS NOT NULL) "
-        "SELECT * FROM claimed ORDER BY id")
-    # A FIFO head locked for a moment (an operator's action) is waited for, never skipped.
-    # One statement per kind of claim, so that each gets a plan of its own (a generic plan
-    # of one statement for both would have to scan).
-    _CLAIM_FIFO = _pg(_CLAIM.format(
-        pick=PICK_FIFO.format(not_held="d.id <> ALL(:held::bigint[])", due_index=""),
-        skip=""))
-    _CLAIM_ANY = _pg(_CLAIM.format(pick=PICK_ANY, skip=" SKIP LOCKED"))
-    # The completions come as one JSON document: json.dumps encodes it in C, where psycopg
-    # would dump nine arrays element by element in Python (a fifth of a dispatcher's time).
-    _COMPLETE = _pg(
-        "WITH d AS (SELECT c.*, CASE WHEN c.body IS NOT NULL "
-        "THEN nextval('message_header_id_seq') END AS response_id "
-        "FROM json_to_recordset(:completions::json) AS c(id bigint, token bigint, "
-        "attempt_id bigint, started_at timestamptz, ended_at timestamptz, server text, "
-        "body_class text, body text)), "
-        "req AS (UPDATE message_header h SET status = 'Completed', is_error = false, "
-        "retry_needed = false, next_attempt_at = NULL, time_completed = :now, "
-        "claimed_by = NULL, lease_expires_at = NULL, corresponding_id = d.response_id, "
-        "first_attempt_at = CASE WHEN h.attempts = 1 THEN d.started_at "
-        "ELSE h.first_attempt_at END FROM d WHERE h.id = d.id AND h.claim_token = d.token "
-        "AND h.status = 'Delivered' "
-        "RETURNING h.id, h.session_id, h.target, h.source, h.waited), "
-        "att AS (UPDATE message_attempt a SET started_at = d.started_at, "
-        "ended_at = d.ended_at, outcome = 'ok', server = d.server FROM d JOIN req "
-        "ON req.id = d.id WHERE a.id = d.attempt_id RETURNING a.id), "
-        "resp AS (INSERT INTO message_header (id, session_id, source, target, kind, "
-        "body_class, body, status, is_error, time_created, time_processed, time_completed, "
-        "corresponding_id, retry_needed, attempts, claim_token) SELECT d.response_id, "
-        "req.session_id, req.target, coalesce(req.source, ''), 'response', d.body_class, "
-        "d.body, 'Completed', false, :now, :now, :now, d.id, false, 0, 0 FROM d JOIN req "
-        "ON req.id = d.id WHERE d.body IS NOT NULL RETURNING id) "
-        # the end of a message someone waits for is announced with its commit
-        "SELECT req.id, req.waited, CASE WHEN req.waited THEN pg_notify('encore_done', "
-        "'{\"kind\":\"done\",\"ids\":[' || req.id || ']}') END FROM req")
 
     def _prepare(self, conn: Any, durable: bool) -> None:
         conn.rollback()
@@ -152,12 +64,12 @@ class PostgresHotPath(HotPath):
             "session_id": session_id, "source": source, "target": target, "now": now,
             "trace": trace_context, "note": Announcement.work(target).to_json()}
         if not search_paths:
-            return [int(r[0]) for r in self._run(self._INSERT, params, durable=True)]
+            return [int(r[0]) for r in self._run(sql.INSERT, params, durable=True)]
         with self._connection(True) as conn:
             def insert() -> list[int]:
                 with conn.transaction():
                     ids = [int(r[0]) for r in
-                           conn.execute(self._INSERT, params, prepare=True).fetchall()]
+                           conn.execute(sql.INSERT, params, prepare=True).fetchall()]
                     for new_id, (_, body) in zip(ids, bodies):
                         _index(conn, new_id, body, search_paths)
                 return ids
@@ -175,10 +87,10 @@ class PostgresHotPath(HotPath):
                   "body_class": body_class, "body": body, "now": now, "key": idempotency_key,
                   "trace": trace_context, "waited": waited,
                   "note": Announcement.work(target, urgent=waited).to_json()}
-        rows = self._run(self._ACCEPT, params, durable=durable)
+        rows = self._run(sql.ACCEPT, params, durable=durable)
         if rows:
             return Accepted(int(rows[0][0]), int(rows[0][1]), True)
-        found = self._run(self._FIND_KEY, params)
+        found = self._run(sql.FIND_KEY, params)
         if not found:  # the winner's transaction rolled back meanwhile: try again
             return self.accept(target, body_class, body, source=source, session_id=session_id,
                                now=now, idempotency_key=idempotency_key,
@@ -197,9 +109,9 @@ class PostgresHotPath(HotPath):
                                   "trace": i.trace_context, "waited": i.waited,
                                   "note": Announcement.work(i.target,
                                                             urgent=i.waited).to_json()}
-                        rows = conn.execute(self._ACCEPT, params, prepare=True).fetchall()
+                        rows = conn.execute(sql.ACCEPT, params, prepare=True).fetchall()
                         if not rows:  # the key is taken: by a commit, or by this batch
-                            rows = conn.execute(self._FIND_KEY, params).fetchall()
+                            rows = conn.execute(sql.FIND_KEY, params).fetchall()
                             out.append(Accepted(int(rows[0][0]), int(rows[0][1]), False))
                         else:
                             out.append(Accepted(int(rows[0][0]), int(rows[0][1]), True))
@@ -207,16 +119,12 @@ class PostgresHotPath(HotPath):
                 return out
             return self._guard(accept)
 
-    _MESSAGE = _pg(HotPath._MESSAGE)
-
     def message(self, message_id: int) -> MessageRow | None:
-        rows = self._run(self._MESSAGE, {"id": message_id})
+        rows = self._run(sql.MESSAGE, {"id": message_id})
         return MessageRow(**dict(zip(COLUMNS, rows[0]))) if rows else None
 
-    _OUTCOME = _pg(HotPath._OUTCOME)
-
     def outcome(self, message_id: int) -> Outcome | None:
-        rows = self._run(self._OUTCOME, {"id": message_id})
+        rows = self._run(sql.OUTCOME, {"id": message_id})
         return self._outcome(rows[0]) if rows else None
 
     def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
@@ -235,7 +143,7 @@ class PostgresHotPath(HotPath):
         # crash or failover of the server could lose that end after this message was sent,
         # and the one before would be sent again after it. (SQLite loses no commit when a
         # process dies, only when the machine does.)
-        rows = self._run(self._CLAIM_FIFO if fifo else self._CLAIM_ANY, params, durable=fifo)
+        rows = self._run(sql.CLAIM_FIFO if fifo else sql.CLAIM_ANY, params, durable=fifo)
         width = len(COLUMNS)
         return [Claimed(MessageRow(**dict(zip(COLUMNS, r[:width]))),
                         None if r[-1] is None else int(r[-1]), int(r[width]),
@@ -245,13 +153,33 @@ class PostgresHotPath(HotPath):
                       durable: bool = False) -> list[int]:
         if not completions:
             return []
-        document = json.dumps([
-            {"id": c.message_id, "token": c.token, "attempt_id": c.attempt_id,
-             "started_at": c.started_at.isoformat(), "ended_at": c.ended_at.isoformat(),
-             "server": c.server, "body_class": c.response_class, "body": c.response_body}
-            for c in completions])
-        rows = self._run(self._COMPLETE, {"completions": document, "now": now},
+        rows = self._run(sql.COMPLETE, self._complete_params(completions, now),
                          durable=durable)
         # NOTIFY went with the commit; this process's waiters too
-        self._waited_completed(completions, [int(r[0]) for r in rows if r[1]])
+        self.after_completion(completions, [int(r[0]) for r in rows if r[1]])
         return [int(r[0]) for r in rows]
+
+    def complete_in(self, conn: Any, completions: Sequence[Completion], *, now: datetime
+                    ) -> tuple[dict[int, int | None], list[int]]:
+        rows = self._guard(lambda: conn.execute(
+            sql.COMPLETE, self._complete_params(completions, now), prepare=True).fetchall())
+        return ({int(r[0]): None if r[2] is None else int(r[2]) for r in rows},
+                [int(r[0]) for r in rows if r[1]])
+
+    def end_attempt_in(self, conn: Any, ending: AttemptEnding) -> int:
+        e = ending
+        document = json.dumps([{
+            "attempt_id": e.attempt_id, "started_at": _time(e.started_at),
+            "ended_at": _time(e.ended_at), "server": e.server, "outcome": e.outcome,
+            "status_code": e.status_code, "error_text": e.error_text, "token": e.token}])
+        return int(self._guard(lambda: conn.execute(
+            sql.END_ATTEMPTS, {"ends": document}, prepare=True).rowcount))
+
+    @staticmethod
+    def _complete_params(completions: Sequence[Completion], now: datetime) -> dict[str, Any]:
+        document = json.dumps([
+            {"id": c.message_id, "token": c.token, "attempt_id": c.attempt_id,
+             "started_at": _time(c.started_at), "ended_at": _time(c.ended_at),
+             "server": c.server, "body_class": c.response_class, "body": c.response_body}
+            for c in completions])
+        return {"completions": document, "now": now}

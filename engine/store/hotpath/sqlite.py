@@ -10,14 +10,8 @@ from typing import Any
 
 from engine.store import properties
 from engine.store.hotpath.base import (
-    CLAIM_SET,
-    COLUMNS,
-    INSERT_MESSAGE_COLUMNS,
-    PICK_ANY,
-    PICK_FIFO,
-    SELECT_COLUMNS,
-    TIMES,
     Accepted,
+    AttemptEnding,
     Claimed,
     Completion,
     Connector,
@@ -28,12 +22,9 @@ from engine.store.hotpath.base import (
     isolate,
 )
 from engine.store.rows import MessageRow
+from engine.store.statements import sqlite as sql
+from engine.store.statements.shared import COLUMNS, TIMES
 from engine.store.text import storable
-
-# The caller an idempotency key belongs to (docs/security.md): an API token's holder, whose
-# messages' source is "api:<name>", or '' — the production itself (the command line,
-# services, business processes). PostgreSQL's statements use the same expression.
-_CALLER = "CASE WHEN substr(:source, 1, 4) = 'api:' THEN :source ELSE '' END"
 
 
 def _sqlite_time(value: datetime | None) -> str | None:
@@ -64,71 +55,6 @@ class SqliteHotPath(HotPath):
     a crash of the machine, the claim goes with it and the message is delivered afresh,
     which an idempotent item allows (docs/architecture.md makes durable only accepted messages and
     the starts of non-idempotent attempts; a process killed keeps every commit in the log)."""
-
-    _INSERT = (f"INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}) VALUES "
-               "(:id, coalesce(:session_id, :id), :source, :target, 'request', :body_class, "
-               ":body, 'Queued', 0, :now, 0, 0, 0, :key, :trace, 0)")
-    # intake of one message: its id drawn in the statement, so that it is one step (and
-    # read back as the row id: no RETURNING row, so one call into the driver, not three)
-    # (the key's caller, an API token's holder or '' for the production: see _CALLER)
-    _ACCEPT = (f"INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}, idempotency_caller) "
-               "SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', "
-               ":body_class, :body, 'Queued', 0, :now, 0, 0, 0, :key, :trace, :waited, "
-               f"{_CALLER} "
-               "FROM (SELECT coalesce(max(id), 0) + 1 AS id FROM message_header) AS n")
-    _FIND_KEY = ("SELECT id, session_id FROM message_header "
-                 f"WHERE target = :target AND idempotency_caller = {_CALLER} "
-                 "AND idempotency_key = :key")
-    _CLAIM = (f"UPDATE message_header AS h SET {CLAIM_SET} "
-              f"WHERE h.id IN (SELECT value FROM json_each(:ids)) "
-              f"RETURNING {SELECT_COLUMNS.replace('h.', '')}")
-    _BEGIN = ("INSERT INTO message_attempt (message_id, attempt, started_at, server) "
-              "SELECT value, 1, :now, :server FROM json_each(:ids) RETURNING id, message_id")
-    _COMPLETE = ("UPDATE message_header SET status = 'Completed', is_error = 0, "
-                 "retry_needed = 0, next_attempt_at = NULL, time_completed = :now, "
-                 "claimed_by = NULL, lease_expires_at = NULL, corresponding_id = :response_id, "
-                 "first_attempt_at = CASE WHEN attempts = 1 THEN :started_at "
-                 "ELSE first_attempt_at END "
-                 "WHERE id = :message_id AND claim_token = :token AND status = 'Delivered' "
-                 "RETURNING session_id, target, source, waited")
-    _END_ATTEMPT = ("UPDATE message_attempt SET started_at = :started_at, ended_at = :ended_at, "
-                    "outcome = 'ok', server = :server WHERE id = :attempt_id")
-    # Set-based forms of the statements above, for a batch given as one JSON array: one call
-    # into the driver for the whole batch instead of one or more per message, each of which
-    # hands the GIL back and must win it again while the write lock is held (a no-op drain
-    # spent 3-20 % less CPU a message, BENCHMARKS.md). SQLite's JSON functions end a string
-    # at a NUL character, so a batch with one in its text goes the one-by-one way.
-    # many intakes without an idempotency key or search properties: one autocommit statement,
-    # ids drawn in order from max(id) + 1 (the last one read back as the row id); each row
-    # is [session_id, source, target, body_class, body, now, trace, waited]
-    _ACCEPT_MANY = (f"INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}, "
-                    "idempotency_caller) "
-                    "SELECT n.id + c.key, coalesce(c.value ->> 0, n.id + c.key), "
-                    "c.value ->> 1, c.value ->> 2, 'request', c.value ->> 3, c.value ->> 4, "
-                    "'Queued', 0, c.value ->> 5, 0, 0, 0, NULL, c.value ->> 6, c.value ->> 7, "
-                    "CASE WHEN substr(c.value ->> 1, 1, 4) = 'api:' THEN c.value ->> 1 "
-                    "ELSE '' END "
-                    "FROM (SELECT coalesce(max(id), 0) + 1 AS id FROM message_header) AS n, "
-                    "json_each(:rows) AS c ORDER BY c.key")
-    # completions without a response; each row is [message_id, token, started_at]
-    _COMPLETE_MANY = ("UPDATE message_header AS h SET status = 'Completed', is_error = 0, "
-                      "retry_needed = 0, next_attempt_at = NULL, time_completed = :now, "
-                      "claimed_by = NULL, lease_expires_at = NULL, corresponding_id = NULL, "
-                      "first_attempt_at = CASE WHEN h.attempts = 1 THEN c.value ->> 2 "
-                      "ELSE h.first_attempt_at END "
-                      "FROM json_each(:rows) AS c "
-                      "WHERE h.id = c.value ->> 0 AND h.claim_token = c.value ->> 1 "
-                      "AND +h.status = 'Delivered' "
-                      "RETURNING id, waited")
-    # each row is [attempt_id, started_at, ended_at, server]
-    _END_ATTEMPTS = ("UPDATE message_attempt AS a SET started_at = c.value ->> 1, "
-                     "ended_at = c.value ->> 2, outcome = 'ok', server = c.value ->> 3 "
-                     "FROM json_each(:rows) AS c WHERE a.id = c.value ->> 0")
-    _RESPONSE = ("INSERT INTO message_header (id, session_id, source, target, kind, body_class, "
-                 "body, status, is_error, time_created, time_processed, time_completed, "
-                 "corresponding_id, retry_needed, attempts, claim_token) VALUES (:id, "
-                 ":session_id, :source, :target, 'response', :body_class, :body, 'Completed', "
-                 "0, :now, :now, :now, :request_id, 0, 0, 0)")
 
     def __init__(self, engine: Connector, translate: Callable[[BaseException], bool], *,
                  shared: bool = False) -> None:
@@ -169,10 +95,9 @@ class SqliteHotPath(HotPath):
         stamp = _sqlite_time(now)
         with self._transaction(durable=True) as cur:
             def insert() -> list[int]:
-                first = cur.execute("SELECT coalesce(max(id), 0) + 1 FROM message_header"
-                                    ).fetchone()[0]
+                first = cur.execute(sql.NEXT_ID).fetchone()[0]
                 ids = list(range(first, first + len(bodies)))
-                cur.executemany(self._INSERT, [
+                cur.executemany(sql.INSERT, [
                     {"id": new_id, "session_id": session_id, "source": source,
                      "target": target, "body_class": body_class, "body": body, "now": stamp,
                      "key": None, "trace": trace_context}
@@ -194,36 +119,20 @@ class SqliteHotPath(HotPath):
             # (as BEGIN IMMEDIATE would) and commits as it ends — one call into the driver,
             # not five, each of which hands the GIL back and must wait to take it again
             with self._write_lock, self._connection(durable) as conn:
-                new_id = self._guard(lambda: conn.execute(self._ACCEPT, params).lastrowid)
+                new_id = self._guard(lambda: conn.execute(sql.ACCEPT, params).lastrowid)
             return Accepted(new_id, new_id if session_id is None else session_id, True)
         with self._transaction(durable=durable) as cur:  # BEGIN IMMEDIATE: no racing insert
             def accept() -> Accepted:
-                found = (cur.execute(self._FIND_KEY, params).fetchone()
+                found = (cur.execute(sql.FIND_KEY, params).fetchone()
                          if idempotency_key is not None else None)
                 if found is not None:
                     return Accepted(int(found[0]), int(found[1]), False)
-                new_id = cur.execute(self._ACCEPT, params).lastrowid
+                new_id = cur.execute(sql.ACCEPT, params).lastrowid
                 _index(cur, new_id, body, search_paths)
                 return Accepted(new_id, new_id if session_id is None else session_id, True)
             return self._guard(accept)
 
-    # a new message claimed as it is inserted (a direct take): Delivered, leased to :owner,
-    # token 1, one delivery, attempt 1 begun with :begin — as CLAIM_SET would claim it —
-    # if the item is not switched off and, FIFO, has nothing queued or delivered ahead
-    _ACCEPT_CLAIMED = (
-        f"INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}, idempotency_caller, "
-        "claimed_by, lease_expires_at, time_processed, deliveries, first_attempt_at) "
-        "SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', "
-        ":body_class, :body, 'Delivered', 0, :now, 0, :begin, 1, :key, :trace, 1, "
-        f"{_CALLER}, :owner, :expires, :now, 1, CASE WHEN :begin THEN :now END "
-        "FROM (SELECT coalesce(max(id), 0) + 1 AS id FROM message_header) AS n "
-        "WHERE coalesce((SELECT s.enabled FROM item_state s WHERE s.config_name = :target), "
-        ":enabled) AND NOT (:fifo AND EXISTS (SELECT 1 FROM message_header q "
-        "WHERE q.target = :target AND q.status IN ('Queued', 'Delivered'))) "
-        f"RETURNING {', '.join(COLUMNS)}")
     direct_takes = True
-    _BEGIN_ONE = ("INSERT INTO message_attempt (message_id, attempt, started_at, server) "
-                  "VALUES (:id, 1, :now, :server) RETURNING id")
 
     def accept_claimed(self, target: str, body_class: str | None, body: str, *,
                        source: str | None, session_id: int | None, now: datetime,
@@ -244,16 +153,16 @@ class SqliteHotPath(HotPath):
                   "enabled": int(grant.enabled)}
         with self._transaction(durable=durable) as cur:
             def accept() -> tuple[Accepted, Any, int | None]:
-                found = (cur.execute(self._FIND_KEY, params).fetchone()
+                found = (cur.execute(sql.FIND_KEY, params).fetchone()
                          if idempotency_key is not None else None)
                 if found is not None:
                     return Accepted(int(found[0]), int(found[1]), False), None, None
-                raw = cur.execute(self._ACCEPT_CLAIMED, params).fetchone()
+                raw = cur.execute(sql.ACCEPT_CLAIMED, params).fetchone()
                 if raw is None:
-                    new_id = cur.execute(self._ACCEPT, params).lastrowid
+                    new_id = cur.execute(sql.ACCEPT, params).lastrowid
                     return Accepted(new_id, new_id if session_id is None else session_id,
                                     True), None, None
-                begun = (cur.execute(self._BEGIN_ONE, {"id": raw[0], "now": stamp,
+                begun = (cur.execute(sql.BEGIN_ONE, {"id": raw[0], "now": stamp,
                                                        "server": server})
                          .fetchone()[0] if grant.begin else None)
                 return Accepted(raw[0], raw[1], True), raw, begun
@@ -269,7 +178,7 @@ class SqliteHotPath(HotPath):
                                 _sqlite_time(i.now), i.trace_context, int(i.waited)]
                                for i in intakes])
             with self._write_lock, self._connection(True) as conn:  # one statement: atomic
-                last = self._guard(lambda: conn.execute(self._ACCEPT_MANY,
+                last = self._guard(lambda: conn.execute(sql.ACCEPT_MANY,
                                                         {"rows": rows}).lastrowid)
             first = last - len(intakes) + 1
             return [Accepted(first + n, first + n if i.session_id is None else i.session_id,
@@ -282,12 +191,12 @@ class SqliteHotPath(HotPath):
                               "target": i.target, "body_class": i.body_class, "body": i.body,
                               "now": _sqlite_time(i.now), "key": i.idempotency_key,
                               "trace": i.trace_context, "waited": int(i.waited)}
-                    found = (cur.execute(self._FIND_KEY, params).fetchone()
+                    found = (cur.execute(sql.FIND_KEY, params).fetchone()
                              if i.idempotency_key is not None else None)
                     if found is not None:
                         out.append(Accepted(int(found[0]), int(found[1]), False))
                         continue
-                    new_id = cur.execute(self._ACCEPT, params).lastrowid
+                    new_id = cur.execute(sql.ACCEPT, params).lastrowid
                     _index(cur, new_id, i.body, i.search_paths)
                     out.append(Accepted(new_id, new_id if i.session_id is None
                                         else i.session_id, True))
@@ -296,22 +205,15 @@ class SqliteHotPath(HotPath):
 
     def message(self, message_id: int) -> MessageRow | None:
         with self._connection() as conn:
-            found = self._guard(lambda: conn.execute(self._MESSAGE, {"id": message_id})
+            found = self._guard(lambda: conn.execute(sql.MESSAGE, {"id": message_id})
                                 .fetchone())
         return None if found is None else self._row(found)
 
     def outcome(self, message_id: int) -> Outcome | None:
         with self._connection() as conn:
-            found = self._guard(lambda: conn.execute(self._OUTCOME, {"id": message_id})
+            found = self._guard(lambda: conn.execute(sql.OUTCOME, {"id": message_id})
                                 .fetchone())
         return None if found is None else self._outcome(found)
-
-    _PICK_ANY = PICK_ANY
-    # The parked-message probe must range over (target, status, next_attempt_at), not scan
-    # the whole queue in id order, which SQLite's planner would otherwise choose.
-    _PICK_FIFO = PICK_FIFO.format(
-        not_held="d.id NOT IN (SELECT value FROM json_each(:held))",
-        due_index="INDEXED BY ix_message_header_due")
 
     def claim(self, target: str, *, owner: str, now: datetime, lease_seconds: float,
               limit: int, fifo: bool, begin: bool, enabled: bool,
@@ -328,8 +230,19 @@ class SqliteHotPath(HotPath):
         with self._transaction(durable=durable) as cur:
             done = self._guard(lambda: self._complete(cur, completions, _sqlite_time(now),
                                                       waited))
-        self._waited_completed(completions, waited)
-        return done
+        self.after_completion(completions, waited)
+        return list(done)
+
+    def complete_in(self, conn: Any, completions: Sequence[Completion], *, now: datetime
+                    ) -> tuple[dict[int, int | None], list[int]]:
+        waited: list[int] = []
+        cur = conn.cursor()
+        try:
+            done = self._guard(lambda: self._complete(cur, completions, _sqlite_time(now),
+                                                      waited))
+        finally:
+            cur.close()
+        return done, waited
 
     def complete_and_claim(self, completions: Sequence[Completion], *, now: datetime,
                            **claim: Any) -> tuple[list[int], list[Claimed]]:
@@ -340,11 +253,11 @@ class SqliteHotPath(HotPath):
         waited: list[int] = []
         with self._transaction(durable=False) as cur:
             def step() -> tuple[list[int], list[Any], dict[int, int], dict[int, int]]:
-                done = (self._complete(cur, completions, params["now"], waited)
+                done = (list(self._complete(cur, completions, params["now"], waited))
                         if completions else [])
                 return done, *self._claim(cur, params)
             done, raw, begun, before = self._guard(step)
-        self._waited_completed(completions, waited)
+        self.after_completion(completions, waited)
         # rows are made after the commit: the write lock is held for the SQL alone
         rows = sorted((self._row(r) for r in raw), key=lambda r: r.id)
         server = params["server"]
@@ -355,86 +268,86 @@ class SqliteHotPath(HotPath):
                ) -> tuple[list[Any], dict[int, int], dict[int, int]]:
         """The claimed rows as the driver returns them, message id → attempt begun, and
         message id → deliveries counted before the claim (a suspect comes alone)."""
-        pick = self._PICK_FIFO if params["fifo"] else self._PICK_ANY
+        pick = sql.PICK_FIFO_HEAD if params["fifo"] else sql.PICK_ANY
         picked = isolate(cur.execute(pick, params).fetchall(), params["alone"])
         if not picked:
             return [], {}, {}
         params["ids"] = _json_ids([p[0] for p in picked])
-        raw = cur.execute(self._CLAIM, params).fetchall()
+        raw = cur.execute(sql.CLAIM, params).fetchall()
         fresh = [i for i, attempts, _ in picked if params["begin"] and attempts == 0]
         begun: dict[int, int] = {}
         if fresh:
             begun = {m: a for a, m in cur.execute(
-                self._BEGIN, {"now": params["now"], "ids": _json_ids(fresh),
+                sql.BEGIN, {"now": params["now"], "ids": _json_ids(fresh),
                               "server": params["server"]})}
         return raw, begun, {i: deliveries for i, _, deliveries in picked}
 
-    def _complete(self, cur: Any, completions: Sequence[Completion], stamp: str | None,
-                  waited: list[int]) -> list[int]:
-        """Record ``completions``; the ids completed (``waited``: those someone waits for,
-        appended)."""
-        plain: list[Completion] = []  # no response: the set-based statements
-        others: list[Completion] = []
-        for c in completions:
-            (plain if c.response_body is None and not _has_nul(c.server) else others).append(c)
-        if len(plain) > 1 and len({c.message_id for c in plain}) == len(plain):
-            return self._complete_plain(cur, completions, plain, others, stamp, waited)
-        return self._complete_each(cur, completions, stamp, waited)
+    def end_attempt_in(self, conn: Any, ending: AttemptEnding) -> int:
+        e = ending
+        row = [e.attempt_id, _sqlite_time(e.started_at), _sqlite_time(e.ended_at),
+               sql.json_text(e.server), e.outcome, e.status_code, sql.json_text(e.error_text),
+               e.token]
+        return int(self._guard(lambda: conn.execute(
+            sql.END_ATTEMPTS, {"rows": json.dumps([row])}).rowcount))
 
-    def _complete_plain(self, cur: Any, completions: Sequence[Completion],
-                        plain: list[Completion], others: list[Completion], stamp: str | None,
-                        waited: list[int]) -> list[int]:
-        """:meth:`_complete` of the completions without a response in two statements for
-        them all (the others one by one)."""
-        ended = {int(i): bool(w) for i, w in cur.execute(self._COMPLETE_MANY, {
-            "now": stamp, "rows": json.dumps([[c.message_id, c.token, _sqlite_time(c.started_at)]
-                                              for c in plain])}).fetchall()}
-        if ended:
-            cur.execute(self._END_ATTEMPTS, {"rows": json.dumps([
-                [c.attempt_id, _sqlite_time(c.started_at), _sqlite_time(c.ended_at), c.server]
-                for c in plain if c.message_id in ended])})
-        done_others = set(self._complete_each(cur, others, stamp, waited)) if others else set()
-        done = []
-        for c in completions:
-            if c.message_id in done_others:
-                done.append(c.message_id)
-            elif c.message_id in ended:
-                done.append(c.message_id)
-                if ended[c.message_id]:
-                    waited.append(c.message_id)
+    def _complete(self, cur: Any, completions: Sequence[Completion], stamp: str | None,
+                  waited: list[int]) -> dict[int, int | None]:
+        """Record ``completions`` (:data:`~engine.store.statements.sqlite.COMPLETE`, which
+        takes a message at most once); message id → response id of those completed, in
+        order (``waited``: those someone waits for, appended)."""
+        done: dict[int, int | None] = {}
+        rest = list(completions)
+        while rest:
+            batch: dict[int, Completion] = {}
+            again: list[Completion] = []
+            for c in rest:
+                if c.message_id in batch:
+                    again.append(c)
+                else:
+                    batch[c.message_id] = c
+            done.update(self._complete_batch(cur, list(batch.values()), stamp, waited))
+            rest = again
         return done
 
-    def _complete_each(self, cur: Any, completions: Sequence[Completion], stamp: str | None,
-                       waited: list[int]) -> list[int]:
-        """:meth:`_complete`, a few statements per completion."""
-        done: list[int] = []
+    def _complete_batch(self, cur: Any, batch: list[Completion], stamp: str | None,
+                        waited: list[int]) -> dict[int, int | None]:
+        """:meth:`_complete` of completions of distinct messages: the completion, the
+        attempts' ends, the responses — a statement each for the whole batch."""
+        responses: dict[int, int] = {}
         next_id = None
-        for c in completions:
-            response_id = None
+        for c in batch:
             if c.response_body is not None:
                 if next_id is None:
-                    next_id = cur.execute("SELECT coalesce(max(id), 0) + 1 "
-                                          "FROM message_header").fetchone()[0]
-                response_id, next_id = next_id, next_id + 1
-            request = cur.execute(self._COMPLETE, {
-                "now": stamp, "response_id": response_id, "message_id": c.message_id,
-                "token": c.token, "started_at": _sqlite_time(c.started_at)}).fetchone()
-            if request is None:  # the claim was lost: record nothing
-                if response_id is not None:
-                    next_id = response_id
+                    next_id = int(cur.execute(sql.NEXT_ID).fetchone()[0])
+                responses[c.message_id], next_id = next_id, next_id + 1
+        rows = json.dumps([[c.message_id, c.token, _sqlite_time(c.started_at),
+                            responses.get(c.message_id)] for c in batch])
+        ended = {int(r[0]): r for r in
+                 cur.execute(sql.COMPLETE, {"now": stamp, "rows": rows}).fetchall()}
+        if not ended:  # every claim was lost: nothing recorded
+            return {}
+        ends = [[c.attempt_id, _sqlite_time(c.started_at), _sqlite_time(c.ended_at),
+                 sql.json_text(c.server), "ok", None, None, None]
+                for c in batch if c.message_id in ended and c.attempt_id is not None]
+        if ends:
+            cur.execute(sql.END_ATTEMPTS, {"rows": json.dumps(ends)})
+        done: dict[int, int | None] = {}
+        answers = []
+        for c in batch:
+            row = ended.get(c.message_id)
+            if row is None:
                 continue
-            cur.execute(self._END_ATTEMPT, {
-                "started_at": _sqlite_time(c.started_at), "ended_at": _sqlite_time(c.ended_at),
-                "server": c.server, "attempt_id": c.attempt_id})
-            if request[3]:
+            response_id = responses.get(c.message_id)
+            done[c.message_id] = response_id
+            if row[4]:
                 waited.append(c.message_id)
             if response_id is not None:
-                session_id, request_target, request_source, _ = request
-                cur.execute(self._RESPONSE, {
-                    "id": response_id, "session_id": session_id, "source": request_target,
-                    "target": request_source or "", "body_class": c.response_class,
-                    "body": c.response_body, "now": stamp, "request_id": c.message_id})
-            done.append(c.message_id)
+                answers.append({"id": response_id, "session_id": row[1], "source": row[2],
+                                "target": row[3] or "", "body_class": c.response_class,
+                                "body": c.response_body, "now": stamp,
+                                "request_id": c.message_id})
+        if answers:
+            cur.executemany(sql.RESPONSE, answers)
         return done
 
     @staticmethod
