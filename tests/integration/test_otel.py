@@ -34,6 +34,8 @@ from engine.store.sql import SqlStore  # noqa: E402
 from tests.servers import HttpTestServer, SoapTestServer, respond, sequence  # noqa: E402
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.dialect_free
+
 RETRY = 0.05  # seconds between attempts where the test does not stop in between
 WAIT = 20.0  # seconds a test waits for a message at most
 
