@@ -25,6 +25,8 @@ from tests.acceptance.browser import (
 from tests.acceptance.daemon import cli_env, encore
 from tests.acceptance.test_portal_browser import PASSWORD, PRODUCTION, Site
 
+pytestmark = pytest.mark.browser
+
 NEW_PASSWORD = "nina's long passphrase"
 
 

@@ -1,4 +1,6 @@
-"""The command line, driven as a user would: real processes, a real SQLite database."""
+"""The command line, driven as a user would, on a real SQLite database: each command run in
+the test process (``cli_in_process``: what is tested is what it prints and does), and
+``encore log --follow`` as a process of its own."""
 from __future__ import annotations
 
 import json
@@ -16,6 +18,8 @@ from engine.clock import utcnow
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import cli_env, encore
 from tests.waiting import wait_until
+
+pytestmark = pytest.mark.cli_in_process
 
 PRODUCTION = """
 [production]

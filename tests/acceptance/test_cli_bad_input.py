@@ -10,6 +10,8 @@ import pytest
 
 from tests.acceptance.daemon import encore
 
+pytestmark = pytest.mark.cli_in_process
+
 PRODUCTION = """
 [production]
 name = "BadInput"

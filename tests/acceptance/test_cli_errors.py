@@ -15,6 +15,8 @@ from engine.store.sql import SqlStore
 from tests.acceptance.daemon import encore
 from tests.conftest import postgres_url
 
+pytestmark = pytest.mark.cli_in_process
+
 PASSWORD = "pg-Pa55-not-to-be-printed"
 PRODUCTION = """
 [production]

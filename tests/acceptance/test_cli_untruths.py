@@ -14,6 +14,8 @@ import pytest
 from tests.acceptance.daemon import RunningDaemon, cli_env, encore
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.cli_in_process
+
 ECHO = """
 [production]
 name = "Untruths"

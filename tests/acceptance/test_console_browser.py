@@ -36,6 +36,8 @@ from tests.acceptance.daemon import RunningDaemon, cli_env, encore
 from tests.acceptance.test_portal_browser import PASSWORD, log_in
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.browser
+
 # ENCORE_SCREENSHOTS=1: write the screenshots docs/ shows (else into the test's directory)
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 LIGHT_TIMEOUT = 30_000  # ms for a light to change (a retry, a flush, a refresh, at load 6)

@@ -91,6 +91,6 @@ def test_status_and_db_upgrade_say_a_daemon_runs_on_a_file_no_longer_at_its_path
         assert upgrade.stderr.startswith(expected), upgrade.stderr
         status = encore("status", cwd=tmp_path)
         assert status.stderr.startswith(expected), status.stderr
-        assert daemon.terminate() != 0 or True  # its own exit is the other tests' matter
+        daemon.terminate()  # its exit status is the other tests' matter
     quiet = encore("status", cwd=tmp_path)
     assert "warning" not in quiet.stderr

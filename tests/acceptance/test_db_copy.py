@@ -25,6 +25,8 @@ from tests.portal_support import PASSWORD
 from tests.servers import HttpTestServer, respond
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.cli_in_process
+
 FAILURE_TIMEOUT = 20  # seconds the retrying message may retry from its first attempt
 PRODUCTION = f"""
 [production]

@@ -12,6 +12,8 @@ from tests.acceptance.daemon import RunningDaemon, encore
 from tests.servers import HttpTestServer, respond
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.cli_in_process
+
 PRODUCTION = """
 [production]
 name = "Inspect"

@@ -18,6 +18,8 @@ from engine.store.sql import SqlStore
 from tests.acceptance.daemon import RunningDaemon, encore
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.cli_in_process
+
 PRODUCTION = """
 [production]
 name = "OperatorTest"

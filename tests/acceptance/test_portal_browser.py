@@ -20,6 +20,8 @@ from tests.acceptance.browser import (
 )
 from tests.acceptance.daemon import cli_env, encore
 
+pytestmark = pytest.mark.browser
+
 PASSWORD = "a long enough password"
 RED = "rgb(198, 40, 40)"  # the portal's colour of Error
 PRODUCTION = """

@@ -1,5 +1,6 @@
 """What the second hour past the demo broke on the command line (issue 26), driven as a user
-would: real `encore` processes, a real SQLite file (and PostgreSQL where the store is
+would: `encore` commands (in the test process where only their output and effects are
+tested, ``cli_in_process``), a real SQLite file (and PostgreSQL where the store is
 touched). Points 1, 3-8; point 2 (first_attempt_at) is tests/integration/
 test_second_hour_first_attempt.py."""
 from __future__ import annotations
@@ -65,6 +66,7 @@ def prod(tmp_path: Path) -> Path:
 
 
 # -- 1. a relative SQLite path is the production file's ---------------------------------
+@pytest.mark.cli_in_process
 def test_a_relative_sqlite_path_is_read_from_the_production_files_directory(
         tmp_path: Path) -> None:
     path = write_production(tmp_path / "srv" / "prod")
@@ -86,6 +88,7 @@ def test_a_relative_sqlite_path_is_read_from_the_production_files_directory(
     assert len(rows.splitlines()) == 1
 
 
+@pytest.mark.cli_in_process
 def test_encore_database_url_stays_relative_to_the_current_directory(prod: Path,
                                                                      tmp_path: Path) -> None:
     here = tmp_path / "here"
@@ -114,6 +117,7 @@ def upgrade_messages(cwd: Path, url: str, path: Path) -> list[str]:
     return [*said, head]
 
 
+@pytest.mark.cli_in_process
 def test_db_upgrade_says_created_upgraded_or_already_at_the_latest_schema(
         tmp_path: Path) -> None:
     path = write_production(tmp_path)
@@ -132,6 +136,7 @@ def test_db_upgrade_says_created_upgraded_or_already_at_the_latest_schema(
                    "schema")
 
 
+@pytest.mark.cli_in_process
 def test_db_upgrade_says_what_it_did_on_postgresql(tmp_path: Path) -> None:
     url = postgres_url()
     reset_postgres(url)
@@ -150,6 +155,7 @@ def test_db_upgrade_says_what_it_did_on_postgresql(tmp_path: Path) -> None:
 
 
 # -- 4. a known target whose settings are wrong ----------------------------------------
+@pytest.mark.cli_in_process
 def test_send_to_an_item_whose_settings_are_wrong_says_so(tmp_path: Path) -> None:
     path = write_production(tmp_path, text=BAD_SETTINGS)
     encore("db", "upgrade", cwd=tmp_path)
@@ -169,6 +175,7 @@ def test_send_to_an_item_whose_settings_are_wrong_says_so(tmp_path: Path) -> Non
 
 
 # -- 5. listings are limited; show prints one message whole ---------------------------
+@pytest.mark.cli_in_process
 def test_messages_and_log_show_the_newest_50_and_say_how_many_were_left_out(
         prod: Path, tmp_path: Path) -> None:
     lines = "".join(json.dumps({"text": f"m{i}"}) + "\n" for i in range(60))
@@ -209,6 +216,7 @@ def test_messages_and_log_show_the_newest_50_and_say_how_many_were_left_out(
     assert len(log.stdout.splitlines()) == 55 and log.stderr == ""
 
 
+@pytest.mark.cli_in_process
 def test_show_prints_one_message_whole(prod: Path, tmp_path: Path) -> None:
     with RunningDaemon(tmp_path, "-p", str(prod)) as daemon:
         sent = encore("-p", str(prod), "send", "Any", "--body", '{"order": 7}', "--wait", "30",
@@ -279,6 +287,7 @@ def test_the_readme_says_what_the_scenarios_are() -> None:
 STRING_BODY = json.dumps(json.dumps({"text": "hi"}))  # "{\"text\": \"hi\"}"
 
 
+@pytest.mark.cli_in_process
 def test_a_json_string_body_is_a_string_not_the_object_it_spells(prod: Path,
                                                                   tmp_path: Path) -> None:
     for target, refusal in (("Echo", "Ping: body must be a JSON object, got str"),
@@ -294,6 +303,7 @@ def test_a_json_string_body_is_a_string_not_the_object_it_spells(prod: Path,
     encore("-p", str(prod), "send", "Echo", "--body", '{"text": "hi"}', cwd=tmp_path)
 
 
+@pytest.mark.cli_in_process
 def test_every_way_in_decodes_a_body_once(tmp_path: Path) -> None:
     """The helpers the intake API uses (decode_body, then accept_message), and a Python
     caller's JSON text."""

@@ -28,6 +28,8 @@ from tests.acceptance.test_portal_browser import PASSWORD, Site
 from tests.servers import HttpTestServer, respond, sequence
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.browser
+
 HELD = 30.0  # seconds the server holds the request the kill cuts short (never reached)
 SETTLE = 60  # seconds for a message to settle on a loaded machine
 PRODUCTION = """

@@ -31,6 +31,8 @@ from tests.acceptance.browser import (
 from tests.acceptance.daemon import cli_env, encore
 from tests.acceptance.test_portal_browser import PASSWORD, Site
 
+pytestmark = pytest.mark.browser
+
 PRODUCTION = """
 [production]
 name = "Shop"

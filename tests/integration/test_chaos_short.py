@@ -26,7 +26,7 @@ from bench.chaos_clock import faketime_library
 from tests.conftest import POSTGRES_ENV, postgres_url
 from tests.integration.pg_cluster import find_bindir
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(400)]
 
 ROOT = Path(__file__).resolve().parents[2]
 SQLITE_FAULTS = {"kill9", "sigstop", "portal_flood", "disk_full", "live_stall", "hostile_xml"}

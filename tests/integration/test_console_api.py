@@ -1,9 +1,10 @@
-"""The operator's console through the API and the pages (Starlette's TestClient) against a
-real daemon in this process, on SQLite and PostgreSQL: the per-minute rollup the daemon
-writes, ``GET /api/v1/items/{name}``'s shape and setting sources, restart (``on_init`` again,
-on the daemon that heard the announcement), the Testing Service, the queue pages, the
-daemon's report of what runs (``daemon.items`` rewritten by a reload, a refused reload) and
-the portal following the file. Real time: order and generous bounds only."""
+"""The operator's console through the API and the pages (Starlette's TestClient) against a real
+daemon in this process, on SQLite and PostgreSQL (what is only the console's, on SQLite):
+the per-minute rollup the daemon writes, ``GET /api/v1/items/{name}``'s shape and setting
+sources, restart (``on_init`` again, on the daemon that heard the announcement), the Testing
+Service, the queue pages, the daemon's report of what runs (``daemon.items`` rewritten by a
+reload, a refused reload) and the portal following the file. Real time: order and generous
+bounds only."""
 from __future__ import annotations
 
 import json
@@ -131,6 +132,7 @@ def send(s: Setup, target: str, body: dict[str, Any]) -> int:
     return int(answer.json()["id"])
 
 
+@pytest.mark.dialect_free
 def test_the_item_api_gives_settings_with_sources_and_counters_from_the_rollup(
         setup: Setup) -> None:
     for n in range(3):
@@ -213,6 +215,7 @@ def test_a_restart_tears_down_and_runs_on_init_again_with_one_info_event(
     assert refused.status_code == 403
 
 
+@pytest.mark.dialect_free
 def test_the_testing_service_answers_the_response_and_refuses_a_bad_body(
         setup: Setup) -> None:
     answer = setup.client.post("/api/v1/items/Echo/test", content=json.dumps({"text": "hi"}),
@@ -242,6 +245,7 @@ def test_the_testing_service_answers_the_response_and_refuses_a_bad_body(
     assert len(info_events(setup.store, "test")) == 2
 
 
+@pytest.mark.dialect_free
 def test_the_queue_page_lists_queued_messages_in_order_and_suspends_with_one_event(
         setup: Setup) -> None:
     setup.client.post("/api/v1/items/Echo/disable", headers=setup.tokens["operator"])
@@ -333,6 +337,7 @@ def test_a_reload_rewrites_daemon_items_and_the_portal_follows_the_announcement(
     assert broken["refused"] and "on_init" in broken["refused"]
 
 
+@pytest.mark.dialect_free
 def test_secrets_are_shown_only_by_their_credential_name(setup: Setup) -> None:
     answer = setup.client.get("/api/v1/items/Web", headers=setup.tokens["viewer"])
     text = answer.text
@@ -348,6 +353,7 @@ def test_secrets_are_shown_only_by_their_credential_name(setup: Setup) -> None:
     assert "sekret" not in page and "payments" in page
 
 
+@pytest.mark.dialect_free
 def test_a_failing_item_turns_red_counts_as_retrying_and_marks_its_server_bad(
         setup: Setup) -> None:
     accepted = setup.client.post("/api/v1/messages/Web", json={"method": "GET", "path": "/"},

@@ -1,7 +1,7 @@
 """The console says what is so (issue 37): the Testing Service refuses a disabled item at once
 and offers an example body, its result on top; a disabled item's queue does not promise
 "now"; a suspended message has no duration; a reload refusal that a later reload fixed is no
-longer the item's last error. A real daemon in this process, SQLite and PostgreSQL."""
+longer the item's last error. A real daemon in this process, on SQLite (dialect-free)."""
 from __future__ import annotations
 
 import csv
@@ -9,6 +9,7 @@ import io
 import time
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select
 from starlette.testclient import TestClient
 
@@ -26,6 +27,8 @@ from tests.integration.test_console_api import (  # noqa: F401 - the fixture
 from tests.portal_support import add_user, csrf_of, login
 from tests.servers import SoapTestServer
 from tests.waiting import wait_until
+
+pytestmark = pytest.mark.dialect_free
 
 REFUSED_AT_ONCE = 15.0  # seconds: far below the 30 s a test message would wait
 

@@ -1,6 +1,7 @@
-"""Adapter behaviour through the daemon (docs/retries.md and docs/security.md), on SQLite and
-PostgreSQL: failover across three SOAP servers (seed 003, scaled), a WSDL that loads late,
-credentials that never reach a table or a log line, and the metrics endpoint."""
+"""Adapter behaviour through the daemon (docs/retries.md and docs/security.md), on SQLite
+(dialect-free; the health check's database error also on PostgreSQL): failover across
+three SOAP servers (seed 003, scaled), a WSDL that loads late, credentials that never reach
+a table or a log line, and the metrics endpoint."""
 from __future__ import annotations
 
 import logging
@@ -22,6 +23,8 @@ from engine.store import queries
 from engine.store.sql import SqlStore
 from tests.servers import HttpTestServer, SoapTestServer, respond, soap_reply, soap_wsdl, soap_xml
 from tests.waiting import wait_until
+
+pytestmark = pytest.mark.dialect_free
 
 SLOW = 1.1  # seconds each failover server takes (the seed's 11 s, ÷10)
 
@@ -223,6 +226,7 @@ def test_metrics_on_loopback_write_no_warning(store: SqlStore) -> None:
 DRIVER_DETAILS = 'connection to server at "10.1.2.3", port 5432 failed: password for "encore"'
 
 
+@pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
 def test_healthz_says_database_unavailable_without_the_drivers_details(
         store: SqlStore, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:

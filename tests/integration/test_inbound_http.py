@@ -1,7 +1,7 @@
-"""HttpService end to end with ``requests``, on SQLite and PostgreSQL (docs/inbound.md):
-sync mode answering with the target's response (an HttpOperation's status, headers and body;
-a process's JSON), async mode answering 202 with the id, a target's error (502) and
-timeout (504), bad requests refused with nothing created (400, 404, 405, 413),
+"""HttpService end to end with ``requests``, on SQLite (docs/inbound.md; idempotency also on
+PostgreSQL): sync mode answering with the target's response (an HttpOperation's status,
+headers and body; a process's JSON), async mode answering 202 with the id, a target's error
+(502) and timeout (504), bad requests refused with nothing created (400, 404, 405, 413),
 Idempotency-Key per caller, the three kinds of authentication, and TLS as the portal has it."""
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from engine.store import accounts, queries
 from engine.store.sql import SqlStore
 from tests.integration.inbound_support import free_port, running
 from tests.servers import HttpTestServer, make_tls, respond
+
+pytestmark = pytest.mark.dialect_free
 
 WAIT = 30  # seconds a test waits for a message at most
 
@@ -182,6 +184,7 @@ def test_bad_requests_are_refused_and_create_nothing(
     assert queries.messages(store) == []
 
 
+@pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
 def test_an_idempotency_key_belongs_to_its_caller(
         store: SqlStore, servers: tuple[HttpTestServer, HttpTestServer]) -> None:
     fast, slow = servers

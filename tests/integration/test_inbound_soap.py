@@ -1,4 +1,4 @@
-"""SoapService end to end, on SQLite and PostgreSQL (docs/inbound.md): a real zeep client
+"""SoapService end to end, on SQLite (dialect-free; docs/inbound.md): a real zeep client
 generated from the WSDL the service serves, and raw POSTs of envelopes from files, through a
 Router to SoapOperations calling real spyne services — the answer, a backend fault, a
 timeout (the message goes on), SOAP 1.2, malformed and hostile requests (Client faults,
@@ -26,6 +26,8 @@ from tests.integration.inbound_support import (
 )
 from tests.servers import SoapTestServer
 from tests.waiting import wait_until
+
+pytestmark = pytest.mark.dialect_free
 
 WAIT = 30  # seconds a test waits for a message at most
 SOAP11 = "http://schemas.xmlsoap.org/soap/envelope/"

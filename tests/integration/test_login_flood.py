@@ -1,4 +1,4 @@
-"""A flood of logins within the limits (issue 36, finding 3), on SQLite and PostgreSQL: 80
+"""A flood of logins within the limits (issue 36, finding 3), on SQLite (dialect-free): 80
 parallel logins, five from each of 16 loopback addresses under 80 names, to a portal over
 uvicorn and to an inbound service with ``auth = "basic"``. Each password check holds 64 MiB
 (argon2-cffi's default memory cost); the process's :class:`HashGate` lets only its slots
@@ -32,6 +32,8 @@ from engine.store.models import login_guess
 from engine.store.sql import SqlStore
 from tests.integration.inbound_support import free_port, running
 from tests.portal_support import form_token, login, production
+
+pytestmark = pytest.mark.dialect_free
 
 FLOOD = 80  # parallel logins
 PER_ADDRESS = 5  # from each address: LOGIN_FAILURES, so the flood stays within the limits

@@ -35,6 +35,8 @@ from tests.claiming import claim_one
 from tests.servers import HttpTestServer, SoapTestServer, respond, sequence
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.dialect_free
+
 RETRY = 0.05  # seconds between attempts where the test does not stop in between
 WAIT = 20.0  # seconds a test waits for a message at most
 

@@ -1,5 +1,6 @@
-"""The JSON API and intake through Starlette's TestClient, on SQLite and PostgreSQL: tokens
-and roles, reads, actions, and intake's validation, idempotency and waiting."""
+"""The JSON API and intake through Starlette's TestClient, on SQLite and PostgreSQL (what is
+only the API's, on SQLite): tokens and roles, reads, actions, and intake's validation,
+idempotency and waiting."""
 from __future__ import annotations
 
 import json
@@ -59,6 +60,7 @@ def test_the_api_refuses_a_call_without_a_valid_token_with_401(client: TestClien
         assert "error" in response.json() and response.headers["www-authenticate"] == "Bearer"
 
 
+@pytest.mark.dialect_free
 def test_each_role_may_do_what_it_may_and_gets_403_above_it(
         client: TestClient, store: SqlStore, tokens: dict[str, dict[str, str]]) -> None:
     mid = send(store)
@@ -73,6 +75,7 @@ def test_each_role_may_do_what_it_may_and_gets_403_above_it(
                        headers=tokens["admin"]).status_code == 200
 
 
+@pytest.mark.dialect_free
 def test_tokens_are_stored_only_as_hashes(store: SqlStore,
                                           tokens: dict[str, dict[str, str]]) -> None:
     with store.engine.connect() as conn:
@@ -83,6 +86,7 @@ def test_tokens_are_stored_only_as_hashes(store: SqlStore,
 
 
 # -- reading -----------------------------------------------------------------------------
+@pytest.mark.dialect_free
 def test_status_lists_every_item_with_its_queue(client: TestClient, store: SqlStore,
                                                 tokens: dict[str, dict[str, str]]) -> None:
     send(store)
@@ -108,6 +112,7 @@ def test_messages_page_by_cursor_and_filter_like_the_viewer(
     assert bad.status_code == 400 and "status" in bad.json()["error"]
 
 
+@pytest.mark.dialect_free
 def test_one_message_comes_with_its_response_attempts_and_events(
         client: TestClient, store: SqlStore, tokens: dict[str, dict[str, str]]) -> None:
     mid = send(store, "hello")
@@ -129,6 +134,7 @@ def test_events_filter_by_type(client: TestClient, store: SqlStore,
 
 
 # -- actions -----------------------------------------------------------------------------
+@pytest.mark.dialect_free
 def test_an_operator_token_suspends_resends_and_discards_and_each_is_audited(
         client: TestClient, store: SqlStore, tokens: dict[str, dict[str, str]]) -> None:
     mid = send(store)
@@ -148,6 +154,7 @@ def test_an_operator_token_suspends_resends_and_discards_and_each_is_audited(
     assert all("operator-bot" in text for _, text in audit)
 
 
+@pytest.mark.dialect_free
 def test_an_operator_token_disables_and_enables_an_item(
         client: TestClient, store: SqlStore, tokens: dict[str, dict[str, str]]) -> None:
     op = tokens["operator"]
@@ -160,6 +167,7 @@ def test_an_operator_token_disables_and_enables_an_item(
 
 
 # -- intake ------------------------------------------------------------------------------
+@pytest.mark.dialect_free
 def test_intake_commits_a_message_and_answers_202_with_its_id_and_session(
         client: TestClient, store: SqlStore, tokens: dict[str, dict[str, str]]) -> None:
     response = client.post("/api/v1/messages/Echo", headers=tokens["sender"],
@@ -190,6 +198,7 @@ def test_intake_refuses_a_bad_call_and_creates_nothing(
     assert count(store) == 0
 
 
+@pytest.mark.dialect_free
 def test_intake_refuses_a_body_over_the_limit_with_413(
         client: TestClient, store: SqlStore, tokens: dict[str, dict[str, str]]) -> None:
     big = json.dumps({"text": "x" * MAX_BODY_BYTES}).encode()

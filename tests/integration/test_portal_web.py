@@ -1,6 +1,6 @@
-"""The portal's pages through Starlette's TestClient, on SQLite and PostgreSQL: logins,
-sessions, roles, CSRF, confirmations, the Message Viewer's filters and keyset paging,
-escaping, operator actions and the events they write."""
+"""The portal's pages through Starlette's TestClient, on SQLite and PostgreSQL (what is only
+the portal's, on SQLite): logins, sessions, roles, CSRF, confirmations, the Message Viewer's
+filters and keyset paging, escaping, operator actions and the events they write."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -17,6 +17,8 @@ from engine.store import viewer
 from engine.store.models import event_log, message_header
 from engine.store.sql import SqlStore
 from tests.portal_support import PING, add_user, csrf_of, form_token, login, production
+
+pytestmark = pytest.mark.dialect_free
 
 
 @pytest.fixture
@@ -75,6 +77,7 @@ def test_a_wrong_password_or_an_unknown_user_is_refused_alike(client: TestClient
     assert client.get("/", follow_redirects=False).status_code == 303
 
 
+@pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
 def test_logins_stop_after_too_many_failures_even_with_the_right_password(
         client: TestClient) -> None:
     for _ in range(LOGIN_FAILURES):
@@ -197,6 +200,7 @@ def test_an_action_the_status_does_not_allow_is_refused_with_the_reason(
     assert response.status_code == 409 and "only Queued or Suspended" in response.text
 
 
+@pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
 def test_bulk_resend_needs_the_count_typed_and_resends_exactly_what_the_filter_selects(
         client: TestClient, store: SqlStore) -> None:
     failed = [send(store, f"m{i}") for i in range(3)]
@@ -229,6 +233,7 @@ def test_a_body_holding_markup_is_shown_as_text(client: TestClient, store: SqlSt
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in client.get(f"/messages/{mid}").text
 
 
+@pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
 def test_the_message_viewer_pages_by_keyset_without_offset(client: TestClient,
                                                            store: SqlStore) -> None:
     ids = [send(store, f"m{i}") for i in range(120)]
@@ -285,6 +290,7 @@ def test_the_message_viewer_filters(client: TestClient, store: SqlStore, query: 
     assert shown == {names[n] for n in expected}
 
 
+@pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
 def test_the_session_and_time_filters_select_by_session_and_creation_time(
         client: TestClient, store: SqlStore) -> None:
     first = send(store, "first")
@@ -313,6 +319,7 @@ def test_the_production_page_counts_each_item_s_queue(client: TestClient,
     assert 'data-item="Echo"' in page and "No daemon is running" in page
 
 
+@pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
 def test_the_event_log_filters_and_follows_from_an_id(client: TestClient,
                                                        store: SqlStore) -> None:
     store.events.write("Info", "one", config_name="Echo")

@@ -1,6 +1,6 @@
 """A SoapOperation's requests are checked against its WSDL where they come in: the intake
 API, the Testing Service and Python callers refuse an operation or arguments the WSDL does not
-have (400 naming the WSDL's operations), creating nothing; on SQLite and PostgreSQL, against a
+have (400 naming the WSDL's operations), creating nothing; on SQLite (dialect-free), against a
 real spyne service."""
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from engine.store.models import message_header
 from engine.store.sql import SqlStore
 from tests.portal_support import add_token, bearer
 from tests.servers import SoapTestServer
+
+pytestmark = pytest.mark.dialect_free
 
 OFFERS = "the WSDL offers: echo, fail, refuse"
 

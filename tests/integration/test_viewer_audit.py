@@ -1,5 +1,5 @@
 """Every portal action leaves exactly one ``Info`` event naming the user (docs/security.md,
-docs/portal.md), and the administration pages act for admins only, on SQLite and PostgreSQL."""
+docs/portal.md), and the administration pages act for admins only, on SQLite (dialect-free)."""
 from __future__ import annotations
 
 import re
@@ -15,6 +15,8 @@ from engine.store import accounts
 from engine.store.models import api_token, event_log, message_header
 from engine.store.sql import SqlStore
 from tests.portal_support import PASSWORD, PING, add_user, csrf_of, login, production
+
+pytestmark = pytest.mark.dialect_free
 
 NEW_PASSWORD = "a brand new password"
 

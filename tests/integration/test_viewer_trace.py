@@ -16,6 +16,8 @@ from engine.portal.trace_view import TRACE_PAGE, session_trace
 from engine.store.rows import AttemptRow
 from engine.store.sql import SqlStore
 
+pytestmark = pytest.mark.dialect_free
+
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 SVG = "{http://www.w3.org/2000/svg}"
 SERVER = "http://payments.internal.example.com:8765/soap/v2/endpoint"
