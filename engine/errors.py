@@ -67,9 +67,9 @@ class MessageNotFound(NotFound):
 class Delivery(str, enum.Enum):
     """How far a failed request got. Decides whether re-sending it is safe."""
 
-    NOT_SENT = "not_sent"  # surely never reached the server
-    UNKNOWN = "outcome_unknown"  # left us; the server may have processed it
-    ANSWERED = "answered"  # the server answered with an error
+    NOT_SENT = "not_sent"
+    UNKNOWN = "outcome_unknown"
+    ANSWERED = "answered"
 
 
 class AdapterError(EncoreError):
