@@ -15,7 +15,7 @@ __all__ = ["SERVER_SEPARATOR", "AttemptContext", "AttemptObserver", "AttemptRepo
            "HttpExchange", "error_text", "idempotency_key", "servers_of", "servers_text"]
 
 SERVER_SEPARATOR = " → "
-SERVER_TEXT_LIMIT = 500  # characters: the width of message_attempt.server
+SERVER_TEXT_LIMIT = 500
 
 
 def servers_text(servers: Sequence[str]) -> str | None:
@@ -35,8 +35,8 @@ def servers_of(text: str | None) -> list[str]:
 class AttemptContext:
     """What the worker tells the adapter about the attempt in progress."""
 
-    deadline: float  # monotonic seconds by which the whole attempt must end
-    idempotency_key: str  # one stable key per message, the same on every attempt
+    deadline: float  # monotonic seconds
+    idempotency_key: str
     message_id: int | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     # record_server records a failover before a request goes to the new server
@@ -48,18 +48,18 @@ class AttemptContext:
 class HttpExchange:
     """The last HTTP request of an attempt, as the adapter sent it (HTTP and SOAP alike)."""
 
-    method: str  # "POST", "GET", ...
-    url: str  # the full URL it went to (the last hop of a redirect chain)
-    status_code: int | None = None  # of its response; None when no response came
+    method: str
+    url: str  # the last hop of a redirect chain
+    status_code: int | None = None
 
 
 @dataclass(frozen=True)
 class AttemptReport:
     """How an attempt ended, as observers are told."""
 
-    number: int  # 1 for the first attempt of the message
+    number: int
     outcome: str  # "ok", or message_attempt.outcome of the failure
-    seconds: float  # from its start to its end
+    seconds: float
     server: str | None = None
     status_code: int | None = None  # of the failure; a success's is in ``exchange``
     error: BaseException | None = None

@@ -117,8 +117,7 @@ def _finite_float(text: str) -> float:
 def send_messages(store: SqlStore, production: ProductionConfig | ProductionOutline, target: str,
                   bodies: Iterable[str | dict[str, Any] | Message], *, source: str = "cli",
                   now: datetime | None = None) -> list[int]:
-    """Validate every body, enqueue all in one transaction, return their ids; MessageError
-    names the first bad body by position."""
+    """Validate every body, enqueue all in one transaction, return their ids."""
     intake = _intake_of(production, target)
     encoded: list[tuple[str | None, str]] = []
     for position, body in enumerate(bodies, start=1):
@@ -142,8 +141,7 @@ class _Intake:
     paths: tuple[str, ...]
 
     def validated(self, body: str | dict[str, Any] | Message) -> tuple[str, str]:
-        """(body class, JSON text) of ``body``: the one check every way in goes through.
-        MessageError if it does not fit."""
+        """(body class, JSON text) of ``body``: the one check every way in goes through."""
         message = _message(self.request_class, body)
         encoded = _encoded(message)
         self.item.cls.check_request(message, name=self.item.name, settings=self.item.settings)
@@ -166,7 +164,7 @@ def _message(request_class: type[Message], body: str | dict[str, Any] | Message)
     """``body`` as a request of ``request_class``; MessageError if it does not fit."""
     if isinstance(body, Message):
         message = body
-    elif isinstance(body, DecodedString):  # a decoded JSON string: data, not JSON text
+    elif isinstance(body, DecodedString):
         message = request_class.from_dict(str(body))
     elif isinstance(body, str):
         message = request_class.from_json(body)

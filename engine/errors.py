@@ -99,7 +99,7 @@ class AdapterError(EncoreError):
         if retryable is not None:
             self.retryable = retryable
 
-    def __reduce__(self) -> tuple[Any, ...]:  # keep keyword context when pickled
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.text, self.__dict__))
 
 
@@ -124,7 +124,7 @@ class ConnectFailed(NotSent):
 
 
 class OutcomeUnknown(AdapterError):
-    """The request left; no complete answer came back. The server may have processed it."""
+    """The request left; no complete answer came back."""
 
     delivery = Delivery.UNKNOWN
     retryable = True
@@ -139,7 +139,7 @@ CRASH_TEXTS = frozenset({
 
 
 class ResponseTimeout(OutcomeUnknown):
-    """No complete response before the attempt's deadline (ResponseTimeout)."""
+    """No complete response before the attempt's deadline."""
 
     outcome = "timeout"
 
@@ -157,7 +157,7 @@ class Answered(AdapterError):
 
 
 class HttpStatusError(Answered):
-    """An HTTP status the operation does not accept. Retryable when in ``retry_on_status``."""
+    """An HTTP status the operation does not accept."""
 
     outcome = "http_status"
 
@@ -188,8 +188,7 @@ class Retry(Exception):
 
 
 class CallFailed(EncoreError):
-    """A request sent and waited for ended without a response; ``status`` is its final
-    status, ``error_text`` the target's."""
+    """A request waited for ended without a response, in ``status``."""
 
     def __init__(self, text: str, *, message_id: int, status: str | None,
                  target: str | None = None, error_text: str | None = None) -> None:
@@ -213,8 +212,8 @@ class NoRoute(ProcessError):
 
 
 class Interrupted(BaseException):
-    """The daemon is stopping while a process waits for a target. A ``BaseException`` so
-    that user code catching ``Exception`` cannot swallow it."""
+    """The daemon stops while a process waits; a BaseException, so ``except Exception``
+    cannot swallow it."""
 
 
 class AdapterNotReady(EncoreError):

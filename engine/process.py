@@ -68,7 +68,7 @@ class BusinessProcess(BusinessOperation):
         super().__init__(name, settings, events=events, adapter=adapter)
         self.context = context
         self._run = 1
-        self._calls = 0  # requests sent in the attempt in hand
+        self._calls = 0
 
     def bind(self, context: ProcessContext) -> None:
         """Give the process its daemon's store, production, clock and stop event."""
@@ -84,11 +84,9 @@ class BusinessProcess(BusinessOperation):
         self._run = self._run_of_attempt()
         return self.on_request(request)
 
-    # -- calls ---------------------------------------------------------------------------
     def send_request_async(self, target: str, message: Message | Mapping[str, Any] | str
                            ) -> int:
-        """Enqueue ``message`` for ``target`` in this session; return its id (MessageError
-        if it does not fit)."""
+        """Enqueue ``message`` for ``target`` in this session; return its id."""
         return self._send(target, message, waited=False).id
 
     def _send(self, target: str, message: Message | Mapping[str, Any] | str, *,
@@ -138,7 +136,6 @@ class BusinessProcess(BusinessOperation):
                            f"{context.clock.monotonic() - started:.3f} s")
         return response
 
-    # -- helpers -------------------------------------------------------------------------
     def _accept(self, context: ProcessContext, target: str,
                 body: Message | dict[str, Any] | str, key: str | None,
                 waited: bool) -> Accepted:
