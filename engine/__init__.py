@@ -1,12 +1,8 @@
 """Encore: an Ensemble-style integration engine.
 
-The public API: subclass :class:`BusinessOperation` (or :class:`BusinessProcess`, to call
-other items), describe requests and responses as :class:`Message` dataclasses, raise
-:class:`Retry` to ask for a retry.
-
-The hosts and messages are imported on first use (PEP 562), so that ``import engine`` — and
-every ``encore`` command that only reads the database — does not load the retry engine, the
-scheduler or the HTTP and SOAP stacks.
+The hosts and messages are imported on first use (PEP 562), so that ``import engine`` and
+commands that only read the database do not load the retry engine or the HTTP and SOAP
+stacks.
 """
 from __future__ import annotations
 

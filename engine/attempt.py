@@ -1,14 +1,5 @@
-"""One attempt as the engine sees it: what the worker tells the adapter before it, what it
-reports after it, and the observers that watch every attempt of an item.
-
-The engine owns these shapes (adapters import them, never the other way round). The
-observer's two hooks are the attempt half of the delivery middleware
-(:mod:`engine.delivery.middleware`), here so that what lies below delivery — tracing,
-metrics — implements them without importing it: a circuit breaker or a rate limit
-(``before_attempt`` may wait for a slot, or hold the message), tracing (``before_attempt``
-adds the ``traceparent`` header; ``after_attempt`` ends the span), metrics. It also holds
-what an attempt's key and error text are, which delivery stores and tracing reports.
-"""
+"""One attempt as the engine sees it: its context, its report, and the observers of an
+item's attempts (here, below delivery, so that tracing and metrics need not import it)."""
 from __future__ import annotations
 
 import hashlib
@@ -23,15 +14,12 @@ if TYPE_CHECKING:
 __all__ = ["SERVER_SEPARATOR", "AttemptContext", "AttemptObserver", "AttemptReport",
            "HttpExchange", "error_text", "idempotency_key", "servers_of", "servers_text"]
 
-# between the servers one attempt went to, in order, in ``message_attempt.server`` (a URL
-# holds no space, so the text splits back unambiguously)
 SERVER_SEPARATOR = " → "
-SERVER_TEXT_LIMIT = 500  # characters: the width of message_attempt.server
+SERVER_TEXT_LIMIT = 500
 
 
 def servers_text(servers: Sequence[str]) -> str | None:
-    """``message_attempt.server`` of an attempt that went to ``servers``, in order (None:
-    to none); cut to the column's width, ending in "…", in the rare case it is wider."""
+    """``message_attempt.server`` for ``servers``, cut to the column's width."""
     if not servers:
         return None
     text = SERVER_SEPARATOR.join(servers)
@@ -39,8 +27,7 @@ def servers_text(servers: Sequence[str]) -> str | None:
 
 
 def servers_of(text: str | None) -> list[str]:
-    """The servers an attempt went to, from its ``message_attempt.server`` (the last is
-    where it ended)."""
+    """The servers an attempt went to, from its ``message_attempt.server``."""
     return text.split(SERVER_SEPARATOR) if text else []
 
 
@@ -48,14 +35,11 @@ def servers_of(text: str | None) -> list[str]:
 class AttemptContext:
     """What the worker tells the adapter about the attempt in progress."""
 
-    deadline: float  # monotonic seconds by which the whole attempt must end
-    idempotency_key: str  # one stable key per message, the same on every attempt
+    deadline: float  # monotonic seconds
+    idempotency_key: str
     message_id: int | None = None
-    # headers every request of this attempt carries, from the observers (e.g. traceparent)
     headers: Mapping[str, str] = field(default_factory=dict)
-    # the server its begin recorded (message_attempt.server, written with the attempt's
-    # start), and how to record the servers it goes to when that changes (a failover),
-    # before a request goes to the new one; None outside the worker
+    # record_server records a failover before a request goes to the new server
     server: str | None = None
     record_server: Callable[[str], None] | None = None
 
@@ -64,33 +48,27 @@ class AttemptContext:
 class HttpExchange:
     """The last HTTP request of an attempt, as the adapter sent it (HTTP and SOAP alike)."""
 
-    method: str  # "POST", "GET", ...
-    url: str  # the full URL it went to (the last hop of a redirect chain)
-    status_code: int | None = None  # of its response; None when no response came
+    method: str
+    url: str  # the last hop of a redirect chain
+    status_code: int | None = None
 
 
 @dataclass(frozen=True)
 class AttemptReport:
     """How an attempt ended, as observers are told."""
 
-    number: int  # 1 for the first attempt of the message
+    number: int
     outcome: str  # "ok", or message_attempt.outcome of the failure
-    seconds: float  # from its start to its end
+    seconds: float
     server: str | None = None
     status_code: int | None = None  # of the failure; a success's is in ``exchange``
     error: BaseException | None = None
-    # the attempt's last HTTP request; None when it made none (or has no adapter)
     exchange: HttpExchange | None = None
 
 
 class AttemptObserver:
-    """Watches every attempt of one item; the default methods do nothing.
-
-    ``before_attempt`` runs just before an attempt starts (its time is not part of the
-    attempt's response timeout): it may wait, raise :class:`~engine.errors.AttemptHeld` to
-    keep the message from being sent now, and return headers for the attempt's requests.
-    ``after_attempt`` runs once the attempt has ended, success or not.
-    """
+    """Watches every attempt of one item. ``before_attempt`` may wait, raise
+    :class:`~engine.errors.AttemptHeld`, and return headers; the defaults do nothing."""
 
     def before_attempt(self, row: MessageRow, number: int) -> Mapping[str, str] | None:
         return None
@@ -110,9 +88,8 @@ _KEY_NAMESPACE = uuid.NAMESPACE_OID.bytes
 
 
 def idempotency_key(row: MessageRow) -> str:
-    """One stable key per message, the same on every attempt and after a restart:
-    ``uuid5(NAMESPACE_OID, "encore:<id>:<time_created>")``, made from the SHA-1 digest
-    directly (``uuid.uuid5`` builds two UUID objects: twice the cost, on every attempt)."""
+    """``uuid5(NAMESPACE_OID, "encore:<id>:<time_created>")``, built without ``uuid.uuid5``
+    (half the cost)."""
     name = f"encore:{row.id}:{row.time_created.isoformat()}".encode()
     digest = bytearray(hashlib.sha1(_KEY_NAMESPACE + name).digest()[:16])
     digest[6] = digest[6] & 0x0F | 0x50  # version 5

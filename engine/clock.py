@@ -1,9 +1,5 @@
-"""Time, injected.
-
-Durations come from :meth:`Clock.monotonic` (seconds); stored timestamps from
-:meth:`Clock.now` (timezone-aware UTC). Tests and ``encore simulate`` use
-:class:`VirtualClock`, where sleeping advances time at once.
-"""
+"""Time, injected: durations from :meth:`Clock.monotonic`, stored timestamps from
+:meth:`Clock.now` (aware UTC)."""
 from __future__ import annotations
 
 import threading
@@ -61,10 +57,7 @@ class SystemClock:
 
 
 class VirtualClock:
-    """A clock that only moves when told to; ``sleep`` advances it instantly.
-
-    ``monotonic()`` starts at 0.0, ``now()`` at ``start`` (default 2000-01-01 UTC).
-    """
+    """A clock that only moves when told to; ``sleep`` advances it instantly."""
 
     def __init__(self, start: datetime | None = None) -> None:
         self._t = 0.0

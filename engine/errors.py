@@ -1,10 +1,5 @@
-"""The error hierarchy of Encore.
-
-One root, :class:`EncoreError`, and one family per concern. Adapter errors carry the
-classification that the retry engine needs (docs/retries.md): whether the request surely
-never reached the server (*not sent*), may have been processed (*outcome unknown*), or was
-answered with an error (*answered*).
-"""
+"""The error hierarchy of Encore: one root, :class:`EncoreError`; adapter errors carry how
+far the request got (docs/retries.md)."""
 from __future__ import annotations
 
 import enum
@@ -37,9 +32,8 @@ class StoreError(EncoreError):
 
 
 class AttemptHeld(EncoreError):
-    """An attempt observer keeps the message from being sent now (an open circuit breaker):
-    the worker puts it back in its queue, due at ``until`` (aware UTC) if given. Control
-    flow, not a failure: the attempt never started."""
+    """An observer holds the message back until ``until`` (aware UTC); the attempt never
+    started."""
 
     def __init__(self, reason: str, *, until: datetime | None = None) -> None:
         super().__init__(reason)
@@ -47,8 +41,7 @@ class AttemptHeld(EncoreError):
 
 
 class ClaimLost(StoreError):
-    """A worker's claim on a message is gone (its lease expired and another daemon took the
-    message over): the worker must abandon it at once and send nothing more."""
+    """A worker's claim on a message is gone; it must abandon the message at once."""
 
 
 class MessageError(EncoreError):
@@ -60,8 +53,7 @@ class OperatorError(EncoreError):
 
 
 class NotFound(OperatorError):
-    """What an operator action names does not exist (an item, a message, a session): the
-    portal answers 404, where it answers any other refused action with 409 (a conflict)."""
+    """What an operator action names does not exist (the portal answers 404, not 409)."""
 
 
 class ItemNotFound(NotFound):
@@ -75,18 +67,14 @@ class MessageNotFound(NotFound):
 class Delivery(str, enum.Enum):
     """How far a failed request got. Decides whether re-sending it is safe."""
 
-    NOT_SENT = "not_sent"  # surely never reached the server
-    UNKNOWN = "outcome_unknown"  # left us; the server may have processed it
-    ANSWERED = "answered"  # the server answered with an error
+    NOT_SENT = "not_sent"
+    UNKNOWN = "outcome_unknown"
+    ANSWERED = "answered"
 
 
 class AdapterError(EncoreError):
-    """A failed call through an outbound adapter.
-
-    ``outcome`` is the value stored in ``message_attempt.outcome``; ``retryable`` is the
-    adapter's request for a retry (it sets the message's retry-needed flag); ``code`` is what
-    ``E#<code>`` in ``reply_code_actions`` matches (an HTTP status, a SOAP fault code).
-    """
+    """A failed call through an outbound adapter; ``outcome`` goes to
+    ``message_attempt.outcome``, ``code`` is what ``E#<code>`` matches."""
 
     outcome = "error"
     delivery = Delivery.ANSWERED
@@ -111,7 +99,7 @@ class AdapterError(EncoreError):
         if retryable is not None:
             self.retryable = retryable
 
-    def __reduce__(self) -> tuple[Any, ...]:  # keep keyword context when pickled
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.text, self.__dict__))
 
 
@@ -136,27 +124,22 @@ class ConnectFailed(NotSent):
 
 
 class OutcomeUnknown(AdapterError):
-    """The request left; no complete answer came back. The server may have processed it."""
+    """The request left; no complete answer came back."""
 
     delivery = Delivery.UNKNOWN
     retryable = True
 
 
-# The error text of an attempt left open by a delivery cut short (its daemon stopped, died or
-# lost its database), ended as outcome unknown when the message is next delivered. No column
-# marks such an attempt: ``message_attempt.error_text`` holds this text, so the text is the
-# stored contract (a business process chains the run of its calls' keys through such
-# attempts, engine.process; attempts stored years ago carry it as well).
+# No column marks an attempt cut short: this stored error text is the contract.
 CRASH_TEXT = ("outcome unknown: the delivery was cut short (the daemon stopped, or lost its "
               "database) while this attempt was in flight")
-# Every text an attempt cut short has been stored with: CRASH_TEXT and what it said before it
-# named a lost database (attempts recorded then still read as cut short after an upgrade).
+# every text such an attempt has ever been stored with
 CRASH_TEXTS = frozenset({
     CRASH_TEXT, "outcome unknown: the daemon stopped while this attempt was in flight"})
 
 
 class ResponseTimeout(OutcomeUnknown):
-    """No complete response before the attempt's deadline (ResponseTimeout)."""
+    """No complete response before the attempt's deadline."""
 
     outcome = "timeout"
 
@@ -174,7 +157,7 @@ class Answered(AdapterError):
 
 
 class HttpStatusError(Answered):
-    """An HTTP status the operation does not accept. Retryable when in ``retry_on_status``."""
+    """An HTTP status the operation does not accept."""
 
     outcome = "http_status"
 
@@ -205,10 +188,7 @@ class Retry(Exception):
 
 
 class CallFailed(EncoreError):
-    """A request sent and waited for — by :meth:`BusinessService.call` or
-    :meth:`BusinessProcess.send_request_sync` — ended without a response: ``status`` is its
-    final status (``Error``, ``Suspended``, ``Discarded``, ``Aborted``), ``error_text`` the
-    target's own error text, ``target`` the item it was sent to."""
+    """A request waited for ended without a response, in ``status``."""
 
     def __init__(self, text: str, *, message_id: int, status: str | None,
                  target: str | None = None, error_text: str | None = None) -> None:
@@ -220,13 +200,11 @@ class CallFailed(EncoreError):
 
 
 class CallTimedOut(CallFailed):
-    """A request sent and waited for had not finished within the timeout. It goes on;
-    ``status`` is the status it had when the wait ended."""
+    """A request waited for did not finish within the timeout (it goes on)."""
 
 
 class ProcessError(EncoreError):
-    """A business process cannot make a call: it is not bound to a production, it would
-    wait for its own queue, or (a router) no rule matches the request."""
+    """A business process cannot make a call."""
 
 
 class NoRoute(ProcessError):
@@ -234,25 +212,16 @@ class NoRoute(ProcessError):
 
 
 class Interrupted(BaseException):
-    """The daemon is stopping while a process waits for a target.
-
-    A ``BaseException``, like ``asyncio.CancelledError``: user code that catches
-    ``Exception`` around a sync call cannot swallow it. The worker puts the process's
-    message back in its queue with its attempt open; the next start runs the process again
-    and it re-attaches to the requests it had sent (see :class:`engine.BusinessProcess`).
-    """
+    """The daemon stops while a process waits; a BaseException, so ``except Exception``
+    cannot swallow it."""
 
 
 class AdapterNotReady(EncoreError):
-    """An adapter could not start (e.g. its WSDL cannot be loaded). The item keeps its
-    messages queued and tries again every ``retry_interval``."""
+    """An adapter could not start; the item retries every ``retry_interval``."""
 
 
 class DocumentRefused(AdapterNotReady):
-    """A WSDL or schema document refused before it was read: another host, a scheme other
-    than http(s), a local file outside a local WSDL's directory or not a regular file, a
-    redirect away from the WSDL's host, or a document over the size limit. ``url`` is the
-    refused location; the text names it and says why."""
+    """A WSDL or schema document at ``url`` refused before it was read, for ``reason``."""
 
     def __init__(self, url: str, reason: str) -> None:
         super().__init__(f"{url} refused: {reason}")

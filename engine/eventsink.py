@@ -1,9 +1,5 @@
-"""Where hosts and the engine's guards write events: the :class:`EventSink` protocol.
-
-A module of its own, below :mod:`engine.host` and the guards of :mod:`engine.delivery`,
-so that both name it without one importing the other (the SQL event log of
-:mod:`engine.store.eventlog` is the sink a daemon gives them; tests give a list).
-"""
+"""The :class:`EventSink` protocol, below hosts and guards so both name it without importing
+each other."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -20,5 +16,4 @@ class EventSink(Protocol):
               source_class: str | None = None, source_method: str | None = None,
               stack: str | None = None, job: str | None = None,
               now: datetime | None = None) -> None:
-        """Append one event of type ``type_`` with its context (the columns of
-        ``event_log``: :meth:`engine.store.eventlog.SqlEventLog.write`)."""
+        """Append one event of type ``type_`` with its context."""

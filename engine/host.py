@@ -1,10 +1,4 @@
-"""Business hosts: the classes users subclass.
-
-A :class:`BusinessOperation` takes messages from its item's queue and calls a remote system
-through its adapter. Subclasses implement :meth:`BusinessOperation.on_message`; the worker
-runs it once per attempt, with the retry settings of the item deciding what happens after a
-failure (docs/retries.md).
-"""
+"""Business hosts: the classes users subclass (docs/retries.md for what follows a failure)."""
 from __future__ import annotations
 
 import sys
@@ -20,15 +14,13 @@ from engine.retry import RETRY_SETTINGS, RetrySettings
 from engine.settings import OPERATION, Setting, TypedSettings, added_settings
 from engine.store.properties import check_paths
 
-if TYPE_CHECKING:  # adapters import the engine; the engine only names their base class
+if TYPE_CHECKING:
     from adapters.base import OutboundAdapter
 
 
-DEFAULT_MAX_DELIVERIES = 5  # interrupted deliveries that suspend a message (docs/architecture.md)
+DEFAULT_MAX_DELIVERIES = 5
 
-# A business operation's settings besides its retry settings; the guards' (the working
-# window, the circuit breaker, the rate limit) are declared by the delivery middleware that
-# reads them (engine.delivery.guards), and added by declared_settings.
+# the guards' settings are declared by engine.delivery.guards, added by declared_settings
 OPERATION_SETTINGS: tuple[Setting, ...] = (
     Setting(name="trace", kind=bool, default=False, help="write a Trace event per attempt"),
     Setting(name="retry_mode", kind=str, default="blocking", choices=("blocking", "requeue"),
@@ -59,28 +51,23 @@ HOST_SETTINGS: tuple[Setting, ...] = (*RETRY_SETTINGS, *OPERATION_SETTINGS)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OperationSettings(TypedSettings):
-    """The settings of :data:`OPERATION_SETTINGS`, typed: what the engine reads of a
-    business operation (or process) besides its :class:`~engine.retry.RetrySettings` and
-    its guards' (:class:`engine.delivery.guards.GuardSettings`). ``queue_count_alert``,
-    ``queue_wait_alert`` and ``alert_retry_grace_period`` 0 = off; ``max_deliveries``:
-    interrupted deliveries that suspend a message."""
+    """The settings of :data:`OPERATION_SETTINGS`, typed."""
 
     DECLARED: ClassVar[tuple[Setting, ...]] = OPERATION_SETTINGS
 
     trace: bool
-    retry_mode: str  # "blocking" or "requeue"
+    retry_mode: str
     alert_on_error: bool
-    alert_retry_grace_period: float  # seconds
-    queue_count_alert: int  # messages
-    queue_wait_alert: float  # seconds
-    max_deliveries: int  # deliveries that never ended, after which a message is Suspended
-    search_properties: tuple[str, ...]  # dotted body paths indexed at intake
+    alert_retry_grace_period: float
+    queue_count_alert: int
+    queue_wait_alert: float
+    max_deliveries: int
+    search_properties: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class TargetRef:
-    """A target named in an item's settings: ``key`` is the setting, ``where`` says where
-    in it (e.g. ``rule 2 (rules[1])``), ``target`` the item name given there."""
+    """A target named in an item's setting ``key``, at ``where`` (e.g. ``rule 2 (rules[1])``)."""
 
     key: str
     where: str
@@ -97,7 +84,7 @@ class BusinessHost(ABC):
         self.name = name
         self.settings = dict(settings)
         self.events = events
-        self.message_id: int | None = None  # the message in hand, for event context
+        self.message_id: int | None = None
         self.session_id: int | None = None
 
     @classmethod
@@ -107,22 +94,16 @@ class BusinessHost(ABC):
 
     @classmethod
     def declared_targets(cls, settings: Mapping[str, Any]) -> tuple[TargetRef, ...]:
-        """The items that an item of this class with these validated ``settings`` sends
-        to. The production loader refuses a target that is not one of its items."""
+        """The items an item of this class with these ``settings`` sends to."""
         return ()
 
     @classmethod
     def check_request(cls, request: Message, *, name: str, settings: Mapping[str, Any]) -> None:
-        """Where a message comes in, before anything is created: raise
-        :class:`~engine.errors.MessageError` for a ``request`` that fits ``request_class``
-        but that item ``name``, with these validated ``settings``, could never handle (a SOAP
-        operation its WSDL does not have). Accepts every request by default."""
+        """Raise MessageError at intake for a ``request`` item ``name`` could never handle."""
 
     @classmethod
     def settings_objects(cls, settings: Mapping[str, Any]) -> dict[str, TypedSettings | None]:
-        """The typed objects that :class:`~engine.config.production.ItemConfig` holds for an item
-        of this class with these validated ``settings``, by field name: none for a host that
-        is not a business operation."""
+        """The typed settings objects an ItemConfig holds for this class, by field name."""
         return {}
 
     def on_init(self) -> None:
@@ -150,8 +131,7 @@ class BusinessHost(ABC):
 
     def log_event(self, type_: str, text: str, *, method: str,
                   exc: BaseException | None = None) -> None:
-        """Write an event of ``type_`` about the message in hand, naming ``method`` as its
-        ``source_method`` (the engine's observers name theirs: ``on_give_up``, ...)."""
+        """Write an event of ``type_`` about the message in hand from ``method``."""
         stack = "".join(traceback.format_exception(exc)) if exc is not None else None
         self._log(type_, text, stack=stack, method=method)
 
@@ -166,12 +146,8 @@ class BusinessHost(ABC):
 
 
 class BusinessOperation(BusinessHost):
-    """An outbound host. Implement :meth:`on_message`.
-
-    Per attempt the worker resets ``retry`` and ``suspend_message`` to False and sets
-    ``retry_count`` (1 for the first attempt). Set ``self.retry = True`` or raise
-    :class:`engine.Retry` to ask for a retry; ``self.suspend_message = True`` to suspend.
-    """
+    """An outbound host. Implement :meth:`on_message`; set ``self.retry`` (or raise
+    :class:`engine.Retry`) or ``self.suspend_message``, reset per attempt."""
 
     SETTINGS = HOST_SETTINGS
     adapter_class: ClassVar[type[OutboundAdapter] | None] = None
@@ -188,8 +164,7 @@ class BusinessOperation(BusinessHost):
 
     @classmethod
     def declared_settings(cls) -> tuple[Setting, ...]:
-        """Its class's settings, those added to every operation (the guards') and its
-        adapter's."""
+        """Its class's settings, those added to every operation and its adapter's."""
         adapter = cls.adapter_class.SETTINGS if cls.adapter_class is not None else ()
         return (*cls.SETTINGS, *added_settings(OPERATION), *adapter)
 
@@ -206,6 +181,6 @@ class BusinessOperation(BusinessHost):
         """Handle one request; return the response (a Message, a JSON-able value, or None)."""
 
     def on_failure_timeout(self, request: Any) -> Any:
-        """Called when the FailureTimeout runs out. Return a response to complete the message
-        instead of failing it, or set ``self.retry = True`` to keep retrying; None: fail."""
+        """Called when the FailureTimeout runs out: a response completes the message; None
+        fails it unless ``self.retry`` is set."""
         return None

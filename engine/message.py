@@ -1,9 +1,4 @@
-"""Messages: dataclasses serialised as JSON.
-
-A message class is a dataclass subclassing :class:`Message`. It is stored by name
-(``module:Class`` in ``message_header.body_class``) and its fields as a JSON object in
-``message_header.body``. Operations that take any JSON object use :class:`JsonMessage`.
-"""
+"""Messages: dataclasses serialised as JSON, stored by class name (``module:Class``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -17,9 +12,8 @@ from engine.errors import MessageError
 
 M = TypeVar("M", bound="Message")
 
-# Levels of nested arrays and objects a request body may hold. Deeper bodies are refused:
-# every JSON codec, and any code that walks a body (a router's dotted path, zeep building
-# a SOAP request), recurses once or more per level and would hit Python's recursion limit.
+# Every JSON codec and any code that walks a body recurses per level: deeper bodies are
+# refused before they hit Python's recursion limit.
 MAX_BODY_DEPTH = 100
 
 
@@ -66,8 +60,7 @@ class Message:
 
 @dataclasses.dataclass
 class JsonMessage(Message):
-    """Any JSON object, kept as it is. Any other JSON value is refused — a JSON string too,
-    even one whose text spells an object (``"{\\"a\\": 1}"``): a body is decoded once."""
+    """Any JSON object, kept as it is; any other JSON value (a string too) is refused."""
 
     data: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -92,18 +85,16 @@ def decode_json(text: str) -> Any:
 
 
 def encode_request(message: Message) -> str:
-    """The JSON text stored for request ``message``. Raises MessageError when it cannot be
-    JSON: a NaN or an infinity (JSON has neither; docs/settings.md, "Numbers"), a value that holds
-    itself, or nesting deeper than :data:`MAX_BODY_DEPTH`."""
+    """The JSON text stored for request ``message``; MessageError if it cannot be JSON."""
     try:
-        data = message.to_dict()  # to_dict recurses: a value holding itself ends
-    except RecursionError as exc:  # here, before the depth is looked at
+        data = message.to_dict()
+    except RecursionError as exc:  # a value holding itself
         raise _too_deep() from exc
     if _depth_over(data, MAX_BODY_DEPTH):
         raise _too_deep()
     try:
         return json.dumps(data, separators=(",", ":"), default=str, allow_nan=False)
-    except ValueError as exc:  # "Out of range float values are not JSON compliant"
+    except ValueError as exc:
         raise MessageError(f"body holds NaN or an infinity, which JSON does not have: "
                            f"{exc}") from exc
 
@@ -113,9 +104,7 @@ def _too_deep() -> MessageError:
 
 
 def _depth_over(data: Any, limit: int) -> bool:
-    """True if ``data`` nests lists, tuples and dicts more than ``limit`` levels deep
-    (iteratively: a deep body must not exhaust the stack here either; a value that holds
-    itself is deeper than any limit)."""
+    """True if ``data`` nests more than ``limit`` levels deep (iteratively, for the stack)."""
     stack = [(data, 1)]
     while stack:
         value, depth = stack.pop()
@@ -187,10 +176,10 @@ def _type_text(hint: Any) -> str:
 class _Shape:
     """What validating a body needs to know of its message class."""
 
-    names: tuple[str, ...]  # the fields, in order
+    names: tuple[str, ...]
     known: frozenset[str]
-    required: frozenset[str]  # the fields without a default
-    hints: dict[str, Any]  # field name → resolved type
+    required: frozenset[str]
+    hints: dict[str, Any]
 
 
 _SHAPES: dict[type, _Shape] = {}
@@ -219,8 +208,8 @@ class _Box:
 
 
 def _plain(value: Any) -> Any:
-    """``value`` as :func:`dataclasses.asdict` copies a field: JSON's own types directly
-    (the common case, at a fraction of the cost), anything else by ``asdict`` itself."""
+    """``value`` as :func:`dataclasses.asdict` copies it, JSON's own types at a fraction of
+    the cost."""
     kind = type(value)
     if kind in _ATOMS:
         return value

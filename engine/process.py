@@ -1,21 +1,10 @@
 """Business processes: hosts that call other items of the production (docs/processes.md).
 
-A :class:`BusinessProcess` is an item like an operation — its own queue, ``pool_size``
-workers, the same retry settings — whose work is to send requests to other items and wait
-for their responses. Every request it sends carries the session of the request in hand and
-names the process as its ``source``, so ``encore trace`` shows the whole chain.
-
-Each request a process sends carries an idempotency key made of the process's message, the
-*run* of its attempt and the call's position. A run is an attempt and those that follow it
-only because the daemon stopped or died in the middle (outcome unknown): they share the
-run's keys, so when a process runs again after a restart, its calls re-attach to the requests
-the interrupted attempt had sent instead of sending them twice. An attempt after a failure
-(a ``Retry``, a reply code action ``R``) starts a new run and sends fresh requests.
-
-The requests a process sends are committed without waiting for the disk: one lost in a crash
-of the machine goes with the process's own attempt, which is then outcome unknown and sends
-it again (any later durable commit, such as a non-idempotent attempt's start, makes it
-durable too: the log is written in order).
+A call's idempotency key is the process's message, the *run* of its attempt and the call's
+position. A run is an attempt plus those that follow it only because the daemon stopped in
+the middle: they share keys, so calls re-attach instead of sending twice. Requests are
+committed without waiting for the disk: one lost in a crash goes with the process's own
+attempt, which is then outcome unknown and sends it again.
 """
 from __future__ import annotations
 
@@ -42,16 +31,12 @@ if TYPE_CHECKING:
     from engine.config.production import ProductionConfig
     from engine.store.sql import Accepted, SqlStore
 
-# seconds between two looks at a sync call's target message when no announcement of its end
-# came (the safety net: the commit that ends it wakes the call)
 SYNC_POLL = client.WAIT_POLL
 KEY_PREFIX = "encore-process:"  # idempotency keys of process calls: prefix, message, run, call
 
 
 def _process_settings() -> tuple[Setting, ...]:
-    """The host settings, but FailureTimeout defaults to -1: a process's attempt lasts as
-    long as the calls it waits for, and a restart in the middle must not make it give up
-    (its failures still end it at once under the default ``reply_code_actions`` E=F)."""
+    """The host settings, with FailureTimeout -1 (an attempt lasts as long as its calls)."""
     return tuple(dataclasses.replace(s, default=FOREVER) if s.name == "failure_timeout" else s
                  for s in HOST_SETTINGS)
 
@@ -61,13 +46,7 @@ PROCESS_SETTINGS: tuple[Setting, ...] = _process_settings()
 
 @dataclass(frozen=True, kw_only=True)
 class ProcessContext:
-    """What a process needs of its daemon.
-
-    ``production`` is read at each call, so targets added by a reload are known; ``stop``
-    is the item's stop event (a sync call waiting when it is set raises
-    :class:`~engine.errors.Interrupted`); ``poll``: seconds between two looks at a target
-    message, as :func:`engine.client.wait_for`.
-    """
+    """What a process needs of its daemon; ``production`` is read at each call (reloads)."""
 
     store: SqlStore
     production: Callable[[], ProductionConfig]
@@ -77,25 +56,8 @@ class ProcessContext:
 
 
 class BusinessProcess(BusinessOperation):
-    """A host that orchestrates other items. Implement :meth:`on_request`.
-
-    Inside it, :meth:`send_request_sync` calls an item and returns its response, and
-    :meth:`send_request_async` only enqueues. What ``on_request`` returns is the response
-    to the process's own caller.
-
-    Retries and FailureTimeout: ``on_request`` runs once per attempt of the process's
-    message, under the item's ``reply_code_actions`` and retry settings, exactly as an
-    operation's ``on_message``. A failed call raises :class:`~engine.errors.CallFailed`
-    (``E#CallFailed``) or, when it was not done in time, its subclass
-    :class:`~engine.errors.CallTimedOut` (``E#CallTimedOut``); under the default ``E=F``
-    the process's message ends in ``Error`` at once with that text. With ``E=R`` (or a
-    ``Retry`` raised) ``on_request`` runs again after ``retry_interval`` and sends fresh
-    requests. ``failure_timeout`` defaults to -1 for processes; set it to bound retries.
-    There is no response timeout on a process's attempt: bound each wait with ``timeout``.
-
-    A process's worker is busy while it waits: give the item a ``pool_size`` as large as
-    the number of messages it should have in flight.
-    """
+    """A host that orchestrates other items (docs/processes.md). Implement
+    :meth:`on_request`; its return value is the response to the process's caller."""
 
     SETTINGS = PROCESS_SETTINGS
     request_class = JsonMessage
@@ -105,8 +67,8 @@ class BusinessProcess(BusinessOperation):
                  context: ProcessContext | None = None) -> None:
         super().__init__(name, settings, events=events, adapter=adapter)
         self.context = context
-        self._run = 1  # the run of the attempt in hand (see the module docstring)
-        self._calls = 0  # requests sent in the attempt in hand
+        self._run = 1
+        self._calls = 0
 
     def bind(self, context: ProcessContext) -> None:
         """Give the process its daemon's store, production, clock and stop event."""
@@ -122,13 +84,9 @@ class BusinessProcess(BusinessOperation):
         self._run = self._run_of_attempt()
         return self.on_request(request)
 
-    # -- calls ---------------------------------------------------------------------------
     def send_request_async(self, target: str, message: Message | Mapping[str, Any] | str
                            ) -> int:
-        """Enqueue ``message`` for item ``target`` in the session of the request in hand,
-        with this process as its source; return the new message's id. ``message`` is
-        validated against the target's request class (a :class:`JsonMessage` as its data).
-        Raises MessageError for an unknown target or a body that does not fit."""
+        """Enqueue ``message`` for ``target`` in this session; return its id."""
         return self._send(target, message, waited=False).id
 
     def _send(self, target: str, message: Message | Mapping[str, Any] | str, *,
@@ -139,8 +97,7 @@ class BusinessProcess(BusinessOperation):
         body = _body(message)
         accepted = self._accept(context, target, body, key, waited)
         if not accepted.created and not self._ours(context, accepted.id):
-            # a key taken by someone else (a client's Idempotency-Key): never re-attach to
-            # a message this process did not send
+            # never re-attach to a message this process did not send
             self.log_warning(f"message {accepted.id} for {target} holds this call's key "
                              f"{key!r} but was not sent by {self.name}; sending afresh")
             accepted = self._accept(context, target, body, None, waited)
@@ -153,13 +110,8 @@ class BusinessProcess(BusinessOperation):
 
     def send_request_sync(self, target: str, message: Message | Mapping[str, Any] | str,
                           timeout: float | timedelta | None = None) -> Any:
-        """Send ``message`` to ``target`` (as :meth:`send_request_async`), wait for it to
-        finish and return its response, decoded (None when it completed without one).
-
-        ``timeout``: seconds to wait at most, then raise CallTimedOut — the target's
-        message goes on; None waits as long as it takes; 0 looks once. Raises CallFailed
-        with the target's error text when its message ends ``Error``, ``Suspended``,
-        ``Discarded`` or ``Aborted``."""
+        """Send ``message`` to ``target``, wait and return its decoded response. Raises
+        CallTimedOut after ``timeout`` (None: no limit) and CallFailed if it fails."""
         seconds = _seconds(timeout)
         if target == self.name:
             raise ProcessError(f"{self.name} cannot wait for a message to itself: its "
@@ -184,7 +136,6 @@ class BusinessProcess(BusinessOperation):
                            f"{context.clock.monotonic() - started:.3f} s")
         return response
 
-    # -- helpers -------------------------------------------------------------------------
     def _accept(self, context: ProcessContext, target: str,
                 body: Message | dict[str, Any] | str, key: str | None,
                 waited: bool) -> Accepted:
@@ -205,8 +156,7 @@ class BusinessProcess(BusinessOperation):
         return self.context
 
     def _run_of_attempt(self) -> int:
-        """The first attempt of the chain of interrupted attempts that ends with the one in
-        hand: its calls' keys are the ones to re-attach to."""
+        """The first attempt of the chain of interrupted attempts ending with this one."""
         run = self.retry_count
         if run <= 1 or self.context is None or self.message_id is None:
             return max(run, 1)
@@ -220,8 +170,7 @@ class BusinessProcess(BusinessOperation):
 
 
 def _body(message: Message | Mapping[str, Any] | str) -> Message | dict[str, Any] | str:
-    """What to validate against the target's request class: a JsonMessage as its data
-    (a typed target then gets its own class), other messages and JSON text as they are."""
+    """``message`` to validate, a JsonMessage as its data."""
     if isinstance(message, JsonMessage):
         return message.to_dict()
     return message if isinstance(message, (Message, str)) else dict(message)

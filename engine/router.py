@@ -1,24 +1,5 @@
 """Router: a ready-made business process that sends each request to the target of the
-first rule it matches (docs/processes.md).
-
-.. code-block:: toml
-
-    [[items]]
-    name = "Router"
-    class = "engine.router:Router"
-    pool_size = 4                    # messages routed at once: each waits for its target
-    [items.settings]
-    rules = [
-      {field = "country", equals = "PT", target = "PaymentsPT"},
-      {field = "amount", greater_than = 1000, target = "Review"},
-    ]
-    default_target = "Payments"      # when no rule matches; "" = the message ends in Error
-
-The rules (:mod:`engine.config.rules`) are checked when the production loads: an unknown operator,
-a rule without a target, a bad regular expression (one RE2, the linear-time engine rules run
-on, cannot run: a backreference, lookaround) or a target that is not an item of the
-production is refused, naming the item and the rule. The router's response is the target's
-response; a target that fails makes the router's message fail with its error text.
+first rule it matches (docs/processes.md); the rules are checked when the production loads.
 """
 from __future__ import annotations
 
@@ -34,7 +15,6 @@ from engine.message import JsonMessage
 from engine.process import PROCESS_SETTINGS, BusinessProcess
 from engine.settings import Setting, TypedSettings
 
-# The router's own settings, besides a process's.
 ROUTING_SETTINGS: tuple[Setting, ...] = (
     Setting(name="rules", kind=list, default=[], check=check_rules,
             help='routing rules, first match wins: [{field = "country", equals = "PT", '
@@ -52,14 +32,13 @@ ROUTER_SETTINGS: tuple[Setting, ...] = (*PROCESS_SETTINGS, *ROUTING_SETTINGS)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RoutingSettings(TypedSettings):
-    """The settings of :data:`ROUTING_SETTINGS`, typed. ``default_target`` "" = none;
-    ``timeout`` 0 = no limit."""
+    """The settings of :data:`ROUTING_SETTINGS`, typed."""
 
     DECLARED: ClassVar[tuple[Setting, ...]] = ROUTING_SETTINGS
 
-    rules: tuple[Any, ...]  # the tables as given; engine.config.rules.parse_rules reads them
+    rules: tuple[Any, ...]  # the tables as given, read by parse_rules
     default_target: str
-    timeout: float  # seconds
+    timeout: float
 
 
 class Router(BusinessProcess):
@@ -91,8 +70,7 @@ class Router(BusinessProcess):
         return self.send_request_sync(target, request, timeout=self.timeout)
 
     def route(self, body: Any) -> str:
-        """The target for ``body``; raises NoRoute when no rule matches and there is no
-        default target."""
+        """The target for ``body``; NoRoute if none."""
         rule = first_match(self.rules, body)
         if rule is not None:
             if self.operation_settings.trace:

@@ -1,10 +1,5 @@
-"""Business services: inbound hosts that put messages into the production (docs/architecture.md).
-
-A :class:`BusinessService` is polled by the production's scheduler — every ``call_interval``
-seconds, or on a cron ``schedule`` — and its :meth:`BusinessService.on_process_input` decides
-what to send: ``self.send(target, message)`` enqueues a request and returns its id;
-``self.call(target, message, timeout)`` also waits for the response.
-"""
+"""Business services: hosts the scheduler polls, that put messages into the production
+(docs/architecture.md)."""
 from __future__ import annotations
 
 import threading
@@ -26,7 +21,7 @@ from engine.store.sql import SqlStore
 __all__ = ["SERVICE_SETTINGS", "BusinessService", "CallFailed", "CallTimedOut",
            "ServiceSettings", "parse_schedule"]
 
-DEFAULT_CALL_INTERVAL = 5.0  # seconds between two calls of on_process_input
+DEFAULT_CALL_INTERVAL = 5.0
 SCHEDULE_EXAMPLE = 'schedule = "*/5 * * * *" (every 5 minutes) or "30 2 * * mon-fri"'
 
 
@@ -71,26 +66,18 @@ SERVICE_SETTINGS: tuple[Setting, ...] = (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServiceSettings(TypedSettings):
-    """The settings of :data:`SERVICE_SETTINGS`, typed. ``schedule`` "" = every
-    ``call_interval`` seconds; ``targets`` ``()`` = any item."""
+    """The settings of :data:`SERVICE_SETTINGS`, typed."""
 
     DECLARED: ClassVar[tuple[Setting, ...]] = SERVICE_SETTINGS
 
-    call_interval: float  # seconds
-    schedule: str  # a cron expression, in UTC
+    call_interval: float
+    schedule: str
     targets: tuple[str, ...]
 
 
 class BusinessService(BusinessHost):
-    """An inbound host. Implement :meth:`on_process_input`; send with :meth:`send` or
-    :meth:`call`.
-
-    The scheduler calls ``on_process_input`` every ``call_interval`` seconds, or at the times
-    of ``schedule`` when one is set, never twice at once. ``store``, ``production`` and
-    ``clock`` are given by the scheduler; a service built without them cannot send.
-    :attr:`stop_requested` is set when the production stops: a long ``on_process_input``
-    may check it and return early.
-    """
+    """An inbound host the scheduler calls, never twice at once. Implement
+    :meth:`on_process_input`; a long one may return early on :attr:`stop_requested`."""
 
     SETTINGS: ClassVar[tuple[Setting, ...]] = SERVICE_SETTINGS
 
@@ -116,20 +103,15 @@ class BusinessService(BusinessHost):
                     f"(items: {', '.join(sorted(known)) or 'none'})", item=name, key="targets")
 
     def on_process_input(self) -> None:
-        """Called on every tick of the service's schedule. Override it: look for input
-        (a directory, a table, a remote API) and :meth:`send` what you find."""
+        """Called on every tick of the service's schedule: look for input and :meth:`send` it."""
         raise NotImplementedError(
             f"{type(self).__qualname__} (item {self.name!r}) must implement "
             "on_process_input(self) -> None, e.g. `self.send(\"Payments\", {...})`")
 
     # -- sending -------------------------------------------------------------------------
     def send(self, target: str, message: str | dict[str, Any] | Message) -> int:
-        """Enqueue ``message`` for item ``target`` in a new session; return its id.
-
-        The body is validated against the target's request class. Raises
-        :class:`MessageError` (and enqueues nothing) for a malformed body, an unknown
-        target, or a target outside the ``targets`` setting.
-        """
+        """Enqueue ``message`` for ``target`` in a new session; return its id (MessageError
+        if it does not fit or ``targets`` excludes it)."""
         store, production = self._attached()
         if self.targets and target not in self.targets:
             raise MessageError(f"service {self.name!r} may not send to {target!r}: its "
@@ -139,13 +121,8 @@ class BusinessService(BusinessHost):
 
     def call(self, target: str, message: str | dict[str, Any] | Message,
              timeout: float) -> Any:
-        """Send ``message`` to ``target`` and wait up to ``timeout`` seconds for its response.
-
-        Returns the decoded response (a :class:`Message`; None when the operation returned
-        nothing). Raises :class:`CallFailed` with the message's error text when it ended
-        ``Error``, ``Suspended``, ``Discarded`` or ``Aborted``, and :class:`CallTimedOut`
-        when it had not finished in time (the message stays queued).
-        """
+        """Send ``message`` and return its decoded response, waiting up to ``timeout``
+        seconds (CallFailed, CallTimedOut)."""
         store, _ = self._attached()
         message_id = self.send(target, message)
         return wait_for_response(store, message_id, target, timeout, clock=self.clock)

@@ -1,19 +1,7 @@
-"""Declared settings, their validation, and the typed objects built from them.
+"""Declared settings, their validation at load time, and the typed objects built from them.
 
-Hosts and adapters declare the settings they accept as a tuple of :class:`Setting`; the
-production loader checks an item's ``[items.settings]`` table against those declarations, so
-a misspelt key, a wrong type or an out-of-range value is refused at load time with a message
-that names the item, the key and what is allowed.
-
-What acts around an item without being its class — the delivery middleware's guards —
-declares its settings with :func:`add_settings`; an operation item accepts them beside its
-class's (:meth:`engine.host.BusinessOperation.declared_settings`), so the kernel names
-none of them.
-
-The engine reads the settings it owns from :class:`TypedSettings`: frozen dataclasses
-(``RetrySettings``, ``OperationSettings``, ``AdapterSettings``, ...) built from the validated
-table by :meth:`TypedSettings.from_validated`. Their fields carry no defaults: a setting's
-:class:`Setting` declaration is the one home of its default, type, bounds and help.
+A :class:`Setting` declaration is the one home of a setting's default, type, bounds and
+help: :class:`TypedSettings` fields carry no defaults.
 """
 from __future__ import annotations
 
@@ -33,9 +21,8 @@ from engine.errors import ConfigurationError
 
 _MISSING: Any = object()
 
-OPERATION = "operation"  # the kind of item :func:`add_settings` knows: business operations
+OPERATION = "operation"
 
-# the settings added to every item of a kind by what runs it, by name
 _ADDED: dict[str, dict[str, Setting]] = {}
 
 
@@ -46,14 +33,8 @@ def camel_case(name: str) -> str:
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Setting:
-    """One accepted setting.
-
-    ``kind`` is a type or tuple of types (``float`` also accepts ints); ``minimum``,
-    ``maximum`` (both inclusive) and ``choices`` bound the value; ``check`` is an extra
-    validator that returns the cleaned value or raises ``ValueError`` with a reason.
-    ``path``: the value names a file; a relative one is read from the production file's
-    directory (:func:`validate_settings` with ``base``), as the database is.
-    """
+    """One accepted setting. ``check`` returns the cleaned value or raises ValueError;
+    ``path``: a relative value is read from the production file's directory."""
 
     name: str
     kind: type | tuple[type, ...]
@@ -86,14 +67,8 @@ class Setting:
         return text
 
     def clean(self, value: Any, item: str, key: str | None = None) -> Any:
-        """Return ``value`` validated and normalised, or raise :class:`ConfigurationError`
-        naming the setting as ``key`` spells it (the file's spelling: ``ResponseTimeout``),
-        else by its own name.
-
-        Every number must be finite, in the value and in its lists: TOML has ``nan`` and
-        ``inf``, which would pass any range check and then make no sense as seconds or
-        counts. (A table's entries are left to the table's own validation.)
-        """
+        """``value`` validated and normalised, or ConfigurationError naming ``key``. TOML's
+        ``nan`` and ``inf`` are refused: they would pass any range check."""
         named = key or self.name
         bad = _not_finite(value)
         if bad is not None:
@@ -103,7 +78,7 @@ class Setting:
         if value in self.allow and type(value) is not bool:
             return value
         if value is self.default or (value is None and self.default is None):
-            return value  # already clean: re-validating a filled-in default
+            return value
         if not _is_kind(value, self.kind):
             raise ConfigurationError(
                 f"expected {self.describe()}, got {type(value).__name__} {value!r}",
@@ -154,9 +129,8 @@ def _is_kind(value: Any, kind: type | tuple[type, ...]) -> bool:
 
 
 def add_settings(kind: str, settings: Iterable[Setting]) -> None:
-    """Declare ``settings`` for every item of ``kind`` (``"operation"``: business
-    operations and processes), beside those of its class; again under the same name
-    replaces one."""
+    """Declare ``settings`` for every item of ``kind``, beside those of its class (the
+    delivery guards' settings, which the kernel does not name)."""
     added = _ADDED.setdefault(kind, {})
     for setting in settings:
         added[setting.name] = setting
@@ -174,12 +148,7 @@ def _normalise_key(key: str) -> str:
 def validate_settings(item: str, raw: Mapping[str, Any], declared: Iterable[Setting], *,
                       base: Path | None = None) -> dict[str, Any]:
     """Check ``raw`` against ``declared``; return every declared name with its value.
-
-    Unknown keys are refused with the closest valid key suggested; CamelCase aliases are
-    accepted; a key given twice (e.g. ``response_timeout`` and ``ResponseTimeout``) is refused.
-    Errors name a key as ``raw`` spells it. ``base``: the production file's directory, from
-    which a relative file path of a ``path`` setting is read (None: left as it is).
-    """
+    ``base``: the directory relative ``path`` settings are read from."""
     by_name: dict[str, Setting] = {}
     for setting in declared:
         for name in setting.names():
@@ -202,8 +171,7 @@ def validate_settings(item: str, raw: Mapping[str, Any], declared: Iterable[Sett
 
 
 def from_base(value: Any, base: Path | None) -> Any:
-    """``value``, a path setting's, made absolute from ``base`` when it is a relative file
-    path; a URL (``https://…``, ``file:…``), an absolute path, '' or None as it is."""
+    """``value`` made absolute from ``base`` if it is a relative file path (not a URL)."""
     if base is None or not isinstance(value, str) or not value:
         return value
     if urlsplit(value).scheme or os.path.isabs(value):
@@ -220,24 +188,16 @@ def _unknown_key_text(key: str, by_name: Mapping[str, Setting]) -> str:
 
 
 class TypedSettings:
-    """Base of the typed, frozen settings objects.
-
-    A subclass is a frozen, keyword-only dataclass whose fields are named after the settings
-    of its ``DECLARED`` tuple, and have no defaults of their own: the :class:`Setting`
-    declaration is the one home of each default. Build one with :meth:`from_validated` from
-    what :func:`validate_settings` returned (its values are not validated again).
-    """
+    """Base of the typed, frozen settings objects: keyword-only dataclasses whose fields are
+    the settings of ``DECLARED``, without defaults of their own."""
 
     __slots__ = ()
     DECLARED: ClassVar[tuple[Setting, ...]] = ()
 
     @classmethod
     def from_validated(cls, validated: Mapping[str, Any], **others: Any) -> Self:
-        """The object for ``validated`` settings (snake_case keys, as
-        :func:`validate_settings` returns them). Keys that are not fields are left alone
-        (an item's table holds several groups); a field whose key is absent — a setting that
-        the item's class does not declare — takes the declared default. ``others``: the
-        fields of a subclass that are not settings."""
+        """The object for ``validated`` settings; absent fields take the declared default.
+        ``others``: the fields that are not settings."""
         fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         values = dict(others)
         for setting in cls.DECLARED:
@@ -254,8 +214,7 @@ class TypedSettings:
 
 
 def _typed(value: Any, setting: Setting) -> Any:
-    """``value`` as its field holds it: a whole number given for a number of seconds as a
-    float, a list as a tuple (the object is frozen)."""
+    """``value`` as its field holds it (an int as a float, a list as a tuple)."""
     if setting.kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, list):

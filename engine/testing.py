@@ -1,11 +1,5 @@
-"""Fakes for tests — Encore's own and its users': a virtual clock and adapters that record.
-
-:class:`StubAdapter` answers from a script instead of a network; :class:`SimulatedServerAdapter`
-plays a remote service with a fixed reply delay on a virtual clock, enforcing the attempt's
-deadline the way the real adapters do. :class:`VirtualDaemon` runs the real daemon on a
-virtual clock, driven by its ``tick()``: exact timelines, at once, deterministic — the one
-harness for them (``encore simulate`` and the tests of business processes run on it too).
-"""
+"""Fakes for tests, Encore's own and its users': a virtual clock, adapters that record or
+simulate a server, and :class:`VirtualDaemon`, the real daemon on a virtual clock."""
 from __future__ import annotations
 
 import threading
@@ -31,7 +25,7 @@ AdapterSource = OutboundAdapter | Callable[[Clock], OutboundAdapter]
 __all__ = ["SimulatedOperation", "SimulatedServerAdapter", "StubAdapter", "StubCall",
            "VirtualClock", "VirtualDaemon"]
 
-VIRTUAL_STEPS = 100_000  # ticks a VirtualDaemon makes at most in one run
+VIRTUAL_STEPS = 100_000
 
 
 @dataclass
@@ -43,14 +37,12 @@ class StubCall:
     payload: Any
     server: str | None = None
     started: float = 0.0
-    headers: dict[str, str] = field(default_factory=dict)  # what its requests would carry
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 class StubAdapter(OutboundAdapter):
-    """Answers ``call(payload)`` from ``script`` instead of a network: a list of answers used
-    in order (an exception instance is raised instead of returned), or one callable given
-    the :class:`StubCall`. Every call is recorded in ``calls``. Goes through the same
-    template method, deadline and failover code as the real adapters."""
+    """Answers ``call(payload)`` from ``script`` (a list used in order, exceptions raised,
+    or a callable given the :class:`StubCall`); records every call in ``calls``."""
 
     def __init__(self, settings: Mapping[str, Any], **kwargs: Any) -> None:
         super().__init__(settings, **kwargs)
@@ -83,13 +75,13 @@ class StubAdapter(OutboundAdapter):
 @dataclass
 class ServerBehaviour:
     """How the simulated service answers: after ``delay`` seconds; the first ``fail_first``
-    requests (all of them when None and ``status`` is set) answer ``status`` instead."""
+    requests (all if None and ``status`` is set) answer ``status``."""
 
     delay: float = 0.0
     fail_first: int | None = None
     status: int | None = None
     retry_after: str | None = None
-    late_responses: list[tuple[float, int]] = field(default_factory=list)  # (time, server)
+    late_responses: list[tuple[float, int]] = field(default_factory=list)
 
 
 class SimulatedServerAdapter(OutboundAdapter):
@@ -152,33 +144,17 @@ class SimulatedOperation(BusinessOperation):
 
 
 class VirtualDaemon:
-    """The real :class:`~engine.runtime.daemon.Daemon` of ``production`` on a virtual clock, driven
-    by its :meth:`~engine.runtime.daemon.Daemon.tick`: no thread, no real sleep, the same result on
-    every run.
+    """The real daemon of ``production`` on a virtual clock, driven by ``tick()``: no
+    thread, no real sleep, the same result on every run.
 
-    The daemon runs over ``store`` (a new in-memory SQLite store when None) and is started
-    ``inline`` at once: :meth:`run_until` calls ``tick()`` and moves the clock on to the
-    wake-up it returns (or to the next parked message's due time, if sooner). Deliveries go
-    through the real dispatcher, worker, retry policy, attempt code and guards (breaker,
-    rate limit), and successes through the dispatcher's group commit as on threads (each
-    committed as its delivery ends, at that virtual time). ``adapters`` replaces the adapter
-    of the items it names: an adapter, or a callable given the harness's clock that makes
-    one (:class:`SimulatedServerAdapter`, :class:`StubAdapter`). ``rng``: the workers'
-    source of jitter.
-
-    One thing happens at a time: a delivery runs on to its end or its next sleep (a blocking
-    retry's wait, a process waiting for its target), and that sleep ticks the daemon until
-    it ends, so other items work meanwhile — whose own attempts may then overrun it; the
-    sleep then ends when they do. A business process waiting for its target (a sync call)
-    thus sees the answer the moment the target's delivery ends (not at its next poll), and
-    its timeout is judged by when the target finished. Dispatchers do not linger after a
-    claim that emptied the queue: the next message is claimed when it arrives.
+    ``store``: None makes an in-memory SQLite store. ``adapters`` replaces the adapter of the
+    items it names (an adapter, or a callable given the clock). One thing happens at a
+    time: a delivery's sleep ticks the daemon until it ends, so other items work meanwhile.
     """
 
     def __init__(self, production: ProductionConfig, store: SqlStore | None = None, *,
                  adapters: Mapping[str, AdapterSource] | None = None,
                  start: datetime | None = None, rng: Any = None) -> None:
-        # the daemon imports the world: only those who use the harness pay for it
         from engine.runtime.daemon import Daemon
 
         self.production = production
@@ -194,7 +170,7 @@ class VirtualDaemon:
                              rng=rng)
         self.daemon.start(inline=True)
         self.ticks = 0
-        self.deliveries: list[tuple[int, Result]] = []  # (message id, result), in order
+        self.deliveries: list[tuple[int, Result]] = []
         for runner in self.daemon.runners.values():
             for worker in runner.inline_workers or ():
                 worker.deliver = self._recording(worker.deliver)  # type: ignore[method-assign]
@@ -204,15 +180,12 @@ class VirtualDaemon:
                  settings: Mapping[str, Any], *, adapter: AdapterSource | None = None,
                  store: SqlStore | None = None, rng: Any = None,
                  **production: Any) -> VirtualDaemon:
-        """A production of one item ``name`` of ``host_class`` with ``settings`` (validated
-        here, as the production file's are), its adapter ``adapter`` if given; ``production``
-        sets ``[production]`` values (``poll_interval``, ``lease_seconds``, ...)."""
+        """A production of one item; ``production`` sets ``[production]`` values."""
         clean = validate_settings(name, settings, host_class.declared_settings())
         path = f"{host_class.__module__}:{host_class.__qualname__}"
         keys = validate_settings(name, {"name": name, "class": path}, ITEM_KEYS)
         item = ItemConfig(name=name, class_path=path, cls=host_class,
                           pool_size=keys["pool_size"], enabled=keys["enabled"], settings=clean)
-        # the harness may go past the file's bounds (encore simulate never polls: 1e9 s)
         config = ProductionConfig.from_validated(
             {"name": "Virtual", "database": "sqlite://", **production}, items=(item,))
         return cls(config, store, adapters={name: adapter} if adapter is not None else None,
@@ -238,11 +211,10 @@ class VirtualDaemon:
         return self.daemon.tick()
 
     def run_until(self, t: float) -> None:
-        """Tick and move the clock on until virtual time ``t`` (seconds; a delivery that
-        overruns it ends later)."""
+        """Tick and move the clock on until virtual time ``t`` (seconds)."""
         for _ in range(VIRTUAL_STEPS):
             wake = self._next_wake(self.tick())
-            if wake > t or self.clock.monotonic() >= t:  # what is due at t, ticks at t
+            if wake > t or self.clock.monotonic() >= t:
                 self.clock.advance_to(t)
                 return
             self.clock.advance_to(wake)
@@ -253,8 +225,7 @@ class VirtualDaemon:
         self.run_until(self.clock.monotonic() + seconds)
 
     def run(self) -> int:
-        """Tick and move the clock on until no message of the production's items is queued
-        or in hand; return how many ticks that took."""
+        """Tick until nothing is queued or in hand; return how many ticks that took."""
         names = set(self.daemon.runners)
         for step in range(VIRTUAL_STEPS):
             wait = self.tick()

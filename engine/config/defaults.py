@@ -1,13 +1,6 @@
 """System default settings (docs/settings.md#system-default-settings): the values that differ
-between environments — URLs, credentials names, timeouts — kept in a TOML file outside the
-production file, as Ensemble keeps them in ``Ens.Config.DefaultSettings``, so that one
-production file moves unchanged from test to production.
-
-Each ``[[defaults]]`` row matches a production, an item, a class and a setting; ``*`` matches
-any production, item or class. A setting takes, in this order, the value the production file
-gives it, else that of the most specific row matching it (production before item before
-class, as Ensemble ranks them), else its class's default. Rows are numbered from 1 in the
-order of the file, and every refusal names the file and the row.
+between environments, in a TOML file outside the production file, so that one production
+file moves unchanged from test to production. Every refusal names the file and the row.
 """
 from __future__ import annotations
 
@@ -75,10 +68,9 @@ class SystemDefaults:
 
     def for_item(self, production: str, item: str, class_path: str,
                  declared: Iterable[Setting]) -> dict[str, DefaultRow]:
-        """The row that gives each of the item's ``declared`` settings its system default,
-        by the setting's own name (a setting no row matches is absent). A row that names the
-        item or its class and a setting the class does not declare is refused, as is a tie
-        between two rows of the same rank."""
+        """The row that gives each of the item's ``declared`` settings its system default, by
+        setting name; a tie of rank, or an unknown setting of a named item or class, is
+        refused."""
         by_name = {name: s for s in declared for name in s.names()}
         chosen: dict[str, DefaultRow] = {}
         for row in self.rows:
@@ -100,9 +92,8 @@ class SystemDefaults:
 
     def check_settings(self, production: str,
                        items: Iterable[tuple[str, str, tuple[Setting, ...]]]) -> None:
-        """Refuse a row whose setting none of the items it matches declares (``items``:
-        each item's name, class as the file names it, and declared settings); a row that
-        matches no item is left alone (it may be for another production's items)."""
+        """Refuse a row whose setting none of the items it matches declares (``items``: name,
+        class path, declared settings)."""
         listed = list(items)
         for row in self.rows:
             matched = [(n, d) for n, c, d in listed if row.matches(production, n, c)]
@@ -122,9 +113,7 @@ class SystemDefaults:
             f"Allowed: {', '.join(canonical)}")
 
     def value(self, row: DefaultRow, setting: Setting, item: str) -> Any:
-        """Row ``row``'s value for ``setting`` of ``item`` as the production file would give
-        it (a relative file path made absolute from the defaults file's directory), after
-        checking it as the file's is checked, so that a refusal names the file and the row."""
+        """Row ``row``'s value for ``setting`` of ``item``, checked as the file's is."""
         try:
             setting.clean(row.value, item, row.setting)
         except ConfigurationError as exc:

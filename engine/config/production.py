@@ -1,16 +1,9 @@
 """The production file (TOML): what items run, with which settings (docs/settings.md).
 
-Loading validates everything up front — unknown keys (with the closest valid key suggested),
-wrong types and ranges, classes that do not import, duplicate item names — so that a daemon
-never starts with a production it would fail on later.
-
-It happens in two steps. :func:`read_outline` checks the file and every key that needs no
-class — the ``[production]`` settings, each item's name, class path, pool size and switch —
-without importing anything the items name: that is all that commands which only read the
-database need (``encore status``, ``log``, ...), and it keeps them quick. Then
-:meth:`ProductionOutline.resolve` imports every item's class and validates its settings
-against the class (:func:`load_production` does both); :meth:`ProductionOutline.item` does it
-for one item (``encore send``).
+Everything is validated up front, so a daemon never starts with a production it would fail
+on later. :func:`read_outline` checks what needs no class, importing nothing the items name
+(commands that only read the database stay quick); :meth:`ProductionOutline.resolve` then
+imports the classes and validates their settings.
 """
 from __future__ import annotations
 
@@ -34,7 +27,7 @@ from engine.otel import tracing_wanted
 from engine.settings import Setting, TypedSettings, validate_settings
 from engine.store.database import DEFAULT_DATABASE_URL
 
-if TYPE_CHECKING:  # imported with the first class an item names, not before
+if TYPE_CHECKING:
     from adapters.settings import AdapterSettings
     from engine.host import BusinessHost, OperationSettings
     from engine.retry import RetrySettings
@@ -48,27 +41,24 @@ __all__ = ["DEFAULT_PRODUCTION_FILE", "INBOUND_SETTINGS", "ITEM_KEYS", "PORTAL_S
 
 DEFAULT_PRODUCTION_FILE = "production.toml"
 
-# Upper bounds of the numbers in the file: past them a value is a typo, not a choice, and
-# would overflow a date, a thread wait or a column later instead of failing at load time.
-MAX_PORT = 65535  # TCP ports are 1-65535
-MAX_LEASE_SECONDS = 86400.0  # seconds (a day) a dead daemon's claims may wait for takeover
-MAX_POLL_INTERVAL = 300.0  # seconds an idle item may wait between looks at its queue
-MAX_SHUTDOWN_TIMEOUT = 86400.0  # seconds (a day) a stop may wait for attempts in flight
-MAX_RETENTION_DAYS = 36500.0  # days (a century) finished messages may be kept
-MAX_POOL_SIZE = 1000  # workers (threads, and connections of the item's pool) of one item
-MAX_CONNECTIONS = 1_000_000  # connections one HTTP server may be allowed to hold
-# Characters of a name the database stores: the name columns (message_header.target,
-# event_log.config_name, daemon.production, ...) are String(200), and a FIFO item's lease
-# is named "item:<name>" in lease.name, String(200) too.
+# Upper bounds: past them a value is a typo, and would overflow a date, a wait or a column
+# later instead of failing at load time.
+MAX_PORT = 65535
+MAX_LEASE_SECONDS = 86400.0
+MAX_POLL_INTERVAL = 300.0
+MAX_SHUTDOWN_TIMEOUT = 86400.0
+MAX_RETENTION_DAYS = 36500.0
+MAX_POOL_SIZE = 1000
+MAX_CONNECTIONS = 1_000_000
+# the name columns are String(200); a FIFO item's lease is named "item:<name>"
 MAX_PRODUCTION_NAME = 200
 MAX_ITEM_NAME = 200 - len("item:")
 
-# Defaults of the [production] table, declared with these below (and only there).
-DEFAULT_LEASE_SECONDS = 30.0  # seconds a claim outlives its daemon's last heartbeat
-DEFAULT_POLL_INTERVAL = 0.5  # seconds between an idle item's looks at its queue
-DEFAULT_SHUTDOWN_TIMEOUT = 30.0  # seconds a stop waits for attempts in flight
-DEFAULT_METRICS_HOST = "127.0.0.1"  # loopback
-DEFAULT_PASSWORD_MIN_LENGTH = 12  # characters of a portal password, at least
+DEFAULT_LEASE_SECONDS = 30.0
+DEFAULT_POLL_INTERVAL = 0.5
+DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+DEFAULT_METRICS_HOST = "127.0.0.1"
+DEFAULT_PASSWORD_MIN_LENGTH = 12
 
 PRODUCTION_SETTINGS: tuple[Setting, ...] = (
     Setting(name="name", kind=str, default="Production",
@@ -100,8 +90,7 @@ PRODUCTION_SETTINGS: tuple[Setting, ...] = (
                  "variables turn it on too, OTEL_SDK_DISABLED=true off"),
 )
 
-# `[production] defaults`: not a field of ProductionSettings (whose `defaults()` is the
-# TypedSettings constructor) but read into ProductionFile.system_defaults.
+# not a field of ProductionSettings: its `defaults()` is the TypedSettings constructor
 DEFAULTS_FILE = Setting(name="defaults", kind=str, default="", path=True,
                         help="the system default settings file (TOML); ENCORE_DEFAULTS "
                              "overrides it; '' = none")
@@ -141,7 +130,6 @@ PORTAL_SETTINGS: tuple[Setting, ...] = (
             help="seconds an idle keep-alive connection stays open"),
 )
 
-# The [inbound] table (docs/inbound.md): where `encore run` serves the inbound services.
 INBOUND_SETTINGS: tuple[Setting, ...] = (
     Setting(name="host", kind=str, default="127.0.0.1",
             help="address the inbound services listen on (loopback by default)"),
@@ -165,16 +153,8 @@ ITEM_KEYS: tuple[Setting, ...] = (
 
 @dataclass(frozen=True, kw_only=True)
 class ItemConfig:
-    """One configured item: a host class with its validated settings.
-
-    ``settings`` holds every setting the class declares, by its snake_case name (a class's
-    own custom settings are read from it). The engine reads the settings it owns from the
-    typed, frozen objects built from them once, here: ``retry_settings`` and
-    ``operation_settings`` for a business operation (or process), ``adapter_settings`` for
-    one with an adapter; None for a class that has none (a service). ``sources``: where each
-    setting's value came from — ``file``, ``alias`` (a CamelCase name in the file),
-    ``system default (defaults.toml, row N)`` or ``class default``.
-    """
+    """One configured item: a host class with its validated settings (by snake_case name),
+    the typed objects built from them once, and where each value came from (``sources``)."""
 
     name: str
     class_path: str
@@ -194,11 +174,8 @@ class ItemConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ItemEntry:
-    """One item as the production file lists it: its keys checked, its class not imported
-    and its settings not yet validated against that class. ``base``: the production file's
-    directory, from which relative file paths in its settings are read (None: the text
-    came from no file, they stay as they are). ``defaults``: the system default settings of
-    ``production`` (None: no defaults file)."""
+    """One item as the file lists it, its class not yet imported. ``base``: the directory
+    relative paths are read from; ``defaults``: the production's system defaults."""
 
     name: str
     class_path: str
@@ -210,9 +187,8 @@ class ItemEntry:
     defaults: SystemDefaults | None = None
 
     def resolve(self) -> ItemConfig:
-        """Import the class and validate the settings against it — the file's values, then
-        the system defaults for the settings the file does not give; ConfigurationError
-        naming the item and the key (or the defaults file and its row) otherwise."""
+        """Import the class and validate the file's settings, then the system defaults, against
+        it."""
         cls = resolve_class(self.class_path, item=self.name)
         declared = cls.declared_settings()
         raw = dict(self.raw_settings)
@@ -233,8 +209,7 @@ class ItemEntry:
 
 
 def _file_sources(raw: Mapping[str, Any], declared: tuple[Setting, ...]) -> dict[str, str]:
-    """``file`` or ``alias`` for each declared setting the file gives (by its own name, or
-    by a CamelCase or other alias)."""
+    """``file`` or ``alias`` for each declared setting the file gives."""
     sources: dict[str, str] = {}
     for setting in declared:
         if setting.name in raw:
@@ -246,9 +221,7 @@ def _file_sources(raw: Mapping[str, Any], declared: tuple[Setting, ...]) -> dict
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PortalConfig(TypedSettings):
-    """The ``[portal]`` table: where ``encore run`` (and, by default, ``encore portal``)
-    serves the management portal. ``tls_cert`` and ``tls_key`` are both set or both ''.
-    :meth:`defaults` is the portal of an empty table."""
+    """The ``[portal]`` table: where the management portal is served."""
 
     DECLARED: ClassVar[tuple[Setting, ...]] = PORTAL_SETTINGS
 
@@ -258,7 +231,7 @@ class PortalConfig(TypedSettings):
     tls_key: str
     forwarded_allow_ips: tuple[str, ...]
     max_waiters: int
-    password_min_length: int  # characters
+    password_min_length: int
     max_connections: int
     max_connections_per_client: int
     read_timeout: float
@@ -271,8 +244,7 @@ class PortalConfig(TypedSettings):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InboundConfig(TypedSettings):
-    """The ``[inbound]`` table: where ``encore run`` serves the production's inbound
-    services (:mod:`engine.inbound`). ``tls_cert`` and ``tls_key`` are both set or both ''."""
+    """The ``[inbound]`` table: where the inbound services are served."""
 
     DECLARED: ClassVar[tuple[Setting, ...]] = INBOUND_SETTINGS
 
@@ -288,9 +260,7 @@ class InboundConfig(TypedSettings):
 
 @dataclass(frozen=True, kw_only=True)
 class ProductionSettings(TypedSettings):
-    """The ``[production]`` table, validated; ``database`` after ``ENCORE_DATABASE_URL``,
-    ``otel`` on by the file's setting or the ``OTEL_*`` variables. (``defaults`` is read
-    into :attr:`ProductionFile.system_defaults`.)"""
+    """The ``[production]`` table, validated, environment overrides applied."""
 
     DECLARED: ClassVar[tuple[Setting, ...]] = PRODUCTION_SETTINGS
 
@@ -310,10 +280,10 @@ class ProductionSettings(TypedSettings):
 class ProductionFile(ProductionSettings):
     """The ``[production]`` settings with what else the file gives besides its items."""
 
-    portal: PortalConfig | None = None  # None: no [portal] table, `encore run` serves none
-    inbound: InboundConfig | None = None  # None: no [inbound] table, no inbound service
+    portal: PortalConfig | None = None
+    inbound: InboundConfig | None = None
     path: Path | None = None
-    system_defaults: SystemDefaults | None = None  # this production's rows of `defaults`
+    system_defaults: SystemDefaults | None = None
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -337,8 +307,7 @@ class ProductionConfig(ProductionFile):
 
 @dataclass(frozen=True, kw_only=True)
 class ProductionOutline(ProductionFile):
-    """A production file read without importing the classes its items name (see the
-    module doc): enough for commands that only read the database."""
+    """A production file read without importing the classes its items name."""
 
     entries: tuple[ItemEntry, ...]
 
@@ -354,8 +323,7 @@ class ProductionOutline(ProductionFile):
         return self.entry(name).resolve()
 
     def refusals(self) -> list[str]:
-        """What loading each item would refuse (an unknown setting, a class that does not
-        import, a bad value), one text per item; for ``encore status``'s warnings."""
+        """What loading each item would refuse, one text per item."""
         found = []
         for entry in self.entries:
             try:
@@ -395,15 +363,12 @@ def find_production_file(option: str | None, env: Mapping[str, str]) -> Path:
 
 
 def load_production(path: Path, env: Mapping[str, str] | None = None) -> ProductionConfig:
-    """Read and validate the production file at ``path``, every item's class imported.
-    Its directory goes at the end of ``sys.path``, so that the classes it names may live
-    beside it (:mod:`engine.config.user_modules`)."""
+    """Read and validate the production file at ``path``, every item's class imported."""
     return read_outline(path, env).resolve()
 
 
 def read_outline(path: Path, env: Mapping[str, str] | None = None) -> ProductionOutline:
-    """Read the production file at ``path`` and check what needs no class (see the module
-    doc); its directory goes at the end of ``sys.path`` for the classes it names."""
+    """Read the production file at ``path`` and check what needs no class."""
     env = os.environ if env is None else env
     try:
         text = path.read_text(encoding="utf-8")
@@ -426,20 +391,20 @@ def parse_production(text: str, *, env: Mapping[str, str],
 
 def parse_outline(text: str, *, env: Mapping[str, str],
                   path: Path | None = None) -> ProductionOutline:
-    """Check production-file ``text`` without importing its classes (see the module doc)."""
+    """Check production-file ``text`` without importing its classes."""
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"production file {str(path or '<text>')!r} is not valid TOML: "
                                  f"{exc}") from exc
-    except RecursionError as exc:  # tomllib recurses once per level of nested arrays
+    except RecursionError as exc:
         raise ConfigurationError(f"production file {str(path or '<text>')!r} nests arrays or "
                                  "tables too deep to read") from exc
     unknown = sorted(set(doc) - {"production", "items", "portal", "inbound"})
     if unknown:
         raise ConfigurationError(f"unknown top-level table(s) {', '.join(unknown)}; "
                                  "expected [production], [[items]], [portal] and [inbound]")
-    base = path.parent if path is not None else None  # relative file paths: beside the file
+    base = path.parent if path is not None else None
     prod = validate_settings("[production]", doc.get("production", {}),
                              (*PRODUCTION_SETTINGS, DEFAULTS_FILE), base=base)
     defaults = _system_defaults(prod, env)
@@ -448,9 +413,9 @@ def parse_outline(text: str, *, env: Mapping[str, str],
         raise ConfigurationError(f"alert_item {prod['alert_item']!r} is not an item of the "
                                  f"production", item="[production]", key="alert_item")
     from_env = env.get("ENCORE_DATABASE_URL")
-    if from_env:  # an environment value: relative to the current directory
+    if from_env:
         prod["database"] = absolute_sqlite_url(from_env, Path.cwd())
-    elif path is not None:  # the file's own: relative to the file, as its packages are
+    elif path is not None:
         prod["database"] = absolute_sqlite_url(prod["database"], path.parent)
     prod["otel"] = tracing_wanted(prod["otel"], env)
     portal = _load_portal(doc["portal"], base) if "portal" in doc else None
@@ -461,9 +426,8 @@ def parse_outline(text: str, *, env: Mapping[str, str],
 
 
 def _system_defaults(prod: dict[str, Any], env: Mapping[str, str]) -> SystemDefaults | None:
-    """The rows of the defaults file that apply to this production: ``$ENCORE_DEFAULTS``
-    (read from the current directory) else ``[production] defaults`` (from the file's);
-    None for neither. ``prod["defaults"]`` becomes the file's absolute path."""
+    """This production's rows of ``$ENCORE_DEFAULTS`` or ``[production] defaults``; None
+    for neither."""
     from_env = env.get("ENCORE_DEFAULTS")
     if from_env:
         prod["defaults"] = os.path.abspath(from_env)
@@ -473,17 +437,14 @@ def _system_defaults(prod: dict[str, Any], env: Mapping[str, str]) -> SystemDefa
 
 
 def absolute_sqlite_url(url: str, base: Path) -> str:
-    """``url`` with the relative file path of an SQLite URL made absolute from ``base``
-    (``sqlite:///encore.db`` read from ``/srv/prod/production.toml`` is
-    ``sqlite:////srv/prod/encore.db``); every other URL — an absolute path, an in-memory
-    database, a ``file:`` URI, another database, text that is no URL — as it is. Read
-    without SQLAlchemy (``encore send`` never imports it)."""
+    """``url`` with an SQLite URL's relative file path made absolute from ``base``; any
+    other URL as it is. Parsed without SQLAlchemy (``encore send`` never imports it)."""
     if not url.startswith("sqlite"):
         return url
     try:
         parts = urlsplit(url)
     except ValueError:
-        return url  # the command that connects says what is wrong with it
+        return url
     file = parts.path[1:] if parts.path.startswith("/") else parts.path
     if (parts.scheme not in ("sqlite", "sqlite+pysqlite") or parts.netloc
             or file in ("", ":memory:") or file.startswith("file:") or os.path.isabs(file)
@@ -543,8 +504,7 @@ def _load_inbound(raw: Any, base: Path | None) -> InboundConfig:
 
 
 def _check_inbound(items: tuple[ItemConfig, ...], inbound: InboundConfig | None) -> None:
-    """An inbound service (a class with ``serves_inbound``) needs an ``[inbound]`` table:
-    it says where the service listens."""
+    """An inbound service needs an ``[inbound]`` table."""
     if inbound is not None:
         return
     for item in items:
@@ -555,8 +515,7 @@ def _check_inbound(items: tuple[ItemConfig, ...], inbound: InboundConfig | None)
 
 
 def _proxy_addresses(value: list[Any] | tuple[Any, ...]) -> list[str]:
-    """``[portal] forwarded_allow_ips``: IP addresses and networks (``"10.0.0.0/8"``), or
-    ``"*"`` for any proxy."""
+    """``[portal] forwarded_allow_ips``: addresses, networks, or ``"*"``."""
     for entry in value:
         try:
             if entry != "*":
@@ -567,8 +526,7 @@ def _proxy_addresses(value: list[Any] | tuple[Any, ...]) -> list[str]:
 
 
 def _check_targets(items: tuple[ItemConfig, ...]) -> None:
-    """Every target an item names in its settings (a router's rules) is another item of the
-    production that takes messages."""
+    """Every target an item names is another item that takes messages."""
     by_name = {i.name: i for i in items}
     for item in items:
         for ref in item.cls.declared_targets(item.settings):

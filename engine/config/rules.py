@@ -1,25 +1,8 @@
 """Routing rules: which target a JSON body goes to (docs/processes.md).
 
-A rule is a TOML table with a ``field`` (a dotted path into the body), one operator and a
-``target``::
-
-    {field = "country", equals = "PT", target = "PaymentsPT"}
-    {field = "amount", greater_than = 1000, target = "Review"}
-    {field = "customer.tags", exists = true, target = "Tagged"}
-
-Operators: ``equals``, ``not_equals``, ``in`` (a list), ``greater_than`` and ``less_than``
-(a number, or a string compared with strings), ``matches`` (a regular expression, searched
-anywhere in a string value: anchor it with ``^…$``) and ``exists`` (true: the path is in
-the body, even with a null value; false: it is not). A path segment that is a number
-indexes a list (``lines.0.sku``). Every operator but ``exists`` is false when the path is
-not in the body. Values compare as JSON does: ``true`` never equals ``1``; ``1`` equals
-``1.0``. Nothing in a rule is evaluated as code.
-
-``matches`` runs on RE2 (the ``google-re2`` package), whose matching takes time linear in
-the text, whatever the pattern (docs/security.md): no body can make a rule backtrack for ever
-and freeze the daemon, as ``^(a+)+$`` does to Python's ``re``. A pattern RE2 cannot run
-(backreferences, lookaround) is refused at load, naming the rule. A rule looks at the first
-:data:`MATCH_PREFIX` characters of a string only.
+Values compare as JSON does (``true`` never equals ``1``), and nothing in a rule is evaluated
+as code. ``matches`` runs on RE2, linear in the text whatever the pattern, so no body can
+make a rule backtrack for ever and freeze the daemon (docs/security.md).
 """
 from __future__ import annotations
 
@@ -34,18 +17,16 @@ import re2
 OPERATORS = ("equals", "not_equals", "in", "greater_than", "less_than", "matches", "exists")
 RULE_KEYS = ("field", "target", *OPERATORS)
 
-_MISSING: Any = object()  # a path that is not in the body
+_MISSING: Any = object()
 Scalar = str | int | float | bool
 
-# Characters of a string value a ``matches`` rule looks at (64 Ki): a longer value is
-# matched on this prefix only, where ``$`` then matches. With RE2's linear time, this bounds
-# what one rule can cost per value.
+# characters of a value a ``matches`` rule looks at: it bounds one rule's cost per value
 MATCH_PREFIX = 65536
 
 
 def _regex_options() -> re2.Options:
     options = re2.Options()
-    options.log_errors = False  # a refused pattern is reported once, by us, naming the rule
+    options.log_errors = False  # we report a refused pattern, naming the rule
     return options
 
 
@@ -64,7 +45,7 @@ class Rule:
 
     @property
     def label(self) -> str:
-        """How error texts and traces name the rule: ``rule 2 (rules[1])``."""
+        """``rule 2 (rules[1])``."""
         return rule_label(self.index)
 
     def matches(self, body: Any) -> bool:
@@ -134,16 +115,14 @@ _TESTS: dict[str, Callable[[Any, Any], bool]] = {
 
 
 def _search(pattern: Any, value: str) -> bool:
-    """RE2 search of the first MATCH_PREFIX characters of ``value`` (as UTF-8; a lone
-    surrogate, which JSON allows, is passed through rather than raising)."""
+    """RE2 search of the first MATCH_PREFIX characters of ``value`` (lone surrogates pass)."""
     text = value[:MATCH_PREFIX].encode("utf-8", "surrogatepass")
     return pattern.search(text) is not None
 
 
 # -- parsing -------------------------------------------------------------------------------
 def parse_rules(raw: Any) -> tuple[Rule, ...]:
-    """Parse the ``rules`` setting; ``ValueError`` names the rule (``rule 2 (rules[1])``)
-    and says what is wrong and what is allowed."""
+    """Parse the ``rules`` setting; ValueError names the rule and what is wrong."""
     if not isinstance(raw, (list, tuple)):
         raise ValueError("rules must be an array of tables, e.g. "
                          'rules = [{field = "country", equals = "PT", target = "PaymentsPT"}]')
@@ -151,7 +130,7 @@ def parse_rules(raw: Any) -> tuple[Rule, ...]:
 
 
 def check_rules(raw: Any) -> list[Any]:
-    """``Setting.check`` for ``rules``: returns the rules as given when they all parse."""
+    """``Setting.check`` for ``rules``."""
     parse_rules(raw)
     return list(raw)
 
@@ -211,8 +190,7 @@ def _parse_operand(label: str, operator: str, operand: Any) -> Any:
 
 
 def _compile(where: str, pattern: str) -> Any:
-    """``pattern`` compiled by RE2; ValueError naming the rule and the pattern when RE2
-    cannot run it (bad syntax, or a feature that needs backtracking)."""
+    """``pattern`` compiled by RE2; ValueError if RE2 cannot run it."""
     try:
         return re2.compile(pattern, _OPTIONS)
     except re2.error as exc:

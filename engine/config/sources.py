@@ -1,11 +1,4 @@
-"""Where an item's settings came from, and how their values may be shown.
-
-An item's setting takes its value from the production file (``file``, or ``alias`` when the
-file spells it in CamelCase), else from the system defaults (``system default
-(defaults.toml, row N)``, :mod:`engine.config.defaults`), else from its class (``class
-default``). The portal's item page, its API and ``encore check`` show each value with its
-source; :func:`shown_value` keeps secrets and URL passwords off all three.
-"""
+"""Where an item's settings came from, and how their values may be shown (secrets never)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
@@ -36,8 +29,7 @@ def shown_value(name: str, value: Any) -> Any:
 
 def given_settings(settings: Mapping[str, Any],
                    sources: Mapping[str, str]) -> Iterator[tuple[str, Any, str]]:
-    """``(name, shown value, source)`` of each of an item's ``settings`` that the production
-    file or the system defaults give (not its class), from the item's ``sources``."""
+    """``(name, shown value, source)`` of each setting not from its class."""
     for name, source in sources.items():
         if source != CLASS_DEFAULT:
             yield name, shown_value(name, settings.get(name)), source

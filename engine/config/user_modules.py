@@ -1,13 +1,8 @@
 """Where the modules a production names are imported from.
 
-An item's ``class = "mypackage.charges:ChargeCard"`` (or a ``backoff = "module:function"``)
-is imported by its module name. The production file's directory is **appended** to
-``sys.path`` when the file is loaded, so a package beside the file is found without
-``PYTHONPATH``, and so a directory of the user's can never take the place of one of Encore's
-own packages: those are imported first (a package in ``sys.modules`` is never looked up
-again), then checked to be Encore's. Their names — :data:`ENCORE_PACKAGES` — are therefore
-taken: a user package called ``operations`` is never imported, and an item that names one
-gets an error saying so.
+The production file's directory is *appended* to ``sys.path``, after Encore's own packages
+are imported and checked, so a user's directory can never take the place of one of them:
+their names (:data:`ENCORE_PACKAGES`) are taken.
 """
 from __future__ import annotations
 

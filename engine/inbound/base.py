@@ -1,17 +1,5 @@
-"""The base of inbound services: items that other systems call (docs/inbound.md).
-
-An inbound service is an item of the production that takes no messages itself: it listens
-on the daemon's inbound server (:mod:`engine.inbound.server`), turns each request it
-accepts into a message for its target, and answers the caller — at once (async) or with
-the target's response (sync, waited on by the commit that ends the message, never by
-polling). A request it refuses creates nothing and answers why (a
-:class:`~engine.inbound.refusals.Refused`); the event log records a refusal at most once
-per client and minute (:mod:`engine.inbound.refusals`).
-
-Subclasses declare their settings and build their Starlette routes
-(:meth:`InboundService.routes`); the shared path from a request to a message and back is
-:mod:`engine.inbound.calls`.
-"""
+"""The base of inbound services: items that other systems call, each request turned into a
+message for a target (docs/inbound.md)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -30,9 +18,9 @@ __all__ = ["AUTH_MODES", "COMMON_SETTINGS", "DEFAULT_MAX_BODY_BYTES",
            "DEFAULT_RESPONSE_TIMEOUT", "InboundService"]
 
 AUTH_MODES = ("none", "basic", "token")
-DEFAULT_RESPONSE_TIMEOUT = 30.0  # seconds a sync caller waits for the target's response
-DEFAULT_MAX_BODY_BYTES = 1024 * 1024  # bytes of one request body
-MAX_MAX_BODY_BYTES = 64 * 1024 * 1024  # bytes: past it a limit is a typo
+DEFAULT_RESPONSE_TIMEOUT = 30.0
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+MAX_MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 COMMON_SETTINGS: tuple[Setting, ...] = (
@@ -51,8 +39,7 @@ COMMON_SETTINGS: tuple[Setting, ...] = (
 
 
 class InboundService(BusinessHost):
-    """An item that other systems call. ``serves_inbound`` tells the production loader that
-    it needs an ``[inbound]`` table; ``request_class`` None: it takes no messages."""
+    """An item that other systems call; it takes no messages itself."""
 
     SETTINGS: ClassVar[tuple[Setting, ...]] = COMMON_SETTINGS
     serves_inbound: ClassVar[bool] = True
@@ -77,7 +64,5 @@ class InboundService(BusinessHost):
         """Called once when the inbound server starts (before it listens)."""
 
     def prepare(self) -> None:
-        """Called at a reload before the server switches to this service (it replaces one
-        running under the same name): raise ConfigurationError to refuse the reload, and
-        the running services go on."""
+        """Called at a reload before the switch; ConfigurationError refuses the reload."""
         self.start()

@@ -1,23 +1,7 @@
 """From an accepted request to a message and back: what every inbound service shares.
 
-:func:`submit` commits the message (``source`` = the service's name, a new session) with
-the intake API's checks (:func:`engine.client.accept_message`: the body checked against the
-target's message class, an ``Idempotency-Key`` honoured once per target, caller and key) —
-for a caller that does not wait, on the event loop, with the commit batched with others'
-(:class:`~engine.serving.batch_intake.BatchIntake`) — and, for a caller that waits, watches
-for its end through the store's
-:class:`~engine.store.completions.CompletionHub` — woken by the commit that ends it, in this
-process or any other, with a look every :data:`~engine.store.completions.SAFETY_POLL`
-seconds only as the safety net. A stop of the daemon wakes every waiter, which answers that
-the message goes on.
-
-An Idempotency-Key belongs to its caller (docs/security.md): the key stored is the caller's key
-scoped by the service and the principal that sent it (:func:`scoped_key`), each escaped so
-that no ``:`` of theirs can be read as the separator, so another caller's same key is another
-message whatever the names and the key hold.
-
-What each call was asked and answered goes to ``inbound_call`` (:class:`CallRecorder`,
-batched off the request's path) for the Visual Trace.
+An Idempotency-Key belongs to its caller (docs/security.md): the stored key is scoped by
+the service and the principal, so another caller's same key is another message.
 """
 from __future__ import annotations
 
@@ -45,16 +29,14 @@ from engine.store.sql import Accepted, SqlStore
 
 log = logging.getLogger(__name__)
 
-KEY_PREFIX = "inbound:"  # stored idempotency keys of inbound callers
-RECORD_INTERVAL = 0.2  # seconds between two writes of recorded calls
-RECORD_BATCH = 500  # calls written in one transaction at most
+KEY_PREFIX = "inbound:"
+RECORD_INTERVAL = 0.2
+RECORD_BATCH = 500
 
 
 @dataclass
 class InboundContext:
-    """What the services of one inbound server share: the store, the production, the
-    callers' authentication, the refusal log, the call recorder, the batched intake of
-    callers that do not wait, and the stop flag."""
+    """What the services of one inbound server share."""
 
     store: SqlStore
     production: ProductionConfig
@@ -67,8 +49,7 @@ class InboundContext:
 
 @dataclass(frozen=True)
 class Caller:
-    """The client: ``host`` and ``port`` of its connection, ``principal`` (``user:NAME``,
-    ``token:NAME``; None without authentication)."""
+    """The client's connection and ``principal`` (``user:NAME``, ``token:NAME`` or None)."""
 
     host: str
     port: int
@@ -81,9 +62,7 @@ class Caller:
 
 @dataclass(frozen=True)
 class Ended:
-    """A waited-for message's end: ``outcome`` as the intake API shows it (``status``,
-    ``response``, ``error``), or None when it had not ended in time (``stopping``: the
-    daemon is stopping)."""
+    """A waited-for message's end: ``outcome`` as the intake API shows it, or None."""
 
     accepted: Accepted
     outcome: dict[str, Any] | None
@@ -91,12 +70,9 @@ class Ended:
 
 
 def scoped_key(service: str, caller: Caller, header: str | None) -> str | None:
-    """The stored idempotency key of ``header`` (checked as the intake API checks it; a
-    bad key raises a 400): ``inbound:SERVICE:OWNER:KEY``, the service and the caller's
-    principal (its host when it did not authenticate) percent-escaped, so that neither holds
-    a ``:`` and the key is everything after the second; digested when that would not fit the
-    column (``inbound:SERVICE:sha256:DIGEST``: an escaped principal always holds ``%3A``, so
-    never reads ``sha256``)."""
+    """The stored key of ``header``: ``inbound:SERVICE:OWNER:KEY``, service and owner
+    percent-escaped (no ``:``), digested when too long (an escaped owner never reads
+    ``sha256``)."""
     key = check_idempotency_key(header)
     if key is None:
         return None
@@ -111,10 +87,9 @@ def scoped_key(service: str, caller: Caller, header: str | None) -> str | None:
 
 async def submit(context: InboundContext, service: str, target: str, body: Any, *,
                  key: str | None, wait: float | None) -> Ended:
-    """Commit ``body`` for ``target`` (MessageError if it does not fit; IdempotencyConflict
-    for a key used with another body) and, with ``wait`` seconds, wait for its end."""
+    """Commit ``body`` for ``target`` and, with ``wait`` seconds, wait for its end."""
     store = context.store
-    if wait is None:  # as accept_message, with the commit batched on the loop's behalf
+    if wait is None:  # as accept_message, the commit batched
         production = context.production
         body_class, text, paths = checked_body(production, target, body)
         with producer_span(production, target) as producer:
@@ -134,8 +109,7 @@ async def submit(context: InboundContext, service: str, target: str, body: Any, 
 
 
 class CallRecorder:
-    """Writes :class:`InboundCall` rows in batches on a thread of its own, so that an
-    answer never waits for them (see :mod:`engine.store.inbound`)."""
+    """Writes :class:`InboundCall` rows in batches on a thread of its own."""
 
     def __init__(self, store: SqlStore) -> None:
         self.store = store
@@ -176,14 +150,13 @@ class CallRecorder:
             self._write(batch)
             if item is None:
                 return
-            # then wait: the next rows gather meanwhile, a few transactions a second whatever
-            # the traffic, so the records never contend with intake for the write lock
+            # a few transactions a second, never contending with intake for the write lock
             self._stopping.wait(RECORD_INTERVAL)
 
     def _write(self, batch: list[InboundCall]) -> None:
         try:
             record_calls(self.store, batch)
-        except Exception as exc:  # a trace note, never a crash
+        except Exception as exc:
             log.warning("inbound: %d call record(s) not written: %s", len(batch), exc)
 
 

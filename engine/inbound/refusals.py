@@ -1,12 +1,5 @@
-"""Refused requests: :class:`Refused`, what a service raises to refuse one, and the event log's
-record of them, at most once per client and minute (docs/security.md and docs/inbound.md).
-
-An inbound port faces other systems: a misbehaving client may send thousands of bad
-requests a minute. Each refusal is counted; the first of a client (its address, per
-service) in a window of :data:`WINDOW` seconds writes one ``Warning`` event naming the
-service, the client, the reason and how many were refused since that client's last event;
-the others of the window only count.
-"""
+"""Refused requests: :class:`Refused`, and the event log's record of them, at most once per
+client and minute, since a misbehaving client may send thousands a minute."""
 from __future__ import annotations
 
 import threading
@@ -16,14 +9,13 @@ from dataclasses import dataclass
 
 from engine.eventsink import EventSink
 
-WINDOW = 60.0  # seconds: at most one event per client and service in this time
-MAX_CLIENTS = 10_000  # clients remembered at once (the table is emptied when full)
+WINDOW = 60.0
+MAX_CLIENTS = 10_000
 
 
 class Refused(Exception):
-    """A request refused before anything was created: ``status`` is the HTTP status,
-    the text says what is wrong (it is shown to the caller); ``headers`` go with the
-    answer (``WWW-Authenticate``, ``Retry-After``)."""
+    """A request refused before anything was created, with its HTTP ``status``, a text shown
+    to the caller and ``headers`` for the answer."""
 
     def __init__(self, status: int, text: str, *,
                  headers: Mapping[str, str] | None = None) -> None:
@@ -35,7 +27,7 @@ class Refused(Exception):
 
 @dataclass
 class _Seen:
-    logged_at: float  # monotonic seconds of the client's last event
+    logged_at: float
     since: int = 0  # refusals after that event, not yet logged
 
 
@@ -51,8 +43,7 @@ class RefusalLog:
         self._lock = threading.Lock()
 
     def refused(self, service: str, client: str, reason: str) -> bool:
-        """Count a refusal of ``client`` (its host) by ``service``; True if it was written
-        to the event log (the first in its window), False if only counted."""
+        """Count a refusal of ``client`` by ``service``; True if it was written to the log."""
         now = self._monotonic()
         with self._lock:
             seen = self._seen.get((service, client))

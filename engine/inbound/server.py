@@ -1,20 +1,5 @@
 """The inbound server: the production's inbound services on a uvicorn thread of
-``encore run`` (``[inbound]`` in the production file, docs/inbound.md).
-
-The same ASGI stack as the portal (Starlette under uvicorn), on its own port, loopback by
-default, TLS from ``tls_cert``/``tls_key``. Any daemon of a PostgreSQL production may serve
-it behind a load balancer: a request's message is committed to the shared database, and a
-sync caller is woken by the commit that ends it on whichever daemon does.
-:func:`inbound_http_server` is the one place the server is made: it holds the same
-connection and read-time caps as the portal's (docs/security.md).
-
-Services are built when the daemon starts, and again at every reload (SIGHUP, ``encore
-reload``; :func:`prepare_inbound`): the new services are built and their WSDLs read again
-first, while the old ones go on answering; a reload whose services cannot be built, or whose
-WSDL cannot be loaded, is refused whole, as for any item. Then the server's app is switched
-at once — requests in progress finish on the services they began with. A changed ``[inbound]`` table
-(host, port, TLS) stops the old server and starts one where the table says; added, it
-starts one; removed, it stops it.
+``encore run`` (docs/inbound.md), rebuilt at every reload while the old ones go on answering.
 """
 from __future__ import annotations
 
@@ -45,9 +30,9 @@ __all__ = ["InboundChange", "InboundServer", "inbound_http_server", "inbound_ser
 
 log = logging.getLogger(__name__)
 
-START_TIMEOUT = 10.0  # seconds the server may take to listen
-STOP_TIMEOUT = 5.0  # seconds the server may take to stop
-GRACEFUL_SECONDS = 3.0  # seconds open requests may take to finish at a stop
+START_TIMEOUT = 10.0
+STOP_TIMEOUT = 5.0
+GRACEFUL_SECONDS = 3.0
 
 
 def inbound_items(production: ProductionConfig) -> tuple[ItemConfig, ...]:
@@ -57,15 +42,14 @@ def inbound_items(production: ProductionConfig) -> tuple[ItemConfig, ...]:
 
 
 def inbound_services(production: ProductionConfig, store: SqlStore) -> list[InboundService]:
-    """An instance of every enabled inbound service item, its ``on_init`` called; if one
-    fails, those built before it are torn down."""
+    """An instance of every enabled inbound service item, its ``on_init`` called."""
     services: list[InboundService] = []
     for item in inbound_items(production):
         cls: type[InboundService] = item.cls  # type: ignore[assignment]  # inbound_items checked
         try:
             service = cls(item.name, item.settings, events=store.events)
             service.on_init()
-        except Exception as exc:  # user code: its error names the item
+        except Exception as exc:
             tear_down(services)
             if isinstance(exc, ConfigurationError):
                 raise
@@ -80,13 +64,12 @@ def tear_down(services: Sequence[InboundService]) -> None:
     for service in services:
         try:
             service.on_tear_down()
-        except Exception:  # tear-down must not stop a stop or a reload
+        except Exception:
             log.exception("error during tear-down of %s", service.name)
 
 
 class _Switch:
-    """The ASGI app the server runs: the app of the current services, replaced whole at a
-    reload (a request in progress finishes on the app it began with)."""
+    """The ASGI app of the current services, replaced whole at a reload."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -96,10 +79,7 @@ class _Switch:
 
 
 def inbound_http_server(app: ASGIApp, config: InboundConfig) -> LimitedServer:
-    """The uvicorn server of the inbound services for ``config``, under the same caps as the
-    portal's (docs/security.md, :mod:`engine.serving.limited_server`): connections in total and
-    per client sized from the open-file limit (the process's one budget, shared with the
-    portal), a request read within 10 s, idle keep-alive connections closed after 5 s."""
+    """The uvicorn server of the inbound services for ``config``, under the portal's caps."""
     for name in ("tls_cert", "tls_key"):
         path = getattr(config, name)
         if path and not Path(path).is_file():
@@ -114,8 +94,7 @@ def inbound_http_server(app: ASGIApp, config: InboundConfig) -> LimitedServer:
 
 
 class InboundServer:
-    """The inbound services of ``production`` on a daemon thread: :meth:`start`,
-    :meth:`stop`."""
+    """The inbound services of ``production`` on a daemon thread."""
 
     def __init__(self, store: SqlStore, production: ProductionConfig,
                  config: InboundConfig) -> None:
@@ -140,8 +119,7 @@ class InboundServer:
         return f"{'https' if self.config.tls else 'http'}://{self.config.host}:{self.config.port}"
 
     def start(self) -> None:
-        """Load every service's contract, then listen, or raise ConfigurationError (the
-        port is taken, say) within :data:`START_TIMEOUT` seconds."""
+        """Load every service's contract, then listen; ConfigurationError if it cannot."""
         for service in self.services:
             service.start()
         self._warn_if_exposed()
@@ -160,20 +138,18 @@ class InboundServer:
                  self.url)
 
     def stop(self) -> None:
-        """Stop taking requests; callers waiting for a message are answered that it goes
-        on; then the server closes."""
+        """Stop taking requests, answer the waiting callers, close the server."""
         self.context.stopping.set()
         self.store.completions.wake_all()
         self._server.should_exit = True
         self._thread.join(STOP_TIMEOUT)
-        self.intake.stop()  # after the server: requests still open may still commit
+        self.intake.stop()  # requests still open may still commit
         self.recorder.stop()
         tear_down(self.services)
 
     def replace(self, production: ProductionConfig,
                 services: list[InboundService] | None, app: ASGIApp | None) -> None:
-        """After a reload: new requests see ``production`` (their targets), and, when
-        ``services`` is given, are served by them (``app``); the old ones are torn down."""
+        """After a reload: serve ``production`` and, if given, the new ``services``."""
         self.context.production = production
         if services is None or app is None:
             return
@@ -195,19 +171,16 @@ class InboundServer:
 
 @dataclass
 class InboundChange:
-    """What a reload does to the inbound services, prepared before the reload commits to
-    anything (:func:`prepare_inbound`): :meth:`apply` it when the reload goes ahead,
-    :meth:`discard` it when the reload is refused."""
+    """What a reload does to the inbound services, prepared before it commits to anything."""
 
     production: ProductionConfig
-    services: list[InboundService] | None = None  # new services for the running server
-    app: ASGIApp | None = None  # their app
-    server: InboundServer | None = None  # a new server, in place of the running one
-    remove: bool = False  # no [inbound] any more: stop the running server
+    services: list[InboundService] | None = None
+    app: ASGIApp | None = None
+    server: InboundServer | None = None
+    remove: bool = False
 
     def apply(self, current: InboundServer | None) -> InboundServer | None:
-        """The server that runs after the reload; ConfigurationError if a new one cannot
-        listen (the old one is stopped by then)."""
+        """The server that runs after the reload."""
         if self.remove or self.server is not None:
             if current is not None:
                 current.stop()
@@ -227,11 +200,8 @@ class InboundChange:
 
 def prepare_inbound(current: InboundServer | None, store: SqlStore,
                     new: ProductionConfig) -> InboundChange:
-    """Build what ``new`` needs of the inbound services, leaving ``current`` running: its
-    services afresh (their ``on_init``, their WSDLs read again: an operator who edited a
-    contract reloads), or a new server when ``[inbound]`` changed. ConfigurationError
-    (nothing left built) when a service cannot be built, its WSDL cannot be loaded, or two
-    claim one path: the reload is refused and the running services go on."""
+    """Build what ``new`` needs of the inbound services, leaving ``current`` running;
+    ConfigurationError (nothing left built) refuses the reload."""
     if new.inbound is None:
         return InboundChange(new, remove=current is not None)
     if current is None or current.config != new.inbound:

@@ -1,41 +1,9 @@
 """SoapService: a SOAP endpoint from a WSDL, contract first (docs/inbound.md).
 
-.. code-block:: toml
-
-    [inbound]
-    port = 8081
-
-    [[items]]
-    name = "OrdersSoap"
-    class = "engine.inbound:SoapService"
-    [items.settings]
-    wsdl = "wsdl/orders.wsdl"        # a local file (relative: to the working directory)
-    path = "/soap/orders"
-    target = "Router"
-    response_timeout = 10
-    auth = "basic"                   # none (loopback callers only) | basic | token
-    public_url = "https://soap.example.com/soap/orders"  # unset: the bound address
-
-``GET /soap/orders?wsdl`` serves the WSDL with its SOAP addresses set to ``public_url`` (or,
-when it is not set, to the address the request came in on: the server's own, never the
-request's ``Host`` header, which a cache in front would keep for everyone), and ``GET
-/soap/orders?xsd=NAME`` each schema file it references (its references set likewise). A
-``POST /soap/orders`` holding a SOAP 1.1 envelope (or 1.2, where the WSDL binds it) is
-parsed against the WSDL (:mod:`engine.inbound.wsdl`) into ``{"operation": NAME, "args":
-{...}}`` — the request body of :class:`operations.soap.SoapOperation`, so a passthrough is
-a Router to one — and sent to ``target`` in a new session; the caller waits for the
-target's response ``{"result": ...}``, written as the operation's output message.
-
-Faults: a request the WSDL does not allow (not XML, a DTD, past the XML limits
-``xml_max_*``, another element, two elements in the Body, a SOAP action of another
-operation, a wrong type) answers a ``Client`` fault naming what is wrong and creates
-nothing, as a header block marked ``mustUnderstand`` answers a ``MustUnderstand`` fault; the
-request is parsed and checked on a thread, never on the event loop; a target that ends in
-``Error`` (or Suspended, ...) answers a ``Server`` fault with its error text; one that has
-not answered within ``response_timeout`` a ``Server`` fault saying so — the message goes on.
-A WSDL that cannot be loaded does not stop the daemon (docs/security.md): one ``Error`` event,
-``Server`` faults meanwhile, a new try every :data:`WSDL_RETRY` seconds, one ``Info`` event
-when it loads.
+A request is parsed into ``{"operation": NAME, "args": {...}}``, the request body of
+:class:`operations.soap.SoapOperation`, so a passthrough is a Router to one. The served
+WSDL's addresses never come from the request's ``Host`` header, which a cache in front would
+keep for everyone.
 """
 from __future__ import annotations
 
@@ -155,8 +123,7 @@ class SoapService(InboundService):
         self._loaded()
 
     def prepare(self) -> None:
-        """At a reload the WSDL must load: else the reload is refused, and the running
-        service keeps the contract it has."""
+        """At a reload the WSDL must load, else the reload is refused."""
         try:
             self.contract.load()
         except Exception as exc:  # zeep, lxml and the policy raise many kinds
@@ -196,7 +163,7 @@ class SoapService(InboundService):
         try:
             principal = await self._principal(context, request, caller)
             caller = Caller(caller.host, caller.port, principal)
-            if request.method == "GET":  # the WSDL, to the same callers as the service
+            if request.method == "GET":
                 return await self._wsdl(request)
             if not self.contract.loaded and not await to_thread(self._loaded):
                 return _fault(envelope, "Server", "the service's WSDL is not loaded: see the "
@@ -295,8 +262,7 @@ class SoapService(InboundService):
 
 
 def _envelope_of(content_type: str) -> str:
-    """The envelope a refusal answers in before the request was parsed: SOAP 1.2 for
-    ``application/soap+xml``, else 1.1."""
+    """The envelope a refusal answers in before the request was parsed."""
     return SOAP12 if "application/soap+xml" in content_type.lower() else SOAP11
 
 

@@ -1,33 +1,9 @@
 """A SOAP service's contract: its WSDL, loaded with zeep, that parses requests and writes
-responses (docs/inbound.md).
+responses (docs/inbound.md: why zeep, the SOAP rules, the served schema documents).
 
-Why zeep: it is the engine's SOAP library already (outbound calls), and its WSDL model —
-bindings, operations, each message's XSD element — works both ways: ``body.parse`` reads a
-request element into values, checked against the schema (an unexpected element, a value of
-the wrong type, an element twice are refused), ``render`` checks them again (a missing
-required element), and an operation's ``output.serialize`` writes the response envelope
-as zeep would for a server. No envelope is written by hand. Faults, which zeep only reads,
-are built with lxml's ``ElementMaker`` in the SOAP 1.1 or 1.2 envelope namespace.
-
-The WSDL is a local file read under docs/security.md's rules for local WSDLs
-(:class:`adapters.soap_transport.DocumentPolicy`): it and regular files under its
-directory only, never a URL, a device or a special file; each document size-limited.
-Requests are parsed with zeep's parser with DTDs and entities forbidden (no XXE, no
-billion laughs), after the inbound server limited their size and one linear pass
-(:func:`adapters.xml_guard.check_xml`) held them to the service's XML limits: zeep is not
-linear in an element's attributes.
-
-The SOAP contract as the WSDL says it (docs/security.md): one request element in the Body;
-a ``SOAPAction`` (1.1) or ``action`` (1.2) that is not the soapAction the binding declares
-for that element's operation is a Client fault; a header block addressed to this node with
-``mustUnderstand`` set is a ``MustUnderstand`` fault, as the service understands none (it
-passes only the Body to its target).
-
-A WSDL may keep its types in schema files beside it (``xsd:import``, ``xsd:include``,
-``xsd:redefine``, ``wsdl:import``, relative locations). They are served too, each at
-``{path}?xsd=NAME`` — NAME its path from the WSDL's directory — and every served document
-points its references there, so a client generated from ``{path}?wsdl`` finds them. Only the
-documents the WSDL references, directly or through one another, are served.
+The WSDL and its documents are local files only, read under the local-WSDL rules of
+docs/security.md. Requests pass one linear XML-limits pass before zeep's parser, which is
+not linear in an element's attributes.
 """
 from __future__ import annotations
 
@@ -60,23 +36,20 @@ WSDL_SOAP11 = "http://schemas.xmlsoap.org/wsdl/soap/"
 WSDL_SOAP12 = "http://schemas.xmlsoap.org/wsdl/soap12/"
 XSD = "http://www.w3.org/2001/XMLSchema"
 WSDL = "http://schemas.xmlsoap.org/wsdl/"
-# the elements that name another document, and the attribute that holds its location
 REFERENCES = ((XSD, "import", "schemaLocation"), (XSD, "include", "schemaLocation"),
               (XSD, "redefine", "schemaLocation"), (WSDL, "import", "location"))
-MAX_DOCUMENTS = 200  # documents one WSDL may reference, itself included
-MAX_WSDL_BYTES = 16 * 1024 * 1024  # bytes of one WSDL or schema document
+MAX_DOCUMENTS = 200
+MAX_WSDL_BYTES = 16 * 1024 * 1024
 CONTENT_TYPES = {SOAP11: "text/xml; charset=utf-8", SOAP12: "application/soap+xml; charset=utf-8"}
 _VERSIONS = {SOAP11: "1.1", SOAP12: "1.2"}
-# the actor (1.1) / role (1.2) attribute of a header block, and the values that address this
-# node (the attribute absent addresses it too); a block for another node is not ours to check
+# the actor/role attribute and the values that address this node (absent does too)
 _ROLES = {SOAP11: ("actor", {"http://schemas.xmlsoap.org/soap/actor/next"}),
           SOAP12: ("role", {"http://www.w3.org/2003/05/soap-envelope/role/next",
                             "http://www.w3.org/2003/05/soap-envelope/role/ultimateReceiver"})}
 
 
 class ClientFault(Exception):
-    """A request the WSDL does not allow: the text names what is wrong. ``envelope``: the
-    SOAP namespace to answer in; ``code``: the fault code, ``Client`` or ``MustUnderstand``."""
+    """A request the WSDL does not allow, answered in ``envelope`` with fault ``code``."""
 
     def __init__(self, text: str, envelope: str = SOAP11, code: str = "Client") -> None:
         super().__init__(text)
@@ -86,8 +59,7 @@ class ClientFault(Exception):
 
 @dataclass(frozen=True)
 class SoapCall:
-    """A parsed request: the operation, its arguments as JSON values, the envelope's
-    namespace (SOAP 1.1 or 1.2)."""
+    """A parsed request: the operation, its arguments as JSON values, the envelope."""
 
     operation: SoapOperation
     args: dict[str, Any]
@@ -113,8 +85,7 @@ class _LocalTransport(zeep.Transport):
 
 
 class SoapContract:
-    """The WSDL file at ``path``, loaded once (:meth:`load` raises what zeep or the
-    document policy raised); requests are held to ``limits`` (the defaults: None)."""
+    """The WSDL file at ``path``, loaded once; requests are held to ``limits``."""
 
     def __init__(self, path: str, limits: XmlLimits | None = None) -> None:
         self.path = path
@@ -125,8 +96,7 @@ class SoapContract:
         self._policy = policy
         self._transport = _LocalTransport(policy)
         self._document: lxml.etree._Element | None = None
-        # name (its path from the WSDL's directory, posix) → (real path, document), for the
-        # documents the WSDL references
+        # name (posix path from the WSDL's directory) → (real path, document)
         self._imports: dict[str, tuple[str, lxml.etree._Element]] = {}
         self._operations: dict[tuple[str, str], SoapOperation] = {}
         self._types: Any = None
@@ -157,8 +127,7 @@ class SoapContract:
                                      self._transport, settings=self.settings)
 
     def _referenced(self, document: lxml.etree._Element) -> dict[str, tuple[str, Any]]:
-        """Every local document ``document`` references, directly or through another, by
-        name. zeep has just loaded them all, so each reads as it did for zeep."""
+        """Every local document ``document`` references, directly or not, by name."""
         root = os.path.dirname(os.path.realpath(self.path))
         found: dict[str, tuple[str, Any]] = {}
         pending = [(os.path.realpath(self.path), document)]
@@ -194,10 +163,8 @@ class SoapContract:
 
     # -- the WSDL as served ------------------------------------------------------------
     def served(self, address: str, name: str | None = None) -> bytes | None:
-        """The WSDL (``name`` None) or its referenced document ``name`` as served at
-        ``address``: every SOAP 1.1 and 1.2 port's address set to ``address``, every
-        reference to another document pointing at ``address?xsd=NAME``. None: the WSDL
-        references no document ``name``."""
+        """The WSDL (``name`` None) or document ``name`` as served at ``address``, its
+        references pointing at ``address?xsd=NAME``; None for an unknown ``name``."""
         assert self._document is not None
         root = os.path.dirname(os.path.realpath(self.path))
         if name is None:
@@ -219,10 +186,8 @@ class SoapContract:
     # -- requests ----------------------------------------------------------------------
     def parse(self, content: bytes, *, action: str | None = None,
               hint: str = SOAP11) -> SoapCall:
-        """The call in a request envelope, checked against the WSDL; :class:`ClientFault`
-        naming what does not fit. ``action``: the request's SOAPAction (1.1) or ``action``
-        (1.2), unquoted; None or "" when it sent none. ``hint``: the envelope to answer a
-        request past the XML limits in (from its Content-Type)."""
+        """The call in a request envelope, checked against the WSDL (ClientFault).
+        ``action``: its SOAPAction, unquoted; ``hint``: the envelope to refuse it in."""
         try:
             check_xml(content, self.limits)
         except XmlLimitExceeded as exc:
@@ -249,8 +214,7 @@ class SoapContract:
 
     def _check_action(self, operation: SoapOperation, action: str | None,
                       envelope: str) -> None:
-        """A Client fault when the binding declares a soapAction for ``operation`` and the
-        request sent another one."""
+        """A Client fault when the request's action is not ``operation``'s declared one."""
         declared = operation.soapaction or ""
         if not declared or not action or action == declared:
             return
@@ -302,9 +266,7 @@ class SoapContract:
 
     # -- responses ---------------------------------------------------------------------
     def response(self, call: SoapCall, result: Any) -> bytes:
-        """The output envelope of ``call`` holding ``result`` (the target's ``result``):
-        a table of the output's elements, or the value of its only element. ValueError
-        (a Server fault) if it does not fit the output message."""
+        """The output envelope of ``call`` holding ``result``; ValueError if it does not fit."""
         output = call.operation.output
         if output is None or output.body is None:
             return _serialized(output.serialize() if output is not None else None, call)
@@ -322,8 +284,7 @@ class SoapContract:
 
 
 def _check_headers(root: Any, envelope: str) -> None:
-    """A ``MustUnderstand`` fault for the first header block addressed to this node with
-    ``mustUnderstand`` set: the service understands none."""
+    """A ``MustUnderstand`` fault for a mustUnderstand header block addressed to us."""
     header = root.find(f"{{{envelope}}}Header")
     if header is None:
         return

@@ -1,19 +1,9 @@
 """Who is asking, and may they: roles, passwords, API tokens and login limits, shared by the
-portal and the inbound services (the portal's sessions and CSRF: :mod:`engine.portal.auth`).
+portal and the inbound services (docs/security.md).
 
-- Passwords are hashed with argon2 (``argon2-cffi``'s defaults, re-hashed at login when the
-  defaults grow). API tokens are 256 random bits, shown once and stored as their SHA-256:
-  a token needs no slow hash, and the digest can be looked up by an index.
-- Login attempts are counted per user name and per client address in the database
-  (:class:`StoredLoginLimiter`), each before its password is checked: past
-  :data:`LOGIN_FAILURES` within :data:`LOGIN_WINDOW` seconds, logins are refused until the
-  window has passed — on every portal, however many attempts race. A successful login takes
-  its own attempt back. The client address is the connection's, or the one
-  ``X-Forwarded-For`` names when a proxy of ``[portal] forwarded_allow_ips`` sent it
-  (:mod:`engine.portal.server`).
-- A password is checked (or hashed) only in a slot of the process's
-  :class:`~engine.serving.hash_gate.HashGate`: a login that finds none in time is refused
-  with :class:`LoginBusy` (429, ``Retry-After``) and its attempt is taken back.
+API tokens are stored as their SHA-256: 256 random bits need no slow hash, and the digest
+can be looked up by an index. Login attempts are counted in the database before the
+password is checked, so the limit holds across portals however many attempts race.
 """
 from __future__ import annotations
 
@@ -39,12 +29,11 @@ from engine.store.sql import SqlStore
 ROLE_RANK = {"sender": 0, "viewer": 1, "operator": 2, "admin": 3}
 LOGIN_FAILURES = 5  # login attempts allowed per user name or address in LOGIN_WINDOW
 LOGIN_WINDOW = 300.0  # seconds
-MAX_KEY_TEXT = 200  # characters of a user name or address kept as such in a limit's key
+MAX_KEY_TEXT = 200
 TOKEN_PREFIX = "enc_"
-# seconds a valid token's holder is remembered without asking the database: a token revoked
-# on any portal (or by the command line) is refused everywhere at most this long after
+# a revoked token is refused everywhere at most this many seconds after
 TOKEN_CACHE_SECONDS = 1.0
-TOKEN_CACHE_SIZE = 10_000  # tokens remembered at most (the cache is emptied when full)
+TOKEN_CACHE_SIZE = 10_000
 
 
 class AuthError(EncoreError):
@@ -70,16 +59,14 @@ class LoginThrottled(AuthError):
 
 
 class LoginBusy(LoginThrottled):
-    """Too many password checks at once in this process (HTTP 429, ``Retry-After``); the
-    attempt was not counted against the login limits."""
+    """Too many password checks at once in this process (HTTP 429); not counted."""
 
     WHAT = "too many logins at once"
 
 
 @dataclass(frozen=True)
 class Principal:
-    """A logged-in user (``kind`` "user", with the session's ``csrf`` token) or the
-    holder of an API token (``kind`` "token")."""
+    """A logged-in user (``kind`` "user") or an API token's holder (``kind`` "token")."""
 
     name: str
     role: str
@@ -104,15 +91,12 @@ _hasher = PasswordHasher()
 
 @functools.cache
 def _dummy_hash() -> str:
-    """A hash of a random password, verified for a login that names no user, so that such a
-    login takes as long as one with a wrong password. One per process: each portal and
-    inbound service of a daemon would otherwise spend a hash's CPU on its own at start."""
+    """A hash verified for a login naming no user, so it takes as long as a wrong password."""
     return _hasher.hash(secrets.token_hex(8))
 
 
 def hash_password(password: str) -> str:
-    """The argon2 hash of ``password`` (refused if empty), in a slot of the process's
-    :class:`~engine.serving.hash_gate.HashGate` (LoginBusy if none is to be had)."""
+    """The argon2 hash of ``password``, in a hash-gate slot (LoginBusy if none)."""
     if not password:
         raise AuthError("the password is empty")
     try:
@@ -141,10 +125,8 @@ def limit_key(kind: str, value: str) -> str:
 
 
 class StoredLoginLimiter:
-    """Counts login attempts per key (a user name, an address) in the database's
-    ``login_guess`` table, shared by every portal: :meth:`guess` counts an attempt before
-    its password is checked, or raises LoginThrottled; :meth:`succeeded` takes a successful
-    attempt back and forgets the user name's."""
+    """Counts login attempts per key in the database, shared by every portal:
+    :meth:`guess` counts one or raises LoginThrottled."""
 
     def __init__(self, store: SqlStore, *, failures: int = LOGIN_FAILURES,
                  window: float = LOGIN_WINDOW,
@@ -152,7 +134,7 @@ class StoredLoginLimiter:
         self.store = store
         self.failures, self.window = failures, timedelta(seconds=window)
         self._now = now or utcnow
-        self._purged: datetime | None = None  # when this portal last deleted stale rows
+        self._purged: datetime | None = None
 
     def guess(self, keys: Sequence[str]) -> None:
         now = self._now()
@@ -168,15 +150,12 @@ class StoredLoginLimiter:
         accounts.refund_login_guess(self.store, reset=user_key, refund=others)
 
     def refund(self, keys: Sequence[str]) -> None:
-        """Take back the attempt just counted against each of ``keys`` (its password was
-        never checked)."""
+        """Take back the attempt just counted against each of ``keys``."""
         accounts.refund_login_guess(self.store, reset=None, refund=keys)
 
 
 class LoginLimiter:
-    """Counts failed logins per key (a user name, an address) over a sliding window, in
-    this process only. The portal counts in the database instead
-    (:class:`StoredLoginLimiter`), so that the limit holds across portals and races."""
+    """Counts failed logins per key over a sliding window, in this process only."""
 
     def __init__(self, *, failures: int = LOGIN_FAILURES, window: float = LOGIN_WINDOW,
                  monotonic: Callable[[], float] | None = None) -> None:
@@ -220,20 +199,18 @@ class Authenticator:
         self.store = store
         self.limiter = limiter or StoredLoginLimiter(store)
         self.gate = gate or process_gate()
-        _dummy_hash()  # made now, not at the first login naming no user, which it would slow
+        _dummy_hash()
         self._tokens: dict[str, tuple[float, Principal]] = {}  # digest → (read at, holder)
 
     # logins
     def login(self, username: str, password: str, client: str) -> Principal:
-        """The user, if ``password`` is theirs; else NotAuthenticated (the same text
-        whether or not the user exists), or LoginThrottled (LoginBusy: no slot to check
-        the password in, the attempt is not counted)."""
+        """The user, if ``password`` is theirs; else NotAuthenticated or LoginThrottled."""
         name_key, address_key = limit_key("user", username), limit_key("addr", client)
         try:
             self.gate.check()  # a flood past the gate is refused before any write
         except HashGateBusy as exc:
             raise LoginBusy(exc.retry_after) from exc
-        self.limiter.guess([name_key, address_key])  # counted before the password is checked
+        self.limiter.guess([name_key, address_key])
         user = accounts.get_user(self.store, username)
         try:
             with self.gate.slot():
@@ -260,8 +237,7 @@ class Authenticator:
 
     # API tokens
     def bearer(self, authorization: str | None) -> Principal | None:
-        """The holder of the token in an ``Authorization: Bearer …`` header, if valid
-        (read from the database at most once per :data:`TOKEN_CACHE_SECONDS`)."""
+        """The holder of a valid ``Authorization: Bearer …`` token, if any."""
         digest = self._digest(authorization)
         if digest is None:
             return None
@@ -279,9 +255,7 @@ class Authenticator:
         return holder
 
     def cached_bearer(self, authorization: str | None) -> Principal | None:
-        """The holder of the token in ``authorization`` if it was found valid less than
-        :data:`TOKEN_CACHE_SECONDS` ago (no database read: callable from the event loop);
-        None means "ask :meth:`bearer`"."""
+        """:meth:`bearer` from the cache only (no database read); None: ask :meth:`bearer`."""
         digest = self._digest(authorization)
         return None if digest is None else self._cached(digest)
 

@@ -1,15 +1,6 @@
-"""Durable intake for callers on an event loop, in batches, without a thread per request.
-
-An async inbound request used to take two thread hops (to a pool thread, which waited in the
-store's group commit, and back), each a wake-up of a thread that must then win the
-interpreter lock from the event loop and the item's workers. With 16 clients on one async
-route the hops took a third of a request's time in the daemon (BENCHMARKS.md). Here the
-request's body is checked on the loop, its :class:`~engine.store.hotpath.Intake` queued,
-and the request awaits a future; one thread of its own commits everything queued meanwhile
-in one durable transaction (:meth:`SqlStore.accept_batch`) and settles the batch's futures
-with one call back into each loop. A batch has at most :data:`MAX_BATCH` intakes; nothing
-is answered before its commit, so what a caller hears is as durable as before.
-"""
+"""Durable intake for callers on an event loop, in batches, without a thread hop per request
+(the hops took a third of a request's time, BENCHMARKS.md). Nothing is answered before its
+commit."""
 from __future__ import annotations
 
 import asyncio
@@ -24,15 +15,14 @@ __all__ = ["BatchIntake"]
 
 log = logging.getLogger(__name__)
 
-MAX_BATCH = 256  # intakes committed in one transaction at most
-STOP_TIMEOUT = 5.0  # seconds a stop waits for the batch in progress
+MAX_BATCH = 256
+STOP_TIMEOUT = 5.0
 
 _Pending = tuple[Intake, asyncio.AbstractEventLoop, "asyncio.Future[Accepted]"]
 
 
 class BatchIntake:
-    """:meth:`accept` from a coroutine: the intake is committed with whatever else is
-    queued, by the thread of this object (:meth:`start`, :meth:`stop`)."""
+    """:meth:`accept` from a coroutine, committed with whatever else is queued."""
 
     def __init__(self, store: SqlStore, *, name: str = "intake-batch") -> None:
         self.store = store
@@ -41,15 +31,14 @@ class BatchIntake:
         self._pending: list[_Pending] = []
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.batches = 0  # transactions committed, for tests and benchmarks
+        self.batches = 0
         self.intakes = 0
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        """Commit what is queued, then end the thread; an :meth:`accept` after the stop
-        raises RuntimeError (nothing accepted)."""
+        """Commit what is queued, then end the thread."""
         with self._lock:
             self._stopping = True
             self._ready.notify()
@@ -57,8 +46,7 @@ class BatchIntake:
             self._thread.join(STOP_TIMEOUT)
 
     async def accept(self, intake: Intake) -> Accepted:
-        """``intake`` committed durably (with others); its Accepted, or the error of its own
-        write (the store's StoreError, say)."""
+        """``intake`` committed durably; its Accepted, or the error of its write."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Accepted] = loop.create_future()
         with self._lock:
@@ -67,8 +55,7 @@ class BatchIntake:
             self._pending.append((intake, loop, future))
             if len(self._pending) == 1:
                 self._ready.notify()
-        # a caller that goes away (its client closed the connection) cancels only its wait:
-        # the intake is queued and is committed all the same, as a hop's work was
+        # a caller that goes away cancels only its wait: the intake is committed all the same
         return await future
 
     def _run(self) -> None:
@@ -86,7 +73,7 @@ class BatchIntake:
         results: list[Any]
         try:
             results = self.store.accept_batch([intake for intake, _, _ in batch])
-        except BaseException as exc:  # every caller hears it; the thread lives
+        except BaseException as exc:
             log.exception("a batch of %d intake(s) failed", len(batch))
             results = [exc] * len(batch)
         self.batches += 1
@@ -97,7 +84,7 @@ class BatchIntake:
         for loop, settled in by_loop.items():
             try:
                 loop.call_soon_threadsafe(_settle, settled)
-            except RuntimeError:  # the loop closed meanwhile: nobody waits for these
+            except RuntimeError:  # the loop closed meanwhile
                 pass
 
 

@@ -1,14 +1,5 @@
-"""Clients that go away before their request is read: counted, not traced (docs/security.md:
-"repeated failures are logged once per kind and minute with a count").
-
-A client that closes its connection in the middle of its body makes Starlette raise
-``ClientDisconnect`` where the body is read. That is the client's doing, not a fault of the
-server's: answered as an unexpected error, a flood of slow bodies cut short wrote a traceback
-per connection (13,644 in 90 s). The portal and the inbound services answer it with
-:func:`client_gone`: the process's count (:func:`clients_gone`) grows by one and a WARNING
-goes to the log, which the process's repeat filter lets through once a minute with the count
-of the others (:mod:`engine.observe.logs`). The answer itself goes nowhere.
-"""
+"""Clients that go away before their request is read: counted and logged through the repeat
+filter, never a traceback each (a flood of cut bodies would write one per connection)."""
 from __future__ import annotations
 
 import logging
@@ -22,15 +13,15 @@ __all__ = ["client_gone", "clients_gone", "on_client_gone"]
 
 log = logging.getLogger(__name__)
 
-GONE_STATUS = 400  # what a gone client would be answered, if it were there to read it
+GONE_STATUS = 400
 
 _gone = 0
 _lock = threading.Lock()
 
 
 def client_gone(server: str, host: str) -> Response:
-    """Count a client of ``server`` (a service's name, or "portal") from ``host`` that went
-    away before its request was read; the answer it would have had."""
+    """Count a client of ``server`` gone before its request was read; the answer it would
+    have had."""
     global _gone
     with _lock:
         _gone += 1
@@ -40,8 +31,7 @@ def client_gone(server: str, host: str) -> Response:
 
 
 def clients_gone() -> int:
-    """Clients of this process's servers gone before their request was read, since its
-    start."""
+    """Clients of this process's servers gone before their request was read."""
     with _lock:
         return _gone
 

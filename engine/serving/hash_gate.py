@@ -1,16 +1,6 @@
 """A bound on the password hashes a process computes at once (docs/security.md: "Password
-checks are bounded").
-
-An argon2 check with argon2-cffi's defaults holds 64 MiB and a core for a sixth of a second.
-Logins are counted against their limits before their password is checked, but within those
-limits (five an address, any number of names) 80 logins at once had 40 checks running in the
-portal's thread pool: 2.5 GiB more for the daemon, and every core busy, delivery's too. So
-every password check and hash of a process (portal logins, inbound ``basic`` callers, new
-passwords) takes a slot of one :class:`HashGate`: :func:`default_slots` at once (half the
-cores, at least one, at most four: 256 MiB at most), up to :data:`HASH_QUEUE` more wait at
-most :data:`HASH_WAIT` seconds for one, and the others are refused at once
-(:class:`HashGateBusy`; the login is answered 429 with ``Retry-After``), so that a flood of
-logins ties up a few threads for a few seconds, never the process's memory.
+checks are bounded"): each argon2 check holds 64 MiB and a core, so every check of the
+process takes a slot of one :class:`HashGate`, and a flood is refused, not queued.
 """
 from __future__ import annotations
 
@@ -26,20 +16,18 @@ __all__ = ["HashGate", "HashGateBusy", "default_slots", "process_gate"]
 
 log = logging.getLogger(__name__)
 
-MAX_SLOTS = 4  # hashes at once at most, whatever the cores (64 MiB each with the defaults)
-HASH_QUEUE = 8  # checks waiting for a slot at most; more are refused at once
-HASH_WAIT = 2.0  # seconds a check waits for a slot before it is refused
+MAX_SLOTS = 4
+HASH_QUEUE = 8
+HASH_WAIT = 2.0
 
 
 def default_slots() -> int:
-    """Hashes at once for this machine: half its cores, at least 1, at most :data:`MAX_SLOTS`
-    (one core at least stays for delivery)."""
+    """Hashes at once: half the cores, 1 to :data:`MAX_SLOTS`."""
     return max(1, min(MAX_SLOTS, (os.cpu_count() or 1) // 2))
 
 
 class HashGateBusy(EncoreError):
-    """Every slot is taken and the queue is full, or the wait ran out: try again in
-    ``retry_after`` seconds."""
+    """No slot to be had: try again in ``retry_after`` seconds."""
 
     def __init__(self, retry_after: float) -> None:
         super().__init__(f"too many password checks at once; try again in "
@@ -48,8 +36,7 @@ class HashGateBusy(EncoreError):
 
 
 class HashGate:
-    """``slots`` hashes at once; ``queue`` more wait up to ``wait`` seconds (0: none wait).
-    Thread-safe: the checks run on the servers' worker threads."""
+    """``slots`` hashes at once; ``queue`` more wait up to ``wait`` seconds. Thread-safe."""
 
     def __init__(self, slots: int | None = None, *, queue: int = HASH_QUEUE,
                  wait: float = HASH_WAIT) -> None:
@@ -57,14 +44,13 @@ class HashGate:
         if self.slots < 1:
             raise ValueError(f"a hash gate needs at least 1 slot, not {self.slots}")
         self.queue, self.wait = queue, wait
-        self.waiting = 0  # checks waiting for a slot now
-        self.refused = 0  # checks refused since the start
+        self.waiting = 0
+        self.refused = 0
         self._free = threading.BoundedSemaphore(self.slots)
         self._lock = threading.Lock()
 
     def check(self) -> None:
-        """:class:`HashGateBusy` now if a check would find neither a slot nor a place in the
-        queue (so that a login refused for it costs no write of its attempt)."""
+        """HashGateBusy now if a check would find neither a slot nor a place in the queue."""
         with self._lock:
             full = self.waiting >= self.queue and not self._has_free()
         if full:
@@ -114,7 +100,7 @@ _gate_lock = threading.Lock()
 
 
 def process_gate() -> HashGate:
-    """The process's gate, shared by its portals and inbound services (made on first use)."""
+    """The process's gate, shared by its portals and inbound services."""
     global _process_gate
     with _gate_lock:
         if _process_gate is None:

@@ -1,10 +1,5 @@
-"""Accepting a message for a caller on an event loop and waiting for its end, as the
-portal's intake API (``?wait``), its Testing Service and the inbound services do; and the
-``Idempotency-Key`` such a caller may send.
-
-A waiting call is woken by the commit that ends its message (:mod:`engine.store.completions`),
-in this process or any other; it looks at the database again only every
-:data:`~engine.store.completions.SAFETY_POLL` seconds in case an announcement was lost.
+"""Accepting a message for a caller on an event loop and waiting for its end (the intake
+API's ``?wait``, the Testing Service, the inbound services); the ``Idempotency-Key`` check.
 """
 from __future__ import annotations
 
@@ -22,7 +17,7 @@ from engine.store.hotpath import Outcome
 from engine.store.sql import Accepted, SqlStore
 from engine.store.statuses import ENDED_STATUSES, Status
 
-MAX_KEY_LENGTH = 200  # characters of an Idempotency-Key (the column's size)
+MAX_KEY_LENGTH = 200  # the column's size
 
 
 def check_idempotency_key(text: str | None) -> str | None:
@@ -32,7 +27,7 @@ def check_idempotency_key(text: str | None) -> str | None:
     if not text.strip() or len(text) > MAX_KEY_LENGTH or not text.isprintable():
         raise HTTPException(400, f"Idempotency-Key: 1 to {MAX_KEY_LENGTH} printable "
                                  "characters")
-    if text.startswith(PROCESS_KEY_PREFIX):  # the keys of business processes' own calls
+    if text.startswith(PROCESS_KEY_PREFIX):
         raise HTTPException(400, f"Idempotency-Key: keys starting with {PROCESS_KEY_PREFIX!r} "
                                  "are Encore's own")
     return text
@@ -41,19 +36,10 @@ def check_idempotency_key(text: str | None) -> str | None:
 async def accept_and_wait(store: SqlStore, accept: Callable[[], Accepted], wait: float, *,
                           stopping: threading.Event | None = None
                           ) -> tuple[Accepted, dict[str, Any] | None]:
-    """Run ``accept`` (an :func:`~engine.client.accept_message` with ``waited=True``) on a
-    thread, then wait up to ``wait`` seconds for the message's end, woken by the commit
-    that ends it: (the accepted message, its outcome — None if it had not ended in time, or
-    ``stopping`` was set first). The intake API's ``?wait``, the Testing Service and the
-    inbound services all wait so, through the hub's asynchronous face
-    (:meth:`CompletionHub.wait_async`).
-
-    The hub is hearing before the commit, so the end of a message the call created is
-    announced here: it is looked at first only if that end came already
-    (:meth:`CompletionHub.ended_lately`), and a success committed in this process comes
-    with its response (:meth:`CompletionHub.kept`): no read at all."""
+    """Run ``accept`` (``waited=True``) on a thread, then wait up to ``wait`` seconds for
+    the message's end: (the accepted message, its outcome or None)."""
     hub = store.completions
-    if not hub.hearing:  # the first wait: it may wait for a listener to connect
+    if not hub.hearing:
         await to_thread(hub.start_hearing)
     heard = hub.hearing  # before the commit: then every end of the message is heard here
     accepted = await to_thread(accept)
@@ -65,14 +51,13 @@ async def accept_and_wait(store: SqlStore, accept: Callable[[], Accepted], wait:
 
 
 def _completed_here(accepted: Accepted, kept: Kept) -> dict[str, Any]:
-    """The outcome of ``accepted``, which completed in this process lately with the response
-    ``kept`` by the hub."""
+    """The outcome of ``accepted``, completed here with the response ``kept``."""
     return {"id": accepted.id, "session_id": accepted.session_id, "status": Status.COMPLETED,
             "response": _decoded(kept[1]), "error": None}
 
 
 def outcome_if_ended(store: SqlStore, message_id: int) -> dict[str, Any] | None:
-    found = store.get_outcome(message_id)  # the message and its response: one read
+    found = store.get_outcome(message_id)
     return None if found is None or found.row.status not in ENDED_STATUSES else _outcome(found)
 
 
@@ -84,7 +69,7 @@ def _outcome(found: Outcome) -> dict[str, Any]:
 
 
 def _decoded(body: str | None) -> Any:
-    """A response body as the caller sees it: its JSON value (None: none, or empty)."""
+    """A response body's JSON value (None if empty)."""
     if not body:
         return None
     try:

@@ -1,21 +1,8 @@
-"""A uvicorn server that holds its :class:`~engine.serving.limits.ServerLimits` (docs/security.md:
-"HTTP servers never starve delivery"), for any ASGI app, host, port and TLS context.
+"""A uvicorn server that holds its :class:`~engine.serving.limits.ServerLimits`
+(docs/server-limits.md), for any ASGI app, host, port and TLS context.
 
-- **We accept connections ourselves** (:class:`LimitedListener`): a connection over a cap is
-  closed with a reset the moment it is accepted, before any other descriptor is opened, so
-  the process never holds more than the caps plus the one being refused. (asyncio's own
-  accept loop takes up to a backlog of connections before any code of ours can count them.)
-- **Deadlines** (:class:`LimitedHttpProtocol`): a request, headers and body, must be complete
-  within ``read_timeout`` seconds of its first byte (or of the connection's start); an answer
-  the client stopped reading must drain within the same time; the TLS handshake too. Else
-  the connection is closed (with a 408 when no answer began). Idle keep-alive connections
-  close after ``keepalive_timeout`` (uvicorn's own timer).
-
-What a flood from one address can do: hold ``max_connections_per_client`` connections for
-at most ``read_timeout`` seconds each; the rest are reset at once. Only a flood from many
-addresses can fill ``max_connections``; then new connections are reset until the read
-timeout frees the held ones. The daemon's own descriptors are never at stake, and the
-refusals are logged once a minute with a count (``engine.observe.logs``).
+We accept connections ourselves: asyncio's accept loop takes a whole backlog before any code
+of ours can count them, so a connection over a cap is reset the moment it is accepted.
 """
 from __future__ import annotations
 
@@ -40,21 +27,16 @@ __all__ = ["LimitedServer", "limited_server", "server_loggers"]
 
 log = logging.getLogger("engine.serving.limits")
 
-ACCEPT_BATCH = 64  # connections accepted per wake-up of the loop (it stays responsive)
-LISTEN_BACKLOG = 128  # connections the kernel queues for us (they cost us no descriptor)
-ACCEPT_PAUSE = 1.0  # seconds accepting pauses when the system has no descriptor left
-SWEEP_INTERVAL = 1.0  # seconds between looks for connections closed behind our back
-# seconds a connection the server closed at its stop may take to go (a TLS connection waits
-# for its peer's close_notify, which an idle keep-alive client never sends) before it is cut
+ACCEPT_BATCH = 64
+LISTEN_BACKLOG = 128
+ACCEPT_PAUSE = 1.0
+SWEEP_INTERVAL = 1.0
+# a TLS connection closed at a stop waits for a close_notify an idle client never sends
 SHUTDOWN_GRACE = 0.5
-COALESCE_BYTES = 65536  # bytes of an answer held for one write at most (CoalescingTransport)
-_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends a reset, no TIME_WAIT
-STARTUP_FAILURE = 3  # uvicorn's exit status when it cannot start
-# uvloop's event loop where it is installed (a dependency on Linux and macOS), asyncio's
-# elsewhere: with 16 clients on an async inbound route it took 6-17 % less of the daemon's
-# CPU per request and answered 8-22 % more requests a second (BENCHMARKS.md)
-LOOP = "auto"
-# the packages whose every module's logger goes through the repeat filter
+COALESCE_BYTES = 65536
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends a reset
+STARTUP_FAILURE = 3
+LOOP = "auto"  # uvloop where installed: less CPU per request (BENCHMARKS.md)
 SERVER_PACKAGES = ("engine.serving", "engine.portal", "engine.inbound")
 
 
@@ -111,8 +93,7 @@ class LimitedListener:
         return None
 
     def release_all(self) -> None:
-        """Give back every place still held (the server has stopped: its connections are
-        closed or about to be)."""
+        """Give back every place still held (the server has stopped)."""
         for slot in list(self._slots):
             slot.release()
 
@@ -160,15 +141,13 @@ class LimitedListener:
                         exc, ACCEPT_PAUSE)
             self._loop.remove_reader(self.sock.fileno())
             self._loop.call_later(ACCEPT_PAUSE, self._resume)
-        # else (ECONNABORTED and kin): that one client is gone; the next wake-up goes on
 
     def _resume(self) -> None:
         if not self._closed:
             self._loop.add_reader(self.sock.fileno(), self._accept_some)
 
     def _sweep(self) -> None:
-        """Give back the places of sockets closed without a ``connection_lost`` (a
-        protocol switched, a transport that failed in an odd way)."""
+        """Give back the places of sockets closed without a ``connection_lost``."""
         for slot in [s for s in self._slots if s.sock.fileno() == -1]:
             slot.release()
         if not self._closed:
@@ -184,16 +163,8 @@ def _reset(conn: socket.socket) -> None:
 
 
 class CoalescingTransport:
-    """A transport whose writes made in one run of the event loop's callbacks go out as one
-    write of the transport under it, at the end of that run.
-
-    uvicorn writes a response's head and its body separately, and the transport sends each
-    at once: two system calls and two TCP segments for a small answer, the first a third of
-    the event loop's time for a route that answers 202 (BENCHMARKS.md). Whatever is written
-    before :meth:`close` goes out before the close; :meth:`abort` drops it with the
-    connection. Once :data:`COALESCE_BYTES` are held they go at once, so that a large body
-    meets the transport's flow control (``pause_writing``) as it did. Everything else is
-    the transport's own."""
+    """A transport whose writes in one run of the event loop go out as one write, so that
+    uvicorn's separate head and body make one system call (BENCHMARKS.md)."""
 
     __slots__ = ("_transport", "_loop", "_pending", "_held")
 
@@ -201,7 +172,7 @@ class CoalescingTransport:
         self._transport = transport
         self._loop = loop
         self._pending: list[bytes] = []
-        self._held = 0  # bytes in _pending
+        self._held = 0
 
     def write(self, data: bytes) -> None:
         if not self._pending:
@@ -236,9 +207,8 @@ class CoalescingTransport:
 
 
 class LimitedHttpProtocol(HttpToolsProtocol):
-    """uvicorn's HTTP/1.1 protocol with a deadline: a request (headers and body) completes
-    within ``read_timeout`` seconds of its first byte, or of the connection's start; a
-    response the client stopped reading drains within the same time."""
+    """uvicorn's HTTP/1.1 protocol where a request, and an answer's draining, must complete
+    within ``read_timeout``."""
 
     def __init__(self, *, slot: Slot, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -263,7 +233,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self._slot.release()
 
     def data_received(self, data: bytes) -> None:
-        self._arm()  # any byte starts the clock of a request; trickling does not restart it
+        self._arm()  # trickling does not restart the clock
         super().data_received(data)
 
     def on_message_begin(self) -> None:
@@ -275,16 +245,15 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._disarm()
 
     def shutdown(self) -> None:
-        """The server stops: an idle connection is closed now, one answering once its answer
-        is sent (uvicorn's way); either is cut :data:`SHUTDOWN_GRACE` seconds after its
-        close if it has not gone by then, so that a stop never waits on a client."""
+        """Close as uvicorn does, then cut the connection after :data:`SHUTDOWN_GRACE`, so
+        that a stop never waits on a client."""
         super().shutdown()
         self._lingering = self.loop.call_later(SHUTDOWN_GRACE, self._cut_short)
 
     def _cut_short(self) -> None:
-        if self.transport.is_closing():  # closed, waiting on the peer
+        if self.transport.is_closing():
             self.transport.abort()
-        else:  # still answering: look again
+        else:
             self._lingering = self.loop.call_later(SHUTDOWN_GRACE, self._cut_short)
 
     def pause_writing(self) -> None:
@@ -329,8 +298,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
 
 class LimitedServer(uvicorn.Server):
-    """uvicorn's server (its shutdown, its keep-alive timer, its app cycle) with our own
-    listeners and protocol; everything else as uvicorn does it."""
+    """uvicorn's server with our own listeners and protocol."""
 
     def __init__(self, config: uvicorn.Config, limits: ServerLimits, *,
                  budget: DescriptorBudget | None = None) -> None:
@@ -371,9 +339,8 @@ class LimitedServer(uvicorn.Server):
 
 
 def server_loggers() -> tuple[str, ...]:
-    """The loggers of a server's repeated failures: uvicorn's and asyncio's
-    (``SERVER_LOGGERS``), and the logger of every module of :data:`SERVER_PACKAGES` (one per
-    module, named after it), so that none of them writes a line per request."""
+    """The loggers that must not write a line per request: ``SERVER_LOGGERS`` and every
+    module's of :data:`SERVER_PACKAGES`."""
     names = list(SERVER_LOGGERS)
     for package in SERVER_PACKAGES:
         spec = importlib.util.find_spec(package)
@@ -407,8 +374,7 @@ def limited_server(app: Any, *, host: str, port: int, limits: ServerLimits,
                    tls_cert: str | None = None, tls_key: str | None = None,
                    budget: DescriptorBudget | None = None,
                    **options: Any) -> LimitedServer:
-    """A :class:`LimitedServer` of the ASGI ``app`` on ``host``:``port`` (HTTPS with
-    ``tls_cert`` and ``tls_key``); ``options`` go to ``uvicorn.Config``."""
+    """A :class:`LimitedServer` of ``app``; ``options`` go to ``uvicorn.Config``."""
     config = uvicorn.Config(app, host=host, port=port, ssl_certfile=tls_cert or None,
                             ssl_keyfile=tls_key or None, loop=LOOP, http="httptools",
                             ws="none", backlog=LISTEN_BACKLOG,

@@ -1,21 +1,6 @@
-"""The caps of an HTTP server that shares its process with the daemon (docs/security.md: "HTTP
-servers never starve delivery"), and how they are sized.
-
-The portal, its intake and (later) inbound services run on threads of ``encore run``: every
-connection they hold is a descriptor of the daemon's process. uvicorn on its own limits
-neither the connections nor the time a client may take to send its request, so a few
-thousand half-open connections (slowloris) used to take the process to its open-file limit,
-and then SQLite could not open its WAL and deliveries failed.
-
-:class:`ServerLimits` holds one server's caps: open connections (``max_connections``), per
-client address (``max_connections_per_client``; the proxies of ``forwarded_allow_ips`` are
-spared), the time to deliver a request (``read_timeout``) and the idle keep-alive time. The
-defaults are sized from ``RLIMIT_NOFILE``: a reserve of a quarter of the limit (at least
-:data:`RESERVE_MIN`) stays for the daemon's own files — database, WAL, outbound sockets,
-logs — and every limited server of the process draws on what is left, one
-:class:`DescriptorBudget` per process, so no number of servers can eat into the reserve.
-:class:`ConnectionGate` counts connections against both. ``engine.serving.limited_server``
-enforces them on a uvicorn server.
+"""The caps of an HTTP server that shares its process with the daemon, and how they are
+sized (docs/server-limits.md): every limited server of the process draws on one
+:class:`DescriptorBudget`, so none can eat into the reserve kept for the daemon's own files.
 """
 from __future__ import annotations
 
@@ -31,12 +16,12 @@ from engine.errors import ConfigurationError
 __all__ = ["ConnectionGate", "DescriptorBudget", "ServerLimits", "open_file_limit",
            "process_budget", "reserve_for"]
 
-RESERVE_MIN = 128  # descriptors always kept for the daemon's own files
-RESERVE_SHARE = 4  # ... or a quarter of the limit, whichever is more
-MIN_BUDGET = 16  # fewer connections than this: the limit is too low to serve HTTP at all
-PER_CLIENT_SHARE = 4  # default per-client cap: a quarter of the total ...
-PER_CLIENT_MAX = 64  # ... but no more than this
-DEFAULT_MAX = 4096  # the sized total's ceiling: more is never needed by one server's clients
+RESERVE_MIN = 128
+RESERVE_SHARE = 4
+MIN_BUDGET = 16
+PER_CLIENT_SHARE = 4
+PER_CLIENT_MAX = 64
+DEFAULT_MAX = 4096
 UNLIMITED = 1 << 20  # what RLIM_INFINITY counts as
 
 
@@ -52,8 +37,7 @@ def reserve_for(limit: int) -> int:
 
 
 class DescriptorBudget:
-    """Connections every limited server of the process may hold together: the open-file
-    limit less the reserve. Thread-safe (each server runs its own loop on its own thread)."""
+    """Connections every limited server of the process may hold together; thread-safe."""
 
     def __init__(self, limit: int | None = None) -> None:
         self.limit = open_file_limit() if limit is None else limit
@@ -93,8 +77,8 @@ class ServerLimits:
 
     max_connections: int
     max_connections_per_client: int
-    read_timeout: float  # seconds to deliver a complete request (and to take an answer)
-    keepalive_timeout: float  # seconds an idle keep-alive connection stays open
+    read_timeout: float
+    keepalive_timeout: float
     spared: tuple[str, ...] = ()  # networks the per-client cap spares (proxies), or "*"
 
     @classmethod
@@ -102,8 +86,8 @@ class ServerLimits:
               read_timeout: float = 10.0, keepalive_timeout: float = 5.0,
               spared: Iterable[str] = (), budget: DescriptorBudget | None = None,
               where: str = "[portal]") -> ServerLimits:
-        """The caps, 0 meaning "sized from the open-file limit"; ConfigurationError (naming
-        ``where`` and the key) when the limit cannot hold them."""
+        """The caps, 0 meaning "sized from the open-file limit"; ConfigurationError if the
+        limit cannot hold them."""
         budget = budget or process_budget()
         if budget.size < MIN_BUDGET:
             raise ConfigurationError(
@@ -131,9 +115,8 @@ class ServerLimits:
 
 
 class ConnectionGate:
-    """Counts one server's open connections, in total and per client address, against its
-    :class:`ServerLimits` and the process's :class:`DescriptorBudget`. Used on the server's
-    loop thread only."""
+    """Counts one server's connections against its caps and the process's budget (on the
+    server's loop thread only)."""
 
     def __init__(self, limits: ServerLimits, budget: DescriptorBudget | None = None) -> None:
         self.limits = limits
