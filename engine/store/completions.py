@@ -20,10 +20,10 @@ from engine.store.notify import Announcement, Kind
 SAFETY_POLL = 2.0  # seconds between a waiter's looks when no announcement reaches it
 # a virtual clock's sleep runs the harness's deliveries, so a short period sees each end
 VIRTUAL_POLL = 0.05
-STOP_CHECK = 0.25  # seconds between looks at a ``stop`` event while waiting on a thread
+STOP_CHECK = 0.25  # seconds between looks at ``stop`` while waiting on a thread
 RECENT = 4096  # ended ids a hub remembers, so that a waiter who just registered need not look
-RECENT_RESPONSES = 256  # responses of unwatched ends a hub keeps for a waiter about to look
-RECENT_RESPONSE_BYTES = 64 * 1024  # characters of such a response at most
+RECENT_RESPONSES = 256  # responses of unwatched ends kept for a waiter about to look
+RECENT_RESPONSE_BYTES = 64 * 1024
 
 Waker = Callable[[], object]
 Kept = tuple["str | None", "str | None"]  # a response kept for a waiter: (class, body)
@@ -238,7 +238,7 @@ class _Wake:
     def set(self) -> None:
         try:
             self._loop.call_soon_threadsafe(self._settle)
-        except RuntimeError:  # the loop closed: nobody waits any more
+        except RuntimeError:
             pass
 
     def _settle(self) -> None:
