@@ -1,8 +1,5 @@
-"""Durable state: the SQL tables users query, and the only code that touches SQL.
-
-The package imports nothing itself, so that a command that needs only part of it (``encore
-send``: the hot path's statements on a driver connection) never pays for SQLAlchemy.
-"""
+"""Durable state: the SQL tables and the only code that touches SQL. The package imports
+nothing itself, so ``encore send`` never pays for SQLAlchemy."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any

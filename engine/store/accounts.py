@@ -1,10 +1,5 @@
-"""Portal users and API tokens (docs/portal.md): the ``portal_user`` and ``api_token`` rows,
-and the login attempts counted against the login limit (``login_guess``, docs/security.md).
-
-This module stores and finds hashes; it never sees a password or a token in clear. Hashing
-(argon2 for passwords, SHA-256 for tokens, which are random and long) is the portal's
-business: :mod:`engine.serving.auth`.
-"""
+"""Portal users, API tokens and counted login attempts (docs/portal.md, docs/security.md).
+Only hashes are stored here; hashing is :mod:`engine.serving.auth`'s."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -20,7 +15,7 @@ from engine.errors import OperatorError, StoreError
 from engine.store.models import TOKEN_ROLES, USER_ROLES, api_token, login_guess, portal_user
 from engine.store.sql import SqlStore
 
-TOKEN_TOUCH_INTERVAL = timedelta(seconds=60)  # last_used_at is written at most this often
+TOKEN_TOUCH_INTERVAL = timedelta(seconds=60)  # how often last_used_at is written at most
 
 
 @dataclass(frozen=True)
@@ -32,7 +27,7 @@ class UserRow:
     password_hash: str
     created_at: datetime
     session_generation: int = 0  # grows at each logout; older sessions are refused
-    time_zone: str = "UTC"  # "UTC" or "local": how the portal shows this user times
+    time_zone: str = "UTC"
 
 
 @dataclass(frozen=True)
@@ -55,7 +50,7 @@ def add_user(store: SqlStore, name: str, role: str, password_hash: str, *,
             conn.execute(portal_user.insert().values(name=name, role=role,
                                                      password_hash=password_hash,
                                                      created_at=now))
-    except StoreError as exc:  # the primary key on name
+    except StoreError as exc:
         if isinstance(exc.__cause__, IntegrityError):
             raise OperatorError(f"a user named {name!r} exists already") from exc
         raise
@@ -84,7 +79,7 @@ def list_users(store: SqlStore) -> list[UserRow]:
                     r.session_generation, r.time_zone) for r in rows]
 
 
-TIME_ZONES = ("UTC", "local")  # portal_user.time_zone: UTC, or the browser's own zone
+TIME_ZONES = ("UTC", "local")
 
 
 def set_time_zone(store: SqlStore, name: str, time_zone: str) -> None:
@@ -125,14 +120,12 @@ def set_password_hash(store: SqlStore, name: str, password_hash: str) -> None:
 
 
 def end_sessions(store: SqlStore, name: str) -> None:
-    """End every portal session of user ``name`` (a logout), on every portal: the sessions
-    issued before name the generation this moves past."""
+    """End every portal session of user ``name``, on every portal."""
     with store.db.tx() as conn:
         conn.execute(update(portal_user).where(portal_user.c.name == name)
                      .values(session_generation=portal_user.c.session_generation + 1))
 
 
-# -- login attempts ----------------------------------------------------------------------
 class _Spent(Exception):
     """A key whose window holds its limit of attempts already (rolls the count back)."""
 
@@ -142,19 +135,17 @@ class _Spent(Exception):
 
 def count_login_guess(store: SqlStore, keys: Sequence[str], *, now: datetime, limit: int,
                       window: timedelta) -> datetime | None:
-    """Count one login attempt against each of ``keys`` (``"user:<name>"``,
-    ``"addr:<client>"``) in one transaction, before its password is checked; None when it
-    was counted. If a key has had ``limit`` attempts in its window (which starts at its first
-    attempt and lasts ``window``), nothing is counted and the start of that window is
-    returned. Each key's row is updated by one conditional upsert, so racing attempts on any
-    number of portals are counted one by one and never pass the limit."""
+    """Count one login attempt against each of ``keys``, before the password is checked;
+    None when counted. A key already at ``limit`` within ``window`` counts nothing and
+    its window's start is returned. One conditional upsert per key, so racing portals
+    never pass the limit."""
     g = login_guess.c
     cutoff = now - window
     dialect = postgresql if store.is_postgres else sqlite
-    over = g.window_start <= cutoff  # the row's window has passed: a new one starts now
+    over = g.window_start <= cutoff
     try:
         with store.db.tx(durable=False) as conn:
-            for key in sorted(keys):  # one order everywhere: racing transactions never deadlock
+            for key in sorted(keys):  # one order everywhere: no deadlock
                 upsert = dialect.insert(login_guess).values(key=key, window_start=now, guesses=1)
                 upsert = upsert.on_conflict_do_update(
                     index_elements=[g.key],
@@ -171,13 +162,11 @@ def count_login_guess(store: SqlStore, keys: Sequence[str], *, now: datetime, li
 
 def refund_login_guess(store: SqlStore, *, reset: str | None,
                        refund: Sequence[str]) -> None:
-    """After a successful login: forget the attempts of key ``reset`` (the user name; None:
-    no key's) and take back the one just counted against each of ``refund`` (the address;
-    every key of a login whose password was never checked)."""
+    """After a login: forget the attempts of key ``reset`` and take back the one just
+    counted against each of ``refund``."""
     g = login_guess.c
     with store.db.tx(durable=False) as conn:
         for key in sorted({*refund} | ({reset} if reset is not None else set())):
-            # the order of count_login_guess
             if key == reset:
                 conn.execute(delete(login_guess).where(g.key == key))
             else:
@@ -186,8 +175,7 @@ def refund_login_guess(store: SqlStore, *, reset: str | None,
 
 
 def purge_login_guesses(store: SqlStore, *, before: datetime) -> None:
-    """Delete the rows of windows that started before ``before`` (rows locked by a racing
-    attempt are left for next time)."""
+    """Delete the rows of windows that started before ``before``."""
     g = login_guess.c
     stale = select(g.key).where(g.window_start < before).with_for_update(skip_locked=True)
     with store.db.tx(durable=False) as conn:
@@ -204,8 +192,8 @@ def add_token(store: SqlStore, name: str, role: str, token_hash: str, *, now: da
 
 
 def find_token(store: SqlStore, token_hash: str, *, now: datetime) -> TokenRow | None:
-    """The token whose hash is ``token_hash``, or None. Marks it used (at most once per
-    :data:`TOKEN_TOUCH_INTERVAL`, so that intake does not write a row per request)."""
+    """The token whose hash is ``token_hash``, or None; marks it used at most once per
+    :data:`TOKEN_TOUCH_INTERVAL`."""
     t = api_token.c
     with store.db.read() as conn:
         row = conn.execute(select(api_token).where(t.token_hash == token_hash)).first()

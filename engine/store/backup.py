@@ -1,13 +1,7 @@
 """An online backup of an SQLite database (docs/backup.md), safe while daemons write to it.
 
-SQLite's backup API copies the database page by page from a read transaction. Done in one
-step, as here, that transaction is one snapshot: in WAL mode the daemons go on committing
-meanwhile, and the copy holds the database as it was when the step began — every
-transaction whole or not at all. (Copied in several steps, a write by another connection
-between two steps would start the copy again, and a busy daemon might never let it end.)
-The copy is written beside its destination under a temporary name, checked with
-``PRAGMA integrity_check``, and only then renamed into place: a copy that did not finish is
-never found at the destination.
+The backup API runs in one step, so the copy is one snapshot; it is written under a temporary
+name, integrity-checked, and only then linked into place.
 """
 from __future__ import annotations
 
@@ -23,8 +17,7 @@ __all__ = ["BackupResult", "backup_sqlite"]
 
 @dataclass(frozen=True)
 class BackupResult:
-    """A finished backup: where it is, its size in bytes, and its integrity check's verdict
-    (``ok``)."""
+    """A finished backup: path, size in bytes, and its integrity check's verdict."""
 
     path: str
     size: int
@@ -32,9 +25,8 @@ class BackupResult:
 
 
 def backup_sqlite(database: str, destination: str) -> BackupResult:
-    """Copy the SQLite file ``database`` to ``destination`` (which must not exist, in a
-    directory that does) as one consistent snapshot. Raises :class:`StoreError` saying what
-    is wrong; nothing is left at ``destination`` then."""
+    """Copy the SQLite file ``database`` to the new ``destination`` as one snapshot;
+    StoreError, leaving nothing there, on failure."""
     _check_paths(database, destination)
     partial = f"{destination}.partial-{os.getpid()}"
     try:
@@ -69,11 +61,11 @@ def _copy(database: str, partial: str) -> None:
     """The whole of ``database`` into the new file ``partial`` (mode 0600), in one step."""
     fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_EXCL, SQLITE_FILE_MODE)
     os.close(fd)
-    source = sqlite3.connect(database, timeout=SQLITE_BUSY_TIMEOUT)  # it only reads
+    source = sqlite3.connect(database, timeout=SQLITE_BUSY_TIMEOUT)
     try:
         target = sqlite3.connect(partial)
         try:
-            source.backup(target, pages=-1)  # one step: one read transaction, one snapshot
+            source.backup(target, pages=-1)  # one step: one snapshot
         finally:
             target.close()
     finally:

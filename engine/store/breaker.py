@@ -1,18 +1,7 @@
 """Circuit breakers in the ``item_breaker`` table, shared by every daemon (docs/guards.md).
 
-A breaker is a row ``(config_name, state, failures, open_until, probe_owner, updated_at)``
-with ``state`` one of ``closed``, ``open``, ``half_open``. Every transition is one
-conditional ``UPDATE … RETURNING`` statement, so daemons racing for it agree on who made it:
-
-- :meth:`SqlBreakers.record_failure` counts a failed attempt while ``closed`` and opens the
-  breaker in the same statement when the count reaches the threshold;
-- :meth:`SqlBreakers.take_probe` lets exactly one attempt through once ``open_until`` has
-  passed (``half_open``, ``probe_owner`` = the caller); ``open_until`` then says when that
-  probe counts as lost (its daemon died) and another may be taken;
-- :meth:`SqlBreakers.close` and :meth:`SqlBreakers.reopen` end the probe, only for its owner.
-
-Opening and closing are announced to every daemon (``NOTIFY`` on PostgreSQL, this process's
-callbacks everywhere) with :meth:`~engine.store.notify.Announcement.breaker`.
+Every transition is one conditional ``UPDATE … RETURNING``, so racing daemons agree on who made
+it; opening and closing are announced to every daemon.
 """
 from __future__ import annotations
 
@@ -62,10 +51,9 @@ class SqlBreakers:
 
     def record_failure(self, item: str, *, threshold: int, open_seconds: float,
                        now: datetime) -> BreakerRow | None:
-        """Count one failed attempt of ``item`` if its breaker is closed, opening it (until
-        ``now + open_seconds``) when the count reaches ``threshold``. Returns the row as it
-        is now — ``state`` ``open`` only if this very call opened it — or None when the
-        breaker was not closed (nothing counted)."""
+        """Count one failed attempt of a closed breaker, opening it until ``now +
+        open_seconds`` at ``threshold``. The row (``open`` only if this call opened it), or
+        None when it was not closed."""
         c = item_breaker.c
         opens = c.failures + 1 >= threshold
         stmt = (update(item_breaker).where(c.config_name == item, c.state == CLOSED)
@@ -77,7 +65,7 @@ class SqlBreakers:
         return self._transition(item, stmt, announce=lambda r: r.state == OPEN)
 
     def reset_failures(self, item: str, *, now: datetime) -> None:
-        """A success: the count of consecutive failures of a closed breaker goes back to 0."""
+        """A success: a closed breaker's failure count goes back to 0."""
         c = item_breaker.c
         with self._db.tx(durable=False) as conn:
             conn.execute(update(item_breaker).where(c.config_name == item, c.state == CLOSED,
@@ -86,10 +74,9 @@ class SqlBreakers:
 
     def take_probe(self, item: str, owner: str, *, now: datetime,
                    probe_seconds: float) -> BreakerRow | None:
-        """Let one attempt through: if ``item``'s breaker is open (or half-open with a lost
-        probe) and ``open_until`` has passed, make it half-open with ``owner`` as its probe,
-        which counts as lost after ``probe_seconds``. Returns the row if ``owner`` got the
-        probe, else None."""
+        """Make ``item``'s breaker half-open with ``owner`` as its probe once ``open_until``
+        has passed (or a probe was lost after ``probe_seconds``). The row if ``owner`` got
+        it, else None."""
         c = item_breaker.c
         stmt = (update(item_breaker)
                 .where(c.config_name == item, c.state.in_((OPEN, HALF_OPEN)),
@@ -101,8 +88,7 @@ class SqlBreakers:
         return self._transition(item, stmt)
 
     def close(self, item: str, owner: str, *, now: datetime) -> BreakerRow | None:
-        """The probe of ``owner`` succeeded: close the breaker, count from 0. None if the
-        probe was no longer ``owner``'s (it counted as lost and another took it)."""
+        """``owner``'s probe succeeded: close the breaker. None if the probe was not its."""
         c = item_breaker.c
         stmt = (update(item_breaker)
                 .where(c.config_name == item, c.state == HALF_OPEN, c.probe_owner == owner)
@@ -113,8 +99,7 @@ class SqlBreakers:
 
     def reopen(self, item: str, owner: str, *, now: datetime,
                open_seconds: float) -> BreakerRow | None:
-        """The probe of ``owner`` failed: open the breaker again until ``now +
-        open_seconds``. None if the probe was no longer ``owner``'s."""
+        """``owner``'s probe failed: open the breaker again. None if the probe was not its."""
         c = item_breaker.c
         stmt = (update(item_breaker)
                 .where(c.config_name == item, c.state == HALF_OPEN, c.probe_owner == owner)
@@ -126,7 +111,7 @@ class SqlBreakers:
 
     def _transition(self, item: str, stmt: Any,
                     announce: Any = None) -> BreakerRow | None:
-        """Run one transition; announce it to every daemon when ``announce(row)`` says so."""
+        """Run one transition; announce it when ``announce(row)`` says so."""
         news = [Announcement.breaker(item)]
         with self._db.tx() as conn:
             found = conn.execute(stmt).mappings().first()

@@ -1,6 +1,5 @@
-"""A store's claims: messages taken from their queue under a lease and a fencing token, the
-leases renewed with each daemon's heartbeat, and the claims given back (expired, lost, or
-those of a daemon that stopped)."""
+"""A store's claims: messages taken under a lease and a fencing token, leases renewed with
+each heartbeat, and claims given back (expired, lost, or of a stopped daemon)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -28,59 +27,33 @@ class StoreClaims:
               limit: int = 1, fifo: bool = False, begin: bool = False,
               enabled: bool = True, held: Sequence[int] = (),
               alone: bool = True, server: str | None = None) -> list[Claimed]:
-        """Take up to ``limit`` due messages of ``target`` in one statement, oldest first:
-        ``Delivered``, leased to ``owner`` until ``now + lease_seconds``, each with a new
-        fencing token (``MessageRow.claim_token``) that every later write about it must
-        carry. Nothing while an operator has switched the item off (else ``enabled``, the
-        production file's switch, holds).
+        """Take up to ``limit`` due messages of ``target`` in one statement, oldest first,
+        leased to ``owner`` with a new fencing token each; nothing while the item is switched
+        off (by an operator, else by ``enabled``).
 
-        ``fifo``: only the head of the queue, in order — never past a message held by a
-        claim or waiting for its next attempt (a FIFO item: its item lease makes the caller
-        the only daemon that claims it); ``held``: the ids the caller holds already (it
-        delivers them first, in order), which do not stop the claim. ``begin``: attempt 1
-        of every message never attempted begins at ``now`` with the claim (for idempotent
-        items: a crash turns it into an outcome-unknown attempt, which they re-send); its id
-        is ``Claimed.begun``, going to ``server`` (the item's adapter's pick, recorded in
-        the same statement; ``Claimed.server``). The commit does not wait for the disk:
-        lost in a crash of the machine or server, the claim and its attempts go together,
-        and the message is delivered afresh.
-        Claims expired by a dead daemon come back through :meth:`release_expired_claims`.
-
-        Every claim counts a delivery (``message_header.deliveries``); one that ends by
-        putting the message back in its queue (:meth:`release`, a parked retry, :meth:`hold`)
-        takes it back. A queued message with a count above 0 is a
-        *suspect*: a delivery of it never ended (its daemon died, froze past its lease or
-        was killed during it). ``Claimed.interrupted`` is that count before the claim. A
-        suspect is claimed alone, only when it comes first and ``alone`` (the caller holds
-        no other message of ``target``); messages behind it wait until it is done, so that
-        one that crashes or freezes its daemon takes no other down with it each time.
-        """
+        ``fifo``: only the head of the queue, past the ids in ``held``. ``begin``: begin
+        attempt 1 with the claim, going to ``server``. ``alone``: the caller holds no other
+        message of ``target``, so it may take a *suspect* — a message a delivery of which
+        never ended (``deliveries`` above 0) — which is claimed alone and first
+        (docs/architecture.md)."""
         return self.db.hot.claim(target, owner=owner, now=now, lease_seconds=lease_seconds,
                                limit=limit, fifo=fifo, begin=begin, enabled=enabled,
                                held=held, alone=alone, server=server)
 
     def complete_and_claim(self, completions: list[Completion], *, now: datetime,
                            **claim: Any) -> tuple[list[int], list[Claimed]]:
-        """:meth:`complete_many`, then :meth:`claim` (its keyword arguments), in one
-        transaction where the database allows (SQLite): a dispatcher's step."""
+        """:meth:`complete_many`, then :meth:`claim`, in one transaction where possible."""
         return self.db.hot.complete_and_claim(completions, now=now, **claim)
 
     def release_expired_claims(self, target: str, *, now: datetime, owner: str | None = None,
                                holding: Iterable[int] = (),
                                monotonic: float | None = None) -> int:
-        """Put back in their queue the messages of ``target`` whose claim's lease expired
-        (their daemon died or was cut off); their open attempts count as outcome unknown.
-        Their tokens stay: the old claimer can write nothing more about them. Their count
-        of deliveries stays too: those deliveries never ended (see :meth:`claim`).
+        """Put back the messages of ``target`` whose lease expired; their tokens and
+        delivery counts stay. Returns how many.
 
-        Expiry is judged on the database's clock: ``now``, a daemon's ``DatabaseClock`` (the
-        server's time carried on the monotonic clock, never this host's wall clock); on
-        SQLite, where a daemon that has not yet seen a step of the wall clock would judge
-        leases moved across it by another (:mod:`engine.store.clockstep`), the file's clock
-        frame read in the same transaction plus this host's ``monotonic`` clock, when given.
-        ``owner``: the caller's daemon, whose claims in ``holding`` are never released — a
-        daemon knows its own claims are live from its monotonic clock; its expired claims
-        that it does not hold (a claim whose commit it never heard of) are."""
+        Expiry is judged on the database's clock ``now``; on SQLite, with ``monotonic``, on
+        the file's clock frame plus it (:mod:`engine.store.clockstep`). ``owner``'s claims
+        in ``holding`` are never released: it knows they are live."""
         h = message_header.c
         held = sorted(set(holding))
         with self.db.tx() as conn:
@@ -93,9 +66,7 @@ class StoreClaims:
             if owner is not None:
                 expired = expired.where(or_(h.claimed_by != owner, h.claimed_by.is_(None),
                                             h.id.not_in(held) if held else true()))
-            # a row locked is being written by its holder (or by a daemon frozen mid-write,
-            # until the server ends its session): the next scan looks again, and this one
-            # never waits — waiting, it would hold up the dispatcher and every scan behind it
+            # a locked row is being written by its holder: never wait, the next scan looks again
             expired = expired.with_for_update(skip_locked=True)
             count = conn.execute(update(message_header).where(h.id.in_(expired.scalar_subquery()))
                                  .values(**requeue(delivery_ended=False))).rowcount
@@ -105,10 +76,8 @@ class StoreClaims:
 
     def renew_leases(self, owner: str, *, now: datetime, lease_seconds: float,
                      claims: Iterable[tuple[int, int]] | None = None) -> int:
-        """Extend the leases of the claims ``owner`` really holds — ``(message id, token)``
-        pairs — and return how many were still its own. A claim orphaned by a write lost in
-        a database crash is not among them, so it expires by itself. ``claims=None``:
-        every lease ``owner`` holds (tests and tools)."""
+        """Extend the leases of the ``(message id, token)`` claims ``owner`` still holds
+        (None: all of its leases); returns how many."""
         h = message_header.c
         until = now + timedelta(seconds=lease_seconds)
         stmt = update(message_header).where(h.claimed_by == owner, h.status == Status.DELIVERED)
@@ -135,17 +104,15 @@ class StoreClaims:
 
     def heartbeat(self, daemon_id: str, *, now: datetime, lease_seconds: float,
                   claims: Iterable[tuple[int, int]] | None = None) -> None:
-        """Mark ``daemon_id`` alive and extend the leases of the ``claims`` it really holds
-        (see :meth:`renew_leases`)."""
+        """Mark ``daemon_id`` alive and renew its ``claims`` (:meth:`renew_leases`)."""
         with self.db.tx() as conn:
             conn.execute(update(daemon).where(daemon.c.id == daemon_id)
                          .values(heartbeat_at=now))
         self.renew_leases(daemon_id, now=now, lease_seconds=lease_seconds, claims=claims)
 
     def release_claims(self, owner: str) -> int:
-        """Put every message ``owner`` holds back in its queue (its daemon stopped or died).
-        Attempts left open stay open: the next delivery treats them as outcome unknown, and
-        the deliveries stay counted: they never ended (see :meth:`claim`)."""
+        """Put every message ``owner`` holds back in its queue; attempts and deliveries stay
+        open (outcome unknown)."""
         h = message_header.c
         with self.db.tx() as conn:
             targets = list(conn.execute(update(message_header)
@@ -158,11 +125,8 @@ class StoreClaims:
         return len(targets)
 
     def release_claim(self, message_id: int, owner: str, token: int | None = None) -> bool:
-        """Put ``message_id`` back in its queue if ``owner`` still holds its claim (with
-        ``token``, when given: that very claim) — a worker lost track of it through a
-        database error; True if it did. That delivery did not end normally: it stays
-        counted (see :meth:`claim`), so a message that breaks every delivery of it is not
-        passed around for ever either."""
+        """Put ``message_id`` back in its queue if ``owner`` (and ``token``, if given) still
+        holds its claim; True if it did. The delivery stays counted."""
         h = message_header.c
         with self.db.tx() as conn:
             target = conn.execute(fenced_update(message_id, token)

@@ -1,18 +1,9 @@
 """Carrying the stored times across a step of an SQLite file's clock (docs/architecture.md,
 "Which clock decides what").
 
-On SQLite the database's clock is this host's wall clock. When it steps (an NTP step, a
-resumed VM), the times stored before the step — leases, next-attempt times, first-attempt
-times, a breaker's end — would suddenly be that much nearer or farther: a forward step would
-release live claims and run out the failure timeout of every retrying message at once, a
-backward one would hold every parked retry for the whole step.
-
-The host's monotonic clock does not step, and every process of the host reads the same one.
-So the daemons of a file keep, in ``clock_frame``, the wall time at which the monotonic
-clock of this boot read 0. The first daemon to read another value (on a heartbeat, or when
-it starts after a step made while none ran) moves the stored times by the difference, in the
-transaction that records the new value: once, whichever daemon sees it first, so that each
-time keeps what it had left.
+The daemons of a file keep in ``clock_frame`` the wall time at which this boot's monotonic
+clock read 0; the first daemon to read another value moves the stored times by the
+difference, once, in the transaction that records it.
 """
 from __future__ import annotations
 
@@ -32,8 +23,7 @@ __all__ = ["frame_settled", "settle_clock_frame"]
 
 
 def frame_settled(store: SqlStore, *, boot: str, zero_at: datetime, tolerance: float) -> bool:
-    """True when the file's frame for boot ``boot`` is within ``tolerance`` seconds of
-    ``zero_at``: nothing to carry (a read, without the write lock)."""
+    """True when the file's frame for boot ``boot`` is within ``tolerance`` of ``zero_at``."""
     with store.db.read() as conn:
         stored = conn.execute(select(clock_frame.c.zero_at)
                               .where(clock_frame.c.boot == boot)).scalar()
@@ -43,21 +33,14 @@ def frame_settled(store: SqlStore, *, boot: str, zero_at: datetime, tolerance: f
 
 def settle_clock_frame(store: SqlStore, *, boot: str, zero_at: datetime, tolerance: float,
                        lease_seconds: float) -> tuple[float, dict[str, int]]:
-    """Record that the monotonic clock of boot ``boot`` read 0 at wall time ``zero_at``. If
-    the value stored differs by more than ``tolerance`` seconds, the wall clock stepped by
-    the difference since: move the stored times across it first. Returns the step (0.0 for
-    none) and how many rows of each kind moved.
-
-    Next-attempt and first-attempt times of unfinished messages and the end of an open
-    breaker move by the step; leases (claims and ``lease`` rows) and daemons' heartbeats move
-    by a forward step only:
-    after a backward one they last the step longer until their owners renew them, so that a
-    daemon that has not yet seen the step never takes a live daemon's claim for expired, nor
-    the daemon for silent."""
+    """Record that boot ``boot``'s monotonic clock read 0 at ``zero_at``, first moving the
+    stored times by a step of more than ``tolerance`` seconds. Returns the step (0.0: none)
+    and the rows moved by kind. Leases and heartbeats move by a forward step only, so a
+    daemon that has not yet seen the step never takes a live claim for expired."""
     with store.db.tx() as conn:
         stored = conn.execute(select(clock_frame.c.zero_at)
                               .where(clock_frame.c.boot == boot)).scalar()
-        if stored is None:  # a new boot: its monotonic clock has a new origin
+        if stored is None:  # a new boot: a new monotonic origin
             conn.execute(delete(clock_frame))
             conn.execute(clock_frame.insert().values(boot=boot, zero_at=zero_at))
             return 0.0, {}
@@ -71,7 +54,7 @@ def settle_clock_frame(store: SqlStore, *, boot: str, zero_at: datetime, toleran
 
 def _carry(conn: Any, step: timedelta, lease_seconds: float) -> dict[str, int]:
     h = message_header.c
-    forward = max(step, timedelta())  # a lease is never shortened: see settle_clock_frame
+    forward = max(step, timedelta())
     carried: dict[str, int] = {}
     unfinished = h.status.in_([Status.QUEUED, Status.DELIVERED])
     carried["retries"] = _shift(conn, message_header, h.next_attempt_at, step, unfinished)
@@ -86,8 +69,7 @@ def _carry(conn: Any, step: timedelta, lease_seconds: float) -> dict[str, int]:
 
 
 def _shift(conn: Any, table: Table, column: Column[Any], step: timedelta, where: Any) -> int:
-    """Move ``column`` by ``step`` in the rows of ``table`` that match ``where`` (read and
-    written back: SQLite has no interval arithmetic on the stored text)."""
+    """Move ``column`` by ``step`` in the rows of ``table`` matching ``where``."""
     key = next(iter(table.primary_key.columns))
     query = select(key, column).where(column.is_not(None))
     rows = conn.execute(query if where is None else query.where(where)).all()

@@ -1,13 +1,6 @@
-"""The database of one store: what :class:`~engine.store.sql.SqlStore` and its sibling modules
-(leases, breakers, rate buckets, accounts, the operator's actions, the viewer, ...) share.
-
-One :class:`Database` per store, reached as ``store.db`` (the sibling tables of a store are
-built over it): its read connections and write transactions, with SQLAlchemy's errors turned
-into StoreError (:class:`Transaction`); the hot path's prebuilt statements (``hot``); the
-event log whose held events go with the next write (``events``); and the announcements made
-with a commit (``announcer``, :meth:`Database.announce`). A module that writes asks it for a
-transaction rather than reaching into the store, so the store's own methods and every
-sibling's go through the same code.
+"""The database of one store (``store.db``): read connections and write transactions with
+SQLAlchemy's errors turned into StoreError, the hot path (``hot``), the event log (``events``)
+and the announcements made with a commit (``announcer``). Every store module writes through it.
 """
 from __future__ import annotations
 
@@ -32,7 +25,7 @@ from engine.store.statuses import Status
 
 __all__ = ["Database", "Transaction", "check_claim", "fenced_update", "work_announcements"]
 
-Write = Callable[[Connection], None]  # a write deferred to a thread's next change
+Write = Callable[[Connection], None]
 
 
 class Database:
@@ -44,25 +37,20 @@ class Database:
         self.events = SqlEventLog(engine)
         file = None if self.is_postgres else sqlite_file(
             engine.url.render_as_string(hide_password=False))
-        # this process's doorbell (an SQLite file): what other processes ring
         self.doorbell = Doorbell(file) if file else None
-        # callbacks of this process, NOTIFY (PostgreSQL) or the other processes' doorbells
         self.announcer = QueueAnnouncer(postgres=self.is_postgres, doorbell=self.doorbell)
         driver_error = engine.dialect.loaded_dbapi.Error
         hot = PostgresHotPath if self.is_postgres else SqliteHotPath
         self.hot: HotPath = hot(engine, lambda exc: isinstance(exc, driver_error),
                                 shared=isinstance(engine.pool, StaticPool))
         self.hot.on_waited_done = self.announce_done
-        self._local = threading.local()  # .writes: writes deferred to the next change
+        self._local = threading.local()
 
     @contextmanager
     def tx(self, *, durable: bool = True, changes: bool = False) -> Iterator[Connection]:
-        """A write transaction. ``durable=False``: on PostgreSQL the commit does not wait for
-        the WAL flush (``synchronous_commit = off``) — for writes whose loss in a database
-        server crash the engine recovers from (see ``SqlStore.begin_attempt``). The events
-        this thread holds for its next change (:meth:`SqlEventLog.until_next_change`) are
-        inserted in it, before it commits; ``changes`` (a change of a message's state): so
-        are the writes deferred to it (:meth:`deferred`)."""
+        """A write transaction; it also inserts the events this thread holds and, with
+        ``changes``, runs its deferred writes. ``durable=False``: on PostgreSQL the commit
+        does not wait for the WAL flush."""
         with Transaction(self.engine, durable=durable or not self.is_postgres) as conn:
             if changes:
                 deferred = self.deferred()
@@ -72,45 +60,36 @@ class Database:
             self.events.insert_held(conn)
 
     def single(self) -> Transaction:
-        """A connection whose every statement commits on its own, in the server (autocommit)
-        on PostgreSQL — for a statement that locks a row another daemon may be renewing (a
-        lease it may take): between such a statement and its COMMIT, a daemon frozen or cut
-        off would hold the lock, and hold up the row's owner, as long as it stays so. On
-        SQLite a write transaction, as :meth:`tx`."""
+        """An autocommit connection on PostgreSQL (a write transaction on SQLite), for a
+        statement that locks a row another daemon may renew: a frozen daemon must not hold
+        that lock until its COMMIT."""
         return Transaction(self.engine, autocommit=self.is_postgres)
 
     def read(self) -> Transaction:
-        """A connection for reads only: on SQLite a plain BEGIN, without the write lock
-        (``log --follow``, ``status``, metrics scrapes and the portal never wait for
-        writers), with errors turned into StoreError as for every write."""
+        """A read-only connection; on SQLite without the write lock, so it never waits."""
         return Transaction(self.engine, read_only=True)
 
     def deferred(self) -> list[Write]:
-        """This thread's writes deferred to its next change of a message (a failed
-        attempt's end, ``SqlStore.end_attempt``), in order: :meth:`tx` with ``changes``
-        runs them in its transaction; the caller may append or clear."""
+        """This thread's writes deferred to its next change of a message, in order."""
         writes: list[Write] | None = getattr(self._local, "writes", None)
         if writes is None:
             writes = self._local.writes = []
         return writes
 
     def announce(self, news: Sequence[Announcement]) -> None:
-        """Tell every process on the database, outside any transaction: NOTIFY in a
-        transaction of its own on PostgreSQL, the doorbells of the other processes on
-        SQLite, and this process's callbacks."""
+        """Announce ``news`` to every process, outside any transaction."""
         if news and self.is_postgres:
             with self.tx() as conn:
                 self.announcer.notify(conn, news)
         self.announcer.call_back(news)
 
     def announce_done(self, ids: list[int]) -> None:
-        """Messages someone waits for ended (committed): tell this process's waiters and
-        (SQLite) ring the others — on PostgreSQL the NOTIFY went with the commit, and there
-        is no doorbell to ring."""
+        """Announce the end of waited-for ``ids`` here and on SQLite (on PostgreSQL the
+        NOTIFY went with the commit)."""
         self.announcer.call_back(done_announcements(ids))
 
     def dispose(self) -> None:
-        """Close the doorbell, the hot path's connections and the engine's pool."""
+        """Close the doorbell, the hot path and the engine's pool."""
         if self.doorbell is not None:
             self.doorbell.close()
         self.hot.dispose()
@@ -118,10 +97,8 @@ class Database:
 
 
 def fenced_update(message_id: int, token: int | None) -> Update:
-    """UPDATE of ``message_id``, conditional, when a token is given, on the claim of that
-    token still holding it: the message still ``Delivered`` with that token. (A claim taken
-    back on expiry leaves the message ``Queued`` with its token until the next claim: the
-    token alone would let the old claimer write about a message it no longer holds.)"""
+    """UPDATE of ``message_id``, fenced, when ``token`` is given, by the claim still holding
+    it: ``Delivered`` with that token (an expired claim leaves the token on a Queued row)."""
     h = message_header.c
     stmt = update(message_header).where(h.id == message_id)
     if token is None:
@@ -137,8 +114,8 @@ def check_claim(changed: int, ident: int, token: int | None, what: str = "messag
 
 
 class Transaction:
-    """``engine.begin()`` (or a read-only connection) that turns SQLAlchemy errors into
-    StoreError with the driver's reason — never the statement or its parameters."""
+    """A transaction (or read-only or autocommit connection) raising StoreError with the
+    driver's reason."""
 
     def __init__(self, engine: Engine, *, durable: bool = True, read_only: bool = False,
                  autocommit: bool = False) -> None:
@@ -175,5 +152,5 @@ class Transaction:
 
 
 def work_announcements(targets: Iterable[str]) -> list[Announcement]:
-    """One work announcement per target of ``targets``, in name order."""
+    """One work announcement per target, in name order."""
     return [Announcement.work(t) for t in sorted(set(targets))]

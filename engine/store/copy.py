@@ -1,16 +1,9 @@
 """Copying a production's whole database to another, SQLite to PostgreSQL and back
 (``encore db copy``, docs/scale-out.md "Outgrowing SQLite").
 
-Every table of :data:`engine.store.models.metadata` is copied in foreign-key order, its rows
-read in batches in the order of their primary key and written as they were — ids, times,
-statuses, claims — so that a daemon started on the target carries on where the source's
-stopped: a queued message is delivered, a retrying one keeps its ``first_attempt_at`` and so
-its failure timeout. The target is upgraded to this Encore's schema first (Alembic's
-``alembic_version`` is the upgrade's, never copied) and must hold no rows; the rows are
-written in one transaction, and each table's rows counted on both sides before it commits,
-so a copy is whole or not at all. Then the target's id sequences are set past the copied
-ids (and past every id the source ever gave, purged rows included), so new rows get new
-ids. The source must be at this Encore's schema and no daemon alive on it.
+Rows are copied as they were, in foreign-key order, into an upgraded empty target in one
+transaction with counts checked on both sides, so a copy is whole or not at all; the target's
+id sequences are then set past every id the source gave.
 """
 from __future__ import annotations
 
@@ -30,7 +23,7 @@ from engine.store.models import daemon, metadata
 
 __all__ = ["DEFAULT_BATCH", "TableCount", "copy_database", "live_daemons", "row_counts"]
 
-DEFAULT_BATCH = 1000  # rows read and written at once
+DEFAULT_BATCH = 1000
 
 Progress = Callable[[str, int], None]  # (table, rows just written)
 
@@ -56,8 +49,8 @@ def row_counts(engine: Engine) -> dict[str, int]:
 
 
 def live_daemons(engine: Engine, now: datetime, lease_seconds: float) -> list[str]:
-    """``id (host, pid)`` of each daemon registered on ``engine`` whose last heartbeat is
-    less than ``lease_seconds`` before ``now`` (the database's time)."""
+    """``id (host, pid)`` of each daemon on ``engine`` with a heartbeat within
+    ``lease_seconds`` of ``now``."""
     alive_after = now - timedelta(seconds=lease_seconds)
     with engine.connect() as conn:
         rows = conn.execute(select(daemon.c.id, daemon.c.host, daemon.c.pid,
@@ -68,10 +61,9 @@ def live_daemons(engine: Engine, now: datetime, lease_seconds: float) -> list[st
 
 def copy_database(source: Engine, target: Engine, *, batch: int = DEFAULT_BATCH,
                   progress: Progress | None = None) -> list[TableCount]:
-    """Copy every row of ``source`` into ``target`` (see the module doc); the rows of each
-    table on both sides, in foreign-key order. StoreError, with the target left as it was
-    after its upgrade, when the source is not at this schema, the target holds rows, or the
-    counts differ."""
+    """Copy every row of ``source`` into ``target``; the row counts per table. StoreError,
+    the target left as upgraded, for a source at another schema, a non-empty target, or
+    counts that differ."""
     migrate.check(source)
     migrate.upgrade(target)
     counts = row_counts(source)
@@ -95,8 +87,7 @@ def copy_database(source: Engine, target: Engine, *, batch: int = DEFAULT_BATCH,
 
 
 def _batches(conn: Connection, table: Table, size: int) -> Iterator[list[dict[str, Any]]]:
-    """``table``'s rows in the order of its primary key, ``size`` at a time, each time
-    aware UTC (SQLite hands back naive UTC times; PostgreSQL's are in its session's zone)."""
+    """``table``'s rows in primary-key order, ``size`` at a time, times aware UTC."""
     query = select(table).order_by(*table.primary_key.columns)
     result = conn.execution_options(yield_per=size).execute(query)
     for part in result.partitions():
@@ -124,7 +115,6 @@ def _refuse_differences(copied: list[TableCount]) -> None:
         raise StoreError(f"row counts differ ({text_}); nothing was copied")
 
 
-# -- ids ----------------------------------------------------------------------------------
 def _id_tables() -> list[Table]:
     """The tables whose primary key is an id the database gives."""
     return [t for t in tables() if [c.name for c in t.primary_key.columns] == ["id"]
@@ -132,8 +122,7 @@ def _id_tables() -> list[Table]:
 
 
 def _set_sequences(reading: Connection, writing: Connection) -> None:
-    """Set the target's next id of each id table past the copied ids and past the
-    source's own next id (ids of purged rows are never given again)."""
+    """Set the target's next id of each id table past the copied ids and the source's own."""
     for table in _id_tables():
         last = max(_last_id(reading, table), _max_id(writing, table))
         if not last:
@@ -151,7 +140,7 @@ def _max_id(conn: Connection, table: Table) -> int:
 
 
 def _last_id(conn: Connection, table: Table) -> int:
-    """The last id the database gave ``table`` (0: none, or it keeps no record of it)."""
+    """The last id the database gave ``table`` (0: none or unknown)."""
     if conn.dialect.name == "postgresql":
         row = conn.execute(text("SELECT pg_get_serial_sequence(:t, 'id')"),
                            {"t": table.name}).scalar_one()

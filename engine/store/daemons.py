@@ -1,5 +1,4 @@
-"""A store's record of its daemons (registered, alive, gone) and of the operator's switches
-of items."""
+"""A store's record of its daemons and of the operator's switches of items."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -18,9 +17,7 @@ class StoreDaemons:
 
     def set_item_enabled(self, name: str, enabled: bool, *, reason: str | None,
                          now: datetime) -> None:
-        """Override the production file's ``enabled`` for item ``name``, and tell the
-        daemons at once (a disable holds from their next message, see
-        :meth:`~engine.store.notify.Announcement.switch`)."""
+        """Override the production file's ``enabled`` for item ``name``; tell the daemons."""
         news = [Announcement.switch(name, enabled)]
         with self.db.tx() as conn:
             conn.execute(item_state.delete().where(item_state.c.config_name == name))
@@ -38,9 +35,8 @@ class StoreDaemons:
     def register_daemon(self, daemon_id: str, *, host: str, pid: int, production: str,
                         items: str, now: datetime, pid_namespace: str | None = None,
                         process_start: int | None = None) -> None:
-        """Add ``daemon_id`` to the ``daemon`` table, started and alive at ``now``;
-        ``process_start``: its process's start time in clock ticks after the boot (None:
-        unknown, its PID alone is judged)."""
+        """Register ``daemon_id``, alive at ``now``; ``process_start``: its start in clock
+        ticks after boot (None: unknown)."""
         with self.db.tx() as conn:
             conn.execute(daemon.insert().values(id=daemon_id, host=host, pid=pid,
                                                 production=production, started_at=now,
@@ -55,8 +51,7 @@ class StoreDaemons:
                         .scalars())
 
     def local_daemons(self, host: str, *, namespace: str) -> list[tuple[str, int, int | None]]:
-        """(id, pid, process start) of the daemons registered from ``host`` in PID
-        namespace ``namespace``."""
+        """(id, pid, process start) of the daemons of ``host`` in PID namespace ``namespace``."""
         d = daemon.c
         with self.db.read() as conn:
             return [(r.id, r.pid, r.process_start) for r in conn.execute(
@@ -64,8 +59,7 @@ class StoreDaemons:
                 .where(d.host == host, d.pid_namespace == namespace))]
 
     def unregister_daemon(self, daemon_id: str) -> bool:
-        """Take ``daemon_id`` off the ``daemon`` table; False if it was not on it (another
-        daemon forgot it first)."""
+        """Take ``daemon_id`` off the ``daemon`` table; False if it was not there."""
         with self.db.tx() as conn:
             return bool(conn.execute(daemon.delete().where(daemon.c.id == daemon_id))
                         .rowcount)

@@ -1,7 +1,5 @@
 """Database connections: SQLite (WAL, the embedded default) and PostgreSQL (psycopg).
-
-SQLAlchemy is imported where an engine is made, not with the module: the production file's
-reader and ``encore send`` name databases without it."""
+SQLAlchemy is imported only where an engine is made (``encore send`` runs without it)."""
 from __future__ import annotations
 
 import os
@@ -19,34 +17,27 @@ READ_ONLY = "encore_read_only"  # execution option of connections that only read
 SQLITE_FILE_MODE = 0o600  # a new SQLite database: readable and writable by its owner only
 
 
-# What Encore gives libpq unless the URL says otherwise (docs/scale-out.md, "PostgreSQL with a
-# standby"): a server that is gone — its machine, not only its process — is given up within
-# seconds, so that the next host of a multi-host URL is tried and a connection to it is
-# never waited on for minutes.
+# libpq settings unless the URL says otherwise: a gone server is given up within seconds, so
+# the next host of a multi-host URL is tried (docs/scale-out.md)
 POSTGRES_DEFAULTS = {
-    "connect_timeout": "5",  # seconds to connect, for each host in turn
-    "keepalives": "1",  # an idle connection (the LISTEN one) learns of a dead peer in ~9 s
+    "connect_timeout": "5",
+    "keepalives": "1",
     "keepalives_idle": "5",
     "keepalives_interval": "2",
     "keepalives_count": "2",
-    "tcp_user_timeout": "10000",  # ms sent data may stay unacknowledged: the peer is gone
-    # a session idle inside a transaction for 10 s is ended by the server, and its row locks
-    # with it: a daemon frozen (SIGSTOP, a paused VM) in the middle of a transaction, say a
-    # lease renewal, must not stop every other daemon's claims of those rows until it wakes.
-    # The engine's transactions never wait between statements.
+    "tcp_user_timeout": "10000",
+    # a frozen daemon must not hold row locks mid-transaction (our transactions never wait)
     "options": "-c idle_in_transaction_session_timeout=10000",
 }
-# ... and with several hosts: only the one that takes writes (never a standby)
 MULTI_HOST_DEFAULTS = {"target_session_attrs": "read-write"}
 POSTGRES_SCHEME = "postgresql+psycopg"
-READ_ONLY_SQLSTATE = "25006"  # read_only_sql_transaction: a standby, or a demoted primary
-_HOST_PORT = re.compile(r"^([a-zA-Z0-9\-.]*)(?::(\d*))?$")  # SQLAlchemy's own test of h:p
+READ_ONLY_SQLSTATE = "25006"  # a standby, or a demoted primary
+_HOST_PORT = re.compile(r"^([a-zA-Z0-9\-.]*)(?::(\d*))?$")  # as SQLAlchemy tests h:p
 
 
 def normalise_url(url: str) -> str:
-    """Accept plain ``postgresql://`` and map it to the psycopg 3 driver; libpq's multi-host
-    authority (``postgresql://u@h1:5432,h2:5432/db``, which SQLAlchemy cannot parse) becomes
-    SQLAlchemy's documented form, ``postgresql+psycopg://u@/db?host=h1:5432&host=h2:5432``."""
+    """Map ``postgresql://`` to psycopg 3, and libpq's multi-host authority to SQLAlchemy's
+    ``?host=h1:5432&host=h2:5432`` form."""
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
             url = f"{POSTGRES_SCHEME}://" + url[len(prefix):]
@@ -55,8 +46,7 @@ def normalise_url(url: str) -> str:
 
 
 def _hosts_to_query(url: str) -> str:
-    """``url`` with several hosts in its authority moved to ``host`` query parameters;
-    any other URL (one host, IPv6 addresses, hosts in the query already) as it is."""
+    """``url`` with several authority hosts moved to ``host`` query parameters."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -64,14 +54,14 @@ def _hosts_to_query(url: str) -> str:
     userinfo, at, hosts = parts.netloc.rpartition("@")
     query = parse_qs(parts.query)
     if "," not in hosts or "[" in hosts or "host" in query or "port" in query:
-        return url  # both forms at once: SQLAlchemy refuses it in its own words
+        return url  # both forms at once: SQLAlchemy reports it
     params = "&".join(f"host={quote(h, safe=':')}" for h in hosts.split(","))
     return (f"{parts.scheme}://{userinfo}{at}{parts.path or '/'}?{params}"
             + (f"&{parts.query}" if parts.query else ""))
 
 
 def _host_count(hosts: Any) -> int:
-    """How many hosts a URL's ``host`` query value (a string, a tuple, None) names."""
+    """How many hosts a URL's ``host`` query value names."""
     if not hosts:
         return 1
     if isinstance(hosts, str):
@@ -80,20 +70,16 @@ def _host_count(hosts: Any) -> int:
 
 
 def postgres_defaults(given: Any, hosts: int) -> dict[str, str]:
-    """The connection settings of :data:`POSTGRES_DEFAULTS` (and, for several ``hosts``,
-    :data:`MULTI_HOST_DEFAULTS`) that ``given`` (the URL's query keys) does not set."""
+    """The settings of :data:`POSTGRES_DEFAULTS` (and :data:`MULTI_HOST_DEFAULTS`) that
+    ``given`` does not set."""
     wanted = {**POSTGRES_DEFAULTS, **(MULTI_HOST_DEFAULTS if hosts > 1 else {})}
     return {key: value for key, value in wanted.items() if key not in given}
 
 
 def libpq_conninfo(url: str) -> str | None:
-    """libpq's keyword/value connection string for a PostgreSQL ``url``, read as
-    SQLAlchemy's psycopg dialect reads it — user, password, database, the hosts and ports of
-    either multi-host form (``?host=h1:p1&host=h2:p2``, ``?host=h1,h2&port=p1,p2``, libpq's
-    ``h1:p1,h2:p2`` authority), every other query option passed on — with
-    :func:`postgres_defaults`; without SQLAlchemy (``encore send``). None for any other URL
-    and for one it does not read with certainty (both forms at once, an option twice):
-    the caller then hands it to SQLAlchemy, which says what is wrong."""
+    """libpq's connection string for a PostgreSQL ``url``, read as SQLAlchemy's psycopg
+    dialect reads it, with :func:`postgres_defaults`, without SQLAlchemy. None for another
+    URL or one it cannot read with certainty (SQLAlchemy then says what is wrong)."""
     url = normalise_url(url)
     try:
         parts = urlsplit(url)
@@ -108,23 +94,23 @@ def libpq_conninfo(url: str) -> str | None:
     params = {key: values[0] for key, values in query.items() if key != "host"}
     if "host" in query:
         if parts.hostname or port is not None:
-            return None  # a host in the authority and in the query
+            return None
         hosts = query["host"]
         if len(hosts) > 1 or (":" in hosts[0] and "port" not in params):
             if "port" in params:
-                return None  # SQLAlchemy: "Can't mix 'multihost' formats together"
+                return None
             pairs = [_HOST_PORT.match(h) for h in hosts]
             if not all(pairs):
                 return None
             params["host"] = ",".join(m.group(1) for m in pairs if m)
             ports = ",".join(m.group(2) or "" for m in pairs if m)
-            if ports:  # as SQLAlchemy does: "," for two hosts on the default port
+            if ports:
                 params["port"] = ports
         else:
             params["host"] = hosts[0]
     elif parts.hostname:
         if "%" in parts.netloc.rpartition("@")[2]:
-            return None  # an encoded socket path: SQLAlchemy's to read
+            return None  # an encoded socket path
         params["host"] = parts.hostname
         if port is not None:
             params["port"] = str(port)
@@ -143,10 +129,8 @@ def _conninfo_quote(value: str) -> str:
 
 
 def connection_looks_dead(conn: Any) -> bool:
-    """True if the idle PostgreSQL driver connection ``conn`` is closed, broken, or has
-    something to read: from an idle session that can only be the server's goodbye (it was
-    stopped, crashed or was killed; its machine answered for it). A look at the socket, no
-    round trip; a connection without one (SQLite) never looks dead."""
+    """True if the idle PostgreSQL connection ``conn`` is closed, broken, or readable (the
+    server's goodbye); a socket look, no round trip. Never for SQLite."""
     if getattr(conn, "closed", False) or getattr(conn, "broken", False):
         return True
     fileno = getattr(conn, "fileno", None)
@@ -154,7 +138,7 @@ def connection_looks_dead(conn: Any) -> bool:
         return False
     try:
         fd = fileno()
-    except Exception:  # closed under our feet
+    except Exception:
         return True
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLPRI)
@@ -162,8 +146,8 @@ def connection_looks_dead(conn: Any) -> bool:
 
 
 def create_db_engine(url: str) -> Engine:
-    """An engine for ``url``; SQLite gets WAL and ``BEGIN IMMEDIATE`` write transactions, so
-    that writers queue on the busy timeout instead of failing on a lock upgrade."""
+    """An engine for ``url``; SQLite writers use ``BEGIN IMMEDIATE`` so they queue on the
+    busy timeout instead of failing on a lock upgrade."""
     from sqlalchemy import create_engine, event
     from sqlalchemy.pool import StaticPool
 
@@ -185,20 +169,9 @@ def create_db_engine(url: str) -> Engine:
 
 
 def _postgres_engine(url: str) -> Engine:
-    """A PostgreSQL engine that leaves a dead server or a read-only one behind by itself
-    (docs/scale-out.md, "PostgreSQL with a standby"):
-
-    - no pre-ping (a round trip per transaction); instead a pooled connection is looked at
-      as it is checked out (:func:`connection_looks_dead`: its socket, no round trip), and one
-      found dead invalidates the whole pool — its peers went with the same server;
-    - an error that says the session is read-only (a standby) counts as a disconnect, so the
-      pool is invalidated there too and new connections find the primary;
-    - durable commits wait for the synchronous standby: a session whose server default is
-      ``synchronous_commit = off`` or ``local`` is set to ``on`` (commits that need not wait
-      turn it off themselves);
-    - :func:`postgres_defaults` for what the URL leaves unsaid (timeouts, keepalives, and
-      ``target_session_attrs=read-write`` for several hosts).
-    """
+    """A PostgreSQL engine that leaves a dead or read-only server behind by itself: a dead
+    pooled connection or a read-only error invalidates the pool, durable commits wait for
+    the synchronous standby, and :func:`postgres_defaults` applies (docs/scale-out.md)."""
     from sqlalchemy import create_engine, event
     from sqlalchemy.engine import make_url
 
@@ -230,7 +203,7 @@ def _postgres_on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> N
 
 def _postgres_on_error(context: Any) -> None:
     if getattr(context.original_exception, "sqlstate", None) == READ_ONLY_SQLSTATE:
-        context.is_disconnect = True  # a standby: drop the pool, connect afresh
+        context.is_disconnect = True
 
 
 def sqlite_file(url: str) -> str | None:
@@ -244,14 +217,11 @@ def sqlite_file(url: str) -> str | None:
 
 
 def create_private_file(path: str) -> None:
-    """Create the SQLite database file ``path``, empty, with mode :data:`SQLITE_FILE_MODE`
-    whatever the umask, unless it exists. SQLite gives the WAL and shared-memory files it
-    creates beside it the database file's mode, so message bodies and event texts stay
-    unreadable to other users. An existing file keeps its mode; a path that cannot be
-    created is left to the connection to report."""
+    """Create the SQLite file ``path`` with mode :data:`SQLITE_FILE_MODE` unless it exists;
+    SQLite gives its WAL and shm files the same mode."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, SQLITE_FILE_MODE)
-    except OSError:  # it exists (FileExistsError), or connecting will say what is wrong
+    except OSError:
         return
     try:
         os.fchmod(fd, SQLITE_FILE_MODE)
@@ -259,13 +229,12 @@ def create_private_file(path: str) -> None:
         os.close(fd)
 
 
-# what every SQLite connection of the engine runs first
 SQLITE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON",
                   f"busy_timeout={SQLITE_BUSY_TIMEOUT * 1000}")
 
 
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
-    dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     try:
         for pragma in SQLITE_PRAGMAS:
@@ -275,11 +244,8 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _sqlite_pragma(cursor: Any, pragma: str, *, wait: float = SQLITE_BUSY_TIMEOUT) -> None:
-    """Run ``PRAGMA pragma``, trying again while the database is locked, for up to ``wait``
-    seconds. Connections that switch a new database to WAL at the same moment may deadlock
-    on its lock, and SQLite then answers one of them "database is locked" at once, without
-    its busy timeout (several daemons, or ``encore db upgrade`` on several hosts, that
-    start together on a new file)."""
+    """Run ``PRAGMA pragma``, retrying "locked" for up to ``wait`` seconds: connections
+    switching a new file to WAL together get it at once, without the busy timeout."""
     import sqlite3
     import time
 
@@ -297,14 +263,12 @@ def _sqlite_pragma(cursor: Any, pragma: str, *, wait: float = SQLITE_BUSY_TIMEOU
 
 
 def _sqlite_on_begin(conn: Any) -> None:
-    # Writers take the write lock up front; reads (execution option READ_ONLY) do not, so
-    # with WAL they never wait for a writer.
+    # reads (READ_ONLY) skip the write lock: with WAL they never wait for a writer
     read_only = conn.get_execution_options().get(READ_ONLY, False)
     conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
 def reason_of(exc: BaseException) -> str:
-    """The driver's reason for a database error, in one line: never the SQL statement or
-    its bound parameters (message bodies), which SQLAlchemy appends to its messages."""
+    """The driver's one-line reason for ``exc``, never the SQL or its parameters."""
     lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__

@@ -1,17 +1,9 @@
-"""The doorbell of an SQLite database: announcements between the processes that share one
-database file, in microseconds and at no cost while nothing happens.
+"""The doorbell of an SQLite database: announcements between the processes sharing the file.
 
-SQLite has no NOTIFY. Each process that wants to hear what the others commit (a daemon, a
-standalone portal, a command waiting for a message) binds a Unix datagram socket in a
-directory beside the database file (``<file>-notify/``, mode 0700); a process that commits
-something worth announcing sends one datagram — the announcements as JSON lines — to every
-socket there but its own, after the commit. The directory's listing is read again only when
-it changes; the last process to stop listening removes it. A socket left behind by a killed
-process refuses the datagram and is removed; a receiver whose buffer is full misses it, which
-the waiters' safety-net poll covers.
-
-When the directory's path is too long for a socket address (108 bytes), the sockets live in
-a directory of the system's temporary directory named after the database's real path.
+SQLite has no NOTIFY. Each listening process binds a Unix datagram socket in ``<file>-notify/``
+(or, for a too-long path, a temp directory named after the file's real path); a committer
+sends one datagram of JSON lines to every other socket. A lost datagram is covered by the
+waiters' safety-net poll.
 """
 from __future__ import annotations
 
@@ -28,40 +20,37 @@ from engine.store.notify import Announcement
 
 log = logging.getLogger(__name__)
 
-MAX_SOCKET_PATH = 100  # bytes of a socket path we use (the kernel allows 107)
+MAX_SOCKET_PATH = 100  # the kernel allows 107
 MAX_DATAGRAM = 60_000  # bytes of one datagram we send
-RECEIVE_TIMEOUT = 0.5  # seconds a receiver waits before it checks whether it should stop
+RECEIVE_TIMEOUT = 0.5  # seconds between a receiver's checks for a stop
 
 
 def socket_directory(database: str) -> str:
-    """Where the doorbells of the SQLite file ``database`` are: beside it, or (a long path)
-    in the temporary directory, under a name only that file's real path gives."""
+    """Where the doorbells of the SQLite file ``database`` are."""
     real = os.path.realpath(database)
     beside = f"{real}-notify"
     if len(os.fsencode(beside)) + 40 <= MAX_SOCKET_PATH:
         return beside
     digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:24]
-    import tempfile  # rarely needed: not at start
+    import tempfile
 
     return os.path.join(tempfile.gettempdir(), f"encore-{os.getuid()}-{digest}")
 
 
 class Doorbell:
-    """Rings the other processes of one SQLite database and, once :meth:`listen` was
-    called, hears them (see the module docstring)."""
+    """Rings the other processes of one SQLite database, and hears them after :meth:`listen`."""
 
     def __init__(self, database: str) -> None:
         self.directory = socket_directory(database)
-        self._own: str | None = None  # our socket's path while we listen
+        self._own: str | None = None
         self._peers: tuple[int, list[str]] = (-1, [])  # (directory mtime, socket paths)
         self._lock = threading.Lock()
         self._receiver: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
-    # -- ringing ---------------------------------------------------------------------------
     def ring(self, notes: Iterable[Announcement]) -> None:
-        """Send ``notes`` to every other process listening on this database. Never fails."""
+        """Send ``notes`` to every other listening process. Never fails."""
         peers = self._listening_peers()
         if not peers:
             return
@@ -73,7 +62,7 @@ class Doorbell:
         try:
             mtime = os.stat(self.directory).st_mtime_ns
         except OSError:
-            return []  # nobody has ever listened
+            return []
         cached_mtime, peers = self._peers
         if mtime != cached_mtime:
             try:
@@ -87,16 +76,14 @@ class Doorbell:
     def _send(self, datagram: bytes, path: str) -> None:
         try:
             _sender().sendto(datagram, path)
-        except ConnectionRefusedError:  # its process is gone: nobody will bind it again
+        except ConnectionRefusedError:  # its process is gone
             _remove(path)
         except OSError as exc:
             if exc.errno not in (errno.EAGAIN, errno.ENOENT, errno.EACCES, errno.EPERM):
                 log.debug("doorbell %s: %s", path, exc)
 
-    # -- hearing ---------------------------------------------------------------------------
     def listen(self, on_note: Callable[[Announcement], object]) -> None:
-        """Bind this process's socket (before returning: what others commit from now on
-        reaches ``on_note``) and hear on a thread of its own until :meth:`close`."""
+        """Bind this process's socket, then hear on a thread until :meth:`close`."""
         with self._lock:
             if self._receiver is not None:
                 return
@@ -119,7 +106,7 @@ class Doorbell:
             self._thread = threading.Thread(target=self._hear, args=(receiver, on_note),
                                             daemon=True, name="sqlite-doorbell")
             self._thread.start()
-        atexit.register(self.close)  # a process that exits without dispose() tidies up
+        atexit.register(self.close)
 
     def _hear(self, receiver: socket.socket, on_note: Callable[[Announcement], object]) -> None:
         while not self._stop.is_set():
@@ -128,7 +115,7 @@ class Doorbell:
             except TimeoutError:
                 continue
             except OSError:
-                return  # closed
+                return
             for line in datagram.decode("utf-8", "replace").splitlines():
                 note = Announcement.from_json(line)
                 if note is not None:
@@ -144,17 +131,17 @@ class Doorbell:
             self._receiver = self._own = self._thread = None
             self._stop.set()
         if thread is not None:
-            if path is not None:  # wake it now: it would hear its stop only at its timeout
+            if path is not None:  # wake it now rather than at its timeout
                 self._send(b"", path)
             thread.join(RECEIVE_TIMEOUT * 2)
         if receiver is not None:
             receiver.close()
         if path is not None:
             _remove(path)
-            try:  # the last one out: no empty directory left behind (a temporary one above all)
+            try:  # the last one out removes the directory
                 os.rmdir(self.directory)
             except OSError:
-                pass  # another process still listens there
+                pass
         atexit.unregister(self.close)
 
     @property
@@ -162,7 +149,7 @@ class Doorbell:
         return self._receiver is not None
 
 
-_SENDER: socket.socket | None = None  # one per process: every doorbell rings with it
+_SENDER: socket.socket | None = None  # one per process
 _SENDER_LOCK = threading.Lock()
 
 

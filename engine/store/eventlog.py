@@ -1,10 +1,8 @@
 """The event log: append-only rows in ``event_log`` (docs/operating.md).
 
-An event that reports a change of state is written in the transaction of that change: a
-worker holds its delivery's events (:meth:`SqlEventLog.until_next_change`) and the store's
-next write on that thread inserts them before it commits (:meth:`SqlEventLog.insert_held`).
-A first failure is then never on record without the retry it scheduled, nor a give-up
-without the Error status — and a change refused by fencing leaves no event behind.
+An event reporting a change of state is written in that change's transaction: a worker holds
+its events and the store's next write on the thread inserts them, so no event outlives or
+precedes the change it reports, and a fenced-off change leaves none.
 """
 from __future__ import annotations
 
@@ -28,19 +26,18 @@ log = logging.getLogger(__name__)
 
 
 class LifeStep(StrEnum):
-    """A step of the production's life, as the ``source_method`` of its event
-    (docs/operating.md, "The production's life"): the events ``encore log --lifecycle`` and
-    the portal's lifecycle filter select. A daemon's own carry its id in ``job``."""
+    """A step of the production's life, as its event's ``source_method`` (docs/operating.md);
+    a daemon's own carry its id in ``job``."""
 
-    START = "start"  # a daemon (or an item) started, or could not
-    STOP = "stop"  # a daemon stopped, and why
-    RELOAD = "reload"  # a reload applied (what changed) or refused (why)
-    RESTART = "restart"  # an item restarted, or could not start again
-    ENABLE = "enable"  # an operator enabled an item
-    DISABLE = "disable"  # an operator disabled an item
+    START = "start"
+    STOP = "stop"
+    RELOAD = "reload"
+    RESTART = "restart"
+    ENABLE = "enable"
+    DISABLE = "disable"
     RECOVER = "recover"  # a dead daemon found, and what came back from it
-    LEAD = "lead"  # a daemon took or lost a lease (leader, a FIFO item's)
-    UPGRADE = "upgrade"  # the database schema upgraded
+    LEAD = "lead"  # a lease taken or lost
+    UPGRADE = "upgrade"
 
 
 _LEVELS = {"Error": logging.ERROR, "Alert": logging.ERROR, "Assert": logging.ERROR,
@@ -52,15 +49,12 @@ class SqlEventLog:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._local = threading.local()  # .stack: this thread's events awaiting a change
+        self._local = threading.local()
 
     @contextmanager
     def until_next_change(self) -> Iterator[None]:
-        """Hold the events this thread writes until the store's next write on this thread,
-        which inserts them in its transaction. Leaving, events no write took are written on
-        their own — unless ClaimLost ended the block: the change they report belongs to
-        another daemon now, and nothing of it is recorded here. A block inside another (a
-        delivery run while one waits, on a virtual clock) holds its own events."""
+        """Hold this thread's events for the store's next write on it. Leaving, events no
+        write took are written alone, unless ClaimLost ended the block (then none is)."""
         stack = self._held_stack()
         stack.append([])
         try:
@@ -80,8 +74,7 @@ class SqlEventLog:
         return len(stack[-1]) if stack else 0
 
     def discard_held(self) -> int:
-        """Forget the events this thread holds for its next change (the database refused
-        that change: its events go with it). Returns how many."""
+        """Forget the events this thread holds (their change was refused); how many."""
         stack = self._held_stack()
         if not stack:
             return 0
@@ -90,8 +83,7 @@ class SqlEventLog:
         return dropped
 
     def insert_held(self, conn: Connection) -> None:
-        """Insert this thread's held events in ``conn``'s transaction (the store calls this
-        in every write transaction, before it commits)."""
+        """Insert this thread's held events in ``conn``'s transaction."""
         stack = self._held_stack()
         if stack and stack[-1]:
             conn.execute(event_log.insert(), list(stack[-1]))
@@ -119,12 +111,10 @@ class SqlEventLog:
               source_class: str | None = None, source_method: str | None = None,
               stack: str | None = None, job: str | None = None,
               now: datetime | None = None, echo: bool = True) -> None:
-        """Append one event of type ``type_`` (Assert, Error, Warning, Info, Trace, Alert);
-        ``echo``: also to the Python log (False: the caller says it otherwise — a start that
-        fails is one line on stderr)."""
+        """Append one event of type ``type_``; ``echo``: also to the Python log."""
         if type_ not in EVENT_TYPES:
             raise ValueError(f"unknown event type {type_!r}; expected one of {EVENT_TYPES}")
-        text, stack = storable(text), storable(stack)  # may quote a server: NUL, surrogates
+        text, stack = storable(text), storable(stack)
         logged = now or utcnow()
         if echo:
             _mirror(_LEVELS[type_], logged, config_name, message_id, text,
@@ -144,11 +134,8 @@ class SqlEventLog:
 
 def _mirror(level: int, at: datetime, item: str | None, message_id: int | None, text: str,
             kind: tuple[str | None, ...]) -> None:
-    """The event on the Python log (the daemon's output), as it is written and stamped with
-    its ``time_logged``, so that the line and the row tell the same time. ``kind``: one per
-    item and reporting method for the log's repeat filter — a flood of one item's failures
-    is one line a minute, another item's event (or the same item's give-up after its first
-    failure) still gets through at once."""
+    """The event on the Python log, stamped with its ``time_logged``. ``kind``: one per item
+    and method, for the log's repeat filter."""
     if not log.isEnabledFor(level):
         return
     record = log.makeRecord(log.name, level, __file__, 0, "[%s] %s%s",

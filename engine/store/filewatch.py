@@ -1,17 +1,9 @@
 """The SQLite database file, watched (docs/administration.md, "The database file").
 
-A daemon holds its SQLite file open. Deleted, replaced (a new file renamed over it, a restore)
-or moved under a running daemon, the file it writes to is no longer the one at its path:
-its writes go on into a file nobody else will ever read, while ``encore db upgrade`` makes a
-new one whose messages no daemon takes. :class:`DatabaseFileWatch` compares the device and
-inode at the path with those of the file the daemon opened, at every heartbeat; the first
-difference (or a new connection's: each opens the file without creating one, then looks at
-the path again) is the end of the daemon: an ``Error`` event (into the file the daemon still has
-open, the only database it has: the operator reads it in the daemon's log), a stop, a
-non-zero exit.
-
-:func:`holders_of_lost_file` finds processes that still have a file open that was deleted
-or replaced at a path (Linux, /proc): ``encore status`` and ``db upgrade`` name them.
+A daemon whose file was deleted, replaced or moved writes into a file nobody reads.
+:class:`DatabaseFileWatch` compares the device and inode at the path with the opened file's at
+every heartbeat (and each new connection); the first difference ends the daemon.
+:func:`holders_of_lost_file` finds processes still holding such a file.
 """
 from __future__ import annotations
 
@@ -47,23 +39,21 @@ def file_identity(path: str | os.PathLike[str]) -> Identity | None:
 
 
 class DatabaseFileWatch:
-    """Whether the SQLite file of ``store`` is still the one at its path (a PostgreSQL or
-    in-memory store: always). The file's identity is taken now, or at the first
-    :meth:`check` that finds a file if there is none yet."""
+    """Whether the SQLite file of ``store`` is still the one at its path (always, for
+    PostgreSQL or memory)."""
 
     def __init__(self, store: SqlStore) -> None:
         name = None if store.is_postgres else sqlite_file(store.url)
         self.path = None if name is None else str(Path(name).resolve())
         self.identity = None if self.path is None else file_identity(self.path)
-        self.lost: str | None = None  # what happened to the file, once it has
+        self.lost: str | None = None
         self._reported = False
         if self.path is not None:
             _listen_first(store.engine, "do_connect", self._connect)
 
     def check(self, report: Callable[[str], Any], stop: Callable[[], Any]) -> bool:
-        """True while the file at the path is the one opened; the first time it is not
-        (here, or found by a new connection since), ``report`` (the Error event) and
-        ``stop`` are called, and False from then on."""
+        """True while the file at the path is the one opened; the first time not, calls
+        ``report`` and ``stop``, and False from then on."""
         if self.path is None or (self.lost is None and self._still_there()):
             return True
         if not self._reported:
@@ -82,8 +72,7 @@ class DatabaseFileWatch:
             raise DatabaseFileLost(self.lost)
 
     def _still_there(self) -> bool:
-        """Whether the path holds the file first seen there (the first sight of one is
-        taken as it); when not, :attr:`lost` says what happened."""
+        """Whether the path holds the file first seen there; else :attr:`lost` says why."""
         assert self.path is not None
         now = file_identity(self.path)
         if self.identity is None:
@@ -100,10 +89,8 @@ class DatabaseFileWatch:
 
     def _connect(self, dialect: Any, _record: Any, cargs: list[Any],
                  cparams: dict[str, Any]) -> Any:
-        """Each new connection, once the file is known: opened without creating a file
-        (``mode=rw``), then the path looked at again — a connection to whatever is at the
-        path now would write into another database, or make an empty one. None (the
-        usual connect) until a file has been seen."""
+        """Each new connection, once the file is known: opened without creating a file,
+        then the path looked at again. None until a file has been seen."""
         if self.lost is not None:
             raise DatabaseFileLost(self.lost)
         if self.identity is None:
@@ -123,8 +110,7 @@ class DatabaseFileWatch:
 
 
 def _listen_first(engine: Any, name: str, fn: Callable[..., Any]) -> None:
-    """Listen to the engine's event ``name`` before its other listeners (here: before the one
-    that creates a missing SQLite file): they are taken off and put back after ``fn``."""
+    """Listen to the engine's event ``name`` before its other listeners."""
     others = list(getattr(engine.dialect.dispatch, name))
     for other in others:
         event.remove(engine, name, other)
@@ -134,9 +120,8 @@ def _listen_first(engine: Any, name: str, fn: Callable[..., Any]) -> None:
 
 
 def holders_of_lost_file(path: str | os.PathLike[str]) -> list[int]:
-    """PIDs of the processes (other than this one) that this user may look into and that
-    hold open a file once at ``path`` and since deleted or replaced there — a daemon
-    writing into a database file nobody else sees. Empty where /proc is not."""
+    """PIDs of other processes that hold open a file once at ``path`` and since deleted or
+    replaced there (via /proc; empty where there is none)."""
     gone = f"{Path(path).resolve()} (deleted)"
     found = []
     try:
@@ -152,7 +137,7 @@ def holders_of_lost_file(path: str | os.PathLike[str]) -> list[int]:
 def _holds(pid: int, target: str) -> bool:
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:  # another user's, or gone
+    except OSError:
         return False
     for fd in fds:
         try:
@@ -164,8 +149,8 @@ def _holds(pid: int, target: str) -> bool:
 
 
 def lost_file_warning(url: str) -> str | None:
-    """What ``encore status`` and ``db upgrade`` say when processes hold open an SQLite
-    file that was at ``url``'s path and is no longer there; None when none does."""
+    """What ``encore status`` and ``db upgrade`` say when processes hold a lost SQLite file
+    of ``url``; None when none does."""
     name = sqlite_file(url) if url.startswith("sqlite") else None
     if name is None:
         return None

@@ -1,13 +1,8 @@
 """Group commit: writes that arrive together share one durable commit.
 
-A durable commit waits for the disk (a flush of SQLite's log, PostgreSQL's WAL), which costs
-more than the statements it commits. Callers of :meth:`GroupCommit.submit` that arrive while
-a commit is in progress queue up; when it ends, one of them (the *leader*) commits every
-queued write in one transaction, and each caller returns once its own write is durable —
-never before. A caller alone pays nothing more than a lock: it leads its own commit at once.
-
-No thread of its own: the callers take turns. If a batch fails as a whole, each of its
-writes is tried again on its own, so that one bad write fails only its caller.
+Callers arriving while a commit runs queue up; when it ends, one of them leads a commit of
+every queued write, and each returns once its own is durable. A caller alone leads at once.
+If a batch fails, each write is retried alone so that a bad one fails only its caller.
 """
 from __future__ import annotations
 
@@ -15,14 +10,13 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar, cast
 
-W = TypeVar("W")  # a write
-R = TypeVar("R")  # its result
+W = TypeVar("W")
+R = TypeVar("R")
 
 
 class _Ticket(Generic[W, R]):
-    """A queued write. ``done`` is held from the start and released once, when its caller
-    may go on (a lock is the cheapest one-shot signal: an Event builds a Condition, and the
-    portal makes a ticket per concurrent request)."""
+    """A queued write; ``done`` (a lock, the cheapest one-shot signal) is released once,
+    when its caller may go on."""
 
     __slots__ = ("write", "result", "error", "done", "lead")
 
@@ -32,12 +26,11 @@ class _Ticket(Generic[W, R]):
         self.error: BaseException | None = None
         self.done = threading.Lock()
         self.done.acquire()
-        self.lead = False  # woken to lead the next commit, not with a result
+        self.lead = False  # woken to lead the next commit
 
 
 class GroupCommit(Generic[W, R]):
-    """Commits writes ``W`` in groups: ``commit_one(w)`` for a write alone, ``commit_many(ws)``
-    (one transaction, results in order) for several."""
+    """Commits writes in groups with ``commit_one(w)`` or ``commit_many(ws)``."""
 
     def __init__(self, commit_one: Callable[[W], R],
                  commit_many: Callable[[Sequence[W]], list[R]]) -> None:
@@ -45,8 +38,8 @@ class GroupCommit(Generic[W, R]):
         self._commit_many = commit_many
         self._lock = threading.Lock()
         self._queue: list[_Ticket[W, R]] = []
-        self._busy = False  # a leader is committing
-        self.commits = 0  # transactions committed, for tests and benchmarks
+        self._busy = False
+        self.commits = 0
         self.writes = 0
 
     def submit(self, write: W) -> R:
@@ -57,14 +50,14 @@ class GroupCommit(Generic[W, R]):
             if not alone:
                 ticket: _Ticket[W, R] = _Ticket(write)
                 self._queue.append(ticket)
-        if alone:  # nobody is committing: this write is a batch of one, led at once
+        if alone:
             self.commits += 1
             self.writes += 1
             try:
                 return self._commit_one(write)
             finally:
                 self._hand_on()
-        ticket.done.acquire()  # released with its result, or to lead the next commit
+        ticket.done.acquire()
         if not ticket.lead:
             return self._outcome(ticket)
         self._lead()
@@ -106,23 +99,22 @@ class GroupCommit(Generic[W, R]):
     def _outcome(ticket: _Ticket[W, R]) -> R:
         if ticket.error is not None:
             raise ticket.error
-        return cast(R, ticket.result)  # set: no error, so the commit gave it
+        return cast(R, ticket.result)
 
 
 def commit_together(writes: Sequence[W], commit_one: Callable[[W], R],
                     commit_many: Callable[[Sequence[W]], list[R]]) -> list[R | BaseException]:
-    """``writes`` in one transaction (``commit_many``) or, when that fails as a whole, each
-    in one of its own: each write's result in order, or the error of a write that failed
-    alone (a batch of one is committed alone at once)."""
+    """``writes`` in one transaction or, if it fails, each alone: each result in order, or
+    the error of a write that failed alone."""
     if len(writes) > 1:
         try:
             return list(commit_many(writes))
-        except Exception:  # tried again one by one below
+        except Exception:
             pass
     outcomes: list[R | BaseException] = []
     for write in writes:
         try:
             outcomes.append(commit_one(write))
-        except BaseException as exc:  # handed to that write's caller
+        except BaseException as exc:
             outcomes.append(exc)
     return outcomes

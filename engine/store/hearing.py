@@ -1,6 +1,5 @@
-"""What a store hears: the announcements of this process's commits, and — once asked — those
-of every other process on the database (LISTEN on PostgreSQL, the doorbell of an SQLite
-file), with hooks called when the listener reconnects."""
+"""What a store hears: announcements of this process's commits and, once asked, of every
+other process on the database."""
 from __future__ import annotations
 
 import logging
@@ -14,7 +13,7 @@ from engine.store.notify import AnnouncementCallback, QueueListener
 
 log = logging.getLogger("engine.store.sql")  # the name the daemon's log filters know
 
-LISTEN_WAIT = 5.0  # seconds hear_other_processes waits for the PostgreSQL listener to connect
+LISTEN_WAIT = 5.0
 
 
 class StoreHearing:
@@ -29,17 +28,15 @@ class StoreHearing:
     _hearers: int
 
     def add_queue_callback(self, callback: AnnouncementCallback) -> None:
-        """Call ``callback(announcement)`` after this process commits something announced
-        (:class:`~engine.store.notify.Announcement`), and — once :meth:`hear_other_processes`
-        was called — when another process does."""
+        """Call ``callback(announcement)`` for what this process (and, once hearing, others)
+        commits."""
         self.db.announcer.add_callback(callback)
 
     def remove_queue_callback(self, callback: AnnouncementCallback) -> None:
         self.db.announcer.remove_callback(callback)
 
     def add_reconnect_hook(self, hook: Callable[[], object]) -> None:
-        """Call ``hook()`` whenever the listener (re)connects: what other processes
-        announced meanwhile was lost, so whoever waits should look again."""
+        """Call ``hook()`` whenever the listener (re)connects, as announcements were lost."""
         self._reconnect_hooks.append(hook)
 
     def remove_reconnect_hook(self, hook: Callable[[], object]) -> None:
@@ -47,10 +44,8 @@ class StoreHearing:
             self._reconnect_hooks.remove(hook)
 
     def hear_other_processes(self) -> None:
-        """Hear what other processes announce, from now on (on return the listener is in
-        place: LISTEN on PostgreSQL, this process's doorbell on an SQLite file), until as
-        many :meth:`stop_hearing` calls or :meth:`dispose`. An in-memory database has no
-        other process."""
+        """Hear what other processes announce, from now on, until as many
+        :meth:`stop_hearing` calls or :meth:`dispose`."""
         with self._hearing_lock:
             self._hearers += 1
             if self.is_postgres:
@@ -65,7 +60,7 @@ class StoreHearing:
                 if doorbell is not None and not doorbell.listening:
                     doorbell.listen(lambda note: self.db.announcer.deliver([note]))
                 return
-        listener.connected.wait(LISTEN_WAIT)  # else the safety nets cover the first notes
+        listener.connected.wait(LISTEN_WAIT)
 
     def stop_hearing(self) -> None:
         """Undo one :meth:`hear_other_processes`; the last one stops the listener."""
@@ -87,6 +82,5 @@ class StoreHearing:
                 log.exception("reconnect hook failed")
 
     def announce(self, targets: Iterable[str]) -> None:
-        """Tell idle workers — of this process, and of every daemon — that ``targets`` may
-        have work (e.g. a FIFO item whose lease was just given up)."""
+        """Tell idle workers of every daemon that ``targets`` may have work."""
         self.db.announce(work_announcements(targets))

@@ -1,11 +1,5 @@
-"""The ``inbound_call`` table: what the inbound services (:mod:`engine.inbound`) were asked
-and answered, for the Visual Trace.
-
-A row is written when the service has answered, several rows in one transaction (the
-service's recorder batches them): it records who called and what they were told, which no
-promise depends on — the message itself was committed before the answer, durably. A crash
-may lose the last rows; the trace then shows the service without its caller.
-"""
+"""The ``inbound_call`` table: what inbound services (:mod:`engine.inbound`) were asked and
+answered, for the Visual Trace. Written in batches after the answer; no promise rests on it."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -22,15 +16,13 @@ from engine.store.text import storable
 if TYPE_CHECKING:
     from engine.store.sql import SqlStore
 
-TEXT_LIMIT = 200  # characters of the text columns (String(200))
+TEXT_LIMIT = 200  # String(200)
 
 
 @dataclass(frozen=True, kw_only=True)
 class InboundCall:
-    """One call of an inbound service that put message ``message_id`` in: ``caller`` is the
-    client's address (``host:port``), ``principal`` the user or token it authenticated as
-    (None: no authentication), ``request`` what it asked (``POST /orders/7``, ``SOAP
-    echo``), ``answer`` what it was told (``200``, ``SOAP fault Server: ...``)."""
+    """One call of an inbound service that put message ``message_id`` in: the client's
+    address, its authenticated ``principal`` (or None), the ``request`` and the ``answer``."""
 
     message_id: int
     service: str

@@ -1,12 +1,6 @@
-"""Named leases in the ``lease`` table: how daemons sharing one database agree on who does
-what only one of them may do (docs/architecture.md).
-
-A lease is a row ``(name, owner, acquired_at, expires_at)``. :meth:`SqlLeases.acquire` is one
-``INSERT … ON CONFLICT DO UPDATE … WHERE owner = me OR expires_at < now`` statement on both
-SQLite and PostgreSQL, so taking a free lease, renewing one's own and stealing an expired one
-are the same atomic step, and two daemons can never both succeed. Time comes from the caller
-(the daemon's clock, which follows the database server's clock).
-"""
+"""Named leases in the ``lease`` table: what only one of the daemons sharing a database may do
+(docs/architecture.md). :meth:`SqlLeases.acquire` is one atomic upsert conditional on owner or
+expiry, so two daemons never both succeed."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,11 +36,8 @@ class SqlLeases:
         self._insert: Any = postgresql.insert if dialect == "postgresql" else sqlite.insert
 
     def acquire(self, name: str, owner: str, *, now: datetime, lease_seconds: float) -> bool:
-        """Take lease ``name`` for ``owner`` until ``now + lease_seconds``, or renew it.
-
-        True when ``owner`` holds it afterwards: it was free, had expired (``expires_at`` before
-        ``now``), or was ``owner``'s already. False when another owner holds it unexpired.
-        """
+        """Take or renew lease ``name`` for ``owner`` until ``now + lease_seconds``; True
+        when ``owner`` holds it afterwards."""
         until = now + timedelta(seconds=lease_seconds)
         ins = self._insert(lease).values(name=name, owner=owner, acquired_at=now,
                                          expires_at=until)
@@ -58,8 +49,7 @@ class SqlLeases:
                                       else_=ins.excluded.acquired_at)},
             where=or_(c.owner == owner, c.expires_at < now),
         ).returning(c.owner)
-        # one statement that commits in the server: it locks the row even when the lease is
-        # another's, and a daemon frozen before a COMMIT would hold up the owner's renewal
+        # autocommit: a daemon frozen before a COMMIT would hold up the owner's renewal
         with self._db.single() as conn:
             return conn.execute(stmt).first() is not None
 
@@ -70,7 +60,7 @@ class SqlLeases:
                                                          lease.c.owner == owner)).rowcount)
 
     def release_all(self, owner: str) -> list[str]:
-        """Give up every lease of ``owner`` (its daemon stopped or died); their names."""
+        """Give up every lease of ``owner``; their names."""
         with self._db.tx() as conn:
             return sorted(conn.execute(delete(lease).where(lease.c.owner == owner)
                                        .returning(lease.c.name)).scalars())

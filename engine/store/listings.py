@@ -1,6 +1,5 @@
-"""Listings a reader pages through: how many rows a limited listing of the command line left
-out, one item's queue in delivery order for the operator's console (docs/portal.md,
-"Queues"), and the queries a user may type to list the tables themselves."""
+"""Listings a reader pages through: what a limited listing left out, an item's queue in
+delivery order (docs/portal.md, "Queues"), and the demo's SQL queries."""
 from __future__ import annotations
 
 from typing import Any
@@ -26,8 +25,7 @@ def events_left_out(store: SqlStore, flt: EventFilter, oldest_id: int) -> int:
 
 def messages_left_out(store: SqlStore, oldest_id: int, *, status: str | None = None,
                       item: str | None = None, session_id: int | None = None) -> int:
-    """How many messages of ``status``, ``item`` and ``session_id`` (each when given) are
-    older than message ``oldest_id``."""
+    """How many messages matching the given filters are older than ``oldest_id``."""
     h = message_header.c
     return _older(store, message_header, oldest_id, [
         column == value for column, value in
@@ -44,9 +42,8 @@ def _older(store: SqlStore, table: Table, oldest_id: int,
 
 def queued_page(store: SqlStore, item: str, *, after: int | None,
                 limit: int) -> tuple[list[dict[str, Any]], int | None]:
-    """The queued requests of ``item`` in delivery order (by id) after id ``after``, at
-    most ``limit`` of them: (rows, the ``after`` of the next page or None). Keyset-paged on
-    the queue index ``(target, status, id)``: page 100 costs what page 1 does."""
+    """The queued requests of ``item`` by id after ``after``, at most ``limit``: (rows, the
+    next page's ``after`` or None), keyset-paged on the queue index."""
     h = message_header.c
     query = select(h.id, h.session_id, h.source, h.time_created, h.attempts, h.retry_needed,
                    h.next_attempt_at, h.body).where(

@@ -1,14 +1,8 @@
-"""Intake on a bare driver connection: ``encore send`` without SQLAlchemy.
+"""Intake on a bare driver connection: ``encore send`` without importing SQLAlchemy.
 
-A command that only puts messages in (``encore send``) would spend most of its life importing
-SQLAlchemy (a third of a second) for two statements. :class:`LiteIntake` runs the very
-statements of the hot path (:mod:`engine.store.hotpath`) on a connection of the driver itself
-— ``sqlite3``, or psycopg — and announces the work as the full store does (the NOTIFY is in
-the statement on PostgreSQL; the doorbell rings the daemons of an SQLite file).
-
-It takes only the common case: a database at this code's schema revision, named by a URL it
-understands without SQLAlchemy. Anything else raises :class:`NotLite`, and the caller falls
-back to :class:`~engine.store.sql.SqlStore`, whose checks say what is wrong in their words.
+:class:`LiteIntake` runs the hot path's own statements on a ``sqlite3`` or psycopg connection
+and announces as the full store does. Anything uncommon raises :class:`NotLite`, and the
+caller falls back to :class:`~engine.store.sql.SqlStore`.
 """
 from __future__ import annotations
 
@@ -64,8 +58,7 @@ class _Connector:
 
 
 def sqlite_path(url: str) -> str | None:
-    """The file an ``sqlite:///…`` URL names; None if it names no file (in memory, a URI,
-    query options) — those are the full store's."""
+    """The file an ``sqlite:///…`` URL names; None for anything else."""
     parts = urlsplit(url)
     if parts.scheme not in SQLITE_SCHEMES or parts.query or parts.netloc:
         return None
@@ -74,9 +67,8 @@ def sqlite_path(url: str) -> str | None:
 
 
 class LiteIntake:
-    """:meth:`accept` and :meth:`enqueue_many` as :class:`~engine.store.sql.SqlStore` has
-    them, on a driver connection (see the module docstring). Raises NotLite from the
-    constructor or :meth:`check_schema` when the full store must take over."""
+    """:meth:`accept` and :meth:`enqueue_many` of SqlStore on a driver connection; raises
+    NotLite when the full store must take over."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -85,15 +77,13 @@ class LiteIntake:
         if scheme in SQLITE_SCHEMES:
             path = sqlite_path(url)
             if path is None or not os.path.exists(path):
-                raise NotLite(url)  # the full store explains a missing database
+                raise NotLite(url)
             self.is_postgres = False
             self._doorbell = Doorbell(path)
             self._hot: HotPath = SqliteHotPath(_Connector(lambda: _sqlite(path)),
                                                lambda exc: isinstance(exc, sqlite3.Error))
         elif scheme in POSTGRES_SCHEMES:
-            # the URL as SQLAlchemy reads it (one host or several, in either form), with the
-            # full store's connection defaults; a URL it cannot read for certain is the
-            # full store's
+            # read as SQLAlchemy would, with the full store's defaults
             conninfo = libpq_conninfo(url)
             if conninfo is None:
                 raise NotLite(url)
@@ -109,7 +99,7 @@ class LiteIntake:
         """NotLite unless the database is at this code's revision (and answers)."""
         try:
             rows = self._hot.execute(VERSION_QUERY, {})
-        except Exception as exc:  # the full store says what it is
+        except Exception as exc:
             raise NotLite(str(exc)) from exc
         if [r[0] for r in rows] != [migrations.HEAD]:
             raise NotLite(f"schema at {rows!r}")

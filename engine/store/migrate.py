@@ -1,16 +1,8 @@
 """Alembic, driven from code: the migrations ship inside the installed distribution.
 
-Several daemons (or ``encore db upgrade`` on several hosts) may upgrade one database at once:
-on PostgreSQL the upgrade runs under a session advisory lock, so the others wait and then
-find the schema at head; on SQLite the migration's ``BEGIN IMMEDIATE`` transaction already
-serialises them. A database migrated by a newer Encore (a revision this code does not have)
-is refused, never downgraded or half-upgraded.
-
-Every command checks the schema before it touches the database. Alembic (and the scripts of
-every revision) costs a tenth of a second to import, so the check reads ``alembic_version``
-with plain SQL and compares it with :data:`migrations.HEAD`; Alembic is imported only to
-upgrade, or when the two differ (then it decides, so a stale ``HEAD`` costs time, never
-correctness).
+Concurrent upgrades are serialised (an advisory lock on PostgreSQL, ``BEGIN IMMEDIATE`` on
+SQLite); a newer schema is refused. The check reads ``alembic_version`` with plain SQL and
+imports Alembic only to upgrade or when the revision differs from :data:`migrations.HEAD`.
 """
 from __future__ import annotations
 
@@ -31,8 +23,8 @@ if TYPE_CHECKING:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-MIGRATION_LOCK_KEY = 0x456E636F7265  # pg_advisory_lock key held during an upgrade ("Encore")
-VERSION_TABLE = "alembic_version"  # where Alembic keeps the revision a database is at
+MIGRATION_LOCK_KEY = 0x456E636F7265  # "Encore"
+VERSION_TABLE = "alembic_version"
 
 
 def alembic_config(engine: Engine) -> Config:
@@ -45,13 +37,9 @@ def alembic_config(engine: Engine) -> Config:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> str | None:
-    """Apply every revision up to ``revision``, one process at a time (see module doc), and
-    return the revision the database was at before (None: it had no Encore tables) — on
-    PostgreSQL read under the lock, so a racing upgrade that did the work first is not
-    claimed as ours (on SQLite two upgrades at the very same moment may both claim it).
-    An upgrade of existing tables writes one ``Info`` event of the production's life
-    (docs/operating.md); creating them writes none. Raises StoreError for a schema newer
-    than this code."""
+    """Apply every revision up to ``revision``, one process at a time; return the revision
+    the database was at before (None: no Encore tables). An upgrade of existing tables
+    writes an ``Info`` lifecycle event. StoreError for a schema newer than this code."""
     try:
         if engine.dialect.name != "postgresql":
             return _upgrade(engine, revision)
@@ -84,8 +72,7 @@ def _upgrade(engine: Engine, revision: str) -> str | None:
 
 
 def check(engine: Engine) -> None:
-    """Raise StoreError unless the database is at this code's head revision, saying what to
-    do: ``encore db upgrade`` for an older schema, a newer Encore for a newer one."""
+    """Raise StoreError, saying what to do, unless the database is at this code's head."""
     try:
         current = current_revision(engine)
     except SQLAlchemyError as exc:
@@ -110,8 +97,7 @@ def known_revisions(engine: Engine) -> set[str]:
 
 
 def current_revision(engine: Engine) -> str | None:
-    """The revision the database is at (None: no Encore tables), read like Alembic's
-    ``MigrationContext.get_current_revision`` but without importing Alembic."""
+    """The revision the database is at (None: no Encore tables), without Alembic."""
     with engine.connect().execution_options(**{READ_ONLY: True}) as conn:
         if not inspect(conn).has_table(VERSION_TABLE):
             return None

@@ -79,25 +79,18 @@ message_header = Table(
     Column("lease_expires_at", _Time),
     # Grows by one with every claim: the fencing token a worker's writes are conditional on.
     Column("claim_token", _Id, nullable=False, default=0, server_default="0"),
-    # The client's Idempotency-Key: one message per (target, caller, key) (docs/security.md,
-    # docs/processes.md); the caller is an API token's holder (``api:<name>``, the source) or ''
-    # for the production itself (the command line, services, business processes) — migration 0009.
+    # Idempotency-Key: one message per (target, caller, key); caller ``api:<name>`` or ''
     Column("idempotency_key", String(200)),
     Column("idempotency_caller", String(200), nullable=False, default="",
            server_default=text("''")),
-    # The W3C trace context of the producer's span, kept with the message (docs/tracing.md).
+    # the W3C trace context of the producer's span (docs/tracing.md)
     Column("trace_context", Text),
-    # Someone waits for this message to end (docs/architecture.md, "Waiting is an event"): its end
-    # is announced (NOTIFY encore_done on PostgreSQL, the doorbell on SQLite).
+    # someone waits for its end, so the end is announced (docs/waiting.md)
     Column("waited", Boolean, nullable=False, default=False, server_default=text("false")),
-    # Deliveries begun (claims) and not ended by putting the message back in its queue: one
-    # back in its queue with a count above 0 had deliveries that never ended, and after
-    # max_deliveries of them it is Suspended (docs/architecture.md, "Poison messages"; migration
-    # 0010).
+    # deliveries begun and not ended by a put-back; see "Poison messages" in architecture.md
     Column("deliveries", Integer, nullable=False, default=0, server_default="0"),
     Index("ix_message_header_queue", "target", "status", "id"),
-    # Partial where most rows have nothing to find (migration 0007): a completion, which
-    # clears the claim and the due time, then costs no entry in these.
+    # partial: a completion, which clears the claim and due time, costs no entry in these
     Index("ix_message_header_due", "target", "status", "next_attempt_at",
           **_where("next_attempt_at IS NOT NULL")),
     Index("ix_message_header_claim", "claimed_by", **_where("claimed_by IS NOT NULL")),
@@ -107,8 +100,7 @@ message_header = Table(
           **_where("idempotency_key IS NOT NULL")),
     Index("ix_message_header_status", "status", "id"),  # the Message Viewer's filters
     Index("ix_message_header_created", "time_created"),
-    # The purge's (migration 0014): finished requests by when they ended, and the responses of
-    # a batch of requests, found without reading the table.
+    # the purge's: finished requests by end time, and responses by request
     Index("ix_message_header_completed", "time_completed", "id", **_where("kind = 'request'")),
     Index("ix_message_header_corresponding", "corresponding_id",
           **_where("corresponding_id IS NOT NULL")),
@@ -148,21 +140,16 @@ daemon = Table(
     Column("started_at", _Time, nullable=False),
     Column("heartbeat_at", _Time, nullable=False),
     Column("items", Text),
-    # /proc/self/ns/pid of the daemon's process: its PID means something only to a daemon
-    # in the same namespace (containers share host names, not PID namespaces).
+    # /proc/self/ns/pid: a PID means something only within the same namespace
     Column("pid_namespace", String(200)),
-    # Its process's start time in clock ticks after the boot (/proc/PID/stat): a process
-    # with the same PID and another start time is not the daemon (migration 0017).
+    # start time in clock ticks after boot: the same PID with another start is not the daemon
     Column("process_start", BigInteger),
-    # What the daemon runs of each item, as JSON (docs/portal.md, "what runs is what is
-    # shown"; engine.store.running): rewritten when a state changes and at every reload.
+    # what the daemon runs of each item, as JSON (engine.store.running)
     Column("item_states", Text),
 )
 
-# Leases daemons sharing one database hold on work only one of them may do at a time:
-# "leader" (scheduled jobs) and "item:<config_name>" (a FIFO item, pool_size 1 with blocking
-# retries). A lease is free once `expires_at` has passed; its owner renews it on every
-# heartbeat and deletes it when it stops (docs/architecture.md).
+# Leases on work only one daemon may do at a time: "leader" and "item:<config_name>" (a FIFO
+# item); free once `expires_at` has passed (docs/architecture.md).
 lease = Table(
     "lease", metadata,
     Column("name", String(200), primary_key=True),
@@ -172,10 +159,8 @@ lease = Table(
     Index("ix_lease_owner", "owner"),
 )
 
-# Where this host's monotonic clock stood against its wall clock when the daemons of an
-# SQLite file last agreed: the wall time at which the monotonic clock of boot `boot` read 0.
-# A daemon that finds another value has seen a step of the wall clock, and moves the stored
-# due times and leases across it, once for all daemons (engine.store.clockstep; 0016).
+# The wall time at which the monotonic clock of boot `boot` read 0, as the daemons of an
+# SQLite file last agreed (engine.store.clockstep).
 clock_frame = Table(
     "clock_frame", metadata,
     Column("boot", String(100), primary_key=True),
@@ -192,14 +177,13 @@ portal_user = Table(
     Column("role", String(20), nullable=False),
     Column("password_hash", Text, nullable=False),
     Column("created_at", _Time, nullable=False),
-    # grows by one at each logout: the user's sessions issued before it end (migration 0009)
+    # grows by one at each logout, ending the sessions issued before it
     Column("session_generation", Integer, nullable=False, default=0, server_default="0"),
-    # how the user reads times: "UTC" or "local", the browser's zone (migration 0013)
+    # "UTC" or "local"
     Column("time_zone", String(10), nullable=False, default="UTC", server_default="UTC"),
 )
 
-# Login attempts in the current window per key ("user:<name>", "addr:<client>"), counted
-# before the password is checked, on every portal of the database (docs/security.md, "Logins").
+# Login attempts in the current window per key ("user:<name>", "addr:<client>") (docs/security.md).
 login_guess = Table(
     "login_guess", metadata,
     Column("key", String(300), primary_key=True),
@@ -218,8 +202,7 @@ api_token = Table(
     Index("ix_api_token_hash", "token_hash", unique=True),
 )
 
-# An item's circuit breaker, shared by every daemon (docs/guards.md): state closed | open |
-# half_open, consecutive failed attempts, until when it stays open, who runs the probe.
+# An item's circuit breaker, shared by every daemon (docs/guards.md).
 item_breaker = Table(
     "item_breaker", metadata,
     Column("config_name", String(200), primary_key=True),
@@ -232,8 +215,7 @@ item_breaker = Table(
     Column("version", Integer, nullable=False, default=0, server_default="0"),
 )
 
-# The search properties of a message: values at the dotted paths of its item's
-# ``search_properties``, written when it is accepted (engine.store.properties; migration 0013).
+# A message's search properties, written when it is accepted (engine.store.properties).
 message_property = Table(
     "message_property", metadata,
     Column("id", _Id, primary_key=True, autoincrement=True),
@@ -247,7 +229,7 @@ message_property = Table(
     Index("ix_message_property_message", "message_id"),
 )
 
-# A user's named Message Viewer queries (migration 0013).
+# A user's named Message Viewer queries.
 saved_search = Table(
     "saved_search", metadata,
     Column("id", _Id, primary_key=True, autoincrement=True),
@@ -266,9 +248,8 @@ item_rate = Table(
     Column("refilled_at", _Time, nullable=False),
 )
 
-# What an inbound service (docs/inbound.md) was asked and answered, one row per call that
-# put a message in: the caller's address (and the user or token it authenticated as), when
-# the request came and when the answer went, for the Visual Trace's first participant.
+# What an inbound service (docs/inbound.md) was asked and answered, per call that put a
+# message in: the Visual Trace's first participant.
 inbound_call = Table(
     "inbound_call", metadata,
     Column("id", _Id, primary_key=True, autoincrement=True),
@@ -283,9 +264,8 @@ inbound_call = Table(
     Index("ix_inbound_call_message", "message_id"),
 )
 
-# Per item, minute and daemon: what the daemon counted in that minute (docs/portal.md; written
-# from memory by engine.store.rollup, migration 0011). ``histogram``: attempt times in ms, as
-# JSON ``{bucket upper bound: count}``.
+# Per item, minute and daemon: what the daemon counted (engine.store.rollup). ``histogram``:
+# attempt times in ms as JSON ``{bucket upper bound: count}``.
 ROLLUP_COUNTS = ("ok", "timeout", "connect_error", "reset", "http_status", "fault", "error",
                  "completed", "give_ups", "retries")
 item_minute = Table(

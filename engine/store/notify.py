@@ -1,24 +1,9 @@
-"""Announcements: waking whoever waits — idle workers, waiters on a message — at the commit
-that concerns them, instead of at their next look at the database (docs/architecture.md, "Waiting is
-an event").
+"""Announcements: waking idle workers and waiters at the commit that concerns them
+(docs/waiting.md).
 
-What travels is an :class:`Announcement`: a :class:`Kind` and its payload, as JSON on the
-wire. Item names may hold any character, so nothing is told apart by a prefix.
-
-- :class:`QueueAnnouncer` — the sending side, used by :class:`~engine.store.sql.SqlStore`: a
-  transaction calls :meth:`QueueAnnouncer.notify` before its commit (on PostgreSQL,
-  ``pg_notify``, delivered only if the transaction commits) and
-  :meth:`QueueAnnouncer.call_back` after it (the callbacks registered in this process, and
-  on SQLite the other processes' doorbells, :mod:`engine.store.doorbell`).
-- :class:`QueueListener` — the receiving side on PostgreSQL: a thread with its own autocommit
-  connection that ``LISTEN``\\ s on both channels and hands on what it hears. It reconnects
-  after a failure and then calls ``on_reconnect`` (what was sent meanwhile is lost, so
-  everyone should look again).
-
-Work, switches, breaker changes and the console's restarts and reloads go on
-:data:`QUEUE_CHANNEL`; the end of a message that someone waits for on :data:`DONE_CHANNEL`, so
-a waiting command line hears only those. Polling stays the safety net: a lost announcement
-delays a wake-up by at most the poll interval.
+An :class:`Announcement` travels as JSON. :class:`QueueAnnouncer` sends: ``notify`` inside the
+transaction (PostgreSQL NOTIFY), ``call_back`` after its commit (in-process callbacks, SQLite
+doorbells). :class:`QueueListener` receives on PostgreSQL. Polling stays the safety net.
 """
 from __future__ import annotations
 
@@ -36,28 +21,28 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-QUEUE_CHANNEL = "encore_queue"  # PostgreSQL NOTIFY channel of work, switches and breakers
-DONE_CHANNEL = "encore_done"  # PostgreSQL NOTIFY channel of waited-for messages that ended
-LISTEN_TIMEOUT = 0.5  # seconds the listener waits for a notification before checking stop
-RECONNECT_DELAY = 2.0  # seconds between attempts to reconnect a lost listener connection
-MAX_IDS = 500  # message ids in one "done" announcement (a NOTIFY payload holds 8,000 bytes)
+QUEUE_CHANNEL = "encore_queue"  # work, switches, breakers, console actions
+DONE_CHANNEL = "encore_done"  # ends of waited-for messages
+LISTEN_TIMEOUT = 0.5
+RECONNECT_DELAY = 2.0
+MAX_IDS = 500  # a NOTIFY payload holds 8,000 bytes
 
 
 class Kind(enum.Enum):
     """What an announcement says."""
 
-    WORK = "work"  # item ``item`` has new work (``urgent``: someone waits for it)
-    SWITCH = "switch"  # an operator switched item ``item`` on or off (``enabled``)
-    BREAKER = "breaker"  # the circuit breaker of item ``item`` opened or closed
-    DONE = "done"  # the messages ``ids``, which someone waits for, ended
-    RESTART = "restart"  # an operator asked every daemon running item ``item`` to restart it
-    RELOAD = "reload"  # an admin asked every daemon to reload the production file (as SIGHUP)
-    RELOADED = "reloaded"  # daemon ``item`` reloaded the production file (portals follow)
+    WORK = "work"  # ``urgent``: someone waits for it
+    SWITCH = "switch"
+    BREAKER = "breaker"
+    DONE = "done"  # ``ids`` ended
+    RESTART = "restart"
+    RELOAD = "reload"
+    RELOADED = "reloaded"  # daemon ``item`` reloaded
 
 
 @dataclass(frozen=True)
 class Announcement:
-    """One thing to tell the daemons and waiters; see :class:`Kind`."""
+    """One thing to tell the daemons and waiters."""
 
     kind: Kind
     item: str = ""
@@ -79,9 +64,8 @@ class Announcement:
 
     @classmethod
     def control(cls, kind: Kind, item: str = "") -> Announcement:
-        """A console announcement (restart, reload, reloaded; docs/portal.md), with a random
-        number in ``ids`` that tells it apart: the process that sends it hears it twice on
-        PostgreSQL (its own callback, then its NOTIFY), and must act once."""
+        """A console announcement, tagged with a random id: its sender hears it twice on
+        PostgreSQL and must act once."""
         return cls(kind, item=item, ids=(random.getrandbits(52),))
 
     @classmethod
@@ -131,15 +115,13 @@ AnnouncementCallback = Callable[[Announcement], object]
 
 
 class Bell(Protocol):
-    """What the announcer rings after a commit on SQLite: the doorbells of the other
-    processes on the same file (:class:`engine.store.doorbell.Doorbell`)."""
+    """The other processes' doorbells on an SQLite file."""
 
     def ring(self, notes: Iterable[Announcement]) -> None: ...
 
 
 class QueueAnnouncer:
-    """Sends announcements: NOTIFY (PostgreSQL), in-process callbacks, and the doorbells of
-    the other processes on the same SQLite file."""
+    """Sends announcements: NOTIFY, in-process callbacks and SQLite doorbells."""
 
     def __init__(self, *, postgres: bool, doorbell: Bell | None = None) -> None:
         self.postgres = postgres
@@ -156,7 +138,7 @@ class QueueAnnouncer:
             self._callbacks = [c for c in self._callbacks if c != callback]
 
     def notify(self, conn: Connection, news: Iterable[Announcement]) -> None:
-        """Inside a transaction: NOTIFY every listener (PostgreSQL) once it commits."""
+        """Inside a transaction: NOTIFY (PostgreSQL), sent once it commits."""
         if self.postgres:
             from sqlalchemy import func, select
 
@@ -164,8 +146,7 @@ class QueueAnnouncer:
                 conn.execute(select(func.pg_notify(note.channel, note.to_json())))
 
     def call_back(self, news: Iterable[Announcement]) -> None:
-        """After the commit: ring the other processes' doorbells (SQLite) and run this
-        process's callbacks. Neither ever fails the caller."""
+        """After the commit: ring the doorbells and run the callbacks; never fails."""
         notes = _unique(news)
         if not notes:
             return
@@ -174,8 +155,8 @@ class QueueAnnouncer:
         self.deliver(notes)
 
     def deliver(self, notes: Iterable[Announcement]) -> None:
-        """Run this process's callbacks for ``notes`` (also those heard from elsewhere)."""
-        callbacks = self._callbacks  # replaced, never changed in place: no lock needed
+        """Run this process's callbacks for ``notes``."""
+        callbacks = self._callbacks  # replaced, never changed in place
         for note in notes:
             for callback in callbacks:
                 try:
@@ -185,13 +166,11 @@ class QueueAnnouncer:
 
 
 def _unique(news: Iterable[Announcement]) -> list[Announcement]:
-    """``news`` without repeats, in their first order."""
     return list(dict.fromkeys(news))
 
 
 class QueueListener:
-    """A thread that LISTENs on both channels (PostgreSQL) and calls ``on_note`` with each
-    announcement it hears."""
+    """A thread that LISTENs on both channels and calls ``on_note`` with what it hears."""
 
     def __init__(self, engine: Engine, on_note: AnnouncementCallback, *,
                  on_reconnect: Callable[[], object] | None = None,
@@ -209,7 +188,7 @@ class QueueListener:
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop listening; waits up to ``timeout`` seconds for the thread."""
+        """Stop listening; waits up to ``timeout`` seconds."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -237,7 +216,7 @@ class QueueListener:
                     _close(conn)
 
     def _connect(self) -> Any:
-        """A psycopg connection of its own (detached from the pool), autocommit, LISTENing."""
+        """A detached autocommit psycopg connection, LISTENing."""
         raw = self.engine.raw_connection()
         conn: Any = raw.driver_connection
         raw.detach()
@@ -255,5 +234,5 @@ class QueueListener:
 def _close(conn: Any) -> None:
     try:
         conn.close()
-    except Exception:  # already broken
+    except Exception:
         pass

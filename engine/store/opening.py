@@ -1,9 +1,5 @@
-"""Opening the store a command names: one connection proves the database is there and, when
-asked, holds this Encore's schema; otherwise one plain sentence says what is wrong and what to
-run, the password never shown.
-
-SQLAlchemy is imported when a store is opened, not with the module (``encore send`` imports
-this module for :func:`first_line` and never needs SQLAlchemy)."""
+"""Opening the store a command names, with one plain sentence on failure (never the password).
+SQLAlchemy is imported only when a store is opened."""
 from __future__ import annotations
 
 import sys
@@ -17,9 +13,8 @@ if TYPE_CHECKING:
 
 
 def open_store(url: str, *, need_schema: bool = True) -> SqlStore:
-    """A :class:`SqlStore` on ``url``, after one connection that proves the database is
-    there and (``need_schema``) holds this Encore's tables. Raises :class:`StoreError`
-    saying what is wrong and what to run; the password in ``url`` is never shown."""
+    """A :class:`SqlStore` on ``url`` after one proving connection (``need_schema``: and
+    this Encore's tables); StoreError says what is wrong and what to run."""
     from sqlalchemy.exc import ArgumentError
 
     from engine.store.sql import SqlStore
@@ -34,7 +29,7 @@ def open_store(url: str, *, need_schema: bool = True) -> SqlStore:
                          "run `encore db upgrade` to create it")
     try:
         store = SqlStore(url)
-    except (ArgumentError, ImportError) as exc:  # an unknown dialect, no driver
+    except (ArgumentError, ImportError) as exc:
         raise StoreError(f"cannot use the database {safe_url(url)}: {first_line(exc)}"
                          ) from exc
     try:
@@ -63,7 +58,7 @@ def _check_database(store: SqlStore, *, need_schema: bool) -> None:
     if current is None:
         raise StoreError(f"the database {safe_url(store.url)} has no Encore tables; "
                          "run `encore db upgrade`")
-    store.check_schema()  # an older schema (upgrade) or a newer one (a newer Encore)
+    store.check_schema()
 
 
 def first_line(exc: BaseException) -> str:

@@ -1,10 +1,8 @@
 """Operator actions on messages and items, and the purge of old messages (docs/operating.md).
 
-Each action is one transaction that checks the message's status in the same statement that
-changes it (``UPDATE … WHERE id = :id AND status IN (…)``), so it can never take a message
-from under a daemon that claimed it a moment earlier: the claim wins, the action is refused
-with an :class:`~engine.errors.OperatorError` that says why and what would be allowed.
-Every action writes an event on the message (or the item) in that same transaction.
+Each action checks the message's status in the statement that changes it, so a daemon's claim
+always wins; a refused action raises :class:`~engine.errors.OperatorError` saying why. Every
+action writes its event in the same transaction.
 """
 from __future__ import annotations
 
@@ -48,12 +46,12 @@ log = logging.getLogger(__name__)
 RESENDABLE_STATUSES = ENDED_STATUSES
 SUSPENDABLE_STATUSES = (Status.QUEUED,)
 DISCARDABLE_STATUSES = (Status.QUEUED, Status.SUSPENDED)
-ENDING_STATUSES = ENDED_STATUSES  # what a waiter waits for
-RESEND_SOURCE_PREFIX = "resend:"  # message_header.source of a resent copy: "resend:<original id>"
-PURGE_BATCH = 500  # requests deleted per transaction, so a daemon is never blocked for long
+ENDING_STATUSES = ENDED_STATUSES
+RESEND_SOURCE_PREFIX = "resend:"
+PURGE_BATCH = 500  # requests per transaction, so a daemon is never blocked for long
 _ID_ARRAY = ARRAY(BigInteger)
 _SOURCE_CLASS = "Operator"
-OPERATOR = "an operator"  # who acted, in event texts, when the caller names nobody (the CLI)
+OPERATOR = "an operator"  # who acted, when the caller names nobody (the CLI)
 
 
 def resent_from(source: str | None) -> int | None:
@@ -67,11 +65,8 @@ def resent_from(source: str | None) -> int | None:
 # -- messages ----------------------------------------------------------------------------
 def resend(store: SqlStore, message_id: int, *, now: datetime, target: str | None = None,
            known_items: Collection[str] | None = None, by: str = OPERATOR) -> int:
-    """Queue a copy of request ``message_id`` (same body, body class and session) for its
-    target, or for ``target``; return the new message's id. The original is left as it is
-    and gets an ``Info`` event naming the copy. ``known_items`` (None: not checked) are the
-    items of the production; a target outside them is refused. ``by``: who acted, named in
-    the event (the portal names its user: that event is the action's one audit record)."""
+    """Queue a copy of request ``message_id`` for its target or ``target``; return its id.
+    ``known_items`` (None: unchecked) bounds the target; ``by`` is named in the event."""
     h = message_header.c
     with store.db.tx() as conn:
         row = _require(_message(conn, message_id, lock=True), message_id,
@@ -95,9 +90,7 @@ def resend(store: SqlStore, message_id: int, *, now: datetime, target: str | Non
 
 
 def suspend(store: SqlStore, message_id: int, *, now: datetime, by: str = OPERATOR) -> None:
-    """Suspend a ``Queued`` request (also one parked until its next retry): no worker takes
-    it until an operator resends or discards it. Refused in any other status. The event is
-    an ``Info``, as for every operator action: one record of who did what."""
+    """Suspend a ``Queued`` request until an operator resends or discards it."""
     _transition(store, message_id, SUSPENDABLE_STATUSES, "suspended", now=now,
                 status=Status.SUSPENDED,
                 event=("Info", f"suspended by {by}", "suspend"))
@@ -113,8 +106,7 @@ def discard(store: SqlStore, message_id: int, *, now: datetime, by: str = OPERAT
 
 
 def suspended_messages(store: SqlStore, *, item: str | None = None) -> list[dict[str, Any]]:
-    """Suspended requests, oldest first: id, session_id, target, attempts, error_text,
-    time_created and suspended_at (all of ``item`` only, unless it is None)."""
+    """Suspended requests, oldest first, of ``item`` only unless it is None."""
     h = message_header.c
     query = select(h.id, h.session_id, h.target, h.attempts, h.error_text, h.time_created,
                    h.time_completed.label("suspended_at")) \
@@ -129,13 +121,13 @@ def suspended_messages(store: SqlStore, *, item: str | None = None) -> list[dict
 # -- items -------------------------------------------------------------------------------
 def enable_item(store: SqlStore, item: str, *, known_items: Collection[str],
                 now: datetime, by: str = OPERATOR) -> None:
-    """Let ``item`` take messages again (overrides the production file's ``enabled``)."""
+    """Let ``item`` take messages again (overrides the production file)."""
     _set_enabled(store, item, True, reason=None, known_items=known_items, now=now, by=by)
 
 
 def disable_item(store: SqlStore, item: str, *, known_items: Collection[str],
                  reason: str | None, now: datetime, by: str = OPERATOR) -> None:
-    """Stop ``item`` taking messages; its queue keeps filling. Attempts in flight finish."""
+    """Stop ``item`` taking messages; its queue keeps filling."""
     _set_enabled(store, item, False, reason=reason, known_items=known_items, now=now, by=by)
 
 
@@ -154,7 +146,7 @@ def _set_enabled(store: SqlStore, item: str, enabled: bool, *, reason: str | Non
 # -- purge -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PurgeCounts:
-    """Rows removed (or, for a dry run, that would be removed) by :func:`purge`."""
+    """Rows removed (or, for a dry run, that would be)."""
 
     requests: int = 0
     responses: int = 0
@@ -166,7 +158,7 @@ class PurgeCounts:
         return self.requests + self.responses
 
     def __str__(self) -> str:
-        """``2 request(s), 2 response(s), 3 attempt(s), 0 event(s)``: for people and logs."""
+        """E.g. ``2 request(s), 2 response(s), 3 attempt(s), 0 event(s)``."""
         return (f"{self.requests} request(s), {self.responses} response(s), "
                 f"{self.attempts} attempt(s), {self.events} event(s)")
 
@@ -177,28 +169,21 @@ class PurgeCounts:
 
 def purge(store: SqlStore, older_than: timedelta, now: datetime, *,
           dry_run: bool = False, batch: int | None = None) -> PurgeCounts:
-    """Delete finished requests (Completed, Error, Discarded, Aborted) that ended before
-    ``now - older_than``, with their responses, attempts and events, and events older than
-    that which belong to no message. Queued, Delivered and Suspended messages and their
-    events are kept. ``dry_run`` counts without deleting.
-
-    Works in batches of ``batch`` requests (None: :data:`PURGE_BATCH`): each batch's
-    requests are read without the write lock, by index (migration 0014), from where the last
-    one stopped; one short transaction then deletes them and what belongs to them. The time
-    is linear in what is purged and no batch reads the table."""
+    """Delete finished requests that ended before ``now - older_than``, with their
+    responses, attempts and events, and older events of no message. ``dry_run`` only counts.
+    Works by index in batches of ``batch`` requests (None: :data:`PURGE_BATCH`)."""
     cutoff, batch = as_utc(now) - older_than, batch or PURGE_BATCH
     total, after = PurgeCounts(), None
     while True:
         with store.db.read() as conn:
             found = _old_requests(conn, cutoff, after, batch)
-        if found:  # not durable: a batch a crash of the server undoes, the next purge redoes
+        if found:  # not durable: a batch a crash undoes, the next purge redoes
             with store.db.tx(durable=False) as conn:
                 total += _purge_messages(conn, found, dry_run)
         if len(found) < batch:
             break
         after = found[-1][:2]
     total += _purge_orphan_events(store, cutoff, dry_run, batch * 4)
-    # a dry run is a question (the portal's purge page asks it at every view): not INFO
     log.log(logging.DEBUG if dry_run else logging.INFO, "purge of what ended before %s: %s %s",
             cutoff.isoformat(), "would delete" if dry_run else "deleted", total)
     return total
@@ -206,10 +191,8 @@ def purge(store: SqlStore, older_than: timedelta, now: datetime, *,
 
 def _old_requests(conn: Connection, cutoff: datetime, after: tuple[datetime, int] | None,
                   batch: int) -> list[tuple[datetime, int, int | None]]:
-    """(time_completed, id, corresponding_id) of the next ``batch`` finished requests that
-    ended before ``cutoff``, after ``after`` (time_completed, id), in the order of
-    ``ix_message_header_completed``. The kind is written out, not bound: a planner matches a
-    partial index's condition by its text."""
+    """The next ``batch`` finished requests that ended before ``cutoff``, after ``after``.
+    The kind is a literal: a planner matches a partial index's condition by its text."""
     h = message_header.c
     query = select(h.time_completed, h.id, h.corresponding_id).where(
         h.kind == literal_column("'request'"), h.time_completed < cutoff,
@@ -223,8 +206,7 @@ def _old_requests(conn: Connection, cutoff: datetime, after: tuple[datetime, int
 
 def _purge_messages(conn: Connection, requests: Sequence[tuple[Any, int, int | None]],
                     dry_run: bool) -> PurgeCounts:
-    """Delete (or count) the ``requests`` (as :func:`_old_requests` gives them) and their
-    responses: those that answer them and those they name as their answer."""
+    """Delete (or count) ``requests`` and their responses."""
     h, among = message_header.c, _among(conn)
     request_ids = [i for _, i, _ in requests]
     named = [c for _, _, c in requests if c is not None]
@@ -242,8 +224,7 @@ def _purge_messages(conn: Connection, requests: Sequence[tuple[Any, int, int | N
 
 
 def _among(conn: Connection) -> Callable[[Any, Sequence[int]], Any]:
-    """``column IN ids`` for ``conn``: on PostgreSQL ``column = ANY(:ids)``, one array
-    parameter rather than one per id (a batch names a thousand)."""
+    """``column IN ids``; on PostgreSQL one array parameter (``= ANY``)."""
     if conn.dialect.name != "postgresql":
         return lambda column, ids: column.in_(ids)
     return lambda column, ids: column == any_(bindparam(None, list(ids), type_=_ID_ARRAY))
@@ -251,8 +232,7 @@ def _among(conn: Connection) -> Callable[[Any, Sequence[int]], Any]:
 
 def _purge_orphan_events(store: SqlStore, cutoff: datetime, dry_run: bool,
                          batch: int) -> PurgeCounts:
-    """Events before ``cutoff`` of no message (or of one gone), ``batch`` at a time in id
-    order: each read (without the write lock) goes on from where the last one stopped."""
+    """Events before ``cutoff`` of no message, ``batch`` at a time."""
     e, h = event_log.c, message_header.c
     orphan = (e.time_logged < cutoff) & or_(
         e.message_id.is_(None), ~exists().where(h.id == e.message_id))
@@ -277,9 +257,8 @@ def _delete_or_count(conn: Connection, table: Any, where: Any, dry_run: bool) ->
     return int(conn.execute(table.delete().where(where)).rowcount)
 
 
-# -- helpers -----------------------------------------------------------------------------
 def copy_properties(conn: Connection, from_id: int, to_id: int) -> None:
-    """Give a resent copy the search properties of its original (same body, same values)."""
+    """Give a resent copy the search properties of its original."""
     p = message_property.c
     conn.execute(message_property.insert().from_select(
         ["message_id", "name", "value_text", "value_num"],
@@ -288,9 +267,8 @@ def copy_properties(conn: Connection, from_id: int, to_id: int) -> None:
 
 def _transition(store: SqlStore, message_id: int, allowed: Sequence[str], verb: str, *,
                 now: datetime, status: str, event: tuple[str, str, str]) -> None:
-    """Move a request out of one of the ``allowed`` statuses with one conditional UPDATE and
-    record ``event`` (type, text, method) on it. If a daemon claimed the message first, the
-    UPDATE matches nothing and OperatorError says why; nothing is changed."""
+    """Move a request out of the ``allowed`` statuses by one conditional UPDATE and record
+    ``event`` (type, text, method); OperatorError if nothing matched."""
     h = message_header.c
     with store.db.tx() as conn:
         row = conn.execute(update(message_header).where(
@@ -303,7 +281,7 @@ def _transition(store: SqlStore, message_id: int, allowed: Sequence[str], verb: 
         type_, text, method = event
         _event(conn, type_, text, MessageRow.from_mapping(row), method=method, now=now)
         ended = row["waited"] and status in ENDING_STATUSES
-        if ended:  # someone waits for it: announce its end (NOTIFY goes with the commit)
+        if ended:
             store.db.announcer.notify(conn, done_announcements([message_id]))
     if ended:
         store.db.announce_done([message_id])
@@ -311,7 +289,7 @@ def _transition(store: SqlStore, message_id: int, allowed: Sequence[str], verb: 
 
 def _message(conn: Connection, message_id: int, *, lock: bool) -> MessageRow | None:
     query = select(message_header).where(message_header.c.id == message_id)
-    if lock:  # PostgreSQL row lock; SQLite transactions already hold the write lock
+    if lock:  # SQLite transactions already hold the write lock
         query = query.with_for_update()
     row = conn.execute(query).mappings().first()
     return MessageRow.from_mapping(row) if row else None

@@ -1,14 +1,6 @@
-"""Search properties: values of a message's JSON body copied into an indexed table when it
-is accepted, so that the Message Viewer finds one message among millions by a business key
-(Ensemble's search tables, Mirth's metadata columns; docs/portal.md).
-
-An item's ``search_properties = ["order", "customer.id"]`` names dotted paths into the body
-(a number in a path indexes a list: ``lines.0.sku``). Each path found holding a scalar gives
-one ``message_property`` row: ``value_text`` the value as text (a string as it is, a number
-as JSON writes it, ``true``/``false``), ``value_num`` the number (also for a string that
-reads as one), so that ``prop.order=9`` and ``prop.amount.gt=100`` are index lookups. A
-path that holds a list of scalars gives one row per element; an object, null or nothing
-gives no row. This module imports no SQLAlchemy: ``encore send``'s lite intake uses it.
+"""Search properties: scalar values at dotted paths of a message's JSON body, copied into the
+indexed ``message_property`` table when it is accepted (docs/portal.md). Imports no SQLAlchemy:
+``encore send``'s lite intake uses it.
 """
 from __future__ import annotations
 
@@ -20,19 +12,18 @@ from typing import Any
 
 PropertyRow = tuple[str, str, float | None]  # name, value_text, value_num
 
-MAX_PATHS = 20  # search properties one item may declare
-MAX_VALUE_TEXT = 200  # characters of a value kept (the column's width)
-MAX_LIST_VALUES = 50  # rows one path may give from a list
+MAX_PATHS = 20
+MAX_VALUE_TEXT = 200  # the column's width
+MAX_LIST_VALUES = 50
 PATH_PATTERN = re.compile(r"[A-Za-z0-9_$@-]+(\.[A-Za-z0-9_$@-]+)*")
 
-# Inserts on a driver connection (named placeholders; psycopg's are rewritten by its hot path).
+# inserts on a driver connection (psycopg's placeholders are rewritten by its hot path)
 INSERT_SQL = ("INSERT INTO message_property (message_id, name, value_text, value_num) "
               "VALUES (:message_id, :name, :value_text, :value_num)")
 
 
 def check_paths(value: Any) -> tuple[str, ...]:
-    """The ``search_properties`` setting cleaned: a list of distinct dotted paths, or
-    ValueError saying which entry is wrong and how a path is written."""
+    """The ``search_properties`` setting as distinct dotted paths; ValueError if wrong."""
     if not isinstance(value, (list, tuple)):
         raise ValueError(f"expected a list of dotted paths such as [\"order\", "
                          f"\"customer.id\"], got {type(value).__name__}")
@@ -98,8 +89,7 @@ def as_text(value: Any) -> str:
 
 
 def as_number(value: Any) -> float | None:
-    """A scalar as ``value_num`` holds it: a number, or a string that reads as a finite
-    one; None otherwise (booleans are not numbers here)."""
+    """A scalar as ``value_num`` holds it (a number or a numeric string; not a bool), or None."""
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):

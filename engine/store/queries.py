@@ -19,10 +19,8 @@ LISTING_CHUNK = 1_000  # rows one read of a listing of every row (--all) takes a
 
 @dataclass(frozen=True, kw_only=True)
 class EventFilter:
-    """Which events to read: those of a type, an item (its config name), a message, a
-    session, logged since a time or after an id, of the production's life; None (False)
-    leaves a criterion out. ``limit``: the
-    newest so many (:func:`events`; the portal's pages have sizes of their own)."""
+    """Which events to read; None (False) leaves a criterion out. ``limit``: the newest so
+    many (:func:`events`)."""
 
     type: str | None = None
     item: str | None = None
@@ -66,9 +64,8 @@ def events(store: SqlStore, flt: EventFilter) -> list[dict[str, Any]]:
 
 def iter_events(store: SqlStore, flt: EventFilter, *, up_to: int | None = None,
                 chunk: int = LISTING_CHUNK) -> Iterator[dict[str, Any]]:
-    """Every event matching ``flt`` (its ``limit`` aside) with an id up to ``up_to`` (None:
-    any), oldest first, read ``chunk`` rows at a time from where the last read stopped: the
-    rows are never all in memory, and no transaction stays open between reads."""
+    """Every event matching ``flt`` (``limit`` aside) with an id up to ``up_to``, oldest
+    first, read ``chunk`` rows at a time."""
     c, after = event_log.c, flt.after_id or 0
     while True:
         query = replace(flt, after_id=after).where(select(event_log))
@@ -82,8 +79,7 @@ def iter_events(store: SqlStore, flt: EventFilter, *, up_to: int | None = None,
 def iter_messages(store: SqlStore, *, status: str | None = None, item: str | None = None,
                   session_id: int | None = None, up_to: int | None = None,
                   chunk: int = LISTING_CHUNK) -> Iterator[dict[str, Any]]:
-    """Every message header matching (as :func:`messages`) with an id up to ``up_to`` (None:
-    any), oldest first, ``chunk`` rows at a time (as :func:`iter_events`)."""
+    """Every matching message header up to id ``up_to``, oldest first, by chunks."""
     c, after = message_header.c, 0
     while True:
         query = _messages_where(status, item, session_id).where(c.id > after)
@@ -114,8 +110,7 @@ def _messages_where(status: str | None, item: str | None,
 
 def messages(store: SqlStore, *, status: str | None = None, item: str | None = None,
              session_id: int | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-    """Message headers, oldest first (the newest ``limit`` ones when limited; a listing of
-    every one reads them with :func:`iter_messages`)."""
+    """Message headers, oldest first (the newest ``limit`` ones when limited)."""
     c = message_header.c
     query = _messages_where(status, item, session_id).order_by(c.id.desc())
     if limit:
@@ -159,6 +154,5 @@ def daemons(store: SqlStore) -> list[dict[str, Any]]:
 
 
 def plain(row: Any) -> dict[str, Any]:
-    """A result row as a dict, its times aware UTC (SQLite hands them back naive): what the
-    command line, the portal's pages and its JSON show."""
+    """A result row as a dict, its times aware UTC."""
     return {k: as_utc(v) if isinstance(v, datetime) else v for k, v in row.items()}

@@ -1,15 +1,8 @@
 """Rate-limit token buckets in the ``item_rate`` table, shared by every daemon (docs/guards.md).
 
-A bucket is a row ``(config_name, tokens, refilled_at)``. :meth:`SqlRateBuckets.take` is one
-``UPDATE … RETURNING`` statement that refills the bucket for the time passed since
-``refilled_at`` (capped at the capacity), takes one token and answers what is left. The
-bucket may go below zero: a negative count is a queue of reserved slots, so the answer says
-how long the caller must wait for its own (``-tokens / rate`` seconds) and nobody polls.
-
-The statement runs on the store's hot-path connections (a prepared statement on a driver
-connection of its own, :meth:`~engine.store.hotpath.HotPath.execute`), in a transaction that
-does not wait for the disk: a bucket update lost in a database crash only hands out again
-the few slots taken just before it.
+:meth:`SqlRateBuckets.take` is one ``UPDATE … RETURNING`` that refills, takes a token and may
+go below zero: a negative count is a queue of reserved slots, so the caller knows its wait
+and nobody polls. It runs non-durably on the hot path's connections.
 """
 from __future__ import annotations
 
@@ -33,9 +26,8 @@ UPDATE item_rate SET
 WHERE config_name = %(item)s
 RETURNING tokens"""
 
-# Timestamps are naive UTC text in one format on SQLite, 'YYYY-MM-DD HH:MM:SS.ffffff': max()
-# of two is the later one, and whole seconds (strftime) and the fraction (from character 20)
-# are subtracted apart, exactly (julianday() is off by up to 40 µs).
+# SQLite times are naive UTC text: max() is the later; seconds and fraction are subtracted
+# apart, exactly (julianday() is off by up to 40 µs)
 _SQLITE_ELAPSED = ("((strftime('%s', :now) - strftime('%s', refilled_at))"
                    " + (CAST(substr(:now, 20) AS REAL) - CAST(substr(refilled_at, 20) AS REAL)))")
 _TAKE_SQLITE = f"""
@@ -45,7 +37,7 @@ UPDATE item_rate SET
 WHERE config_name = :item
 RETURNING tokens"""
 
-MIN_WAIT = 1e-6  # seconds: a shorter wait (rounding of the refill) is no wait
+MIN_WAIT = 1e-6  # seconds: a shorter wait is rounding
 
 
 class SqlRateBuckets:
@@ -59,16 +51,15 @@ class SqlRateBuckets:
         self._time = (lambda t: t) if postgres else _sqlite_time
 
     def ensure(self, item: str, *, capacity: int, now: datetime) -> None:
-        """Create ``item``'s bucket, full, unless it exists (then it is left as it is)."""
+        """Create ``item``'s bucket, full, unless it exists."""
         stmt = self._insert(item_rate).values(config_name=item, tokens=float(capacity),
                                               refilled_at=now)
         with self._db.tx(durable=False) as conn:
             conn.execute(stmt.on_conflict_do_nothing(index_elements=[item_rate.c.config_name]))
 
     def take(self, item: str, *, capacity: int, per_second: float, now: datetime) -> float:
-        """Take the next slot of ``item``'s bucket (``capacity`` tokens, refilled at
-        ``per_second``) and return the seconds from ``now`` until it is due: 0 when a token
-        was there. Creates the bucket, full, if it is missing."""
+        """Take ``item``'s next slot; the seconds from ``now`` until it is due (0: now).
+        Creates the bucket, full, if missing."""
         params = {"capacity": float(capacity), "rate": float(per_second),
                   "now": self._time(now), "item": item}
         rows = self._db.hot.execute(self._take, params)

@@ -1,17 +1,9 @@
-"""Per-item, per-minute counters (docs/portal.md): what an item's page shows of the last hour
-and day without scanning ``message_header``.
+"""Per-item, per-minute counters (docs/portal.md), so an item's page reads no
+``message_header``.
 
-The workers never write them. Each daemon counts in memory (:class:`RollupCounter`, fed by
-the delivery observers: an addition under a lock per attempt) and its loop flushes
-the minutes that changed every :data:`FLUSH_INTERVAL` seconds (and at its stop) with one
-upsert per item and minute into ``item_minute``. A row belongs to one daemon — the key is
-(item, minute, daemon) — so a flush *replaces* the row with the daemon's totals for that
-minute: no read-modify-write, no contention between daemons, and a flush that failed is
-simply done again by the next. A daemon killed with ``-9`` loses at most the counts of its
-last few seconds; the messages themselves are never at stake.
-
-Attempt times go into a fixed histogram (:data:`BUCKETS_MS`), so p50/p95 over a day are
-read from 1,440 small rows per daemon and are exact to a bucket.
+Each daemon counts in memory and flushes changed minutes every :data:`FLUSH_INTERVAL` seconds,
+replacing its own row per (item, minute, daemon): no read-modify-write, no contention, and a
+failed flush is simply redone. Attempt times go into the fixed histogram :data:`BUCKETS_MS`.
 """
 from __future__ import annotations
 
@@ -30,10 +22,10 @@ from engine.clock import as_utc
 from engine.store.models import ROLLUP_COUNTS, item_minute
 from engine.store.sql import SqlStore
 
-FLUSH_INTERVAL = 2.0  # seconds between a daemon's flushes of the minutes that changed
-KEEP_DAYS = 2  # rows older than this are deleted by the leader's flush
+FLUSH_INTERVAL = 2.0
+KEEP_DAYS = 2
 OUTCOMES = ("ok", "timeout", "connect_error", "reset", "http_status", "fault", "error")
-# Upper bounds (ms) of the attempt-time histogram; a last bucket takes the rest.
+# upper bounds (ms); a last bucket takes the rest
 BUCKETS_MS: tuple[float, ...] = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000,
                                  10_000, 30_000, 60_000, 120_000)
 
@@ -67,27 +59,23 @@ class Minute:
 
 
 class RollupCounter:
-    """A daemon's counts by (item, minute) since its last flush — and the totals of the
-    minutes not yet over, which a flush writes again as they grow.
-
-    Cheap on the hot path: the current minute is worked out once a minute (its end is
-    kept on the monotonic clock), and a count is a dictionary lookup and an addition under
-    an uncontended lock."""
+    """A daemon's counts by (item, minute) since its last flush, and the minutes not yet
+    over; a count is a lookup and an addition under an uncontended lock."""
 
     def __init__(self, clock: Any) -> None:
-        """``clock``: the daemon's (``now()`` and ``monotonic()``)."""
+        """``clock``: the daemon's."""
         self._clock = clock
         self._lock = threading.Lock()
         self._minutes: dict[tuple[str, datetime], Minute] = {}
-        self._dirty: set[tuple[str, datetime]] = set()  # of minutes before the current one
-        self._minute: datetime | None = None  # the current minute
-        self._until = float("-inf")  # monotonic seconds when it ends
-        self._current: dict[str, Minute] = {}  # item -> its counts in the current minute
-        self._dirty_now: set[str] = set()  # items counted in it since the last flush
-        self.last_outcome: dict[str, str] = {}  # item -> outcome of its latest attempt
+        self._dirty: set[tuple[str, datetime]] = set()  # minutes before the current one
+        self._minute: datetime | None = None
+        self._until = float("-inf")  # monotonic end of the current minute
+        self._current: dict[str, Minute] = {}
+        self._dirty_now: set[str] = set()
+        self.last_outcome: dict[str, str] = {}
 
     def _roll(self) -> None:
-        """Start the minute of now (under the lock)."""
+        """Start the minute of now."""
         now, mono = as_utc(self._clock.now()), self._clock.monotonic()
         if self._minute is not None:
             self._dirty.update((item, self._minute) for item in self._dirty_now)
@@ -96,7 +84,6 @@ class RollupCounter:
         self._current, self._dirty_now = {}, set()
 
     def _one(self, item: str) -> Minute:
-        """``item``'s counts of the current minute (under the lock)."""
         if self._clock.monotonic() >= self._until:
             self._roll()
         one = self._current.get(item)
@@ -108,8 +95,7 @@ class RollupCounter:
         return one
 
     def attempt(self, item: str, outcome: str, seconds: float, number: int) -> None:
-        """One attempt of ``item`` ended with ``outcome`` after ``seconds``; ``number``: its
-        attempt number (above 1: a retry)."""
+        """One attempt of ``item`` ended with ``outcome`` after ``seconds``."""
         ms = seconds * 1000.0 if seconds > 0 else 0.0
         key = outcome if outcome in OUTCOMES else "error"
         bucket = bisect.bisect_left(BUCKETS_MS, ms)
@@ -132,8 +118,7 @@ class RollupCounter:
             self._one(item).counts["give_ups"] += 1
 
     def take_dirty(self) -> dict[tuple[str, datetime], Minute]:
-        """The minutes that changed since the last call (copies), and forget the minutes
-        that are over and written."""
+        """Copies of the minutes changed since the last call; forget those over."""
         with self._lock:
             if self._clock.monotonic() >= self._until:
                 self._roll()
@@ -147,7 +132,7 @@ class RollupCounter:
         return dirty
 
     def put_back(self, minutes: Iterable[tuple[str, datetime]]) -> None:
-        """A flush failed: write these again next time (those still kept)."""
+        """A flush failed: write these again next time."""
         with self._lock:
             self._dirty.update(k for k in minutes if k in self._minutes)
 
@@ -158,14 +143,13 @@ def _copy(one: Minute) -> Minute:
 
 def flush(store: SqlStore, counter: RollupCounter, daemon_id: str, *,
           prune_before: datetime | None = None) -> int:
-    """Write the minutes ``counter`` changed since the last flush (one transaction, one
-    upsert per item and minute); return how many. ``prune_before``: also delete rows older
-    than that (the leader does, now and then). On a failure the minutes stay to write."""
+    """Write the changed minutes in one transaction; return how many. ``prune_before``:
+    also delete older rows. On failure the minutes stay to write."""
     dirty = counter.take_dirty()
     if not dirty and prune_before is None:
         return 0
     try:
-        with store.db.tx(durable=False) as conn:  # lost on a crash: a few seconds of counts
+        with store.db.tx(durable=False) as conn:
             for (item, minute), one in sorted(dirty.items(), key=lambda kv: kv[0]):
                 values = {"config_name": item, "minute": minute, "daemon_id": daemon_id,
                           **one.counts, "attempt_ms_total": one.attempt_ms_total,
@@ -188,11 +172,9 @@ def _upsert(store: SqlStore, values: Mapping[str, Any]) -> Any:
         set_={k: statement.excluded[k] for k in values if k not in keys})
 
 
-# -- reading -----------------------------------------------------------------------------
 @dataclass
 class ItemRollup:
-    """What an item's page shows: totals of the last hour and day, percentiles, and the
-    last hour per minute (oldest first)."""
+    """An item's totals of the last hour and day, and its last hour per minute."""
 
     hour: Minute
     day: Minute
@@ -208,8 +190,7 @@ class ItemRollup:
 
 
 def latency(span: Minute) -> dict[str, float | None]:
-    """p50 and p95 of the attempt times counted in ``span``: the upper bound of the bucket
-    that holds them (None: no attempt)."""
+    """p50 and p95 of ``span``'s attempt times, as bucket upper bounds."""
     total = sum(span.histogram)
     found: dict[str, float | None] = {"p50": None, "p95": None}
     if not total:
@@ -226,8 +207,7 @@ def latency(span: Minute) -> dict[str, float | None]:
 
 
 def item_rollup(store: SqlStore, item: str, *, now: datetime) -> ItemRollup:
-    """The rollup of ``item`` up to ``now``: every daemon's rows of the last 24 hours (the
-    primary key's range), summed."""
+    """The rollup of ``item``: every daemon's rows of the last 24 hours, summed."""
     m = item_minute.c
     now = as_utc(now)
     hour_start, day_start = minute_of(now - timedelta(minutes=59)), now - timedelta(hours=24)

@@ -1,5 +1,4 @@
-"""Saved searches of the Message Viewer: each user's named query strings (table
-``saved_search``, docs/portal.md)."""
+"""Saved searches of the Message Viewer (``saved_search``, docs/portal.md)."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -38,8 +37,7 @@ def save_search(store: SqlStore, user: str, name: str, query: str, *, now: datet
 
 
 def delete_search(store: SqlStore, user: str, search_id: int) -> str:
-    """Delete ``user``'s saved search ``search_id``; its name. OperatorError if it is not
-    theirs or not there."""
+    """Delete ``user``'s saved search ``search_id``; its name. OperatorError if not theirs."""
     s = saved_search.c
     with store.db.tx() as conn:
         name = conn.execute(select(s.name).where(s.id == search_id, s.user_name == user)

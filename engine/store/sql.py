@@ -1,17 +1,9 @@
 """SqlStore: the message queue, attempts and claims, on SQLite or PostgreSQL.
 
-Every method is one short transaction named after what it does, but for
-:meth:`SqlStore.heartbeat`, which runs two in turn (the daemon's row, then its leases).
-Claims are single ``UPDATE … WHERE id IN (SELECT … [FOR UPDATE SKIP LOCKED]) RETURNING``
-statements, so several workers and several daemons can share a queue without taking a
-message twice.
-
-A transaction that puts work in a queue (a new message, one released or parked) *announces*
-its target, and one that ends a message someone waits for announces its end
-(:mod:`engine.store.notify`): callbacks registered in this process run after the commit; on
-PostgreSQL a NOTIFY in the same transaction reaches every process that listens, on SQLite the
-doorbell (:mod:`engine.store.doorbell`) rings the other processes after the commit. So idle
-workers and waiters wake at once instead of at their next poll (:mod:`engine.store.completions`).
+Every method is one short transaction named after what it does. Claims are single
+``UPDATE … RETURNING`` statements, so workers and daemons share a queue without taking a
+message twice; a commit that queues work or ends a waited-for message announces it
+(:mod:`engine.store.notify`).
 """
 from __future__ import annotations
 
@@ -43,52 +35,41 @@ __all__ = ["Accepted", "AttemptRow", "Claimed", "Completion", "MessageRow", "Sql
 
 
 class SqlStore(StoreIntake, StoreClaims, StoreTransitions, StoreDaemons, StoreHearing):
-    """The durable store of one production. ``url`` is an SQLAlchemy URL.
-
-    Its methods are grouped by responsibility in mixins, one module each: intake
-    (:mod:`engine.store.intake`), claims and leases (:mod:`engine.store.claims`), the
-    transitions of a claimed message (:mod:`engine.store.transitions`), daemons and item
-    switches (:mod:`engine.store.daemons`), announcements (:mod:`engine.store.hearing`).
-    This class holds what they share and the schema."""
+    """The durable store of one production (``url``: an SQLAlchemy URL). Its methods live in
+    mixins, one module each; this class holds what they share and the schema."""
 
     def __init__(self, url: str, *, engine: Engine | None = None) -> None:
         self.url = url
-        self.db = Database(engine or create_db_engine(url))  # what the sibling modules share
+        self.db = Database(engine or create_db_engine(url))
         self.engine = self.db.engine
         self.events = self.db.events
         self.is_postgres = self.db.is_postgres
         self.leases = SqlLeases(self.db)
-        self.breakers = SqlBreakers(self.db)  # circuit breakers (item_breaker)
-        self.rate_buckets = SqlRateBuckets(self.db)  # rate-limit token buckets (item_rate)
-        # waiters on messages, woken by the announcements of their end
+        self.breakers = SqlBreakers(self.db)
+        self.rate_buckets = SqlRateBuckets(self.db)
         self.completions = CompletionHub(on_first_watch=self.hear_other_processes)
         self.db.hot.on_completed = self.completions.completed
         self.db.announcer.add_callback(self.completions.hear)
-        # items of this process that take waited-for messages as they are accepted (SQLite:
-        # engine.delivery.dispatch registers them; docs/waiting.md, "Direct takes")
+        # items of this process taking waited-for messages as accepted (docs/waiting.md)
         self.takers: dict[str, Taker] = {}
-        self._listener: QueueListener | None = None  # PostgreSQL: hears other processes
+        self._listener: QueueListener | None = None
         self._reconnect_hooks: list[Callable[[], object]] = [self.completions.wake_all]
         self._hearing_lock = threading.Lock()
-        self._hearers = 0  # hear_other_processes() calls not undone
-        # durable intakes that arrive together (the portal's threads, processes) share one
-        # commit; a caller alone commits at once
+        self._hearers = 0
+        # durable intakes that arrive together share one commit
         self.intake: GroupCommit[Intake, Accepted] = GroupCommit(
             self._accept_one, lambda intakes: self.db.hot.accept_many(intakes))
 
     def upgrade(self) -> None:
-        """Create or upgrade every table (Alembic, to head). Safe when several processes run
-        it at once; refuses a database migrated by a newer Encore."""
+        """Create or upgrade every table (Alembic, to head); safe to run concurrently."""
         migrate.upgrade(self.engine)
 
     def check_schema(self) -> None:
-        """Raise StoreError unless the database is at the revision this code knows: an older
-        schema asks for ``encore db upgrade``, a newer one for a newer Encore."""
+        """Raise StoreError unless the database is at the revision this code knows."""
         migrate.check(self.engine)
 
     def db_now(self) -> datetime:
-        """The database server's current time (aware UTC). SQLite has no server: its clock
-        is this host's."""
+        """The database server's current time (aware UTC); this host's on SQLite."""
         if not self.is_postgres:
             return utcnow()
         with self.db.read() as conn:
@@ -110,6 +91,5 @@ class SqlStore(StoreIntake, StoreClaims, StoreTransitions, StoreDaemons, StoreHe
         return self.db.hot.outcome(message_id)
 
     def read(self) -> Transaction:
-        """A read-only connection (see :meth:`Database.read`), for callers that read tables
-        the store has no method for."""
+        """A read-only connection, for tables the store has no method for."""
         return self.db.read()

@@ -6,8 +6,7 @@ import enum
 
 
 class Status(str, enum.Enum):
-    """A message's status. Each member is the very string stored in ``message_header.status``
-    (and shown in JSON), so a member compares equal to the stored text and binds as it."""
+    """A message's status; each member is the very string stored and shown."""
 
     CREATED = "Created"
     QUEUED = "Queued"  # waiting in its queue (also parked until its next attempt)
@@ -27,6 +26,5 @@ MESSAGE_STATUSES = tuple(s.value for s in Status)
 # the statuses a message never leaves (what a purge may delete)
 FINAL_STATUSES = tuple(s.value for s in (Status.COMPLETED, Status.ERROR, Status.DISCARDED,
                                          Status.ABORTED))
-# the end of a message's delivery, what a waiter waits for and what an operator may resend:
-# a final status, or Suspended (an operator must act)
+# what a waiter waits for and an operator may resend: final, or Suspended
 ENDED_STATUSES = (*FINAL_STATUSES, Status.SUSPENDED.value)

@@ -1,8 +1,5 @@
-"""A database URL as the command line reads and shows it: parsed, named without its
-password, an SQLite file found missing, written as libpq's tools take it.
-
-SQLAlchemy is imported inside each function, not with the module: ``encore send`` imports
-this module and never needs SQLAlchemy (:mod:`engine.store.lite`)."""
+"""A database URL as the command line reads and shows it. SQLAlchemy is imported per
+function: ``encore send`` imports this module without it."""
 from __future__ import annotations
 
 import os
@@ -26,8 +23,7 @@ def parse_url(url: str) -> URL:
 
 
 def checked_url(url: str) -> URL:
-    """``url`` parsed (libpq's form of several hosts too); StoreError, not quoting it (it
-    may hold a password), if it does not parse."""
+    """``url`` parsed (libpq's multi-host form too); StoreError, not quoting it, if not."""
     from sqlalchemy.exc import ArgumentError
 
     try:
@@ -42,7 +38,7 @@ def safe_url(url: str) -> str:
     """The database URL without its password."""
     from sqlalchemy.exc import ArgumentError
 
-    for form in (url, normalise_url(url)):  # as written; else libpq's comma form, read
+    for form in (url, normalise_url(url)):
         try:
             return parse_url(form).render_as_string(hide_password=True)
         except (ArgumentError, ValueError):
@@ -57,8 +53,7 @@ def missing_sqlite_file(parsed: URL) -> bool:
 
 
 def missing_sqlite_directory(parsed: URL) -> str | None:
-    """The directory of an SQLite file URL when it is not there (SQLite creates the file,
-    never its directory), else None."""
+    """The missing directory of an SQLite file URL, else None."""
     if not missing_sqlite_file(parsed):
         return None
     directory = os.path.dirname(os.path.abspath(str(parsed.database)))

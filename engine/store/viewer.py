@@ -1,23 +1,9 @@
-"""Read-only queries of the management portal: the Message Viewer, the event log, a
-message with its attempts and events, a session for the Visual Trace, the production.
+"""Read-only queries of the management portal: Message Viewer, event log, one message, a
+session, the production.
 
-Lists are keyset-paged, newest first: a page is ``WHERE id < :before ORDER BY id DESC LIMIT
-n`` (or ``id > :after`` going back), never ``OFFSET``, so page 1,000 costs what page 1 does.
-Each filter is one that an index of :mod:`engine.store.models` serves — target (with status),
-session, message — except ``q``, a text search in bodies and errors, which reads rows
-backwards from the cursor until the page is full.
-
-Search properties (``prop.PATH``, docs/portal.md) are index lookups in ``message_property``;
-``body.PATH`` filters read bodies: they are applied in Python to the rows the other filters
-select, a chunk at a time, and a page scans at most :data:`BODY_SCAN_LIMIT` rows (the page
-then says so, and its cursor goes on from there). A list sorted by something other than time
-is keyset-paged on (that value, id); the cursor stays an id, whose value is read back.
-
-A list's queries (pages, counts, export chunks) run under a statement timeout on PostgreSQL,
-:data:`SEARCH_TIMEOUT`: a search that would read for longer (a ``q`` that matches nothing in
-millions of bodies) ends in :class:`SearchTimedOut`, which asks for a narrower search, and
-gives its connection back; SQLite refusing a ``q`` as too complex for LIKE is
-:class:`SearchTooComplex` (the portal answers 400). The portal caps ``q`` far below either.
+Lists are keyset-paged (never ``OFFSET``) and filter only on indexed columns, except ``q`` and
+``body.PATH``, which read rows from the cursor (a page reads at most :data:`BODY_SCAN_LIMIT`).
+On PostgreSQL a list query runs under :data:`SEARCH_TIMEOUT`.
 """
 from __future__ import annotations
 
@@ -68,27 +54,22 @@ SEARCH_TIMEOUT = 10.0  # seconds one query of a list may run on PostgreSQL (a pa
 _QUERY_CANCELED = "57014"  # PostgreSQL's SQLSTATE of a statement ended by its timeout
 _TOO_COMPLEX = "pattern too complex"  # SQLite's refusal of a LIKE pattern (50,000 bytes)
 
-# The Message Viewer lists headers only; bodies are read one message at a time.
 _LIST_COLUMNS = ("id", "session_id", "source", "target", "kind", "status", "is_error",
                  "error_text", "time_created", "time_completed", "attempts", "retry_needed",
                  "corresponding_id")
 
 
 class SearchTimedOut(StoreError):
-    """A Message Viewer query ran longer than :data:`SEARCH_TIMEOUT` and was stopped: the
-    search reads too many rows; narrower filters (an item, a status, a time range) help."""
+    """A Message Viewer query ran longer than :data:`SEARCH_TIMEOUT` and was stopped."""
 
 
 class SearchTooComplex(StoreError):
-    """The database refused the search as too complex (SQLite: a ``q`` LIKE pattern too
-    long); a shorter search text works."""
+    """The database refused the search as too complex (SQLite: a ``q`` LIKE pattern too long)."""
 
 
 @contextmanager
 def searching(store: SqlStore) -> Iterator[Connection]:
-    """A read connection for a list's queries: on PostgreSQL under a statement timeout of
-    :data:`SEARCH_TIMEOUT`; a query stopped by it raises :class:`SearchTimedOut`, SQLite's
-    "pattern too complex" :class:`SearchTooComplex`."""
+    """A read connection for a list's queries, under :data:`SEARCH_TIMEOUT` on PostgreSQL."""
     try:
         with store.db.read() as conn:
             if store.is_postgres:
@@ -114,10 +95,7 @@ def _search_error(exc: StoreError) -> StoreError:
 @dataclass(frozen=True, kw_only=True)
 class MessageFilter:
     """What the Message Viewer shows; None (or False) leaves a criterion out.
-
-    ``errors``: only messages that ended in ``Error``. ``q``: text found in the body or the
-    error text (case-insensitive). ``since``/``until``: ``time_created`` bounds, inclusive
-    and exclusive."""
+    ``since``/``until``: ``time_created`` bounds, inclusive and exclusive."""
 
     target: str | None = None
     status: str | None = None
@@ -127,40 +105,36 @@ class MessageFilter:
     q: str | None = None
     errors: bool = False
     source: str | None = None
-    props: tuple[PropertyFilter, ...] = ()  # ANDed, each an index lookup
-    body: tuple[tuple[str, str], ...] = ()  # (path, value) ANDed, read from the bodies
-    sort: str = "time"  # one of SORTS
+    props: tuple[PropertyFilter, ...] = ()
+    body: tuple[tuple[str, str], ...] = ()  # (path, value) pairs
+    sort: str = "time"
     descending: bool = True
 
 
 @dataclass(frozen=True)
 class PropertyFilter:
-    """``prop.PATH=VALUE`` (``op`` "eq"), ``prop.PATH.gt=VALUE`` or ``.lt``. A value that
-    reads as a number is compared as a number (``9`` finds ``9``, ``9.0`` and ``"9"``),
-    any other as text."""
+    """``prop.PATH=VALUE`` (``op`` "eq"), ``.gt`` or ``.lt``; a numeric value compares as
+    a number."""
 
     path: str
-    op: str  # "eq" | "gt" | "lt"
+    op: str
     value: str
 
 
 @dataclass(frozen=True)
 class Page:
-    """One page of rows, newest first, with the cursors of its neighbours: ``older`` is the
-    ``before`` of the next page (None: this is the last), ``newer`` the ``after`` of the
-    previous one (None: this is the first)."""
+    """One page of rows with its neighbours' cursors: ``older`` (``before`` of the next
+    page) and ``newer`` (``after`` of the previous one); None at either end."""
 
-    rows: list[Any]  # dicts (lists, for an export's raw read)
+    rows: list[Any]
     older: int | None = None
     newer: int | None = None
-    scanned: int | None = None  # body filters: the rows read, when the scan limit stopped it
+    scanned: int | None = None  # set when the body scan limit stopped the page
 
 
-# -- the Message Viewer ----------------------------------------------------------------
 def messages_page(store: SqlStore, flt: MessageFilter, *, before: int | None = None,
                   after: int | None = None, limit: int = PAGE_SIZE) -> Page:
-    """The page of messages matching ``flt`` just older than id ``before`` (or just newer
-    than id ``after``; neither: the newest), newest first."""
+    """The page of messages matching ``flt`` before id ``before`` (or after ``after``)."""
     h = message_header.c
     columns = [h[name] for name in _LIST_COLUMNS]
     if flt.body:
@@ -179,8 +153,7 @@ def messages_page(store: SqlStore, flt: MessageFilter, *, before: int | None = N
 
 
 def duration_ms(row: dict[str, Any]) -> float | None:
-    """Milliseconds from a message's creation to its end (None while it is not done: a
-    ``Suspended`` message waits for an operator, its suspension is no end)."""
+    """Milliseconds from creation to end; None while not done (Suspended is not done)."""
     start, end = row.get("time_created"), row.get("time_completed")
     if start is None or end is None or row.get("status") == Status.SUSPENDED:
         return None
@@ -189,8 +162,7 @@ def duration_ms(row: dict[str, Any]) -> float | None:
 
 
 def _sort_key(store: SqlStore, sort: str) -> Any:
-    """The column (or expression) a sort orders by besides the id; None for time (the id
-    is in time order)."""
+    """The expression a sort orders by besides the id; None for time."""
     h = message_header.c
     if sort == "target":
         return h.target
@@ -207,8 +179,7 @@ def _sort_key(store: SqlStore, sort: str) -> Any:
 
 
 def count_messages(store: SqlStore, flt: MessageFilter, *, resendable: bool = False) -> int:
-    """How many messages match ``flt`` (``resendable``: only requests an operator may
-    resend: finished or suspended)."""
+    """How many messages match ``flt`` (``resendable``: only requests that may be resent)."""
     query = _message_where(select(func.count()).select_from(message_header), flt)
     if resendable:
         query = _resendable(query)
@@ -217,8 +188,7 @@ def count_messages(store: SqlStore, flt: MessageFilter, *, resendable: bool = Fa
 
 
 def resendable_ids(store: SqlStore, flt: MessageFilter, *, limit: int) -> list[int]:
-    """Ids of the requests matching ``flt`` that may be resent, oldest first, at most
-    ``limit``."""
+    """Ids of the resendable requests matching ``flt``, oldest first, at most ``limit``."""
     h = message_header.c
     query = _resendable(_message_where(select(h.id), flt)).order_by(h.id).limit(limit)
     with searching(store) as conn:
@@ -249,15 +219,14 @@ def _message_where(query: Select[Any], flt: MessageFilter) -> Select[Any]:
         query = query.where(h.source == flt.source)
     for prop in flt.props:
         query = query.where(h.id.in_(_property_ids(prop)))
-    for _, value in flt.body:  # a cheap first pass: the value's text is in the body's
+    for _, value in flt.body:  # a cheap index-free prefilter before the JSON match
         if value.isascii() and value.replace("-", "").replace(".", "").replace("_", "").isalnum():
             query = query.where(h.body.contains(value, autoescape=True))
     return query
 
 
 def _property_ids(prop: PropertyFilter) -> Select[Any]:
-    """The ids of the messages whose property ``prop.path`` passes ``prop`` (one range of
-    the index on (name, value_num) or (name, value_text))."""
+    """The ids of the messages whose property passes ``prop``."""
     p = message_property.c
     number = properties.as_number(prop.value)
     digits = sum(ch.isdigit() for ch in prop.value)
@@ -268,8 +237,7 @@ def _property_ids(prop: PropertyFilter) -> Select[Any]:
 
 
 def _body_matches(body: str | None, wanted: tuple[tuple[str, str], ...]) -> bool:
-    """True when ``body`` (JSON text) holds every (path, value): the value at the path,
-    as text, equals it (a number as JSON writes it, ``true``, ``false``, ``null``)."""
+    """True when JSON ``body`` holds every (path, value), compared as text or number."""
     try:
         document = json.loads(body) if body else None
     except ValueError:
@@ -287,9 +255,7 @@ def _body_matches(body: str | None, wanted: tuple[tuple[str, str], ...]) -> bool
 
 def _body_keyset(store: SqlStore, query: Select[Any], flt: MessageFilter, key: Any, *,
                  before: int | None, after: int | None, limit: int) -> Page:
-    """A page of a body-filtered list: chunks of the other filters' rows read from the
-    cursor on, kept when their body matches, until the page is full or
-    :data:`BODY_SCAN_LIMIT` rows were read."""
+    """A page of a body-filtered list, reading at most :data:`BODY_SCAN_LIMIT` rows."""
     h = message_header.c
     limit = max(1, min(limit, MAX_PAGE_SIZE))
     going_back = after is not None and before is None
@@ -322,7 +288,6 @@ def _body_keyset(store: SqlStore, query: Select[Any], flt: MessageFilter, key: A
                 scanned=scanned if stopped else None)
 
 
-# -- one message, one session ------------------------------------------------------------
 def message(store: SqlStore, message_id: int) -> dict[str, Any] | None:
     """Every column of message ``message_id``, or None."""
     with store.db.read() as conn:
@@ -333,8 +298,7 @@ def message(store: SqlStore, message_id: int) -> dict[str, Any] | None:
 
 def session_messages(store: SqlStore, session_id: int, *, offset: int = 0,
                      limit: int | None = None) -> list[dict[str, Any]]:
-    """The messages of a session, oldest first: from the ``offset``-th, at most ``limit``
-    (None: all)."""
+    """The messages of a session, oldest first, from ``offset``, at most ``limit``."""
     h = message_header.c
     query = select(message_header).where(h.session_id == session_id).order_by(h.id)
     if offset:
@@ -366,8 +330,7 @@ def attempts_of(store: SqlStore, message_ids: Sequence[int]) -> dict[int, list[A
 
 
 def events_of(store: SqlStore, message_ids: Sequence[int]) -> list[dict[str, Any]]:
-    """The events written about any of ``message_ids``, oldest first (by the message index,
-    not by session: ``event_log.session_id`` has no index)."""
+    """The events of any of ``message_ids``, oldest first."""
     e = event_log.c
     if not message_ids:
         return []
@@ -376,7 +339,6 @@ def events_of(store: SqlStore, message_ids: Sequence[int]) -> list[dict[str, Any
             select(event_log).where(e.message_id.in_(message_ids)).order_by(e.id)).mappings()]
 
 
-# -- the event log -----------------------------------------------------------------------
 def events_page(store: SqlStore, flt: EventFilter, *, before: int | None = None,
                 after: int | None = None, limit: int = PAGE_SIZE) -> Page:
     """The page of events matching ``flt``, newest first (cursors as :func:`messages_page`)."""
@@ -392,8 +354,7 @@ def _events_keyset(store: SqlStore, flt: EventFilter, *, before: int | None,
 
 def iter_events(store: SqlStore, flt: EventFilter, *,
                 chunk: int = BODY_CHUNK) -> Iterator[dict[str, Any]]:
-    """Every event matching ``flt``, newest first, ``chunk`` rows at a time (keyset pages:
-    the result is never in memory, and no transaction stays open between chunks)."""
+    """Every event matching ``flt``, newest first, read ``chunk`` rows at a time."""
     before = None
     while True:
         page = _events_keyset(store, flt, before=before, after=None, limit=chunk, cap=False)
@@ -403,30 +364,28 @@ def iter_events(store: SqlStore, flt: EventFilter, *,
         before = page.older
 
 
-# -- the production ----------------------------------------------------------------------
 @dataclass
 class ItemStatus:
-    """One item's queue as the portal's front page shows it."""
+    """One item's queue on the portal's front page."""
 
     queued: int = 0
     in_flight: int = 0
     retrying: int = 0
     oldest_queued: datetime | None = None
-    last_error: dict[str, Any] | None = None  # time_logged, text, message_id
-    breaker: dict[str, Any] | None = None  # state, failures, open_until
+    last_error: dict[str, Any] | None = None
+    breaker: dict[str, Any] | None = None
 
 
 @dataclass
 class ProductionStatus:
     items: dict[str, ItemStatus] = field(default_factory=dict)
     daemons: list[dict[str, Any]] = field(default_factory=list)
-    leases: dict[str, str] = field(default_factory=dict)  # lease name -> owner, unexpired
+    leases: dict[str, str] = field(default_factory=dict)  # unexpired: name -> owner
 
 
 def production_status(store: SqlStore, items: Sequence[str], *,
                       now: datetime) -> ProductionStatus:
-    """The queues of ``items`` (a few indexed queries each), every registered daemon, and
-    the leases unexpired at ``now`` (read only: no write lock, even on SQLite)."""
+    """The queues of ``items``, every registered daemon, and the leases unexpired at ``now``."""
     status = ProductionStatus()
     with store.db.read() as conn:
         status.leases = {r.name: r.owner for r in conn.execute(
@@ -443,10 +402,7 @@ def production_status(store: SqlStore, items: Sequence[str], *,
 
 
 def _item_status(conn: Any, name: str) -> ItemStatus:
-    """One item's queue from indexes only, whatever the size of ``message_header``: the
-    counts from the queue index (target, status, id), the oldest queued message as the
-    lowest queued id, the retrying ones from the partial index of due times (a parked retry
-    has ``next_attempt_at``) and among the few in flight."""
+    """One item's queue, read from indexes only."""
     h, e = message_header.c, event_log.c
     one = ItemStatus()
     for state, count in conn.execute(
@@ -461,7 +417,7 @@ def _item_status(conn: Any, name: str) -> ItemStatus:
         one.oldest_queued = as_utc(conn.execute(
             select(h.time_created).where(h.target == name, h.status == Status.QUEUED)
             .order_by(h.id).limit(1)).scalar())
-    if one.queued or one.in_flight:  # parked until their next attempt, and those in flight
+    if one.queued or one.in_flight:
         one.retrying = int(conn.execute(select(func.count()).where(
             h.target == name, h.retry_needed.is_(True), or_(
                 (h.status == Status.QUEUED) & h.next_attempt_at.is_not(None),
@@ -473,14 +429,8 @@ def _item_status(conn: Any, name: str) -> ItemStatus:
     return one
 
 
-# -- reading -----------------------------------------------------------------------------
-
-
-# -- paging ------------------------------------------------------------------------------
 def _rows(result: Any, query: Select[Any], *, raw: bool = False) -> list[Any]:
-    """The rows as dicts (``raw``: lists), their times aware UTC (as
-    :func:`~engine.store.queries.plain` makes them, at a third of its cost: an export reads
-    every row)."""
+    """The rows as dicts (``raw``: lists), their times aware UTC."""
     names = list(result.keys())
     times = [i for i, column in enumerate(query.selected_columns)
              if isinstance(column.type, DateTime)]
@@ -501,10 +451,8 @@ EXPORT_COLUMNS = ("id", "session_id", "time_created", "time_completed", "source"
 
 def export_rows(store: SqlStore, flt: MessageFilter, *, body: bool = False,
                 chunk: int = 2_000) -> Iterator[list[Any]]:
-    """Every message matching ``flt`` as a list of :data:`EXPORT_COLUMNS` values (and the
-    body, with ``body``), in the list's order, ``chunk`` rows at a time: what an export
-    writes, without a dict per row. A body filter reads the bodies and drops them unless
-    ``body`` is asked for."""
+    """Every message matching ``flt`` as :data:`EXPORT_COLUMNS` values (plus the body, with
+    ``body``), in the list's order, read ``chunk`` rows at a time."""
     h = message_header.c
     columns = [h[name] for name in EXPORT_COLUMNS]
     if body or flt.body:
@@ -526,13 +474,11 @@ def export_rows(store: SqlStore, flt: MessageFilter, *, body: bool = False,
 def _keyset(store: SqlStore, query: Select[Any], key: Any, *, before: int | None,
             after: int | None, limit: int, sort: Any = None, descending: bool = True,
             cap: bool = True, raw: bool = False) -> Page:
-    """Rows of ``query`` in order of (``sort``, ``key``) — descending: newest first — one
-    page from a cursor (an id; with ``sort``, that row's value is read back); one extra row
-    is read to tell whether there is a page beyond. ``cap``: at most MAX_PAGE_SIZE rows;
-    ``raw``: rows as lists in the query's column order, its first column the id."""
+    """One page of ``query`` ordered by (``sort``, ``key``) from an id cursor. ``cap``: at
+    most MAX_PAGE_SIZE rows; ``raw``: rows as lists, the id first."""
     limit = max(1, min(limit, MAX_PAGE_SIZE) if cap else limit)
     going_back = after is not None and before is None
-    forward = descending != going_back  # True: this read goes down the order
+    forward = descending != going_back
     keys = [key] if sort is None else [sort, key]
     cursor = after if going_back else before
     with searching(store) as conn:

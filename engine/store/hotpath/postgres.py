@@ -36,10 +36,8 @@ def _time(value: datetime | None) -> str | None:
 
 
 class PostgresHotPath(HotPath):
-    """PostgreSQL: each step one statement on an autocommit connection. Intake commits are
-    durable; claims and completions are not (``synchronous_commit = off``): a lost claim puts
-    the message back in its queue, a lost completion leaves its attempt open, which the next
-    delivery treats as outcome unknown."""
+    """PostgreSQL: each step one statement on an autocommit connection; only intake commits
+    are durable (a lost claim requeues, a lost completion is outcome unknown)."""
 
     parallel_commits = True
 
@@ -136,13 +134,8 @@ class PostgresHotPath(HotPath):
                                     alone=alone, server=server)
         # an array literal: psycopg would dump a list element by element in Python
         params["held"] = "{" + ",".join(str(int(i)) for i in held) + "}"
-        # not durable, even when it begins attempts (an idempotent item's): lost in a crash
-        # of the server, the claim goes with it and the message is delivered afresh. A FIFO
-        # claim is: the WAL is flushed (and the synchronous standby confirms) in order, so its
-        # commit carries the end of the message before it, written without waiting — else a
-        # crash or failover of the server could lose that end after this message was sent,
-        # and the one before would be sent again after it. (SQLite loses no commit when a
-        # process dies, only when the machine does.)
+        # not durable, but a FIFO claim's commit flushes the WAL in order, carrying the
+        # previous message's end with it, so a failover never resends that one after this
         rows = self._run(sql.CLAIM_FIFO if fifo else sql.CLAIM_ANY, params, durable=fifo)
         width = len(COLUMNS)
         return [Claimed(MessageRow(**dict(zip(COLUMNS, r[:width]))),

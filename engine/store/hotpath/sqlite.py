@@ -28,8 +28,7 @@ from engine.store.text import storable
 
 
 def _sqlite_time(value: datetime | None) -> str | None:
-    """The text SQLAlchemy stores for an aware datetime on SQLite (naive UTC, to the
-    microsecond; ``isoformat`` with the offset cut off costs half of ``strftime``)."""
+    """The text SQLAlchemy stores for an aware datetime on SQLite (naive UTC)."""
     if value is None:
         return None
     return value.astimezone(UTC).isoformat(" ", "microseconds")[:26]
@@ -48,20 +47,15 @@ def _parse_sqlite_time(value: str | None) -> datetime | None:
 
 
 class SqliteHotPath(HotPath):
-    """SQLite: every step one ``BEGIN IMMEDIATE`` transaction, an intake one statement in
-    autocommit mode; ``synchronous = FULL`` for an accepted message, NORMAL otherwise.
-
-    A claim that begins attempts (an idempotent item's) does not wait for the disk: lost in
-    a crash of the machine, the claim goes with it and the message is delivered afresh,
-    which an idempotent item allows (docs/architecture.md makes durable only accepted messages and
-    the starts of non-idempotent attempts; a process killed keeps every commit in the log)."""
+    """SQLite: every step one ``BEGIN IMMEDIATE`` transaction, an intake one autocommit
+    statement; ``synchronous = FULL`` only for an accepted message (a lost claim is simply
+    delivered afresh)."""
 
     def __init__(self, engine: Connector, translate: Callable[[BaseException], bool], *,
                  shared: bool = False) -> None:
         super().__init__(engine, translate, shared=shared)
-        # This process's hot-path writers queue here rather than on SQLite's busy handler,
-        # which sleeps and retries: a producer committing in a loop would starve the
-        # dispatcher's claims for as long as it runs.
+        # writers queue here, not on SQLite's busy handler, which would let a looping
+        # producer starve the dispatcher's claims
         self._write_lock = threading.Lock()
 
     @contextmanager
@@ -115,9 +109,7 @@ class SqliteHotPath(HotPath):
                   "body_class": body_class, "body": body, "now": _sqlite_time(now),
                   "key": idempotency_key, "trace": trace_context, "waited": int(waited)}
         if idempotency_key is None and not search_paths:
-            # one statement, its own transaction: SQLite takes the write lock as it starts
-            # (as BEGIN IMMEDIATE would) and commits as it ends — one call into the driver,
-            # not five, each of which hands the GIL back and must wait to take it again
+            # one autocommit statement: one driver call, the write lock taken as it starts
             with self._write_lock, self._connection(durable) as conn:
                 new_id = self._guard(lambda: conn.execute(sql.ACCEPT, params).lastrowid)
             return Accepted(new_id, new_id if session_id is None else session_id, True)
@@ -139,9 +131,7 @@ class SqliteHotPath(HotPath):
                        idempotency_key: str | None, trace_context: str | None,
                        durable: bool, grant: Grant) -> tuple[Accepted, Claimed | None]:
         """Accept a waited-for message and, as ``grant`` allows, claim it in the same
-        transaction (None: it could not be claimed — the item is switched off, or FIFO with
-        a message ahead — and is queued as any other; or the ``idempotency_key`` names an
-        earlier message, which is returned, ``created`` False, and nothing is made)."""
+        transaction (claimed None: switched off, FIFO behind another, or an existing key)."""
         stamp = _sqlite_time(now)
         server = storable(grant.server) if grant.begin else None
         params = {"session_id": session_id, "source": source, "target": target,
@@ -266,8 +256,7 @@ class SqliteHotPath(HotPath):
 
     def _claim(self, cur: Any, params: dict[str, Any]
                ) -> tuple[list[Any], dict[int, int], dict[int, int]]:
-        """The claimed rows as the driver returns them, message id → attempt begun, and
-        message id → deliveries counted before the claim (a suspect comes alone)."""
+        """The claimed rows, message id → attempt begun, and message id → prior deliveries."""
         pick = sql.PICK_FIFO_HEAD if params["fifo"] else sql.PICK_ANY
         picked = isolate(cur.execute(pick, params).fetchall(), params["alone"])
         if not picked:
@@ -292,9 +281,8 @@ class SqliteHotPath(HotPath):
 
     def _complete(self, cur: Any, completions: Sequence[Completion], stamp: str | None,
                   waited: list[int]) -> dict[int, int | None]:
-        """Record ``completions`` (:data:`~engine.store.statements.sqlite.COMPLETE`, which
-        takes a message at most once); message id → response id of those completed, in
-        order (``waited``: those someone waits for, appended)."""
+        """Record ``completions``; message id → response id of those completed (``waited``:
+        those someone waits for, appended)."""
         done: dict[int, int | None] = {}
         rest = list(completions)
         while rest:
@@ -311,8 +299,7 @@ class SqliteHotPath(HotPath):
 
     def _complete_batch(self, cur: Any, batch: list[Completion], stamp: str | None,
                         waited: list[int]) -> dict[int, int | None]:
-        """:meth:`_complete` of completions of distinct messages: the completion, the
-        attempts' ends, the responses — a statement each for the whole batch."""
+        """:meth:`_complete` of distinct messages, one statement per table for the batch."""
         responses: dict[int, int] = {}
         next_id = None
         for c in batch:

@@ -18,15 +18,13 @@ from engine.store.statements.shared import OUTCOME as _OUTCOME
 __all__ = ["ACCEPT", "CLAIM_ANY", "CLAIM_FIFO", "COMPLETE", "END_ATTEMPTS", "FIND_KEY", "INSERT",
            "INSERT_PROPERTY", "MESSAGE", "OUTCOME"]
 
-# The caller an idempotency key belongs to: an API token's holder ("api:<name>", the source)
-# or '' for the production (as SQLite's; the source typed once, as text).
+# the caller an idempotency key belongs to, as on SQLite
 _CALLER = "CASE WHEN substr(:source::text, 1, 4) = 'api:' THEN :source::text ELSE '' END"
 
 MESSAGE = pg(_MESSAGE)
 OUTCOME = pg(_OUTCOME)
 INSERT_PROPERTY = pg(properties.INSERT_SQL)
 
-# -- intake ----------------------------------------------------------------------------------
 INSERT = pg(
     f"WITH n AS (SELECT nextval('message_header_id_seq') AS id, b.ord, b.body_class, b.body "
     f"FROM unnest(:body_classes::text[], :bodies::text[]) WITH ORDINALITY "
@@ -37,8 +35,7 @@ INSERT = pg(
     f"ORDER BY n.ord "
     f"RETURNING id) "
     f"SELECT ins.id, pg_notify('encore_queue', :note) FROM ins ORDER BY ins.id")
-# The unique index on (target, idempotency_caller, idempotency_key) decides between racing
-# duplicates: the loser inserts nothing and reads the winner's row once it has committed.
+# the unique index decides between racing duplicates: the loser reads the winner's row
 ACCEPT = pg(
     f"WITH n AS (SELECT nextval('message_header_id_seq') AS id), "
     f"ins AS (INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}, "
@@ -54,10 +51,7 @@ FIND_KEY = pg("SELECT id, session_id FROM message_header "
               f"WHERE target = :target AND idempotency_caller = {_CALLER} "
               "AND idempotency_key = :key")
 
-# -- claims ----------------------------------------------------------------------------------
-# The id of each attempt begun is drawn with the claim, so the rows come back without a join
-# of the claimed messages to their new attempts; each with its count of deliveries before the
-# claim (a suspect comes alone: ISOLATE).
+# each attempt's id is drawn with the claim (no join back); ISOLATE keeps a suspect alone
 _CLAIM = (
     "WITH cand AS ({pick} FOR UPDATE{skip}), "
     f"pick AS ({ISOLATE}), "
@@ -69,18 +63,14 @@ _CLAIM = (
     "begun AS (INSERT INTO message_attempt (id, message_id, attempt, started_at, server) "
     "SELECT begun, id, 1, :now, :server::text FROM claimed WHERE begun IS NOT NULL) "
     "SELECT * FROM claimed ORDER BY id")
-# A FIFO head locked for a moment (an operator's action) is waited for, never skipped. One
-# statement per kind of claim, so that each gets a plan of its own (a generic plan of one
-# statement for both would have to scan).
+# a FIFO head locked for a moment is waited for, never skipped; one statement per kind of
+# claim, so each gets its own plan
 CLAIM_FIFO = pg(_CLAIM.format(
     pick=PICK_FIFO.format(not_held="d.id <> ALL(:held::bigint[])", due_index=""), skip=""))
 CLAIM_ANY = pg(_CLAIM.format(pick=PICK_ANY, skip=" SKIP LOCKED"))
 
-# -- the end of an attempt, a success ---------------------------------------------------------
-# The one statement that ends attempts, a success's or a failure's, over ``e`` (attempt_id,
-# started_at — null: as its begin recorded it —, ended_at, server, outcome, status_code,
-# error_text, token — not null: only while the attempt's message's claim of that token holds
-# it).
+# The one statement that ends attempts, over ``e`` (attempt_id, started_at, ended_at, server,
+# outcome, status_code, error_text, token; token: fenced by that claim).
 _END_ATTEMPTS = (
     "UPDATE message_attempt a SET started_at = coalesce(e.started_at, a.started_at), "
     "ended_at = e.ended_at, server = e.server, outcome = e.outcome, "
@@ -96,13 +86,9 @@ _SUCCESS_ENDS = ("(SELECT d.attempt_id, d.started_at, d.ended_at, d.server, 'ok'
                  "NULL::int AS status_code, NULL::text AS error_text, NULL::bigint AS token "
                  "FROM d JOIN req ON req.id = d.id) AS e")
 
-# The one statement that writes Completed, with the one guard: the completion's claim still
-# holds the message (its token, and the message still Delivered). It also ends the attempt
-# (outcome ok, its true start: attempt 1's becomes the message's first_attempt_at, so that it
-# stays min(message_attempt.started_at)), stores the response linked both ways, and announces
-# the end of a message someone waits for with its commit. The completions come as one JSON
-# document: json.dumps encodes it in C, where psycopg would dump nine arrays element by
-# element in Python (a fifth of a dispatcher's time). Returns id, waited, response id.
+# The one statement that writes Completed, guarded by the claim's token and Delivered: it ends
+# the attempt, stores the response and NOTIFYs waited-for ends. Completions come as one JSON
+# document (json.dumps is C; psycopg's array dumping is Python). Returns id, waited, response id.
 COMPLETE = pg(
     "WITH d AS (SELECT c.*, CASE WHEN c.body IS NOT NULL "
     "THEN nextval('message_header_id_seq') END AS response_id "

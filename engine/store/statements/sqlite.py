@@ -1,12 +1,9 @@
-"""SQLite's named statements: intake, claims and a success's transition (sqlite3's ``:name``
-placeholders). Times are bound as SQLAlchemy stores them (naive UTC text).
+"""SQLite's named statements: intake, claims and a success's transition (``:name``
+placeholders; times as naive UTC text).
 
-Set-based statements take a batch as one JSON array (``json_each(:rows)``): one call into
-the driver for the whole batch instead of one or more per message, each of which hands the
-GIL back and must win it again while the write lock is held (a no-op drain spent 3-20 % less
-CPU a message, BENCHMARKS.md). SQLite's JSON functions end a string at a NUL character: text
-a statement reads from JSON is escaped by :func:`json_text` and unescaped by
-:func:`_unescaped`, so that it arrives whole.
+Set-based statements take a batch as one JSON array (``json_each(:rows)``): one driver call per
+batch while the write lock is held. JSON strings end at NUL, so text is escaped by
+:func:`json_text` and unescaped by :func:`_unescaped`.
 """
 from __future__ import annotations
 
@@ -27,7 +24,7 @@ __all__ = ["ACCEPT", "ACCEPT_CLAIMED", "ACCEPT_MANY", "BEGIN", "BEGIN_ONE", "CLA
 
 
 def json_text(text: str | None) -> str | None:
-    """``text`` as it goes into a JSON batch: NUL and \\x01 escaped (see the module)."""
+    """``text`` as it goes into a JSON batch: NUL and \\x01 escaped."""
     if text is None or ("\x00" not in text and "\x01" not in text):
         return text
     return text.replace("\x01", "\x01\x02").replace("\x00", "\x01\x03")
@@ -38,20 +35,16 @@ def _unescaped(expr: str) -> str:
     return f"replace(replace({expr}, char(1, 3), char(0)), char(1, 2), char(1))"
 
 
-# The caller an idempotency key belongs to (docs/security.md): an API token's holder, whose
-# messages' source is "api:<name>", or '' — the production itself (the command line,
-# services, business processes). PostgreSQL's statements use the same expression.
+# the caller an idempotency key belongs to: "api:<name>" sources, or '' (as on PostgreSQL)
 _CALLER = "CASE WHEN substr(:source, 1, 4) = 'api:' THEN :source ELSE '' END"
 
-# the next free message id (SQLite draws ids as max + 1, inside the write lock)
+# the next free message id (drawn inside the write lock)
 NEXT_ID = "SELECT coalesce(max(id), 0) + 1 FROM message_header"
 
-# -- intake ----------------------------------------------------------------------------------
 INSERT = (f"INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}) VALUES "
           "(:id, coalesce(:session_id, :id), :source, :target, 'request', :body_class, "
           ":body, 'Queued', 0, :now, 0, 0, 0, :key, :trace, 0)")
-# intake of one message: its id drawn in the statement, so that it is one step (and read back
-# as the row id: no RETURNING row, so one call into the driver, not three)
+# intake of one message, its id drawn in the statement (read back as the row id)
 ACCEPT = (f"INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}, idempotency_caller) "
           "SELECT n.id, coalesce(:session_id, n.id), :source, :target, 'request', "
           ":body_class, :body, 'Queued', 0, :now, 0, 0, 0, :key, :trace, :waited, "
@@ -60,8 +53,7 @@ ACCEPT = (f"INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}, idempotenc
 FIND_KEY = ("SELECT id, session_id FROM message_header "
             f"WHERE target = :target AND idempotency_caller = {_CALLER} "
             "AND idempotency_key = :key")
-# many intakes without an idempotency key or search properties: one autocommit statement,
-# ids drawn in order from max(id) + 1 (the last one read back as the row id); each row is
+# many intakes without key or search properties; each row is
 # [session_id, source, target, body_class, body, now, trace, waited]
 ACCEPT_MANY = (f"INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}, "
                "idempotency_caller) "
@@ -72,9 +64,7 @@ ACCEPT_MANY = (f"INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}, "
                "ELSE '' END "
                "FROM (SELECT coalesce(max(id), 0) + 1 AS id FROM message_header) AS n, "
                "json_each(:rows) AS c ORDER BY c.key")
-# a new message claimed as it is inserted (a direct take): Delivered, leased to :owner,
-# token 1, one delivery, attempt 1 begun with :begin — as CLAIM_SET would claim it — if the
-# item is not switched off and, FIFO, has nothing queued or delivered ahead
+# a new message claimed as it is inserted (a direct take), as CLAIM_SET would claim it
 ACCEPT_CLAIMED = (
     f"INSERT INTO message_header (id, {INSERT_MESSAGE_COLUMNS}, idempotency_caller, "
     "claimed_by, lease_expires_at, time_processed, deliveries, first_attempt_at) "
@@ -87,9 +77,7 @@ ACCEPT_CLAIMED = (
     "WHERE q.target = :target AND q.status IN ('Queued', 'Delivered'))) "
     f"RETURNING {', '.join(COLUMNS)}")
 
-# -- claims ----------------------------------------------------------------------------------
-# The parked-message probe must range over (target, status, next_attempt_at), not scan the
-# whole queue in id order, which SQLite's planner would otherwise choose.
+# the parked-message probe ranges over (target, status, next_attempt_at), not the id order
 PICK_FIFO_HEAD = PICK_FIFO.format(
     not_held="d.id NOT IN (SELECT value FROM json_each(:held))",
     due_index="INDEXED BY ix_message_header_due")
@@ -101,12 +89,8 @@ BEGIN = ("INSERT INTO message_attempt (message_id, attempt, started_at, server) 
 BEGIN_ONE = ("INSERT INTO message_attempt (message_id, attempt, started_at, server) "
              "VALUES (:id, 1, :now, :server) RETURNING id")
 
-# -- a success -------------------------------------------------------------------------------
-# The one statement that writes Completed, with the one guard: the completion's claim still
-# holds the message (its token, and the message still Delivered). Attempt 1's true start
-# (a claim may have begun it earlier) becomes the message's first_attempt_at, so that it stays
-# min(message_attempt.started_at). Each row is [message_id, token, started_at, response_id];
-# a message at most once per statement.
+# The one statement that writes Completed, guarded by the claim's token and Delivered; it
+# keeps first_attempt_at = min(started_at). Rows: [message_id, token, started_at, response_id].
 COMPLETE = ("UPDATE message_header AS h SET status = 'Completed', is_error = 0, "
             "retry_needed = 0, next_attempt_at = NULL, time_completed = :now, "
             "claimed_by = NULL, lease_expires_at = NULL, corresponding_id = c.value ->> 3, "
@@ -116,11 +100,8 @@ COMPLETE = ("UPDATE message_header AS h SET status = 'Completed', is_error = 0, 
             "WHERE h.id = c.value ->> 0 AND h.claim_token = c.value ->> 1 "
             "AND +h.status = 'Delivered' "
             "RETURNING id, session_id, target, source, waited")
-# The one statement that ends attempts, a success's or a failure's: each row is
-# [attempt_id, started_at, ended_at, server, outcome, status_code, error_text, token]
-# (started_at null: as its begin recorded it; token not null: only while the attempt's
-# message's claim of that token holds it — a success's is fenced by COMPLETE, which it
-# follows).
+# The one statement that ends attempts. Rows: [attempt_id, started_at, ended_at, server,
+# outcome, status_code, error_text, token] (token: fenced by that claim).
 END_ATTEMPTS = ("UPDATE message_attempt AS a SET "
                 "started_at = coalesce(c.value ->> 1, a.started_at), "
                 f"ended_at = c.value ->> 2, server = {_unescaped('c.value ->> 3')}, "
