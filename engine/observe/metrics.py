@@ -38,10 +38,10 @@ prometheus_client.disable_created_metrics()
 
 
 class Metrics:
-    """Counters, gauges and a histogram per item, rendered for Prometheus: ``encore_queue_depth``,
-    ``encore_attempts_total``, ``encore_give_ups_total``, ``encore_attempt_seconds``, and with a
-    breaker or rate limit ``encore_breaker_open`` and ``encore_rate_limit_wait_seconds_total``
-    (docs/operations.md)."""
+    """Counters, gauges and a histogram per item, rendered for Prometheus: ``encore_queue_depth``
+    (read at each scrape), ``encore_attempts_total{outcome}``, ``encore_give_ups_total`` (retries
+    ran out), ``encore_attempt_seconds``; with a breaker or a rate limit, ``encore_breaker_open``
+    (1 while open or half-open, as last read) and ``encore_rate_limit_wait_seconds_total``."""
 
     def __init__(self, buckets: Iterable[float] = DEFAULT_BUCKETS) -> None:
         self.buckets = tuple(sorted(float(b) for b in buckets if not math.isinf(b)))

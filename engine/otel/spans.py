@@ -1,24 +1,8 @@
-"""Encore's spans: PRODUCER at send, CONSUMER per delivery, CLIENT per attempt.
+"""Encore's spans: PRODUCER at send, CONSUMER per delivery, CLIENT per attempt (docs/tracing.md).
 
-Trace structure (one trace per message)::
-
-    send Payments            PRODUCER  (encore send, a service, a process; context stored)
-    └─ process Payments      CONSUMER  one per delivery: child of the stored context, linked to it
-       ├─ POST               CLIENT    attempt 1, http.request.resend_count = 0
-       ├─ POST               CLIENT    attempt 2, resend_count = 1
-       └─ POST               CLIENT    attempt 3, resend_count = 2
-
-The messaging conventions ask a "process" span to *link* to the message's creation context;
-Encore also makes it a *child* of it. A message may be delivered several times — after a
-daemon restart, after a FIFO release, every time a requeue-mode retry comes due — and
-docs/tracing.md asks for the same trace id on every attempt of a message: only the stored producer
-context is the same on all of them. A message stored without a context (sent with tracing off) gets
-a stand-in one derived from its idempotency key (:func:`~engine.otel.context.derived_context`),
-with no link.
-
-Each CLIENT span starts in ``before_attempt``, which returns its ``traceparent`` for every
-request of the attempt (HTTP and SOAP alike), and ends in ``after_attempt`` with the
-attributes of the attempt's last request.
+A CONSUMER span is a child of the message's stored producer context, as well as linked to it, so
+every delivery of a message shares one trace id; a message stored without one gets a context derived
+from its idempotency key (:func:`~engine.otel.context.derived_context`).
 """
 from __future__ import annotations
 
@@ -63,8 +47,8 @@ class Tracing:
 
     @contextmanager
     def producer(self, target: str, batch: int | None = None) -> Iterator[Producer]:
-        """The PRODUCER span ``send {target}`` around one send (``batch``: how many
-        messages a batch send commits; they share the span's context)."""
+        """The PRODUCER span ``send {target}`` around one send (``batch``: messages in a batch
+        send)."""
         attributes: dict[str, Any] = {
             sc.MESSAGING_SYSTEM: sc.SYSTEM, sc.MESSAGING_OPERATION_NAME: "send",
             sc.MESSAGING_OPERATION_TYPE: "send", sc.MESSAGING_DESTINATION: target}
@@ -114,17 +98,14 @@ class ConsumerSpan(Delivery):
 
 
 class ItemTracing(AttemptObserver):
-    """One item's CONSUMER span per delivery and CLIENT span per attempt: the hooks
-    ``delivery``, ``before_attempt`` and ``after_attempt`` of the delivery middleware
-    (:mod:`engine.delivery.middleware`). Shared by the item's workers: what is open belongs
-    to the worker thread that opened it."""
+    """One item's CONSUMER and CLIENT spans, as delivery middleware; shared by its workers (open
+    spans belong to their thread)."""
 
     def __init__(self, tracer: trace.Tracer, target: str) -> None:
         self.tracer = tracer
         self.target = target
         self._local = threading.local()
 
-    # -- CONSUMER ------------------------------------------------------------------------
     @contextmanager
     def delivery(self, row: MessageRow) -> Iterator[Delivery]:
         """The CONSUMER span ``process {target}`` around one delivery of ``row``."""
@@ -155,10 +136,8 @@ class ItemTracing(AttemptObserver):
         """``error.type`` of this thread's last failed attempt, if any."""
         return getattr(self._local, "last_error_type", None)
 
-    # -- CLIENT --------------------------------------------------------------------------
     def before_attempt(self, row: MessageRow, number: int) -> Mapping[str, str] | None:
-        """Start attempt ``number``'s CLIENT span; its ``traceparent`` goes with every
-        request of the attempt. Never raises: tracing must not hold a message back."""
+        """Start attempt ``number``'s CLIENT span and return its ``traceparent``; never raises."""
         try:
             self._end_open(sc.OTHER)  # one whose attempt never ran (its claim was lost)
             span = self.tracer.start_span(
@@ -188,8 +167,8 @@ class ItemTracing(AttemptObserver):
         span.end()
 
     def _parent(self, row: MessageRow) -> Any:
-        """The delivery's CONSUMER span; without one (a worker driven directly), the
-        message's stored context, so the trace id is the same either way."""
+        """The delivery's CONSUMER span, else the message's stored context (same trace id either
+        way)."""
         delivery = getattr(self._local, "delivery", None)
         if delivery is not None:
             return trace.set_span_in_context(delivery)
