@@ -1,10 +1,5 @@
-"""What a daemon reports for the operator's console (docs/portal.md).
-
-What runs — ``daemon.items`` and ``daemon.item_states``: each item's state, its last
-outcome, its servers' bad marks, and the items a reload refused or a restart could not
-start — is rewritten when it changes and at every reload; the items' per-minute counters
-(:mod:`engine.store.rollup`) are flushed every couple of seconds, and the leader also
-deletes the rows older than :data:`~engine.store.rollup.KEEP_DAYS`.
+"""What a daemon reports for the operator's console (docs/portal.md): ``daemon.items`` and
+``daemon.item_states`` when they change, and the items' per-minute counters every couple of seconds.
 """
 from __future__ import annotations
 
@@ -20,8 +15,7 @@ from engine.store.sql import SqlStore
 
 
 class ReloadState(Protocol):
-    """What the console reports of the daemon's reloader
-    (:class:`engine.runtime.reload.Reloader`)."""
+    """What the console reports of the daemon's reloader."""
 
     @property
     def refused(self) -> Mapping[str, str]: ...
@@ -36,10 +30,8 @@ ROLLUP_PRUNE_INTERVAL = 3600.0  # seconds between the leader's deletions of old 
 
 
 class ConsoleReport:
-    """The console's view of daemon ``daemon_id``: its ``runners`` (by item name) among the
-    production's operation ``items()``, what its ``reloader`` refused or failed to start,
-    and the per-minute counters of :attr:`rollup`; ``leader()``: True while the daemon
-    holds the leader lease; ``inbound()``: the inbound services it serves."""
+    """The console's view of daemon ``daemon_id``: its runners among the production's operation
+    ``items()``, the reloader's refusals and the per-minute counters of :attr:`rollup`."""
 
     def __init__(self, store: SqlStore, clock: Clock, daemon_id: str, *,
                  runners: Mapping[str, ItemRunner], reloader: ReloadState,
@@ -59,8 +51,8 @@ class ConsoleReport:
         self._reported: str | None = None  # the item states last written
 
     def tick(self, now: float, *, inline: bool) -> float | None:
-        """The item states when they changed, and the rollup flush when due; the seconds
-        until the next flush (None ``inline``: no wake-up of its own)."""
+        """Report changed item states and flush the rollup when due; the seconds until the next
+        flush (None inline)."""
         self.report_states()
         if now >= self._next_flush:
             self.flush_rollup(now)

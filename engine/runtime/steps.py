@@ -1,5 +1,4 @@
-"""What the daemon and its coordinators share: the items that run on worker threads, and a
-step of the daemon's loop that may fail without ending it."""
+"""What the daemon and its coordinators share."""
 from __future__ import annotations
 
 import logging
@@ -20,9 +19,7 @@ def operation_items(production: ProductionConfig) -> list[ItemConfig]:
 
 
 def guarded(step: Callable[[], float | None], what: str) -> float | None:
-    """``step()``, or — when it fails (the database) — the error logged and
-    TICK_RETRY_DELAY, the seconds until it is tried again: a failing step never ends the
-    daemon's loop."""
+    """Run ``step()``; if it fails, log it and return TICK_RETRY_DELAY."""
     try:
         return step()
     except EncoreError as exc:
