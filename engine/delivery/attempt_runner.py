@@ -92,7 +92,7 @@ class AttemptRunner:
         response, error = None, None
         try:
             response = host.on_message(request)
-        except Exception as exc:  # every failure of user code is recorded
+        except Exception as exc:
             error = exc
         finally:
             server = adapter.end_attempt() if adapter is not None else None
@@ -127,6 +127,6 @@ class AttemptRunner:
         for after in self.hooks.after_attempt:
             try:
                 after(row, report)
-            except Exception:  # a middleware never fails a delivery
+            except Exception:
                 log.exception("item %s: middleware %s failed after an attempt",
                               self.host.name, type(getattr(after, "__self__", after)).__name__)

@@ -149,7 +149,7 @@ class CircuitBreaker(Middleware):
         row = self.current()
         return row.state == CLOSED or self._over(row)
 
-    may_claim = allows_claims  # the middleware's hook
+    may_claim = allows_claims
 
     def set_wake(self, wake: Callable[[], object]) -> None:
         """Call ``wake`` whenever an open period (or a probe's time) ends from now on."""
@@ -231,7 +231,7 @@ class CircuitBreaker(Middleware):
         after = self.store.breakers.record_failure(
             self.item, threshold=self.settings.threshold,
             open_seconds=self.settings.open_seconds, now=now)
-        if after is None:  # not closed: counted by nobody
+        if after is None:
             self.refresh()
             return
         self._learn(after)

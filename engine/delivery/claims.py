@@ -52,7 +52,7 @@ class ClaimBook:
         self._lock = threading.Lock()
         self._held: dict[int, int] = {}  # message id → claim token, handed out or pending
         self._claimed_at: dict[int, float] = {}  # message id → monotonic time of its claim
-        self._renewed = float("-inf")  # monotonic start of the last heartbeat renewal
+        self._renewed = float("-inf")
         self._abandoned: dict[int, int] = {}  # id → token: messages a failed delivery left
         self._abandoned_batch = 0  # FIFO: the last claim made before a delivery was cut short
 

@@ -70,7 +70,7 @@ class Dispatcher:
         # (claim number, messages in delivery order) for the workers; None tells one to stop
         self.work: queue.SimpleQueue[tuple[int, tuple[Claimed, ...]] | None] = \
             queue.SimpleQueue()
-        self.claims = 0  # claim statements that returned messages, so far
+        self.claims = 0
         self.held_back = threading.Event()  # an operator switched the item off
         self._lock = threading.Lock()
         self._outstanding = 0  # claims handed to workers and not finished
@@ -79,7 +79,7 @@ class Dispatcher:
         self._looked_alone = True  # the last claim was made with nothing in hand
         self._pending: list[Completion] = []
         self._pending_ids: set[int] = set()
-        self._oldest_pending = 0.0  # monotonic seconds
+        self._oldest_pending = 0.0
         self._seconds_per_message = BATCH_WINDOW / FIRST_BATCH
         self._fastest = BATCH_WINDOW / FIRST_BATCH  # seconds: see FASTEST_DRIFT
         self._refill_at = 1  # pool_size = 1: claim again when this many are left to work
@@ -95,12 +95,11 @@ class Dispatcher:
         # the server an attempt begun with a claim goes to (set by the item)
         self.server: Callable[[], str | None] = lambda: None
         self._closed = False  # the workers were told to stop: no direct take any more
-        self._linger_until = 0.0  # monotonic seconds
+        self._linger_until = 0.0
         # set before a claim looks at the queue, so a message committed after the look wakes it
         self.awaits_work = True
         self._thread: threading.Thread | None = None
 
-    # -- what workers call ---------------------------------------------------------------
     def defer(self, completion: Completion) -> None:
         """Record a success with the next group commit; an ``urgent`` one is committed at once on
         the worker's thread (if ``urgent_here``)."""
@@ -151,7 +150,6 @@ class Dispatcher:
             suspect = message_id == self._suspect
             if suspect:
                 self._suspect = None
-            # a success that waits for a commit is held until then
             pending = message_id in self._pending_ids
             self.book.let_go(message_id, pending=pending or kept)
             if kept:
@@ -170,7 +168,6 @@ class Dispatcher:
         if idle and not quiet:
             self.wakeup.set()
 
-    # -- direct takes (what SqlStore.accept calls; docs/waiting.md) ------------------------
     def reserve(self) -> Grant | None:
         """Reserve a free worker for a waited-for message the intake claims as it accepts it; None
         if none may take it (the message is then queued as usual)."""
@@ -197,7 +194,6 @@ class Dispatcher:
                 self.book.took([claimed], self.clock.monotonic())
                 self.claims += 1
                 self.work.put((self.claims, (claimed,)))
-                # linger, as after a claim that ran dry
                 self._linger_until = self.clock.monotonic() + self.linger
                 return
             self._outstanding -= 1
@@ -234,7 +230,6 @@ class Dispatcher:
             self.held_back.set()
         self.wakeup.set()
 
-    # -- the thread ----------------------------------------------------------------------
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"{self.settings.target}-dispatcher")
@@ -250,19 +245,19 @@ class Dispatcher:
 
     def _run(self) -> None:
         while not self.stop.is_set():
-            self.wakeup.clear()  # before the step: a wake-up during it is not lost
+            self.wakeup.clear()
             try:
                 wait = self.tick()
             except EncoreError as exc:
                 log.error("item %s: %s; trying again in %.0f s", self.settings.target, exc,
                           STORE_RETRY_DELAY)
                 wait = STORE_RETRY_DELAY
-            except Exception:  # the dispatcher must outlive one bad step
+            except Exception:
                 log.exception("item %s: unexpected error in the dispatcher",
                               self.settings.target)
                 wait = STORE_RETRY_DELAY
             self.wakeup.wait(wait)
-        with self._lock:  # no direct take after the workers' stop
+        with self._lock:
             self._closed = True
             for _ in range(self.settings.pool_size):
                 self.work.put(None)  # after what is queued: workers put those back, then stop
@@ -296,10 +291,10 @@ class Dispatcher:
         slots = self._free_slots()
         if slots and not self.held_back.is_set() and self.ready():
             self.awaits_work = True
-            claimed = self._claim(slots)  # with the pending successes, in one step
+            claimed = self._claim(slots)
             if claimed == slots and self._free_slots():
                 return 0.0  # workers finished meanwhile and the queue may hold more
-            if claimed:  # a worker's finish or the linger's end wakes it
+            if claimed:
                 self.awaits_work = False
             else:
                 wait = self._idle_wait()
@@ -325,10 +320,10 @@ class Dispatcher:
                 return 0
             if self.settings.pool_size > 1:
                 hold, again_at = self._pool_batch()
-                if self._outstanding > again_at:  # the next batch is claimed meanwhile
+                if self._outstanding > again_at:
                     return 0
                 return min(max(hold - self._outstanding, 0), MAX_BATCH)
-            if self._outstanding > self._refill_at:  # the next batch is claimed meanwhile
+            if self._outstanding > self._refill_at:
                 return 0
             return max(1, min(MAX_BATCH, int(BATCH_WINDOW / max(self._seconds_per_message,
                                                                 1e-6))))
@@ -428,7 +423,7 @@ class Dispatcher:
         try:
             yield pending
         except BaseException:
-            with self._lock:  # keep them for the next try, oldest first
+            with self._lock:
                 self._pending[:0] = pending
                 self._pending_ids.update(c.message_id for c in pending)
             raise
@@ -443,7 +438,7 @@ class Dispatcher:
         except EncoreError as exc:
             log.warning("item %s: %d success(es) are recorded with the next group commit: %s",
                         self.settings.target, len(completions), exc)
-        except Exception:  # the worker must outlive one bad commit
+        except Exception:
             log.exception("item %s: %d success(es) are recorded with the next group commit "
                           "after an unexpected error", self.settings.target, len(completions))
         if failed:
@@ -452,7 +447,7 @@ class Dispatcher:
         with self._lock:
             self._kept -= len(completions)
         if failed or self._closed:
-            self.wakeup.set()  # a group commit to make, or a stop waiting for this one
+            self.wakeup.set()
 
     def _committed(self, pending: list[Completion], done_ids: list[int]) -> None:
         done = set(done_ids)
@@ -482,7 +477,7 @@ class OwnCommits:
     def __init__(self, dispatcher: Dispatcher) -> None:
         self.dispatcher = dispatcher
         self.chunk = 0  # messages in the chunk being delivered
-        self._oldest = 0.0  # monotonic seconds: when the oldest success kept was
+        self._oldest = 0.0
         self._pending: list[Completion] = []
         self._ids: set[int] = set()
 

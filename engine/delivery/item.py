@@ -43,7 +43,6 @@ if TYPE_CHECKING:  # adapters import the engine; the engine only names their bas
 
 log = logging.getLogger(__name__)
 
-# how a delivery leaves a message whose end its worker committed: the queue is as it was
 ENDED = frozenset({Result.COMPLETED, Result.ERROR, Result.SUSPENDED})
 
 
@@ -60,11 +59,11 @@ class ItemContext:
 
     store: SqlStore
     clock: Clock
-    owner: str  # the daemon's id: whose claims these are
+    owner: str
     lease_seconds: float
     poll_interval: float
     env: Mapping[str, str] = field(default_factory=dict)
-    events: EventSink | None = None  # None: the store's event log
+    events: EventSink | None = None
     lease: Callable[[], bool] | None = None
     production: Callable[[], ProductionConfig] | None = None
     guards: ItemGuards = field(default_factory=ItemGuards)
@@ -95,7 +94,7 @@ class ItemRunner:
         self.hosts: list[BusinessOperation] = []
         self.threads: list[threading.Thread] = []
         self.inline_workers: list[MessageWorker] | None = None
-        self._ticking = False  # tick() is delivering (a sleep inside may tick the daemon)
+        self._ticking = False
         self._prepared = False
         self._ready = False
         self._ready_lock = threading.Lock()
@@ -108,7 +107,7 @@ class ItemRunner:
             enabled=item.enabled, lease_seconds=context.lease_seconds,
             poll_interval=context.poll_interval),
             store=self.store, clock=self.clock, ready=self._can_claim, stop=self.stop_event)
-        if self.adapter is not None:  # recorded with the attempts its claims begin
+        if self.adapter is not None:
             self.dispatcher.server = self.adapter.next_server
         self.claims: ClaimBook = self.dispatcher.book
 
@@ -137,11 +136,10 @@ class ItemRunner:
                        pool_size=self.item.pool_size, env=self.context.env, clock=self.clock)
         except EncoreError:
             raise
-        except Exception as exc:  # a user's adapter class: its error, named
+        except Exception as exc:
             raise ConfigurationError(f"{cls.__name__} cannot be created: "
                                      f"{type(exc).__name__}: {exc}", item=self.item.name) from exc
 
-    # -- lifecycle -----------------------------------------------------------------------
     def prepare(self) -> None:
         """Create the host instances, call their ``on_init`` and try to start the adapter once.
         Raises :class:`~engine.errors.ConfigurationError` naming the item, after undoing what it
@@ -158,7 +156,7 @@ class ItemRunner:
     def _make_host(self) -> BusinessOperation:
         """One host instance, its ``on_init`` called; a user's error becomes the item's."""
         try:
-            cls = cast("type[BusinessOperation]", self.item.cls)  # a runner's item is one
+            cls = cast("type[BusinessOperation]", self.item.cls)
             host = cls(self.item.name, self.item.settings, events=self.events,
                        adapter=self.adapter)
             production = self.context.production
@@ -166,7 +164,7 @@ class ItemRunner:
                 host.bind(ProcessContext(store=self.store, production=production,
                                          clock=self.clock, stop=self.stop_event))
             host.on_init()
-        except Exception as exc:  # user code: its error names the item
+        except Exception as exc:
             raise ConfigurationError(f"{self.item.class_path} failed to start (on_init): "
                                      f"{type(exc).__name__}: {exc}", item=self.item.name) from exc
         return host
@@ -240,7 +238,6 @@ class ItemRunner:
             return False
         return self.dispatcher.join(max(deadline - self.clock.monotonic(), 0.0))
 
-    # -- the worker loop -----------------------------------------------------------------
     def _worker(self, host: BusinessOperation,
                 defer: Callable[[Completion], None] | None) -> MessageWorker:
         item = self.item
@@ -269,7 +266,7 @@ class ItemRunner:
                     if (self.item.pool_size > 1 and i + 1 < len(chunk)  # never behind later work
                             and self.clock.monotonic() - started > CHUNK_GIVE_BACK
                             and self.dispatcher.give_back(batch, chunk[i + 1:])):
-                        break  # far slower than the item's usual: the rest went to the others
+                        break
             finally:
                 if own is not None:
                     own.flush()
@@ -304,7 +301,7 @@ class ItemRunner:
                     batch, chunk = work
                     for claimed in chunk:
                         self._take(self.inline_workers[0], batch, claimed)
-                        self.dispatcher.flush()  # its success committed at its own time
+                        self.dispatcher.flush()
                     delivered = True
             return 0.0 if delivered else wait
         finally:
@@ -330,7 +327,7 @@ class ItemRunner:
                 for delivery in deliveries:
                     delivery.ended(result.value)
             return result
-        except Interrupted as exc:  # a process was waiting when the stop came
+        except Interrupted as exc:
             self._put_back(row, exc)
         except ClaimLost as exc:
             log.warning("item %s: %s; abandoning message %d", self.item.name, exc, row.id)
@@ -339,7 +336,7 @@ class ItemRunner:
             log.error("item %s: %s; trying again in %.0f s", self.item.name, exc,
                       STORE_RETRY_DELAY)
             self.stop_event.wait(STORE_RETRY_DELAY)
-        except Exception:  # a worker never dies of one message
+        except Exception:
             self.claims.abandon(row, self.dispatcher.claims)
             log.exception("item %s: unexpected error in worker", self.item.name)
             self.stop_event.wait(STORE_RETRY_DELAY)
@@ -412,5 +409,5 @@ class ItemRunner:
 def _quietly(func: object) -> None:
     try:
         func()  # type: ignore[operator]
-    except Exception:  # tear-down must not stop the shutdown
+    except Exception:
         log.exception("error during tear-down")

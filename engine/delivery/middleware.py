@@ -28,10 +28,10 @@ class EndedAttempt(Protocol):
     """What the decision hooks read of an attempt."""
 
     @property
-    def number(self) -> int: ...  # 1 for the first attempt of the message
+    def number(self) -> int: ...
 
     @property
-    def ended(self) -> float: ...  # monotonic seconds
+    def ended(self) -> float: ...
 
     @property
     def error(self) -> BaseException | None: ...

@@ -9,7 +9,7 @@ from engine.clock import Clock
 
 NOT_READY_REMINDER_INTERVAL = 600.0  # seconds between reminders while an adapter stays down
 
-EventWriter = Callable[[str, str], None]  # (event type, text)
+EventWriter = Callable[[str, str], None]
 
 
 class ReadinessLog:
@@ -22,8 +22,8 @@ class ReadinessLog:
         self.clock = clock
         self.retry_interval = retry_interval
         self.reminder_interval = reminder_interval
-        self._down_since: float | None = None  # monotonic seconds of the first failure
-        self._last_event = 0.0  # monotonic seconds of the Error or the last reminder
+        self._down_since: float | None = None
+        self._last_event = 0.0
         self._failures = 0
         self.reason: str | None = None  # the last failure's, while down
 

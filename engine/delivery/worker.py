@@ -139,7 +139,7 @@ class MessageWorker:
         self._tell("on_start", row, first_started if row.retry_needed else None)
         number = 0 if begun is not None else row.attempts
         open_attempt = self.store.open_attempt(row.id) if number else None
-        if open_attempt is not None:  # in flight when its daemon died: outcome unknown
+        if open_attempt is not None:
             with self._change():
                 recovered = self._recover_in_flight(row, open_attempt, first_started)
             if isinstance(recovered, Result):
@@ -229,7 +229,7 @@ class MessageWorker:
         """Decide an attempt left open by a stopped daemon as outcome unknown; returns s_1, or how
         the delivery ended."""
         now = self.clock.monotonic()
-        if open_attempt.attempt == 1:  # written with the attempt's end
+        if open_attempt.attempt == 1:
             self._tell("on_first_failure", row, f"attempt 1 failed: {CRASH_TEXT}")
         self.store.end_attempt(open_attempt.id, ended_at=self.clock.now(), outcome="error",
                                server=open_attempt.server, error_text=CRASH_TEXT,

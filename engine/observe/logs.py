@@ -17,7 +17,7 @@ from dataclasses import dataclass
 __all__ = ["REPEATING_LOGGERS", "SERVER_LOGGERS", "RepeatFilter", "limit_repeats", "repeat_filter"]
 
 WINDOW = 60.0  # seconds: one line per kind and window
-FLUSH_INTERVAL = 5.0  # seconds between the background thread's looks at ended windows
+FLUSH_INTERVAL = 5.0
 
 SERVER_LOGGERS: tuple[str, ...] = (
     "uvicorn", "uvicorn.error", "uvicorn.access", "asyncio",
@@ -32,7 +32,7 @@ REPEATING_LOGGERS: tuple[str, ...] = SERVER_LOGGERS + (
 )
 
 _SUMMARY = "%d more like this held back since %s (the last at %s): %s"
-_TIMES = logging.Formatter()  # the times of held records, as the log's own lines show them
+_TIMES = logging.Formatter()
 
 
 @dataclass(slots=True)
@@ -148,5 +148,5 @@ def _flush_forever(shared: RepeatFilter) -> None:
         time.sleep(FLUSH_INTERVAL)
         try:
             shared.flush()
-        except Exception:  # the flusher must outlive a broken handler
+        except Exception:
             pass

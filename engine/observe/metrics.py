@@ -58,7 +58,7 @@ class Metrics:
         self._lock = threading.Lock()
         # cached children: .labels() per attempt would cost a locked lookup
         self._attempt_children: dict[tuple[str, str], tuple[Any, Any]] = {}
-        self._breaker_open: Gauge | None = None  # made at first use: absent otherwise
+        self._breaker_open: Gauge | None = None
         self._rate_waits: Counter | None = None
         # the console's per-minute counters, fed by the same observer; set by the daemon
         self.rollup: Any = None
@@ -110,7 +110,7 @@ class Metrics:
             return {}
         try:
             return dict(source())
-        except Exception:  # a scrape still answers when the database is down
+        except Exception:
             log.exception("could not read queue depths for the metrics")
             return {}
 
@@ -124,7 +124,7 @@ class ItemMetrics(AttemptObserver):
 
     def after_attempt(self, row: object, report: AttemptReport) -> None:
         self.metrics.observe_attempt(self.item, report.outcome, report.seconds)
-        if self.metrics.rollup is not None:  # the console's counters (engine.store.rollup)
+        if self.metrics.rollup is not None:
             self.metrics.rollup.attempt(self.item, report.outcome, report.seconds,
                                         report.number)
 
@@ -226,7 +226,7 @@ class MetricsServer:
             return True, "ok"
         try:
             ok, reason = self.health()
-        except Exception as exc:  # a broken check is an unhealthy daemon
+        except Exception as exc:
             log.exception("health check failed")
             return False, f"health check failed: {type(exc).__name__}"
         return bool(ok), str(reason or ("ok" if ok else "unhealthy"))
@@ -267,7 +267,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = "encore-metrics"
 
-    def do_GET(self) -> None:  # http.server's naming
+    def do_GET(self) -> None:
         path = urlsplit(self.path).path
         owner = self.server.owner
         if path == "/metrics":
@@ -294,5 +294,5 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def log_message(self, format: str, *args: Any) -> None:  # stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("metrics %s - %s", self.address_string(), format % args)

@@ -47,7 +47,7 @@ class TracingSwitch(Protocol):
 
 
 _lock = threading.Lock()
-_decided: list[Tracing | None] = []  # the process's tracing, once decided
+_decided: list[Tracing | None] = []
 
 
 def tracing_for(production: TracingSwitch) -> Tracing | None:

@@ -16,7 +16,7 @@ __all__ = ["DEFAULT_SERVICE_NAME", "exporters", "process_provider"]
 log = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_NAME = "encore"
-EXPORTER_GROUP = "opentelemetry_traces_exporter"  # where exporter packages register
+EXPORTER_GROUP = "opentelemetry_traces_exporter"
 
 
 def process_provider(env: Mapping[str, str] | None = None) -> trace.TracerProvider | None:
@@ -41,7 +41,7 @@ def process_provider(env: Mapping[str, str] | None = None) -> trace.TracerProvid
     for exporter in exporters(env):
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    return trace.get_tracer_provider()  # ours, or one another thread set first
+    return trace.get_tracer_provider()
 
 
 def exporters(env: Mapping[str, str]) -> Iterator[Any]:

@@ -68,7 +68,7 @@ def url_attributes(url: str) -> dict[str, Any]:
         attributes[SERVER_ADDRESS] = parts.hostname
     try:
         port = parts.port or DEFAULT_PORTS.get(parts.scheme)
-    except ValueError:  # a malformed port
+    except ValueError:
         port = None
     if port:
         attributes[SERVER_PORT] = port

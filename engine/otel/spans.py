@@ -27,7 +27,6 @@ __all__ = ["ItemTracing", "Tracing"]
 
 log = logging.getLogger(__name__)
 
-# deliveries that end the message badly
 FAILED_RESULTS = frozenset({MessageStatus.ERROR, MessageStatus.SUSPENDED})
 
 
@@ -146,7 +145,7 @@ class ItemTracing(AttemptObserver):
                             sc.ENCORE_MESSAGE_ID: row.id})
             self._local.attempt = span
             return headers_of(span)
-        except Exception:  # never fail a delivery for tracing
+        except Exception:
             log.exception("item %s: could not start the span of an attempt", self.target)
             return None
 

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from engine.retry.state import AttemptState
 
 
-# defaults shared with engine.retry.settings.RETRY_SETTINGS
 DEFAULT_RETRY_INTERVAL = 5.0  # seconds between attempt starts (fixed backoff, Ensemble's)
 DEFAULT_BACKOFF_BASE = 1.0  # seconds: the first exponential delay
 DEFAULT_BACKOFF_MULTIPLIER = 2.0  # growth of the exponential delay per attempt
@@ -194,7 +193,7 @@ def parse_retry_after(value: str, *, unit: str = "seconds", now: datetime) -> fl
 
 def _date_delay(text: str, now: datetime) -> float | None:
     try:
-        from email.utils import parsedate_to_datetime  # only for an HTTP-date: not at start
+        from email.utils import parsedate_to_datetime
 
         when = parsedate_to_datetime(text)
         if when is None:  # older Pythons return None instead of raising
@@ -202,7 +201,7 @@ def _date_delay(text: str, now: datetime) -> float | None:
         if when.tzinfo is None:  # "-0000": UTC with no offset information
             when = when.replace(tzinfo=UTC)
         return max((when - now).total_seconds(), 0.0)
-    except Exception:  # a server's header is data: unusable, not a crash
+    except Exception:
         return None
 
 
@@ -236,7 +235,7 @@ def _keyword_names(func: Callable[..., Any]) -> frozenset[str] | None:
     """Names ``func`` takes by keyword; ``None`` when it takes ``**kwargs`` (all of them)."""
     try:
         params = inspect.signature(func).parameters.values()
-    except (TypeError, ValueError):  # no introspectable signature: pass the attempt only
+    except (TypeError, ValueError):
         return frozenset()
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return None
@@ -263,7 +262,7 @@ def resolve_function(spec: str) -> Callable[..., Any]:
         target: Any = importlib.import_module(module_name.strip())
     except ImportError as exc:
         raise ValueError(f"cannot import module {module_name!r} of {spec!r}: {exc}") from exc
-    except Exception as exc:  # a user module that fails while importing
+    except Exception as exc:
         raise ValueError(f"importing module {module_name!r} of {spec!r} failed: "
                          f"{type(exc).__name__}: {exc}") from exc
     for part in attr.strip().split("."):

@@ -26,11 +26,10 @@ __all__ = ["FOREVER", "INTERRUPTED_REASON", "UNKNOWN_OUTCOME_CHOICES", "UNKNOWN_
 
 # No retry waits longer than this whatever a strategy computes, so every wait stays storable and
 # sleepable.
-MAX_WAIT = 366 * 24 * 3600.0  # seconds
+MAX_WAIT = 366 * 24 * 3600.0
 
 UNKNOWN_OUTCOME_REASON = ("outcome unknown: the request may have been processed by the server; "
                           "it was not re-sent because the item is not idempotent")
-# after the text of the attempt that was cut short (engine.errors.CRASH_TEXT)
 INTERRUPTED_REASON = ("the request may have been processed, so it is not re-sent (the item is "
                       "not idempotent); resend or discard it")
 

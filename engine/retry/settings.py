@@ -94,7 +94,7 @@ class RetrySettings(TypedSettings):
     on_unknown_outcome: str
 
 
-RETRY_DEFAULTS = RetrySettings.defaults()  # the declared defaults, for the policy's own
+RETRY_DEFAULTS = RetrySettings.defaults()
 
 
 def backoff_from_settings(settings: RetrySettings | Mapping[str, Any]) -> Backoff:

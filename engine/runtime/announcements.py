@@ -43,12 +43,12 @@ class AnnouncementRouter:
     def hear(self, note: Announcement) -> None:
         """Hand ``note`` to whom it is for."""
         if note.kind is Kind.DONE or note.kind is Kind.RELOADED:
-            return  # for the waiters (the store's completion hub), for the portals
+            return
         if note.kind in (Kind.RELOAD, Kind.RESTART):
             if note.ids in self._heard_controls:
                 return  # heard twice (PostgreSQL: our own callback, then our NOTIFY)
             self._heard_controls.append(note.ids)
-        if note.kind is Kind.RELOAD:  # an admin's Reload in the portal: as SIGHUP
+        if note.kind is Kind.RELOAD:
             self.reload()
             return
         if note.kind is Kind.RESTART:
@@ -62,7 +62,7 @@ class AnnouncementRouter:
             runner.dispatcher.switch(note.enabled)
             return
         if note.kind is Kind.BREAKER:
-            runner.guards.changed_elsewhere()  # and the item's dispatcher looks again
+            runner.guards.changed_elsewhere()
         runner.dispatcher.announce(urgent=note.urgent)
 
     def wake_all(self) -> None:

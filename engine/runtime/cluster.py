@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from engine.clock import Clock, SystemClock
 from engine.config.production import ItemConfig
-from engine.delivery.claims import LEASE_MARGIN  # a lease is given up early, as a claim is
+from engine.delivery.claims import LEASE_MARGIN
 from engine.errors import StoreError
 from engine.runtime.lifecycle import LifecycleLog, LifeStep, leases_text
 from engine.runtime.liveness import boot_id, pid_namespace, why_dead
@@ -26,7 +26,7 @@ __all__ = ["LEADER", "STEP_SECONDS", "DatabaseClock", "LeaseKeeper", "boot_id",
 
 log = logging.getLogger(__name__)
 
-LEADER = "leader"  # name of the scheduler's lease
+LEADER = "leader"
 CLOCK_TOLERANCE = 0.005  # seconds of measured offset change ignored as jitter
 STEP_SECONDS = 1.0  # a larger jump of the database's clock is a step, not drift
 
@@ -51,7 +51,7 @@ class DatabaseClock:
         self.store = store
         self.base: Clock = base or SystemClock()
         self._lock = threading.RLock()
-        self._anchor = (self.base.now(), self.base.monotonic())  # until the first sync
+        self._anchor = (self.base.now(), self.base.monotonic())
         self._synced = False
 
     @property
@@ -141,7 +141,7 @@ class LeaseKeeper:
         self.lease_seconds = lease_seconds
         self.retry_seconds = retry_seconds
         self._wanted: set[str] = set()
-        self._valid_until: dict[str, float] = {}  # monotonic seconds
+        self._valid_until: dict[str, float] = {}
         self._next_try: dict[str, float] = {}
         self._lock = threading.Lock()
 
@@ -205,7 +205,7 @@ class LeaseKeeper:
             log.warning("could not renew lease %s: %s", name, exc)
             return self.holds(name)
         with self._lock:
-            dropped = ok and name not in self._wanted  # released meanwhile
+            dropped = ok and name not in self._wanted
             ok = ok and not dropped
             had = self.clock.monotonic() < self._valid_until.get(name, float("-inf"))
             if ok:

@@ -46,9 +46,9 @@ class ConsoleReport:
         self.leader = leader
         self.inbound = inbound
         self.rollup = rollup.RollupCounter(clock)
-        self._next_flush = 0.0  # monotonic seconds of the next rollup flush
+        self._next_flush = 0.0
         self._next_prune = 0.0
-        self._reported: str | None = None  # the item states last written
+        self._reported: str | None = None
 
     def tick(self, now: float, *, inline: bool) -> float | None:
         """Report changed item states and flush the rollup when due; the seconds until the next
@@ -81,9 +81,9 @@ class ConsoleReport:
                 one["servers"] = [{"url": url, "bad": pool.is_bad(url)}
                                   for url in pool.servers]
             if operations := getattr(runner.adapter, "operations", ()):
-                one["operations"] = list(operations)  # a WSDL's: the Testing Service's example
+                one["operations"] = list(operations)
             states[name] = one
-        for name in self.inbound():  # served here, as long as the inbound server runs
+        for name in self.inbound():
             states.setdefault(name, {"state": running.READY, "inbound": True})
         for name, reason in self.reloader.failed.items():
             states.setdefault(name, {"state": running.FAILED})["detail"] = reason

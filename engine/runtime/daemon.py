@@ -77,7 +77,7 @@ class Daemon:
         jitter source (None: a fresh one each)."""
         self.production = production
         self.store = store or SqlStore(production.database)
-        self.file_watch = DatabaseFileWatch(self.store)  # SQLite: the file still at its path?
+        self.file_watch = DatabaseFileWatch(self.store)
         self.clock = clock or DatabaseClock(self.store)
         self.env = os.environ if env is None else env
         self.host = socket.gethostname()
@@ -88,7 +88,7 @@ class Daemon:
         self.runners: dict[str, ItemRunner] = {}
         self.events = AlertingEventLog(self.store.events, self.store, production)
         self.lifecycle = LifecycleLog(self.events, self.id)
-        self.stop_reason = "stopped by its caller"  # a signal or an error says otherwise
+        self.stop_reason = "stopped by its caller"
         self.metrics = Metrics()
         self.leases = LeaseKeeper(self.store, self.id, clock=self.clock,
                                   lease_seconds=production.lease_seconds,
@@ -97,14 +97,14 @@ class Daemon:
         self.scheduler = ProductionScheduler(production, store=self.store, clock=self.clock,
                                              events=self.events, leader=self.is_leader)
         self.metrics_server: MetricsServer | None = None
-        self.portal: Any = None  # engine.portal.server.PortalServer, with [portal]
-        self.inbound: InboundServer | None = None  # with [inbound]
+        self.portal: Any = None
+        self.inbound: InboundServer | None = None
         self.tracing = tracing_for(production)  # None: tracing off (read at start only)
         self.adapters = dict(adapters or {})
         self.rng = rng
-        self.inline = False  # start(inline=True): no threads, tick() does everything
+        self.inline = False
         self._loop_thread: threading.Thread | None = None
-        self._next_beat = 0.0  # monotonic seconds of the next heartbeat
+        self._next_beat = 0.0
         self._beat_lock = threading.Lock()
         self.reloader = Reloader(self)
         self.queue_alerts = QueueAlerts(self.store, self.clock, self.events, self._operations)
@@ -123,7 +123,6 @@ class Daemon:
     def heartbeat_interval(self) -> float:
         return self.production.lease_seconds / 3
 
-    # -- lifecycle -----------------------------------------------------------------------
     def start(self, *, background: bool = True, inline: bool = False) -> None:
         """Build and check everything that can fail, then register, take free leases and start the
         items and the scheduler. A failed start leaves nothing running or registered.
@@ -161,18 +160,18 @@ class Daemon:
             self._loop_thread = threading.Thread(target=self._loop, daemon=True,
                                                  name="encore-daemon")
             self._loop_thread.start()
-        if self.production.portal is not None:  # [portal]: the portal on a thread of ours
+        if self.production.portal is not None:
             from engine.portal.server import PortalServer
 
             self.portal = PortalServer(self.store, self.production, self.production.portal,
                                        env=self.env)
             self.portal.start()
-        if self.production.inbound is not None:  # [inbound]: the inbound services, likewise
+        if self.production.inbound is not None:
             from engine.inbound.server import InboundServer
 
             self.inbound = InboundServer(self.store, self.production, self.production.inbound)
             self.inbound.start()
-            self.console.report_states()  # its services run here now
+            self.console.report_states()
         waiting = [f"{r.item.name} ({r.not_ready_reason or 'starting'})"
                    for r in self.runners.values() if not r.ready]
         not_ready = (f"; {len(waiting)} item(s) not ready, their messages stay queued: "
@@ -190,7 +189,7 @@ class Daemon:
                 f"{self.production.name}: {exc}", config_name=getattr(exc, "item", None),
                 job=self.id, source_class=SOURCE_CLASS, source_method=LifeStep.START,
                 echo=False)
-        except Exception as write_error:  # the start's own error goes on
+        except Exception as write_error:
             log.debug("the failed start is not in the event log: %s", write_error)
 
     def _prepare_start(self) -> dict[str, ItemRunner]:
@@ -215,7 +214,7 @@ class Daemon:
         if self.inline:
             self.scheduler.open()
         else:
-            self.scheduler.start(loop=False)  # the daemon's loop ticks it
+            self.scheduler.start(loop=False)
 
     def guards(self, name: str) -> ItemGuards | None:
         """The guards of the running item ``name`` (None: not running)."""
@@ -246,7 +245,7 @@ class Daemon:
         """(healthy, reason): the database answers and every worker thread is alive."""
         try:
             queries.daemons(self.store)
-        except EncoreError as exc:  # the driver's details to the log, not to the caller
+        except EncoreError as exc:
             log.warning("health check: database unavailable: %s", exc)
             return False, "database unavailable"
         dead = [t.name for r in self.runners.values() for t in r.threads if not t.is_alive()]
@@ -359,7 +358,7 @@ class Daemon:
         reading = (base.now(), base.monotonic())
         if frame_settled(self.store, boot=boot, tolerance=STEP_SECONDS,
                          zero_at=reading[0] - timedelta(seconds=reading[1])):
-            self.clock.sync(reading)  # no step: nothing stored to carry
+            self.clock.sync(reading)
             return
         # No thread reads the time until stored times and this clock are both across the step: a
         # retry parked in between would be a whole step off.
@@ -388,11 +387,11 @@ class Daemon:
         self.stop_requested.set()
         self.wake.set()
         if self._loop_thread is not None and self._loop_thread is not threading.current_thread():
-            self._loop_thread.join()  # it ends after its tick; this thread beats from now on
+            self._loop_thread.join()
         self.reloader.finish()
-        if self.inbound is not None:  # intake first: inbound services take messages in
+        if self.inbound is not None:
             self.inbound.stop()
-        if self.portal is not None:  # intake first: the portal's API takes messages in
+        if self.portal is not None:
             self.portal.stop()
         self.scheduler.stop_services()
         for runner in self.runners.values():
@@ -402,7 +401,7 @@ class Daemon:
         clean = self.scheduler.shutdown(
             wait=True, timeout=max(deadline - self.clock.monotonic(), 0.0)) and clean
         self.announcements.stop_listening(others=not self.inline)
-        for runner in self.runners.values():  # also those that did not stop in time
+        for runner in self.runners.values():
             runner.guards.close()
         if self.metrics_server is not None:
             self.metrics_server.stop()
@@ -433,7 +432,6 @@ class Daemon:
         return all([runner.join(max(deadline - self.clock.monotonic(), 0.0))
                     for runner in runners])
 
-    # -- reload and restart (engine.runtime.reload) ----------------------------------------
     def reload(self) -> None:
         """Re-read the production file, all or nothing."""
         self.reloader.reload()
@@ -442,7 +440,6 @@ class Daemon:
         """Restart item ``name`` (as an operator's restart does), on the reload thread."""
         self.reloader.request_restart(name)
 
-    # -- the loop ------------------------------------------------------------------------
     def tick(self, now: float | None = None) -> float:
         """One pass of the periodic work at ``now`` (monotonic; default: the clock's): heartbeat,
         reload, scheduler jobs and, ``inline``, the items' steps. Returns the seconds until the next
@@ -463,7 +460,7 @@ class Daemon:
                 try:
                     self.heartbeat()
                     self._next_beat = now + self.heartbeat_interval
-                except Exception as exc:  # the loop outlives a failed beat
+                except Exception as exc:
                     log.error("heartbeat failed; trying again in %.0f s: %s",
                               TICK_RETRY_DELAY, exc)
                     self._next_beat = now + min(TICK_RETRY_DELAY, self.heartbeat_interval)
@@ -476,7 +473,6 @@ class Daemon:
         guarded(lambda: self.scheduler.run_due(self.clock.now()), "the scheduler")
         return self.scheduler.seconds_until_next(self.clock.now())
 
-    # -- the console (docs/portal.md, engine.runtime.console) ------------------------------
     def _console(self, now: float) -> float | None:
         """Run the restarts asked for, then the console's report."""
         self.reloader.restart_if_asked()
@@ -493,17 +489,17 @@ class Daemon:
     def _loop(self) -> None:
         """Tick until a stop is requested, waiting between ticks on :attr:`wake`."""
         while not self.stop_requested.is_set():
-            self.wake.clear()  # before the tick: a wake-up during it is not lost
+            self.wake.clear()
             try:
                 wait = self.tick()
-            except Exception:  # the loop must outlive one bad tick
+            except Exception:
                 log.exception("unexpected error in the daemon's loop")
                 wait = TICK_RETRY_DELAY
             self.wake.wait(min(wait, SIGNAL_POLL))
 
     def run(self) -> None:
         """Run until SIGTERM or SIGINT; SIGHUP reloads the production file."""
-        limit_repeats()  # a failure that repeats per message is logged once a minute
+        limit_repeats()
         self._install_signal_handlers()
         self.start(background=False)
         try:
@@ -513,7 +509,7 @@ class Daemon:
             raise
         finally:
             self.stop()
-        self.file_watch.raise_if_lost()  # a non-zero exit, saying why
+        self.file_watch.raise_if_lost()
 
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():

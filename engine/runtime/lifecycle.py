@@ -12,7 +12,7 @@ __all__ = ["LifeStep", "LifecycleLog", "leases_text"]
 
 log = logging.getLogger(__name__)
 
-SOURCE_CLASS = "Daemon"  # the source class of a daemon's own events
+SOURCE_CLASS = "Daemon"
 
 
 class LifecycleLog:
@@ -26,10 +26,10 @@ class LifecycleLog:
     def write(self, type_: str, step: LifeStep, text: str, *,
               item: str | None = None) -> None:
         """One event of ``type_`` at ``step``, of ``item`` where it applies."""
-        try:  # the event log also logs it
+        try:
             self.events.write(type_, text, config_name=item, job=self.daemon_id,
                               source_class=SOURCE_CLASS, source_method=str(step))
-        except Exception as exc:  # the record must not stop the daemon
+        except Exception as exc:
             log.error("%s (not in the event log: %s)", text, exc)
 
     def lease(self, name: str, took: bool, *, record: bool) -> None:

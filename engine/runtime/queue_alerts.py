@@ -13,7 +13,7 @@ from engine.store import queries
 from engine.store.sql import SqlStore
 
 QUEUE_ALERT_INTERVAL = 1.0  # seconds between queue-alert checks
-JOB = "queue_alerts"  # the scheduler's housekeeping job that checks them
+JOB = "queue_alerts"
 
 
 class QueueAlerts:

@@ -31,7 +31,7 @@ from engine.store.sql import SqlStore
 if TYPE_CHECKING:  # the inbound services (Starlette, zeep) load only for a production with them
     from engine.inbound.server import InboundChange, InboundServer
 
-log = logging.getLogger("engine.runtime.daemon")  # the daemon's log, as before the split
+log = logging.getLogger("engine.runtime.daemon")
 
 # `encore reload` waits for the event ending each reload: an Info beginning RELOADED or an Error
 # beginning REFUSED
@@ -95,7 +95,7 @@ class ReloadHost(Protocol):
     @property
     def queue_alerts(self) -> QueueAlerts: ...
 
-    inbound: InboundServer | None  # the inbound services' server, with [inbound]
+    inbound: InboundServer | None
 
     def build_runner(self, item: ItemConfig) -> ItemRunner: ...
 
@@ -113,14 +113,14 @@ class Reloader:
 
     def __init__(self, daemon: ReloadHost) -> None:
         self.daemon = daemon
-        self.requested = threading.Event()  # a reload was asked for and has not begun
+        self.requested = threading.Event()
         self.refused: dict[str, str] = {}
         self.failed: dict[str, str] = {}
-        self.applied_changes = ""  # what the last reload applied changed, said in its event
+        self.applied_changes = ""
         self.file_hash = running.file_hash(*daemon.production.files)
         self._executor: ThreadPoolExecutor | None = None
         self._reloading: Future[None] | None = None
-        self._restarts: set[str] = set()  # items an operator asked to restart
+        self._restarts: set[str] = set()
         self._restarts_lock = threading.Lock()
 
     def request(self) -> None:
@@ -190,14 +190,14 @@ class Reloader:
         try:
             loaded_hash = running.file_hash(*daemon.production.files)
             new = load_production(daemon.production.path, daemon.env)
-            if new.files != daemon.production.files:  # another defaults file
+            if new.files != daemon.production.files:
                 loaded_hash = running.file_hash(*new.files)
             if new.inbound is not None or daemon.inbound is not None:
                 from engine.inbound.server import prepare_inbound
 
                 inbound = prepare_inbound(daemon.inbound, daemon.store, new)
             built = self._build_changed(new)
-        except Exception as exc:  # a refused reload never stops the daemon
+        except Exception as exc:
             if inbound is not None:
                 inbound.discard()
             self._refuse(exc)
@@ -271,7 +271,7 @@ class Reloader:
             daemon.inbound = change.apply(daemon.inbound)
         except ConfigurationError as exc:
             daemon.inbound = None
-            change.discard()  # the services the new server had started
+            change.discard()
             daemon.lifecycle.write("Error", LifeStep.RELOAD, f"the inbound services are "
                                    f"stopped: {exc}; fix [inbound] and reload",
                                    item="[inbound]")
@@ -303,7 +303,7 @@ class Reloader:
         try:
             item = daemon.production.item(name)
             runner = daemon.build_runner(item)
-        except Exception as exc:  # a failed restart never stops the daemon
+        except Exception as exc:
             reason = _reason(exc)
             self.failed[name] = reason
             daemon.lifecycle.write("Error", LifeStep.RESTART,

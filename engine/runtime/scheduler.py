@@ -75,14 +75,14 @@ class ProductionScheduler:
         self._jobs: dict[str, ScheduledJob] = {}
         self._lock = threading.RLock()
         self._opened = False
-        self._executor: ThreadPoolExecutor | None = None  # set by start(): real time
-        self._loop: threading.Thread | None = None  # start()'s own loop, if any
+        self._executor: ThreadPoolExecutor | None = None
+        self._loop: threading.Thread | None = None
         self._loop_stop = threading.Event()
         self._nudge = threading.Event()  # wakes the own loop: a job was added, or a stop
         self._idle = threading.Condition()
-        self._active: set[str] = set()  # names of the jobs running now
-        self._stopping = False  # set by shutdown(): no job starts any more
-        self._services_stopped = False  # set by stop_services(): only housekeeping runs
+        self._active: set[str] = set()
+        self._stopping = False
+        self._services_stopped = False
         for item in production.items if production is not None else ():
             if issubclass(item.cls, BusinessService):
                 service = item.cls(item.name, item.settings, events=self.events, store=store,
@@ -135,7 +135,7 @@ class ProductionScheduler:
             job.trigger = job.make_trigger(now)
             job.next_run_time = job.trigger.get_next_fire_time(None, now)
             self._jobs[job.name] = job
-        self._nudge.set()  # the own loop (if any) looks at the fire times again
+        self._nudge.set()
         return job
 
     def due_jobs(self, now: datetime) -> list[ScheduledJob]:
@@ -235,7 +235,7 @@ class ProductionScheduler:
         while not self._loop_stop.is_set():
             try:
                 wait = self.tick()
-            except EncoreError:  # shut down meanwhile
+            except EncoreError:
                 return
             self._nudge.wait(IDLE_WAIT if wait is None else min(wait, IDLE_WAIT))
             self._nudge.clear()
@@ -263,7 +263,7 @@ class ProductionScheduler:
         if loop is not None and loop is not threading.current_thread():
             loop.join()
         if executor is not None:
-            executor.shutdown(wait=False)  # running jobs are waited for below, with a timeout
+            executor.shutdown(wait=False)
             log.info("scheduler stopped")
         with self._idle:
             self._stopping = True
@@ -280,7 +280,7 @@ class ProductionScheduler:
             for service in self.services.values():
                 try:
                     service.on_tear_down()
-                except Exception:  # tear-down must not stop the shutdown
+                except Exception:
                     log.exception("service %s: error in on_tear_down", service.name)
         return True
 
@@ -310,7 +310,7 @@ class ProductionScheduler:
     def _run(self, job: ScheduledJob) -> None:
         try:
             job.action()
-        except Exception as exc:  # a failing job never kills the scheduler
+        except Exception as exc:
             job.failures += 1
             self._report(job, exc)
         finally:
@@ -321,7 +321,7 @@ class ProductionScheduler:
         assert self.leader is not None
         try:
             return bool(self.leader())
-        except Exception:  # no leader check, no scheduled work
+        except Exception:
             log.exception("leader check failed; skipping scheduled work")
             return False
 
@@ -354,7 +354,7 @@ class ProductionScheduler:
             return
         try:
             self.events.write("Error", text, stack=stack, **context)
-        except Exception:  # e.g. the database is down: the log must do
+        except Exception:
             log.exception("could not write an Error event for %s: %s", job.name, text)
             log.error("%s\n%s", text, stack)
 

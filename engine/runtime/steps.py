@@ -8,7 +8,7 @@ from engine.config.production import ItemConfig, ProductionConfig
 from engine.errors import EncoreError
 from engine.host import BusinessOperation
 
-log = logging.getLogger("engine.runtime.daemon")  # the daemon's log, as before the split
+log = logging.getLogger("engine.runtime.daemon")
 
 TICK_RETRY_DELAY = 1.0  # seconds before a tick step that failed (the database) is tried again
 
@@ -24,6 +24,6 @@ def guarded(step: Callable[[], float | None], what: str) -> float | None:
         return step()
     except EncoreError as exc:
         log.error("%s: %s; trying again in %.0f s", what, exc, TICK_RETRY_DELAY)
-    except Exception:  # a failing step never kills the loop
+    except Exception:
         log.exception("%s: unexpected error; trying again in %.0f s", what, TICK_RETRY_DELAY)
     return TICK_RETRY_DELAY
