@@ -1,5 +1,4 @@
-"""Running one attempt (docs/retries.md): middleware, the recorded start, ``on_message`` once, a
-failure's end. What follows is the delivery policy's (:mod:`engine.delivery.policy`)."""
+"""Running one attempt: middleware, the recorded start, ``on_message`` once (docs/retries.md)."""
 from __future__ import annotations
 
 import logging
@@ -23,8 +22,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class AttemptOutcome:
-    """How one attempt ended: ``started``/``ended`` monotonic, ``started_at``/``ended_at`` aware
-    UTC."""
+    """How one attempt ended: ``started``/``ended`` monotonic, ``*_at`` aware UTC."""
 
     number: int  # 1 for the first attempt of the message
     attempt_id: int  # its message_attempt row

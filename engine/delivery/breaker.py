@@ -60,8 +60,7 @@ BREAKER_SETTINGS: tuple[Setting, ...] = (
 
 
 class BreakerFields(Protocol):
-    """What the breaker reads of an item's settings (see
-    :class:`engine.delivery.guards.GuardSettings`)."""
+    """What the breaker reads of an item's settings."""
 
     @property
     def breaker_threshold(self) -> int: ...
@@ -72,8 +71,7 @@ class BreakerFields(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class BreakerSettings:
-    """An item's breaker: ``threshold`` failed attempts open it for ``open_seconds``; its
-    probe counts as lost after ``probe_seconds``."""
+    """An item's breaker: ``threshold`` failures open it for ``open_seconds``."""
 
     threshold: int
     open_seconds: float
@@ -82,8 +80,7 @@ class BreakerSettings:
     @classmethod
     def from_settings(cls, settings: BreakerFields, *,
                       response_timeout: float = 0.0) -> BreakerSettings | None:
-        """The item's breaker; None when ``breaker_threshold`` is 0. ``response_timeout``: the
-        seconds an attempt may take."""
+        """The item's breaker; None when ``breaker_threshold`` is 0."""
         if settings.breaker_threshold <= 0:
             return None
         open_seconds = settings.breaker_open_seconds
@@ -92,10 +89,7 @@ class BreakerSettings:
 
 
 class CircuitBreaker(Middleware):
-    """One item's breaker, as one daemon sees and drives it.
-
-    ``wake``: called when the open period ends; ``listener``: told of every transition.
-    """
+    """One item's breaker as one daemon sees it; ``wake``: called when the open period ends."""
 
     SETTINGS = BREAKER_SETTINGS
 
@@ -167,8 +161,7 @@ class CircuitBreaker(Middleware):
             timer.cancel()
 
     def before_attempt(self, row: MessageRow, number: int) -> None:
-        """Let the attempt start if the breaker is closed or this attempt is the probe; else raise
-        AttemptHeld."""
+        """Let the attempt start if closed or if it is the probe; else raise AttemptHeld."""
         state = self.current()
         if state.state == CLOSED:
             return None

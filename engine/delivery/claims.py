@@ -30,8 +30,7 @@ log = logging.getLogger(__name__)
 
 def confirm_claim(store: SqlStore, row: MessageRow, *, owner: str, lease_seconds: float,
                   clock: Clock, why: str = "") -> None:
-    """Renew the claim on ``row`` if its token is still ``owner``'s, else raise ClaimLost (``why``:
-    for the error text)."""
+    """Renew the claim on ``row`` if its token is still ``owner``'s, else raise ClaimLost."""
     if not store.renew_leases(owner, now=clock.now(), lease_seconds=lease_seconds,
                               claims=[(row.id, row.claim_token)]):
         during = f" {why}," if why else ""
@@ -74,8 +73,7 @@ class ClaimBook:
             return list(self._held.items())
 
     def let_go(self, message_id: int, *, pending: bool) -> None:
-        """A worker is done with ``message_id``; ``pending``: the claim is held until the group
-        commit."""
+        """A worker is done with ``message_id``; ``pending``: held until the group commit."""
         with self._lock:
             if not pending:
                 self._held.pop(message_id, None)
@@ -94,23 +92,20 @@ class ClaimBook:
             self._renewed = max(self._renewed, started)
 
     def surely_held(self, message_id: int) -> bool:
-        """True while the claim on ``message_id`` cannot have expired (claimed or renewed less than
-        a lease ago, less a margin)."""
+        """True while the claim on ``message_id`` cannot have expired."""
         lease = self.lease_seconds * (1 - LEASE_MARGIN)
         with self._lock:
             since = max(self._claimed_at.get(message_id, float("-inf")), self._renewed)
         return self.clock.monotonic() < since + lease
 
     def confirm(self, row: MessageRow) -> None:
-        """Raise ClaimLost unless the claim on ``row`` is still this one (a write only once it may
-        have expired)."""
+        """Raise ClaimLost unless the claim on ``row`` is still this one."""
         if not self.surely_held(row.id):
             confirm_claim(self.store, row, owner=self.owner, lease_seconds=self.lease_seconds,
                           clock=self.clock)
 
     def abandon(self, row: MessageRow, batch: int) -> None:
-        """A delivery of ``row`` (claim number ``batch``) was cut short: its claim is held no more.
-        """
+        """A delivery of ``row`` (claim number ``batch``) was cut short."""
         with self._lock:
             self._held.pop(row.id, None)
             self._abandoned[row.id] = row.claim_token
@@ -122,8 +117,7 @@ class ClaimBook:
             return batch <= self._abandoned_batch
 
     def release_abandoned(self) -> None:
-        """Put messages of deliveries cut short by a database error back in the queue (open attempts
-        count as outcome unknown)."""
+        """Put messages of deliveries cut short by a database error back in the queue."""
         with self._lock:
             abandoned = sorted(self._abandoned.items())
         for message_id, token in abandoned:

@@ -54,8 +54,7 @@ class DispatchSettings:
 
 
 class Dispatcher:
-    """Feeds one item's workers. ``ready()`` is asked before each claim; :attr:`book` holds the
-    item's claims."""
+    """Feeds one item's workers; ``ready()`` is asked before each claim."""
 
     def __init__(self, settings: DispatchSettings, *, store: SqlStore, clock: Clock,
                  ready: Callable[[], bool], stop: threading.Event) -> None:
@@ -101,8 +100,7 @@ class Dispatcher:
         self._thread: threading.Thread | None = None
 
     def defer(self, completion: Completion) -> None:
-        """Record a success with the next group commit; an ``urgent`` one is committed at once on
-        the worker's thread (if ``urgent_here``)."""
+        """Record a success with the next group commit (an ``urgent`` one at once)."""
         if completion.urgent and self.urgent_here:
             try:
                 done = self.store.complete_many([completion], now=self.clock.now())
@@ -169,8 +167,7 @@ class Dispatcher:
             self.wakeup.set()
 
     def reserve(self) -> Grant | None:
-        """Reserve a free worker for a waited-for message the intake claims as it accepts it; None
-        if none may take it (the message is then queued as usual)."""
+        """Reserve a free worker for a waited-for message; None if none may take it."""
         s = self.settings
         with self._lock:
             if (self._closed or self.stop.is_set() or self.held_back.is_set()
@@ -212,8 +209,7 @@ class Dispatcher:
         self.wakeup.set()
 
     def announce(self, *, urgent: bool = False) -> None:
-        """New work was committed for the item: wake the dispatcher if it waits for work
-        (``urgent``: also if it lingers)."""
+        """New work was committed for the item: wake the dispatcher if it waits for work."""
         if urgent:
             with self._lock:
                 self._linger_until = 0.0
@@ -222,8 +218,7 @@ class Dispatcher:
             self.wakeup.set()
 
     def switch(self, enabled: bool) -> None:
-        """An operator (or reply code action D) switched the item on or off; off also holds claimed
-        messages not yet begun."""
+        """An operator (or reply code action D) switched the item on or off."""
         if enabled:
             self.held_back.clear()
         else:
@@ -275,8 +270,7 @@ class Dispatcher:
             self.wakeup.wait(FLUSH_WINDOW)
 
     def tick(self) -> float:
-        """One step: commit due successes, take back expired claims, claim for idle workers.
-        Returns the seconds to wait before the next step (a wake-up comes sooner)."""
+        """One step: commit, take back expired claims, claim; returns seconds to wait."""
         now = self.clock.monotonic()
         if now >= self._next_expiry_scan:
             self._next_expiry_scan = now + EXPIRY_SCAN
@@ -308,8 +302,7 @@ class Dispatcher:
         return self._flush_wait(wait)
 
     def _look_at_switch(self) -> None:
-        """While held back, re-read the switch: another host or process may have switched it on
-        unannounced."""
+        """While held back, re-read the switch (another process may have turned it on)."""
         target = self.settings.target
         if self.store.item_overrides().get(target, self.settings.enabled):
             self.held_back.clear()
@@ -382,8 +375,7 @@ class Dispatcher:
             yield tuple(claimed[start:start + size])
 
     def give_back(self, batch: int, rest: tuple[Claimed, ...]) -> bool:
-        """Hand the undelivered ``rest`` of a worker's chunk to the other workers. False after the
-        stop: the worker puts ``rest`` back in the queue itself."""
+        """Hand the rest of a worker's chunk to the others; False after the stop."""
         with self._lock:
             if self._closed:
                 return False

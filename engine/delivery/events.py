@@ -1,5 +1,4 @@
-"""The events a delivery writes (docs/retries.md rule 6): event log, trace events and alerts, as
-middleware each worker binds to its host. ``source_method`` names the hook that wrote them."""
+"""The events a delivery writes (docs/retries.md rule 6): event log, trace events, alerts."""
 from __future__ import annotations
 
 from typing import ClassVar
@@ -67,8 +66,7 @@ class TraceObserver(Middleware):
 
 
 class AlertObserver(Middleware):
-    """``alert_on_error``: one Alert per message, unless a retry may still succeed within ``grace``
-    seconds."""
+    """``alert_on_error``: one Alert per message, after ``grace`` seconds of failing."""
 
     SETTINGS: ClassVar[tuple[Setting, ...]] = _declared("alert_on_error",
                                                          "alert_retry_grace_period")

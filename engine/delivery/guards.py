@@ -31,8 +31,7 @@ add_settings(OPERATION, GUARD_SETTINGS)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GuardSettings(TypedSettings):
-    """The guard settings, typed: ``schedule`` ``{}`` always open; ``breaker_threshold`` 0 no
-    breaker; ``rate_limit`` None no limit."""
+    """The guard settings, typed (``{}``, 0 and None: not set)."""
 
     DECLARED: ClassVar[tuple[Setting, ...]] = GUARD_SETTINGS
 

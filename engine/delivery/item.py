@@ -170,8 +170,8 @@ class ItemRunner:
         return host
 
     def start(self, *, threads: bool = True) -> None:
-        """Start the workers and the dispatcher (preparing first if needed). ``threads=False``:
-        start no thread; the caller drives :meth:`tick`."""
+        """Start the workers and the dispatcher; ``threads=False``: the caller drives :meth:`tick`.
+        """
         if not self._prepared:
             self.prepare()
         if not threads:
@@ -201,15 +201,13 @@ class ItemRunner:
         _quietly(self.guards.close)
 
     def request_stop(self) -> None:
-        """Stop intake: workers finish their attempt and claim nothing more; unbegun claims go back.
-        """
+        """Stop intake: workers finish their attempt and claim nothing more."""
         self.store.remove_taker(self.item.name, self.dispatcher)
         self.stop_event.set()
         self.wakeup.set()
 
     def join(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the workers and the last group commit; True if all
-        stopped."""
+        """Wait up to ``timeout`` seconds for workers and the last commit; True if stopped."""
         deadline = self.clock.monotonic() + timeout
         for thread in self.threads:
             thread.join(max(deadline - self.clock.monotonic(), 0.0))
@@ -229,8 +227,7 @@ class ItemRunner:
         return True
 
     def wait_stopped(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the threads to end; True if they have. Tears nothing
-        down."""
+        """Wait up to ``timeout`` seconds for the threads; True if ended. Tears nothing down."""
         deadline = self.clock.monotonic() + timeout
         for thread in self.threads:
             thread.join(max(deadline - self.clock.monotonic(), 0.0))
@@ -343,8 +340,7 @@ class ItemRunner:
         return None
 
     def _put_back_unsent(self, claimed: Claimed) -> None:
-        """Put a claimed, unsent message back in its queue and take back the attempt its claim
-        began."""
+        """Put a claimed, unsent message back and take back the attempt its claim began."""
         row = claimed.row
         if claimed.begun is None:
             self.store.release(row.id, token=row.claim_token)
@@ -368,20 +364,17 @@ class ItemRunner:
         return self.lease is not None and self.claims.behind_abandoned(batch)
 
     def _can_claim(self) -> bool:
-        """True if the dispatcher may claim: every middleware allows it, the adapter started and
-        this daemon holds the FIFO lease (if any)."""
+        """True if the dispatcher may claim (middleware, adapter, FIFO lease)."""
         return (self.hooks.may_claim_now() and self._try_start_adapter()
                 and (self.lease is None or self.lease()))
 
     def _can_take_directly(self) -> bool:
-        """True if a waited-for message may be claimed by its intake: adapter started, no middleware
-        to ask, FIFO lease held (if any)."""
+        """True if a waited-for message may be claimed by its intake."""
         return (self.ready and not self.hooks.may_claim
                 and (self.lease is None or self.lease()))
 
     def _try_start_adapter(self) -> bool:
-        """Start the adapter once; on failure retry every retry_interval, with an Error event,
-        periodic Warnings and an Info event once it starts."""
+        """Start the adapter once; on failure retry every retry_interval, with events."""
         if self._ready or self.adapter is None:
             return True
         with self._ready_lock:

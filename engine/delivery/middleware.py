@@ -46,8 +46,7 @@ class GuardMetrics(Protocol):
 
 
 class Middleware(AttemptObserver):
-    """Acts around the deliveries of one item; every hook here does nothing. ``SETTINGS``: the item
-    settings it reads."""
+    """Acts around the deliveries of one item; every hook here does nothing."""
 
     SETTINGS: ClassVar[tuple[Setting, ...]] = ()
 
@@ -60,8 +59,7 @@ class Middleware(AttemptObserver):
         raise NotImplementedError  # never called: only overriding middleware is asked
 
     def on_start(self, row: MessageRow, first_failure: float | None) -> None:
-        """A delivery of ``row`` begins; ``first_failure``: when its first failed attempt ended, if
-        any."""
+        """A delivery of ``row`` begins; ``first_failure``: when its first failure ended."""
 
     def on_first_failure(self, row: MessageRow, text: str,
                          error: BaseException | None = None) -> None:
@@ -94,8 +92,7 @@ _NO_OPS = {name: getattr(Middleware, name) for name in HOOKS}
 
 
 class Hooks:
-    """One worker's (or item's) middleware by hook: each attribute is the tuple of bound methods
-    implementing it."""
+    """Middleware by hook: each attribute is the tuple of methods implementing it."""
 
     may_claim: tuple[Callable[[], bool], ...]
     delivery: tuple[Callable[[MessageRow], AbstractContextManager[Any]], ...]

@@ -13,8 +13,7 @@ EventWriter = Callable[[str, str], None]
 
 
 class ReadinessLog:
-    """Turns the tries of one adapter to start into a few events via ``write(type, text)``. Not
-    thread-safe."""
+    """Turns one adapter's tries to start into a few events. Not thread-safe."""
 
     def __init__(self, write: EventWriter, clock: Clock, *, retry_interval: float,
                  reminder_interval: float = NOT_READY_REMINDER_INTERVAL) -> None:

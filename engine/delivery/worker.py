@@ -163,8 +163,7 @@ class MessageWorker:
 
     @contextmanager
     def _change(self) -> Iterator[None]:
-        """Write a state change with its events and the attempt's end in one transaction; if
-        refused, the attempt stays open for recovery."""
+        """Write a state change, its events and the attempt's end in one transaction."""
         with self.store.events.until_next_change():
             try:
                 yield
@@ -226,8 +225,7 @@ class MessageWorker:
 
     def _recover_in_flight(self, row: MessageRow, open_attempt: AttemptRow,
                            first_started: float | None) -> Result | float:
-        """Decide an attempt left open by a stopped daemon as outcome unknown; returns s_1, or how
-        the delivery ended."""
+        """Decide an attempt a stopped daemon left open; returns s_1 or the delivery's end."""
         now = self.clock.monotonic()
         if open_attempt.attempt == 1:
             self._tell("on_first_failure", row, f"attempt 1 failed: {CRASH_TEXT}")
@@ -244,8 +242,7 @@ class MessageWorker:
         return first if result is None else result
 
     def _suspend_poison(self, row: MessageRow, interrupted: int, begun: int | None) -> Result:
-        """Suspend ``row`` unsent after ``interrupted`` unended deliveries; its open attempt ends as
-        outcome unknown."""
+        """Suspend ``row`` unsent after ``interrupted`` deliveries that never ended."""
         open_attempt = self.store.open_attempt(row.id) if row.attempts else None
         if open_attempt is not None and open_attempt.id != begun:
             if open_attempt.attempt == 1:

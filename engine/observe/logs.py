@@ -46,8 +46,7 @@ class _Run:
 
 
 class RepeatFilter(logging.Filter):
-    """Let the first record of a kind through per ``window`` seconds; count the others and
-    log the count when the window ends (:meth:`flush`)."""
+    """Let the first record of a kind through per ``window`` seconds; count the others."""
 
     def __init__(self, *, window: float = WINDOW, clock: Callable[[], float] = time.monotonic,
                  level: int = logging.WARNING) -> None:
@@ -77,8 +76,7 @@ class RepeatFilter(logging.Filter):
         return run is None
 
     def flush(self, *, everything: bool = False) -> int:
-        """Log the count of every ended window (``everything``: of every window); return how many
-        lines."""
+        """Log the count of every ended window; return how many lines."""
         with self._lock:
             ended = self._take_ended(self._clock(), everything=everything)
         self._emit(ended)
@@ -90,8 +88,7 @@ class RepeatFilter(logging.Filter):
             return sum(run.held for run in self._runs.values())
 
     def _take_ended(self, now: float, *, everything: bool = False) -> list[_Run]:
-        """Take the ended windows that held records back (``everything``: all); quiet kinds are
-        forgotten."""
+        """Take the ended windows that held records back (``everything``: all)."""
         ended: list[_Run] = []
         for key, run in list(self._runs.items()):
             if not everything and now - run.started < self.window:

@@ -65,8 +65,7 @@ class Reason(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Decision:
-    """The policy's answer: ``at`` the next start (RETRY only), ``reason`` and ``text`` why it
-    stops."""
+    """The policy's answer: ``at`` the next start (RETRY only), or why it stops."""
 
     action: Action
     at: float | None = None
@@ -84,11 +83,7 @@ def _seconds(value: float) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class RetryPolicy:
-    """When to retry a failed message, and when to stop.
-
-    Fields are the item's retry settings (docs/retries.md); what is not given takes its declared
-    default.
-    """
+    """When to retry a failed message, and when to stop (the item's retry settings)."""
 
     retry_interval: float = RETRY_DEFAULTS.retry_interval
     failure_timeout: float = RETRY_DEFAULTS.failure_timeout
@@ -121,8 +116,7 @@ class RetryPolicy:
         return self.failure_timeout != FOREVER
 
     def deadline(self, *, first_started: float, started: float, response_timeout: float) -> float:
-        """When an attempt started at ``started`` must be over (``math.inf``: no limit), clipped to
-        the failure timeout when ``strict``."""
+        """When an attempt started at ``started`` must be over (``math.inf``: no limit)."""
         end = math.inf if response_timeout < 0 else started + response_timeout
         if self.strict and self.bounded:
             end = min(end, first_started + self.failure_timeout)
@@ -153,8 +147,7 @@ class RetryPolicy:
         return None
 
     def _unknown_outcome(self, state: AttemptState, interrupted: bool) -> Decision | None:
-        """The outcome-unknown rule: only an idempotent item re-sends; otherwise Error or Suspended
-        (always Suspended when its daemon stopped mid-attempt)."""
+        """The outcome-unknown rule: only an idempotent item re-sends."""
         if self.idempotent or getattr(state.error, "delivery", None) != Delivery.UNKNOWN:
             return None
         if interrupted:

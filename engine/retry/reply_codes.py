@@ -41,8 +41,7 @@ _WARN_ONLY = Actions(warn=True)
 
 @dataclass(frozen=True)
 class ReplyCode:
-    """One code: ``kind`` ``"E"``, ``"E#"``, ``"E*"`` or ``"X"``; ``value`` the code or text ("" for
-    E and X)."""
+    """One code: ``kind`` ``E``, ``E#``, ``E*`` or ``X``; ``value`` the code or text."""
 
     kind: str
     value: str = ""
@@ -101,8 +100,7 @@ class ReplyCodeActions:
         return cls(_Parser(text).rules())
 
     def evaluate(self, error: BaseException) -> Actions:
-        """The actions for ``error``: warnings of every matching W-only rule plus the first other
-        match; fail if none."""
+        """The actions for ``error`` (fail when no rule matches)."""
         warned = any(r.actions == _WARN_ONLY and r.matches(error) for r in self.rules)
         chosen = next((r.actions for r in self.rules
                        if r.actions != _WARN_ONLY and r.matches(error)), Actions(fail=True))

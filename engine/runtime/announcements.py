@@ -14,8 +14,7 @@ HEARD_CONTROLS = 64  # the reloads and restarts remembered, to hear each one onc
 
 
 class AnnouncementRouter:
-    """Routes the announcements of ``store`` to ``runners`` (by item name); ``reload()`` and
-    ``restart(name)`` reach the reloader."""
+    """Routes the announcements of ``store`` to ``runners`` (by item name)."""
 
     def __init__(self, store: SqlStore, runners: Mapping[str, ItemRunner], *,
                  reload: Callable[[], None], restart: Callable[[str], None]) -> None:

@@ -37,8 +37,7 @@ def item_lease_name(item: str) -> str:
 
 
 def is_fifo(item: ItemConfig) -> bool:
-    """True for an item delivered one at a time, in order, across every daemon: ``pool_size = 1``
-    with blocking retries."""
+    """True for an item delivered one at a time, in order, across every daemon."""
     operation = item.operation_settings
     return item.pool_size == 1 and (operation is None or operation.retry_mode == "blocking")
 
@@ -123,17 +122,12 @@ class DatabaseClock:
 
 
 class LeaseKeeper:
-    """The leases one daemon (``owner``) wants, and which of them it holds.
-
-    :meth:`renew` takes wanted leases when free and keeps held ones; :meth:`hold` tries at most
-    every ``retry_seconds``; :meth:`holds` answers from memory.
-    """
+    """The leases one daemon (``owner``) wants, and which of them it holds."""
 
     def __init__(self, store: SqlStore, owner: str, *, clock: Clock, lease_seconds: float,
                  retry_seconds: float,
                  on_change: Callable[[str, bool], None] | None = None) -> None:
-        """``on_change(name, took)``: called when this daemon takes a lease (True) or loses one
-        (False)."""
+        """``on_change(name, took)``: called when this daemon takes or loses a lease."""
         self.store = store
         self.on_change = on_change
         self.owner = owner
@@ -226,8 +220,7 @@ class LeaseKeeper:
 
 def reap_dead_local_daemons(store: SqlStore, host: str, namespace: str | None,
                             lifecycle: LifecycleLog | None = None) -> int:
-    """Forget every dead daemon registered from ``host`` in this PID ``namespace`` (see
-    :func:`pid_namespace`), freeing its messages and leases at once. Returns how many."""
+    """Forget dead daemons of ``host`` in this PID ``namespace``; returns how many."""
     if namespace is None:
         return 0
     forgotten = 0
@@ -247,8 +240,7 @@ def forget_silent_daemons(store: SqlStore, *, silent_seconds: float, now: dateti
 
 def forget_daemon(store: SqlStore, daemon_id: str, why: str,
                   lifecycle: LifecycleLog | None = None) -> bool:
-    """Take ``daemon_id`` off the ``daemon`` table, release its claims and leases and record one
-    ``Warning``. False when another daemon forgot it first."""
+    """Forget ``daemon_id`` and release its claims and leases; False if already done."""
     if not store.unregister_daemon(daemon_id):
         return False
     released = store.release_claims(daemon_id)

@@ -30,8 +30,7 @@ ROLLUP_PRUNE_INTERVAL = 3600.0  # seconds between the leader's deletions of old 
 
 
 class ConsoleReport:
-    """The console's view of daemon ``daemon_id``: its runners among the production's operation
-    ``items()``, the reloader's refusals and the per-minute counters of :attr:`rollup`."""
+    """The console's view of daemon ``daemon_id``: its runners, refusals and counters."""
 
     def __init__(self, store: SqlStore, clock: Clock, daemon_id: str, *,
                  runners: Mapping[str, ItemRunner], reloader: ReloadState,
@@ -51,8 +50,7 @@ class ConsoleReport:
         self._reported: str | None = None
 
     def tick(self, now: float, *, inline: bool) -> float | None:
-        """Report changed item states and flush the rollup when due; the seconds until the next
-        flush (None inline)."""
+        """Report changed states and flush the rollup; seconds until the next flush."""
         self.report_states()
         if now >= self._next_flush:
             self.flush_rollup(now)

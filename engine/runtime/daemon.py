@@ -73,8 +73,7 @@ class Daemon:
                  clock: Clock | None = None, env: Mapping[str, str] | None = None,
                  adapters: Mapping[str, OutboundAdapter] | None = None,
                  rng: random.Random | None = None) -> None:
-        """``adapters``: adapters to use instead of building the items' own; ``rng``: the workers'
-        jitter source (None: a fresh one each)."""
+        """``adapters``: used instead of building the items' own; ``rng``: jitter source."""
         self.production = production
         self.store = store or SqlStore(production.database)
         self.file_watch = DatabaseFileWatch(self.store)
@@ -124,12 +123,8 @@ class Daemon:
         return self.production.lease_seconds / 3
 
     def start(self, *, background: bool = True, inline: bool = False) -> None:
-        """Build and check everything that can fail, then register, take free leases and start the
-        items and the scheduler. A failed start leaves nothing running or registered.
-
-        ``background``: run the loop on a thread of its own. ``inline``: start no thread; the caller
-        drives :meth:`tick`.
-        """
+        """Build what can fail, then register, take leases and start items and scheduler.
+        ``background``: loop on a thread; ``inline``: no thread, the caller drives :meth:`tick`."""
         self.inline = inline
         self.store.check_schema()
         self._sync_clock()
@@ -181,8 +176,7 @@ class Daemon:
             f"{self.id}{' (leader)' if self.is_leader() else ''}{not_ready}"))
 
     def _record_failed_start(self, exc: Exception) -> None:
-        """Record one ``Error`` event for a failed start (``encore run`` prints it); a database
-        error here is ignored."""
+        """Record one ``Error`` event for a failed start, if the database takes it."""
         try:
             self.store.events.write(
                 "Error", f"daemon {self.id} could not start production "
@@ -282,8 +276,7 @@ class Daemon:
         return built
 
     def build_runner(self, item: ItemConfig) -> ItemRunner:
-        """``item``'s runner, prepared but not started. Raises :class:`EncoreError` naming the item.
-        """
+        """``item``'s runner, prepared but not started; raises :class:`EncoreError`."""
         lease = None
         if is_fifo(item):
             lease = functools.partial(self.leases.hold, item_lease_name(item.name))
@@ -312,8 +305,7 @@ class Daemon:
         runner.start(threads=not self.inline)
 
     def _reap_dead_local_daemons(self) -> None:
-        """Release the claims and leases of dead daemons of this host (their PID gone) now rather
-        than at lease expiry."""
+        """Release the claims and leases of dead daemons of this host now."""
         reap_dead_local_daemons(self.store, self.host, self.pid_namespace, self.lifecycle)
 
     def forget_dead_daemons(self) -> None:
@@ -323,8 +315,7 @@ class Daemon:
                               lifecycle=self.lifecycle)
 
     def heartbeat(self) -> None:
-        """Mark this daemon alive, renew its claims and leases, take free leases and reap dead local
-        daemons."""
+        """Mark this daemon alive, renew claims and leases, reap dead local daemons."""
         if not self.file_watch.check(self._file_lost, self._stop_soon):
             return
         self._sync_clock()
@@ -422,8 +413,7 @@ class Daemon:
         return clean
 
     def _join_runners(self, runners: list[ItemRunner], deadline: float) -> bool:
-        """Wait for ``runners`` until ``deadline`` (monotonic), beating the heartbeat meanwhile,
-        then join them."""
+        """Wait for ``runners`` until ``deadline``, beating the heartbeat meanwhile."""
         waiting = list(runners)
         while waiting and (left := deadline - self.clock.monotonic()) > 0:
             beat_in = self._beat_if_due(self.clock.monotonic())

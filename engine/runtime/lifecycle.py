@@ -16,8 +16,7 @@ SOURCE_CLASS = "Daemon"
 
 
 class LifecycleLog:
-    """Writes the lifecycle events of daemon ``daemon_id``; a row that cannot be written is logged
-    and dropped."""
+    """Writes the lifecycle events of daemon ``daemon_id``; failures are only logged."""
 
     def __init__(self, events: EventSink, daemon_id: str) -> None:
         self.events = events
@@ -33,8 +32,7 @@ class LifecycleLog:
             log.error("%s (not in the event log: %s)", text, exc)
 
     def lease(self, name: str, took: bool, *, record: bool) -> None:
-        """The daemon took or lost lease ``name``: an event when ``record`` (leadership), else a log
-        line."""
+        """The daemon took or lost lease ``name``: an event when ``record``, else a log line."""
         if took:
             text = f"daemon {self.daemon_id} took lease {name}"
         else:

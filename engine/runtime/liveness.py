@@ -1,5 +1,4 @@
-"""Whether a daemon of this host is dead, judged by its process (docs/architecture.md, "Fencing").
-"""
+"""Whether a daemon of this host is dead, judged by its process (docs/architecture.md)."""
 from __future__ import annotations
 
 import os
@@ -23,8 +22,7 @@ def boot_id() -> str | None:
 
 
 def pid_namespace() -> str | None:
-    """This process's PID namespace and boot: PIDs compare only within both. None: unknown (no PID
-    is trusted)."""
+    """This process's PID namespace and boot; None: unknown (no PID is trusted)."""
     boot = boot_id()
     try:
         return None if boot is None else f"{boot}/{os.readlink('/proc/self/ns/pid')}"
@@ -33,8 +31,7 @@ def pid_namespace() -> str | None:
 
 
 def _stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` after the command name; None without that process or
-    ``/proc``."""
+    """The fields of ``/proc/PID/stat`` after the command name; None if unavailable."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -55,8 +52,7 @@ def _start_of(fields: list[str] | None) -> int | None:
 
 
 def why_dead(pid: int, started: int | None) -> str | None:
-    """Why the daemon of process ``pid`` started at ``started`` is dead, or None while it lives.
-    Only for a PID of this namespace and boot."""
+    """Why the daemon of process ``pid`` started at ``started`` is dead, or None."""
     fields = _stat(pid)
     if fields is None:
         return None if _signalable(pid) else f"pid {pid} gone"
@@ -80,8 +76,7 @@ def _signalable(pid: int) -> bool:
 
 
 def why_local_daemon_dead(row: Mapping[str, Any]) -> str | None:
-    """:func:`why_dead` for a ``daemon`` row of this host, namespace and boot; None for any other.
-    """
+    """:func:`why_dead` for a ``daemon`` row of this host, namespace and boot, else None."""
     namespace = pid_namespace()
     if namespace is None or row.get("pid_namespace") != namespace:
         return None

@@ -105,11 +105,7 @@ class ReloadHost(Protocol):
 
 
 class Reloader:
-    """Reloads the production of ``daemon``, and restarts its items, when asked.
-
-    ``refused``, ``failed`` and ``file_hash`` are what the console reports of the last reload and
-    restarts.
-    """
+    """Reloads the production of ``daemon``, and restarts its items, when asked."""
 
     def __init__(self, daemon: ReloadHost) -> None:
         self.daemon = daemon
@@ -208,8 +204,7 @@ class Reloader:
         self._applied(new, stopped)
 
     def _build_changed(self, new: ProductionConfig) -> dict[str, ItemRunner]:
-        """Prepared runners for the new or changed operation items of ``new``; on failure nothing is
-        left."""
+        """Prepared runners for the new or changed operation items of ``new``."""
         current = {i.name: i for i in operation_items(self.daemon.production)}
         return self.daemon.build_runners([i for i in operation_items(new)
                                           if current.get(i.name) != i])
@@ -245,8 +240,7 @@ class Reloader:
         self.applied_changes = changes
 
     def _reconfigured(self, new: ProductionConfig) -> list[str]:
-        """The non-operation items and production settings ``new`` changes, applied without
-        restarting a runner."""
+        """What ``new`` changes that applies without restarting a runner."""
         old = self.daemon.production
         runs = {i.name for i in operation_items(old) + operation_items(new)}
         current = {i.name: i for i in old.items if i.name not in runs}
@@ -264,8 +258,7 @@ class Reloader:
         daemon.lifecycle.write("Info", LifeStep.RELOAD, text)
 
     def _switch_inbound(self, change: InboundChange) -> str | None:
-        """Switch to the new production's inbound services; return why a new server cannot listen
-        (else None)."""
+        """Switch inbound services; return why a new server cannot listen (else None)."""
         daemon = self.daemon
         try:
             daemon.inbound = change.apply(daemon.inbound)
@@ -291,8 +284,7 @@ class Reloader:
                 self.daemon.leases.release(item_lease_name(runner.item.name))
 
     def restart(self, name: str) -> None:
-        """Tear item ``name`` down and start it again; if it cannot start, leave it stopped with one
-        ``Error`` event."""
+        """Tear item ``name`` down and start it again (left stopped if it cannot)."""
         daemon = self.daemon
         old = daemon.runners.pop(name, None)
         if old is None or daemon.stop_requested.is_set():

@@ -39,8 +39,7 @@ IDLE_WAIT = 60.0  # seconds the scheduler's own loop sleeps when no job will fir
 
 @dataclass(eq=False)
 class ScheduledJob:
-    """One job: what runs, how its trigger is made, and its run state (``item``: the service's name,
-    None for housekeeping; times aware UTC)."""
+    """One job: what runs, how its trigger is made, and its run state."""
 
     name: str
     action: Callable[[], object]
@@ -101,8 +100,7 @@ class ProductionScheduler:
             return self._jobs[name]
 
     def add_service(self, service: BusinessService, *, enabled: bool = True) -> ScheduledJob:
-        """Poll ``service`` every ``call_interval`` seconds, or on its cron ``schedule`` (an
-        operator override of ``enabled`` wins)."""
+        """Poll ``service`` every ``call_interval`` seconds, or on its cron ``schedule``."""
         schedule = service.service_settings.schedule
         make_trigger: Callable[[datetime], BaseTrigger]
         if schedule:
@@ -119,8 +117,7 @@ class ProductionScheduler:
 
     def add_housekeeping(self, name: str, seconds: float, func: Callable[[], object], *,
                          leader_only: bool = False) -> ScheduledJob:
-        """Run ``func()`` every ``seconds`` seconds (> 0); ``leader_only``: only when ``leader``
-        allows."""
+        """Run ``func()`` every ``seconds`` seconds; ``leader_only``: on the leader only."""
         if seconds <= 0:
             raise ValueError(f"housekeeping job {name!r}: seconds must be > 0, got {seconds!r}")
         return self._add(ScheduledJob(name=f"housekeeping:{name}", action=func,
@@ -146,8 +143,7 @@ class ProductionScheduler:
         return sorted(due, key=lambda j: (j.next_run_time, j.name))
 
     def run_due(self, now: datetime) -> int:
-        """Run every job due at ``now`` once on the calling thread (coalescing missed fires); return
-        how many ran. Not for a started scheduler."""
+        """Run every job due at ``now`` once on this thread; return how many ran."""
         with self._lock:
             if self._executor is not None:
                 raise EncoreError("this scheduler runs in real time (start() was called); "
@@ -156,8 +152,7 @@ class ProductionScheduler:
             return sum(self._execute(job) for job in self._take_due(now))
 
     def tick(self, now: datetime | None = None) -> float | None:
-        """Hand every job due at ``now`` to the thread pool (skipping ones still running); return
-        the seconds until the next fire (None: never)."""
+        """Hand jobs due at ``now`` to the pool; return seconds until the next fire."""
         now = self.clock.now() if now is None else now
         with self._lock:
             executor = self._executor
@@ -216,8 +211,7 @@ class ProductionScheduler:
             self._opened = True
 
     def start(self, *, loop: bool = True) -> None:
-        """Call ``on_init`` and run the jobs in real time on a thread pool. ``loop``: also call
-        :meth:`tick` on a thread of its own (False: the caller does)."""
+        """Run the jobs in real time on a thread pool; ``loop``: also tick on a thread."""
         with self._lock:
             if self._executor is not None:
                 raise EncoreError("the scheduler is already running")
@@ -285,8 +279,7 @@ class ProductionScheduler:
         return True
 
     def _execute(self, job: ScheduledJob, *, claimed: bool = False) -> bool:
-        """Run ``job`` once unless the leader check says no; never raises. ``claimed``: the caller
-        already marked it active."""
+        """Run ``job`` once unless the leader check says no; never raises."""
         if not claimed:
             with self._idle:
                 self._active.add(job.name)
