@@ -37,8 +37,7 @@ log = logging.getLogger(__name__)
 BREAKER_REFRESH = 1.0  # seconds a daemon trusts its copy of a closed breaker
 DEFAULT_OPEN_SECONDS = 30.0  # seconds a breaker stays open before its probe
 
-# for `encore simulate`: (kind, when, attempt number, until), kind one of open, hold, half_open,
-# close
+# for `encore simulate`: (kind, when, attempt, until); kind: open, hold, half_open or close
 Transition = Callable[[str, datetime, int, "datetime | None"], None]
 
 

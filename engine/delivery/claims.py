@@ -21,8 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LEASE_MARGIN", "ClaimBook", "confirm_claim"]
 
-# fraction of lease_seconds given up early: stop relying on a lease before another daemon may take
-# it
+# fraction of lease_seconds given up early: stop relying on a lease before another may take it
 LEASE_MARGIN = 0.1
 
 log = logging.getLogger(__name__)

@@ -25,14 +25,13 @@ BATCH_WINDOW = 0.05  # seconds of work a pool_size = 1 item claims at once
 MAX_BATCH = 100  # messages one claim takes at most
 FIRST_BATCH = 4  # a pool_size = 1 item's first claim, before it knows how long work takes
 FLUSH_WINDOW = 0.02  # seconds a success may wait for the group commit
-# after a claim that emptied the queue: messages arriving one by one are claimed a few at a time
+# seconds to wait after a claim that emptied the queue: messages arriving one by one are then
+# claimed a few at a time
 CLAIM_LINGER = 0.005
-# seconds of one worker's work per hand-off; after a message slower than CHUNK_GIVE_BACK the worker
-# gives the rest back
+# seconds of one worker's work per hand-off; one slower message gives the rest back
 CHUNK_WORK = 0.005
 CHUNK_GIVE_BACK = 2 * CHUNK_WORK
-# the fastest recent delivery rises by this factor per delivery, so a service that slows down is
-# followed
+# the fastest recent delivery rises by this factor per delivery, to follow a service that slows
 FASTEST_DRIFT = 1.05
 MAX_PENDING = 500  # successes that force a group commit
 EXPIRY_SCAN = 1.0  # seconds between looks for claims whose lease expired

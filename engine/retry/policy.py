@@ -24,8 +24,7 @@ from engine.retry.state import AttemptState
 __all__ = ["FOREVER", "INTERRUPTED_REASON", "UNKNOWN_OUTCOME_CHOICES", "UNKNOWN_OUTCOME_REASON",
            "Action", "Decision", "Reason", "RetryPolicy"]
 
-# No retry waits longer than this whatever a strategy computes, so every wait stays storable and
-# sleepable.
+# no retry waits longer, whatever a strategy computes: every wait stays storable and sleepable
 MAX_WAIT = 366 * 24 * 3600.0
 
 UNKNOWN_OUTCOME_REASON = ("outcome unknown: the request may have been processed by the server; "

@@ -63,8 +63,7 @@ RETRY_SETTINGS: tuple[Setting, ...] = (
             help="Ensemble reply code actions, e.g. 'E#503=R,E=F'"),
 )
 
-# declared by outbound adapters, read by the retry policy: an item without an adapter gets the
-# defaults
+# declared by outbound adapters, read by the retry policy (defaults for an item without one)
 OUTCOME_SETTINGS: tuple[Setting, ...] = (
     Setting(name="idempotent", kind=bool, default=True,
             help="false: a request that may have been processed is never re-sent"),

@@ -33,8 +33,7 @@ if TYPE_CHECKING:  # the inbound services (Starlette, zeep) load only for a prod
 
 log = logging.getLogger("engine.runtime.daemon")
 
-# `encore reload` waits for the event ending each reload: an Info beginning RELOADED or an Error
-# beginning REFUSED
+# `encore reload` waits for each reload's last event: Info "RELOADED…" or Error "REFUSED…"
 RELOADED = "production reloaded"
 REFUSED = "reload refused"
 
