@@ -321,9 +321,8 @@ class Dispatcher:
                                                                 1e-6))))
 
     def _pool_batch(self) -> tuple[int, int]:
-        """For ``pool_size > 1``: (messages to hold, claim again once no more than this many are
-        left). A fast pool claims about :data:`BATCH_WINDOW` of its work; a slow one one message per
-        worker."""
+        """For ``pool_size > 1``: (messages to hold, claim again at this many left), by the pool's
+        speed."""
         pool = self.settings.pool_size
         if not self.batched:
             return pool, pool - 1

@@ -1,8 +1,6 @@
-"""The guards an item's settings ask for: its schedule window, rate limit and circuit breaker, all
-middleware.
+"""An item's guards, all middleware: schedule window, rate limit and circuit breaker.
 
-An item that sets none gets none. Before an attempt the limiter runs first, so the breaker decides
-on the state after the wait. Their settings are added here to every business operation's.
+The limiter runs before the breaker, so the breaker decides on the state after the wait.
 """
 from __future__ import annotations
 
@@ -77,9 +75,8 @@ class ItemGuards:
                       events: EventSink | None = None, metrics: GuardMetrics | None = None,
                       stop: threading.Event | None = None, lease_seconds: float = 0.0,
                       listener: Transition | None = None) -> ItemGuards:
-        """The guards ``settings`` ask for. ``response_timeout``: seconds an attempt may take;
-        ``stop``: set when the item stops; ``lease_seconds``: claim lease (0: no confirmation after
-        a wait)."""
+        """The guards ``settings`` ask for (``lease_seconds`` 0: no claim confirmation after a
+        wait)."""
         limit = RateLimit.from_settings(settings)
         breaker = BreakerSettings.from_settings(settings, response_timeout=response_timeout)
         return cls(

@@ -51,10 +51,8 @@ class ItemContext:
     """What an :class:`ItemRunner` runs with: the daemon's store, clock and settings and what it
     made for the item.
 
-    ``lease``: None, or a callable that is True while this daemon holds the FIFO item's lease.
-    ``guards``: the window, rate limit and breaker; ``middleware``: the rest, run after the guards.
-    ``adapter``: used instead of one built from the item's class; ``rng``: the workers' jitter
-    (None: a fresh one each).
+    ``lease``: None, or True while this daemon holds the FIFO lease. ``middleware`` runs after
+    ``guards``; ``adapter`` replaces the one built from the item's class.
     """
 
     store: SqlStore
@@ -170,7 +168,7 @@ class ItemRunner:
         return host
 
     def start(self, *, threads: bool = True) -> None:
-        """Start the workers and the dispatcher; ``threads=False``: the caller drives :meth:`tick`.
+        """Start the workers and the dispatcher (``threads=False``: the caller drives :meth:`tick`).
         """
         if not self._prepared:
             self.prepare()
@@ -279,9 +277,8 @@ class ItemRunner:
                                               ended=result in ENDED)
 
     def tick(self) -> float | None:
-        """One dispatcher step, then deliver what it claimed on this thread (``threads=False``).
-        Returns the seconds until the next step, or None while a delivery of this item is in
-        progress."""
+        """One dispatcher step, then deliver what it claimed here; seconds to the next (None: busy).
+        """
         assert self.inline_workers is not None, "tick() is for a runner started with threads=False"
         if self._ticking:
             return None

@@ -1,6 +1,4 @@
-"""What follows an attempt (docs/retries.md): :class:`DeliveryPolicy` turns an outcome into a
-:class:`Judgement` from the reply code actions, the retry policy and ``on_failure_timeout``. It only
-decides."""
+"""What follows an attempt (docs/retries.md): :class:`DeliveryPolicy` decides; the worker acts."""
 from __future__ import annotations
 
 import random

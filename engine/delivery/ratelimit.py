@@ -84,11 +84,8 @@ RATE_LIMIT_SETTINGS: tuple[Setting, ...] = (
 
 
 class RateLimiter(Middleware):
-    """Waits, before every attempt of one item, for a slot of the item's shared bucket.
-
-    ``stop``: a waiting worker then puts the message back unsent (AttemptHeld). ``owner``,
-    ``lease_seconds``: after a wait the claim is confirmed before sending (None: not confirmed).
-    """
+    """Waits before every attempt of one item for a slot of its shared bucket (``stop`` ends the
+    wait)."""
 
     SETTINGS = RATE_LIMIT_SETTINGS
 

@@ -1,8 +1,4 @@
-"""OpenTelemetry tracing (docs/tracing.md), optional: ``pip install 'encore-engine[otel]'``.
-
-This module only decides whether tracing is on and hands out tracers; it never imports
-``opentelemetry``, so with tracing off or the extra absent Encore runs as without it.
-"""
+"""Optional OpenTelemetry tracing (docs/tracing.md); never imports ``opentelemetry`` itself."""
 from __future__ import annotations
 
 import logging
@@ -26,8 +22,7 @@ ENABLING_VARIABLES = ("OTEL_SERVICE_NAME", "OTEL_TRACES_EXPORTER",
 
 
 def tracing_wanted(setting: bool, env: Mapping[str, str]) -> bool:
-    """True when the ``otel`` ``setting`` or one of :data:`ENABLING_VARIABLES` in ``env`` says so,
-    unless ``OTEL_SDK_DISABLED`` is ``true``."""
+    """True when ``setting`` or :data:`ENABLING_VARIABLES` say so, unless ``OTEL_SDK_DISABLED``."""
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
     if setting:
@@ -51,9 +46,8 @@ _decided: list[Tracing | None] = []
 
 
 def tracing_for(production: TracingSwitch) -> Tracing | None:
-    """The process's :class:`~engine.otel.spans.Tracing` when ``production.otel`` is on and the
-    extra installed; None otherwise. The first call sets up the tracer provider (an installed one is
-    kept)."""
+    """The process's :class:`~engine.otel.spans.Tracing` when tracing is on and installed, else
+    None."""
     if not production.otel:
         return None
     with _lock:

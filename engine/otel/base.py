@@ -1,5 +1,5 @@
-"""What a send and a delivery are to tracing with tracing off; the spans subclass these. Imports
-nothing, so the spans need not import :mod:`engine.otel`."""
+"""What a send and a delivery are to tracing when it is off; the spans subclass these. It
+imports nothing, so the spans need not import :mod:`engine.otel`."""
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -1,6 +1,4 @@
-"""The trace context stored with a message (W3C text in ``message_header.trace_context``:
-``traceparent``, then a newline and ``tracestate`` if any) and an attempt's ``traceparent`` header.
-"""
+"""The W3C trace context stored with a message, and an attempt's ``traceparent`` header."""
 from __future__ import annotations
 
 import hashlib
@@ -52,8 +50,7 @@ def from_text(text: str | None) -> SpanContext | None:
 
 
 def derived_context(key: str) -> SpanContext:
-    """A stand-in producer context derived from ``key`` (the idempotency key), for a message stored
-    without one."""
+    """A stand-in producer context derived from ``key``, the message's idempotency key."""
     digest = hashlib.sha256(f"encore-trace:{key}".encode()).digest()
     trace_id = int.from_bytes(digest[:16], "big") or 1
     span_id = int.from_bytes(digest[16:24], "big") or 1

@@ -1,6 +1,4 @@
-"""The process's tracer provider: the application's own, or an SDK one built from the standard
-``OTEL_*`` variables (docs/tracing.md). Only ``OTEL_TRACES_EXPORTER`` is read here; the SDK reads
-the rest."""
+"""The process's tracer provider: the application's own, or one built from ``OTEL_*``."""
 from __future__ import annotations
 
 import logging
@@ -20,8 +18,7 @@ EXPORTER_GROUP = "opentelemetry_traces_exporter"
 
 
 def process_provider(env: Mapping[str, str] | None = None) -> trace.TracerProvider | None:
-    """The global tracer provider, set up from ``env`` if the application has not set one; None
-    without the SDK."""
+    """The global tracer provider, set up from ``env`` if unset; None without the SDK."""
     current = trace.get_tracer_provider()
     if not isinstance(current, trace.ProxyTracerProvider):
         return current  # the application's (opentelemetry-instrument, a test)
@@ -45,8 +42,7 @@ def process_provider(env: Mapping[str, str] | None = None) -> trace.TracerProvid
 
 
 def exporters(env: Mapping[str, str]) -> Iterator[Any]:
-    """The installed span exporters ``OTEL_TRACES_EXPORTER`` names; a warning for each missing one.
-    """
+    """The installed span exporters ``OTEL_TRACES_EXPORTER`` names (warns of missing ones)."""
     names = env.get("OTEL_TRACES_EXPORTER", "") or "otlp"
     for name in (n.strip().lower() for n in names.split(",")):
         if not name or name == "none":

@@ -1,5 +1,5 @@
-"""Span names and attributes after the OpenTelemetry semantic conventions (messaging and HTTP
-client), written out here because the incubating convention modules move between releases."""
+"""Span names and attributes of the OpenTelemetry semantic conventions, spelled out here
+because the incubating convention modules move between releases."""
 from __future__ import annotations
 
 from typing import Any
@@ -38,8 +38,7 @@ REDACTED = "REDACTED"
 
 
 def client_span_name(exchange: HttpExchange | None, target: str) -> str:
-    """The CLIENT span's name: the HTTP method (``HTTP`` if unknown), or ``attempt {target}``
-    without a request."""
+    """The CLIENT span's name: the HTTP method, or ``attempt {target}`` without a request."""
     if exchange is None:
         return f"attempt {target}"
     return exchange.method if exchange.method in KNOWN_METHODS else "HTTP"
@@ -84,8 +83,7 @@ def _without_credentials(url: str) -> str:
 
 
 def error_type(report: AttemptReport) -> str | None:
-    """``error.type`` of a failed attempt (None for a success): the HTTP status, else the error's
-    qualified class name, else ``_OTHER``."""
+    """``error.type`` of a failed attempt: HTTP status, qualified class name, or ``_OTHER``."""
     if report.outcome == "ok":
         return None
     status = report.status_code or (report.exchange.status_code if report.exchange else None)

@@ -1,8 +1,6 @@
 """Encore's spans: PRODUCER at send, CONSUMER per delivery, CLIENT per attempt (docs/tracing.md).
 
-A CONSUMER span is a child of the message's stored producer context, as well as linked to it, so
-every delivery of a message shares one trace id; a message stored without one gets a context derived
-from its idempotency key (:func:`~engine.otel.context.derived_context`).
+A CONSUMER span is a child of, and linked to, the message's stored (or derived) producer context.
 """
 from __future__ import annotations
 
@@ -46,8 +44,7 @@ class Tracing:
 
     @contextmanager
     def producer(self, target: str, batch: int | None = None) -> Iterator[Producer]:
-        """The PRODUCER span ``send {target}`` around one send (``batch``: messages in a batch
-        send)."""
+        """The PRODUCER span ``send {target}`` around one send of ``batch`` messages."""
         attributes: dict[str, Any] = {
             sc.MESSAGING_SYSTEM: sc.SYSTEM, sc.MESSAGING_OPERATION_NAME: "send",
             sc.MESSAGING_OPERATION_TYPE: "send", sc.MESSAGING_DESTINATION: target}
@@ -97,8 +94,7 @@ class ConsumerSpan(Delivery):
 
 
 class ItemTracing(AttemptObserver):
-    """One item's CONSUMER and CLIENT spans, as delivery middleware; shared by its workers (open
-    spans belong to their thread)."""
+    """One item's CONSUMER and CLIENT spans, as delivery middleware shared by its workers."""
 
     def __init__(self, tracer: trace.Tracer, target: str) -> None:
         self.tracer = tracer
@@ -166,8 +162,7 @@ class ItemTracing(AttemptObserver):
         span.end()
 
     def _parent(self, row: MessageRow) -> Any:
-        """The delivery's CONSUMER span, else the message's stored context (same trace id either
-        way)."""
+        """The delivery's CONSUMER span, else the message's stored context."""
         delivery = getattr(self._local, "delivery", None)
         if delivery is not None:
             return trace.set_span_in_context(delivery)
