@@ -1,14 +1,4 @@
-"""Running one attempt: the first of the worker's three parts (docs/retries.md).
-
-:class:`AttemptRunner` does what one attempt needs and nothing more: ask the middleware
-(a rate limit may wait, a breaker may hold the message, tracing adds a header),
-record the attempt's start and the server it goes to — a durable write conditional on the
-claim, unless the batch claim began it — give the adapter the attempt's deadline (and the way
-to record another server before a failover sends to it), run ``on_message`` once, record a
-failed attempt's end, and tell the middleware how it ended. It returns an :class:`AttemptOutcome`;
-what follows (retry, give up, complete) is the delivery policy's to decide
-(:mod:`engine.delivery.policy`) and the worker's to do (:mod:`engine.delivery.worker`).
-"""
+"""Running one attempt: middleware, the recorded start, ``on_message`` once (docs/retries.md)."""
 from __future__ import annotations
 
 import logging
@@ -32,8 +22,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class AttemptOutcome:
-    """How one attempt ended. Times: ``started``/``ended`` on the monotonic clock (the
-    retry policy's), ``started_at``/``ended_at`` as stored (aware UTC)."""
+    """How one attempt ended: ``started``/``ended`` monotonic, ``*_at`` aware UTC."""
 
     number: int  # 1 for the first attempt of the message
     attempt_id: int  # its message_attempt row
@@ -66,7 +55,7 @@ def outcome_of(error: BaseException | None) -> str:
 
 
 class AttemptRunner:
-    """Runs the attempts of one host instance (see the module docstring)."""
+    """Runs the attempts of one host instance."""
 
     def __init__(self, host: BusinessOperation, *, store: SqlStore, clock: Clock,
                  policy: RetryPolicy, hooks: Hooks | None = None) -> None:
@@ -78,17 +67,13 @@ class AttemptRunner:
 
     def run(self, row: MessageRow, request: Any, number: int, first_started: float | None,
             begun: int | None = None, begun_server: str | None = None) -> AttemptOutcome:
-        """Attempt ``number`` of the claimed message ``row``. ``first_started``: s_1 on the
-        monotonic clock (None: this is the first). ``begun``: the id of the attempt row
-        the batch claim began (its true start is recorded at its end), with
-        ``begun_server`` as its server. Raises AttemptHeld
-        when a middleware keeps the message from being sent now, ClaimLost when the claim is
-        gone (nothing is sent then)."""
+        """Attempt ``number`` of the claimed ``row``. ``first_started``: s_1 (None: first).
+        ``begun``: the attempt the batch claim began, to ``begun_server``. Raises AttemptHeld or
+        ClaimLost (nothing sent then)."""
         host, adapter = self.host, self.host.adapter
         headers = self._before(row, number)
         host.retry, host.suspend_message, host.retry_count = False, False, number
         started, started_at = self.clock.monotonic(), self.clock.now()
-        # the server goes on record with the attempt's start, in the same write
         server = begun_server if begun is not None else (
             adapter.next_server() if adapter is not None else None)
         attempt_id = begun if begun is not None else self.store.begin_attempt(
@@ -105,7 +90,7 @@ class AttemptRunner:
         response, error = None, None
         try:
             response = host.on_message(request)
-        except Exception as exc:  # every failure of user code is recorded
+        except Exception as exc:
             error = exc
         finally:
             server = adapter.end_attempt() if adapter is not None else None
@@ -113,8 +98,6 @@ class AttemptRunner:
             number=number, attempt_id=attempt_id, started=started, ended=self.clock.monotonic(),
             started_at=started_at, ended_at=self.clock.now(), response=response, error=error,
             server=server, retry_asked=host.retry, suspend_asked=host.suspend_message)
-        # a success is recorded with the completion, a failure with what follows it (a
-        # retry's schedule, a give-up): each in one transaction
         if outcome.failed:
             self.store.end_attempt(attempt_id, ended_at=outcome.ended_at, server=server,
                                    outcome=outcome.outcome,
@@ -142,6 +125,6 @@ class AttemptRunner:
         for after in self.hooks.after_attempt:
             try:
                 after(row, report)
-            except Exception:  # a middleware never fails a delivery
+            except Exception:
                 log.exception("item %s: middleware %s failed after an attempt",
                               self.host.name, type(getattr(after, "__self__", after)).__name__)

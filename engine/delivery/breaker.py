@@ -1,29 +1,9 @@
-"""The circuit breaker of an item (docs/guards.md), shared by every daemon on the database.
+"""The circuit breaker of an item, shared by every daemon on the database (docs/guards.md).
 
-``breaker_threshold = N`` (0 = off, the default): N consecutive **failed attempts** of the
-item, counted across all its daemons, open its breaker. A failed attempt is one whose
-``message_attempt.outcome`` is not ``ok``: a transport failure (``connect_error``,
-``timeout``, ``reset``), an answered error (``http_status``, ``fault``) or an ``error`` (a
-refused response, an exception or a retry request from the operation's own code) — whatever
-the reply code actions then make of the message. A successful attempt sets the count back to
-0. Attempts cut short by a crash (recovered as outcome unknown) are not counted.
-
-While the breaker is **open** no attempt of the item starts on any daemon: the dispatchers
-do not claim, and a worker about to start an attempt (a retry, or a message claimed just
-before) puts the message back in its queue unsent, due when the open period ends
-(:class:`~engine.errors.AttemptHeld`). Messages stay queued; their FailureTimeout keeps
-running (it counts from ``first_attempt_at``, which a hold keeps). One ``Warning`` event
-says that it opened. After ``breaker_open_seconds`` exactly one attempt, on one daemon, is
-let through (**half-open**): its success closes the breaker with one ``Info`` event; its
-failure opens it again for another ``breaker_open_seconds``, without a new event. A probe
-that has not ended after ``breaker_open_seconds + response_timeout`` (its daemon died)
-counts as lost, and another attempt probes. Attempts already in flight when it opens end as
-they do; their failures are not counted and their successes do not close it.
-
-Each daemon keeps a copy of the breaker's row: a closed breaker is read again at most every
-:data:`BREAKER_REFRESH` seconds (by the dispatcher's ticks, or the next attempt), an open one
-not before its open period ends; a daemon that opens or closes it tells the others at once
-(``NOTIFY`` on PostgreSQL). A successful attempt writes nothing while the count is 0.
+``breaker_threshold`` consecutive failed attempts across all daemons open it; while open no attempt
+starts anywhere and messages are put back unsent. After ``breaker_open_seconds`` one probe goes
+through. Each daemon keeps a copy of the row, re-read at most every :data:`BREAKER_REFRESH` seconds
+while closed; transitions are announced to the others at once.
 """
 from __future__ import annotations
 
@@ -57,9 +37,7 @@ log = logging.getLogger(__name__)
 BREAKER_REFRESH = 1.0  # seconds a daemon trusts its copy of a closed breaker
 DEFAULT_OPEN_SECONDS = 30.0  # seconds a breaker stays open before its probe
 
-# Told of what the breaker does, for `encore simulate`: (kind, when, attempt number, until)
-# with kind one of "open", "hold", "half_open", "close"; until: the end of the open period
-# ("open", "hold"), None for the others (and for a hold while the probe is in flight).
+# for `encore simulate`: (kind, when, attempt, until); kind: open, hold, half_open or close
 Transition = Callable[[str, datetime, int, "datetime | None"], None]
 
 
@@ -70,7 +48,6 @@ def check_open_seconds(value: float) -> float:
     return float(value)
 
 
-# The breaker's settings, among a business operation's (engine.delivery.guards adds them).
 BREAKER_SETTINGS: tuple[Setting, ...] = (
     Setting(name="breaker_threshold", kind=int, default=0, minimum=0,
             help="consecutive failed attempts (across all daemons) that open the item's "
@@ -82,9 +59,7 @@ BREAKER_SETTINGS: tuple[Setting, ...] = (
 
 
 class BreakerFields(Protocol):
-    """What the breaker reads of an item's settings
-    (:class:`engine.delivery.guards.GuardSettings` has these fields, typed from
-    :data:`BREAKER_SETTINGS`)."""
+    """What the breaker reads of an item's settings."""
 
     @property
     def breaker_threshold(self) -> int: ...
@@ -95,8 +70,7 @@ class BreakerFields(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class BreakerSettings:
-    """An item's breaker: ``threshold`` failed attempts open it for ``open_seconds``; its
-    probe counts as lost after ``probe_seconds``."""
+    """An item's breaker: ``threshold`` failures open it for ``open_seconds``."""
 
     threshold: int
     open_seconds: float
@@ -105,9 +79,7 @@ class BreakerSettings:
     @classmethod
     def from_settings(cls, settings: BreakerFields, *,
                       response_timeout: float = 0.0) -> BreakerSettings | None:
-        """The item's breaker; None when ``breaker_threshold`` is 0 (no breaker).
-        ``response_timeout``: the seconds an attempt of the item may take (its adapter's;
-        0 without an adapter)."""
+        """The item's breaker; None when ``breaker_threshold`` is 0."""
         if settings.breaker_threshold <= 0:
             return None
         open_seconds = settings.breaker_open_seconds
@@ -116,12 +88,7 @@ class BreakerSettings:
 
 
 class CircuitBreaker(Middleware):
-    """One item's breaker, as one daemon sees and drives it (see the module docstring).
-
-    ``owner``: this daemon's id (probes are owned by it plus a random suffix); ``events``:
-    where the Warning and Info events go; ``wake``: called when the open period ends, so the
-    dispatcher claims the probe at once; ``listener``: told of every transition.
-    """
+    """One item's breaker as one daemon sees it; ``wake``: called when the open period ends."""
 
     SETTINGS = BREAKER_SETTINGS
 
@@ -148,10 +115,8 @@ class CircuitBreaker(Middleware):
         self._read_at = float("-inf")
         self.refresh()
 
-    # -- the state as this daemon knows it -----------------------------------------------
     def current(self) -> BreakerRow:
-        """The breaker's row: this daemon's copy while it can be trusted (closed and read
-        less than BREAKER_REFRESH s ago; open and its open period not over), else read."""
+        """The breaker's row: this daemon's copy while it can be trusted, else read."""
         with self._lock:
             row, stale = self._row, self._stale
             fresh = self.clock.monotonic() - self._read_at < BREAKER_REFRESH
@@ -173,12 +138,11 @@ class CircuitBreaker(Middleware):
             self._stale = True
 
     def allows_claims(self) -> bool:
-        """True unless the breaker is open or its probe is in flight: the dispatcher claims
-        only then (once the open period is over, for the probe)."""
+        """True unless the breaker is open or its probe is in flight."""
         row = self.current()
         return row.state == CLOSED or self._over(row)
 
-    may_claim = allows_claims  # the middleware's hook
+    may_claim = allows_claims
 
     def set_wake(self, wake: Callable[[], object]) -> None:
         """Call ``wake`` whenever an open period (or a probe's time) ends from now on."""
@@ -195,10 +159,8 @@ class CircuitBreaker(Middleware):
         if timer is not None:
             timer.cancel()
 
-    # -- the middleware ----------------------------------------------------------------------
     def before_attempt(self, row: MessageRow, number: int) -> None:
-        """Let the attempt start if the breaker is closed or this attempt gets the probe;
-        else hold the message (AttemptHeld)."""
+        """Let the attempt start if closed or if it is the probe; else raise AttemptHeld."""
         state = self.current()
         if state.state == CLOSED:
             return None
@@ -220,7 +182,6 @@ class CircuitBreaker(Middleware):
         else:
             self._failed(row, report)
 
-    # -- transitions -----------------------------------------------------------------------
     def _take_probe(self, row: MessageRow, number: int) -> bool:
         owner = f"{self.owner}:{uuid.uuid4().hex[:8]}"
         now = self.clock.now()
@@ -237,8 +198,7 @@ class CircuitBreaker(Middleware):
         return True
 
     def _hold(self, row: MessageRow, number: int, state: BreakerRow) -> NoReturn:
-        # Open: due when the open period ends. Half-open: due at once, but no dispatcher
-        # claims it before the probe has closed the breaker.
+        # half-open: due at once, but no dispatcher claims it before the probe closes the breaker
         until = state.open_until if state.state == OPEN else None
         text = (f"circuit breaker of {self.item} is open until {_time(until)}"
                 if until is not None else
@@ -263,7 +223,7 @@ class CircuitBreaker(Middleware):
         after = self.store.breakers.record_failure(
             self.item, threshold=self.settings.threshold,
             open_seconds=self.settings.open_seconds, now=now)
-        if after is None:  # not closed: counted by nobody
+        if after is None:
             self.refresh()
             return
         self._learn(after)
@@ -302,10 +262,8 @@ class CircuitBreaker(Middleware):
                      "until %s", self.item, row.id, report.outcome, _time(after.open_until))
             self._tell("open", now, report.number, after.open_until)
 
-    # -- helpers -------------------------------------------------------------------------
     def _learn(self, row: BreakerRow) -> None:
-        """Take ``row`` as the breaker's state, unless this daemon already knows a later one
-        (a read that raced a transition); publish it (metrics, wake-up timer)."""
+        """Take ``row`` as the state unless a later one is known; publish it."""
         with self._lock:
             if row.version < self._row.version:
                 row = self._row
@@ -320,7 +278,7 @@ class CircuitBreaker(Middleware):
         return row.open_until is None or row.open_until <= self.clock.now()
 
     def _wake_at(self, when: datetime) -> None:
-        """Call ``wake`` at ``when``, so that the dispatcher claims the probe then."""
+        """Call ``wake`` at ``when``."""
         if self.wake is None:
             return
         delay = (when - self.clock.now()).total_seconds()

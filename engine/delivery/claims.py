@@ -1,16 +1,8 @@
-"""The claim book of one item: which messages this process holds claimed, with their tokens.
+"""The claim book of one item: the messages this process holds claimed, with their tokens.
 
-A claim is a lease on a message (docs/architecture.md): the dispatcher takes claims in
-batches, the heartbeat renews the leases of the claims in the book — and only those — and a
-worker that is about to send asks whether the claim is still this process's. That question
-has two answers, both here: :meth:`ClaimBook.surely_held` — locally, without a write: the
-claim was taken or renewed less than a lease ago — and :func:`confirm_claim`, a write
-conditional on the claim's token that fails with :class:`~engine.errors.ClaimLost` when
-another daemon has taken the message over (fencing).
-
-The book also keeps the claims a failed delivery left behind (a database error cut it
-short): they are released at the next delivery, or at the stop, so that their messages go
-back to the queue instead of waiting for their leases to end.
+The heartbeat renews exactly these claims. Before sending, a worker checks the claim locally
+(:meth:`ClaimBook.surely_held`) or by a fenced write (:func:`confirm_claim`). Claims a failed
+delivery left are released at the next delivery or at the stop.
 """
 from __future__ import annotations
 
@@ -29,9 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LEASE_MARGIN", "ClaimBook", "confirm_claim"]
 
-# The fraction of lease_seconds a claim — or a daemon's lease (engine.runtime.cluster) — is
-# given up early, locally: this process stops relying on it before the database would let
-# another daemon take it.
+# fraction of lease_seconds given up early: stop relying on a lease before another may take it
 LEASE_MARGIN = 0.1
 
 log = logging.getLogger(__name__)
@@ -39,8 +29,7 @@ log = logging.getLogger(__name__)
 
 def confirm_claim(store: SqlStore, row: MessageRow, *, owner: str, lease_seconds: float,
                   clock: Clock, why: str = "") -> None:
-    """Renew the claim on ``row`` if it is still ``owner``'s, that very claim (its token);
-    else raise ClaimLost. ``why``: what the claim expired during, for the error's text."""
+    """Renew the claim on ``row`` if its token is still ``owner``'s, else raise ClaimLost."""
     if not store.renew_leases(owner, now=clock.now(), lease_seconds=lease_seconds,
                               claims=[(row.id, row.claim_token)]):
         during = f" {why}," if why else ""
@@ -61,11 +50,10 @@ class ClaimBook:
         self._lock = threading.Lock()
         self._held: dict[int, int] = {}  # message id → claim token, handed out or pending
         self._claimed_at: dict[int, float] = {}  # message id → monotonic time of its claim
-        self._renewed = float("-inf")  # monotonic start of the last heartbeat renewal
+        self._renewed = float("-inf")
         self._abandoned: dict[int, int] = {}  # id → token: messages a failed delivery left
         self._abandoned_batch = 0  # FIFO: the last claim made before a delivery was cut short
 
-    # -- the claims held -----------------------------------------------------------------
     def took(self, claimed: Iterable[Claimed], at: float) -> None:
         """The claim begun at monotonic ``at`` took ``claimed``."""
         with self._lock:
@@ -79,14 +67,12 @@ class ClaimBook:
             return list(self._held)
 
     def held(self) -> list[tuple[int, int]]:
-        """(message id, token) of every claim held: the heartbeat renews these, and only
-        these."""
+        """(message id, token) of every claim held."""
         with self._lock:
             return list(self._held.items())
 
     def let_go(self, message_id: int, *, pending: bool) -> None:
-        """A worker is done with ``message_id``; ``pending``: its success waits for the
-        group commit, and the claim is held until then (:meth:`committed`)."""
+        """A worker is done with ``message_id``; ``pending``: held until the group commit."""
         with self._lock:
             if not pending:
                 self._held.pop(message_id, None)
@@ -104,44 +90,33 @@ class ClaimBook:
         with self._lock:
             self._renewed = max(self._renewed, started)
 
-    # -- is it still held ----------------------------------------------------------------
     def surely_held(self, message_id: int) -> bool:
-        """True while the claim on ``message_id`` cannot have expired: claimed or renewed
-        less than ``lease_seconds`` ago (less a margin). An attempt begun with the batch claim
-        is sent without another write only then; after that, its start is a write
-        conditional on the claim token (fencing), as a retry's is."""
+        """True while the claim on ``message_id`` cannot have expired."""
         lease = self.lease_seconds * (1 - LEASE_MARGIN)
         with self._lock:
             since = max(self._claimed_at.get(message_id, float("-inf")), self._renewed)
         return self.clock.monotonic() < since + lease
 
     def confirm(self, row: MessageRow) -> None:
-        """The claim on ``row`` is still this one, or ClaimLost: only a write can tell once
-        it may have expired (:func:`confirm_claim`), none is needed before."""
+        """Raise ClaimLost unless the claim on ``row`` is still this one."""
         if not self.surely_held(row.id):
             confirm_claim(self.store, row, owner=self.owner, lease_seconds=self.lease_seconds,
                           clock=self.clock)
 
-    # -- claims a failed delivery left ---------------------------------------------------
     def abandon(self, row: MessageRow, batch: int) -> None:
-        """A delivery of ``row``, of claim number ``batch``, was cut short by an error. Its
-        claim is held no more: a FIFO claim made before it goes back to the queue must stop at
-        it, not take the messages behind it as if it were still being delivered."""
+        """A delivery of ``row`` (claim number ``batch``) was cut short."""
         with self._lock:
             self._held.pop(row.id, None)
             self._abandoned[row.id] = row.claim_token
             self._abandoned_batch = batch
 
     def behind_abandoned(self, batch: int) -> bool:
-        """True if claim number ``batch`` was made before a delivery was cut short (a FIFO
-        item's messages must not overtake the one that went back to the queue)."""
+        """True if claim number ``batch`` was made before a delivery was cut short."""
         with self._lock:
             return batch <= self._abandoned_batch
 
     def release_abandoned(self) -> None:
-        """A delivery cut short by a database error leaves its message claimed by this
-        daemon, and the heartbeat would keep it so (a FIFO item would wait behind it for
-        ever): put it back in the queue; its open attempt counts as outcome unknown."""
+        """Put messages of deliveries cut short by a database error back in the queue."""
         with self._lock:
             abandoned = sorted(self._abandoned.items())
         for message_id, token in abandoned:
@@ -152,8 +127,7 @@ class ClaimBook:
                 self._abandoned.pop(message_id, None)
 
     def release_abandoned_at_stop(self) -> None:
-        """At a stop, no delivery comes to release what failed deliveries left claimed:
-        release it now, so that it is back in its queue at once, not when its lease ends."""
+        """At a stop, release what failed deliveries left claimed."""
         try:
             self.release_abandoned()
         except EncoreError as exc:

@@ -1,34 +1,8 @@
 """The dispatcher of one item: batch claims in, group-committed successes out.
 
-One thread per item talks to the queue, so idle workers never poll the database
-(docs/architecture.md, "Throughput"):
-
-- it claims as many due messages as there are idle workers in one statement — a batch for a
-  ``pool_size = 1`` item, sized so that a batch is about :data:`BATCH_WINDOW` of work, and
-  claimed once half of the previous one is done, so that the claim's time in the database
-  overlaps the worker's and the worker never waits — and hands them to the item's workers
-  through an in-memory queue, in chunks of about :data:`CHUNK_WORK` of one worker's work (a
-  fast item's workers then take many messages per hand-off instead of waking, and contending
-  for the interpreter, once per message; a slow item's chunks are one message each);
-- for idempotent items the claim also begins each fresh message's attempt 1 (a crash turns
-  the batch into outcome-unknown attempts, which they re-send); non-idempotent items begin
-  every attempt durably, one by one, just before its request is sent (the worker does);
-- the workers hand it their successes (:meth:`Dispatcher.defer`), which it writes in one
-  transaction before its next claim, or after :data:`FLUSH_WINDOW` at the latest, so a FIFO
-  head is never left looking Delivered — except that on a server database the workers of a
-  pool commit their chunks' successes themselves (:class:`OwnCommits`), side by side;
-- it knows the next due time of the item's parked messages and sleeps until then, the
-  poll interval, or a wake-up (new work announced, a worker free, an operator's switch).
-
-It keeps the claims the item really holds in its :class:`~engine.delivery.claims.ClaimBook`,
-whose claims the heartbeat renews, and takes back claims whose lease expired (a dead daemon's)
-every :data:`EXPIRY_SCAN` seconds.
-
-A *suspect* — a message one of whose deliveries never ended (its daemon died, froze past its
-lease or was killed during it: docs/architecture.md, "Poison messages") — is claimed only when the
-item holds nothing else here, and while it is delivered nothing more is claimed: if it
-crashes or freezes the daemon again, no other message of the item is caught with it and
-counted against (:meth:`~engine.store.sql.SqlStore.claim`).
+One thread per item claims due messages for the idle workers, hands them over in chunks and
+writes their successes in one transaction (docs/architecture.md, "Throughput"; a suspect is
+claimed only while the item holds nothing else: "Poison messages").
 """
 from __future__ import annotations
 
@@ -51,18 +25,13 @@ BATCH_WINDOW = 0.05  # seconds of work a pool_size = 1 item claims at once
 MAX_BATCH = 100  # messages one claim takes at most
 FIRST_BATCH = 4  # a pool_size = 1 item's first claim, before it knows how long work takes
 FLUSH_WINDOW = 0.02  # seconds a success may wait for the group commit
-# seconds a dispatcher waits, after a claim that emptied the queue, before it claims again:
-# messages arriving one by one are then claimed a few at a time instead of one transaction
-# each (the first message after a quiet spell is claimed at once)
+# seconds to wait after a claim that emptied the queue: messages arriving one by one are then
+# claimed a few at a time
 CLAIM_LINGER = 0.005
-# seconds of one worker's work handed over at once: a chunk of a fast item's claim goes to
-# one worker, which gives back what is left of it to the others after a message that took
-# longer than CHUNK_GIVE_BACK (one much slower than the item's usual holds the rest no longer)
+# seconds of one worker's work per hand-off; one slower message gives the rest back
 CHUNK_WORK = 0.005
 CHUNK_GIVE_BACK = 2 * CHUNK_WORK
-# how fast one worker alone does a message is the fastest recent delivery (waits for the
-# interpreter while other workers run only ever add to a delivery's time); the figure rises
-# by this factor per delivery, so a service that slows down is followed within ~100
+# the fastest recent delivery rises by this factor per delivery, to follow a service that slows
 FASTEST_DRIFT = 1.05
 MAX_PENDING = 500  # successes that force a group commit
 EXPIRY_SCAN = 1.0  # seconds between looks for claims whose lease expired
@@ -84,10 +53,7 @@ class DispatchSettings:
 
 
 class Dispatcher:
-    """Feeds one item's workers (see the module docstring). ``ready()`` is asked before each
-    claim: False while the adapter cannot start, the schedule window is closed or another
-    daemon holds the FIFO item's lease. :attr:`book`: the claims the item holds, which its
-    workers check before they send."""
+    """Feeds one item's workers; ``ready()`` is asked before each claim."""
 
     def __init__(self, settings: DispatchSettings, *, store: SqlStore, clock: Clock,
                  ready: Callable[[], bool], stop: threading.Event) -> None:
@@ -102,7 +68,7 @@ class Dispatcher:
         # (claim number, messages in delivery order) for the workers; None tells one to stop
         self.work: queue.SimpleQueue[tuple[int, tuple[Claimed, ...]] | None] = \
             queue.SimpleQueue()
-        self.claims = 0  # claim statements that returned messages, so far
+        self.claims = 0
         self.held_back = threading.Event()  # an operator switched the item off
         self._lock = threading.Lock()
         self._outstanding = 0  # claims handed to workers and not finished
@@ -111,40 +77,29 @@ class Dispatcher:
         self._looked_alone = True  # the last claim was made with nothing in hand
         self._pending: list[Completion] = []
         self._pending_ids: set[int] = set()
-        self._oldest_pending = 0.0  # monotonic seconds
+        self._oldest_pending = 0.0
         self._seconds_per_message = BATCH_WINDOW / FIRST_BATCH
         self._fastest = BATCH_WINDOW / FIRST_BATCH  # seconds: see FASTEST_DRIFT
         self._refill_at = 1  # pool_size = 1: claim again when this many are left to work
         self._next_expiry_scan = 0.0
-        # seconds to wait after a claim that emptied the queue (0: a ticked dispatcher, whose
-        # caller chooses the times: on a virtual clock a linger would only shift them)
+        # 0 on a ticked dispatcher: on a virtual clock a linger would only shift the times
         self.linger = CLAIM_LINGER
-        # pool_size > 1: claim batches sized by the pool's recent speed (False: one message
-        # per idle worker, as a ticked dispatcher on a virtual clock does)
+        # False: one message per idle worker (a ticked dispatcher)
         self.batched = True
-        # a success someone waits for is committed on its worker's thread (False: a ticked
-        # dispatcher, which commits each at its own step of the virtual clock)
+        # False: a ticked dispatcher commits urgent successes at its own step
         self.urgent_here = True
-        # direct takes (:meth:`reserve`): None, none; else asked before each, as ``ready``
-        # is before a claim (set by the item, which knows its guards, window and lease)
+        # asked before each direct take (:meth:`reserve`); set by the item
         self.direct: Callable[[], bool] | None = None
-        # the server an attempt begun with a claim goes to, recorded with it (the item's
-        # adapter's pick; set by the item, which knows its adapter)
+        # the server an attempt begun with a claim goes to (set by the item)
         self.server: Callable[[], str | None] = lambda: None
         self._closed = False  # the workers were told to stop: no direct take any more
-        self._linger_until = 0.0  # monotonic seconds
-        # True while only new work can end the dispatcher's wait: set before a claim looks
-        # at the queue, so that a message committed after the claim's look always wakes it;
-        # False while a worker's finish or a timer will wake it anyway
+        self._linger_until = 0.0
+        # set before a claim looks at the queue, so a message committed after the look wakes it
         self.awaits_work = True
         self._thread: threading.Thread | None = None
 
-    # -- what workers call ---------------------------------------------------------------
     def defer(self, completion: Completion) -> None:
-        """Record a success with the next group commit (the worker goes on meanwhile). One
-        that someone waits for (``urgent``) is committed at once, on the worker's thread
-        (``urgent_here``; a waiter should not wait for the dispatcher to wake), else — a
-        ticked dispatcher, or that commit failed — at the dispatcher's next step."""
+        """Record a success with the next group commit (an ``urgent`` one at once)."""
         if completion.urgent and self.urgent_here:
             try:
                 done = self.store.complete_many([completion], now=self.clock.now())
@@ -166,12 +121,8 @@ class Dispatcher:
             self.wakeup.set()
 
     def commit_now(self, completion: Completion) -> None:
-        """Commit one success before returning, on the caller's thread — a FIFO item's: its
-        next message is not sent before the end of this one is written (on a server
-        database, durably: a crash or failover of the server must not lose it either), or
-        the message would be sent again after the next. If the database refuses it, the
-        success waits for the group commit, which tries again, and the caller with it (a
-        ticked dispatcher, which only the caller's thread drives, takes it at its step)."""
+        """Commit one success on the caller's thread before returning (a FIFO item's next message
+        must not be sent first). If the database refuses, wait for the group commit."""
         try:
             done = self.store.complete_many([completion], now=self.clock.now(),
                                             durable=self.store.is_postgres)
@@ -188,17 +139,14 @@ class Dispatcher:
 
     def finished(self, message_id: int, seconds: float, *, ended: bool = False,
                  kept: bool = False) -> None:
-        """A worker is done with ``message_id`` (after ``seconds`` of work). ``ended``: the
-        worker committed the message's end itself (Completed, Error, Suspended), so the
-        queue is as it was. ``kept``: its success waits for the worker's own commit
-        (:class:`OwnCommits`): the claim is held until then, and a stop waits for it, but
-        the dispatcher has nothing to commit for it."""
+        """A worker is done with ``message_id`` after ``seconds``. ``ended``: the worker committed
+        the message's end itself. ``kept``: its success waits for the worker's own commit
+        (:class:`OwnCommits`)."""
         with self._lock:
             self._outstanding -= 1
             suspect = message_id == self._suspect
             if suspect:
                 self._suspect = None
-            # a success that waits for a commit is held until then
             pending = message_id in self._pending_ids
             self.book.let_go(message_id, pending=pending or kept)
             if kept:
@@ -209,26 +157,16 @@ class Dispatcher:
             again_at = (self._pool_batch()[1] if self.settings.pool_size > 1
                         else self._refill_at)
             idle = self._outstanding <= again_at
-            # Waiting for new work (its last look found nothing to claim), it would only
-            # look again and find nothing: what ended here added nothing to the queue, and
-            # new work wakes it. Not woken, it leaves the interpreter to whoever waited for
-            # this message. Woken still: a FIFO item's next message, a suspect's release, a
-            # success left for the group commit, a message back in the queue, and the last
-            # message in hand when the last look was made with others in hand (a suspect,
-            # claimed only by an item that holds nothing else, may be waiting for that).
+            # A dispatcher waiting for new work is not woken by a finish that added nothing to the
+            # queue: it leaves the interpreter to whoever waited for this message.
             quiet = (ended and self.awaits_work and not pending and not suspect
                      and not self.settings.fifo
                      and (self._outstanding > 0 or self._looked_alone))
         if idle and not quiet:
             self.wakeup.set()
 
-    # -- direct takes (what SqlStore.accept calls; docs/waiting.md) ------------------------
     def reserve(self) -> Grant | None:
-        """A worker free now for a waited-for message the intake will claim as it accepts
-        it, counted as handed out until :meth:`take` or :meth:`release`; None — stopping,
-        switched off, a suspect in hand, no worker free, a FIFO item with anything in hand,
-        or ``direct`` says no (guards, a schedule window, an adapter not started, the FIFO
-        lease elsewhere) — and the message is queued and claimed as usual."""
+        """Reserve a free worker for a waited-for message; None if none may take it."""
         s = self.settings
         with self._lock:
             if (self._closed or self.stop.is_set() or self.held_back.is_set()
@@ -246,15 +184,12 @@ class Dispatcher:
                      fifo=s.fifo, enabled=s.enabled, server=self.server() if s.begin else None)
 
     def take(self, claimed: Claimed) -> None:
-        """The reserved worker's message, claimed by its intake: booked as any claim's and
-        handed to the workers. After the stop it goes back to the queue unsent."""
+        """Hand the reserved worker its message; after the stop it goes back to the queue unsent."""
         with self._lock:
             if not self._closed:
                 self.book.took([claimed], self.clock.monotonic())
                 self.claims += 1
                 self.work.put((self.claims, (claimed,)))
-                # the queue had nothing for it: linger, as after a claim that ran dry,
-                # rather than claim again the moment this one is done
                 self._linger_until = self.clock.monotonic() + self.linger
                 return
             self._outstanding -= 1
@@ -273,9 +208,7 @@ class Dispatcher:
         self.wakeup.set()
 
     def announce(self, *, urgent: bool = False) -> None:
-        """New work was committed for the item: wake the dispatcher if it is waiting for
-        work (not when it is busy or lingering: it claims again soon without being told).
-        ``urgent``: someone waits for it — a lingering dispatcher claims it at once."""
+        """New work was committed for the item: wake the dispatcher if it waits for work."""
         if urgent:
             with self._lock:
                 self._linger_until = 0.0
@@ -284,15 +217,13 @@ class Dispatcher:
             self.wakeup.set()
 
     def switch(self, enabled: bool) -> None:
-        """An operator (or reply code action D) switched the item on or off: off holds at
-        once, also the messages already claimed and not yet begun."""
+        """An operator (or reply code action D) switched the item on or off."""
         if enabled:
             self.held_back.clear()
         else:
             self.held_back.set()
         self.wakeup.set()
 
-    # -- the thread ----------------------------------------------------------------------
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"{self.settings.target}-dispatcher")
@@ -308,19 +239,19 @@ class Dispatcher:
 
     def _run(self) -> None:
         while not self.stop.is_set():
-            self.wakeup.clear()  # before the step: a wake-up during it is not lost
+            self.wakeup.clear()
             try:
                 wait = self.tick()
             except EncoreError as exc:
                 log.error("item %s: %s; trying again in %.0f s", self.settings.target, exc,
                           STORE_RETRY_DELAY)
                 wait = STORE_RETRY_DELAY
-            except Exception:  # the dispatcher must outlive one bad step
+            except Exception:
                 log.exception("item %s: unexpected error in the dispatcher",
                               self.settings.target)
                 wait = STORE_RETRY_DELAY
             self.wakeup.wait(wait)
-        with self._lock:  # no direct take after the workers' stop
+        with self._lock:
             self._closed = True
             for _ in range(self.settings.pool_size):
                 self.work.put(None)  # after what is queued: workers put those back, then stop
@@ -338,8 +269,7 @@ class Dispatcher:
             self.wakeup.wait(FLUSH_WINDOW)
 
     def tick(self) -> float:
-        """One step: commit due successes, take back expired claims, claim for idle workers.
-        Returns the seconds to wait before the next step (a wake-up comes sooner)."""
+        """One step: commit, take back expired claims, claim; returns seconds to wait."""
         now = self.clock.monotonic()
         if now >= self._next_expiry_scan:
             self._next_expiry_scan = now + EXPIRY_SCAN
@@ -350,22 +280,18 @@ class Dispatcher:
         if self.held_back.is_set():
             self._look_at_switch()
         wait = self.settings.poll_interval
-        # not waiting for work until the claim looks: a worker that finishes from here on
-        # wakes it (finished() leaves a dispatcher that waits for work asleep)
         self.awaits_work = False
         slots = self._free_slots()
         if slots and not self.held_back.is_set() and self.ready():
             self.awaits_work = True
-            claimed = self._claim(slots)  # with the pending successes, in one step
+            claimed = self._claim(slots)
             if claimed == slots and self._free_slots():
                 return 0.0  # workers finished meanwhile and the queue may hold more
-            if claimed:  # a worker's finish or the linger's end wakes it
+            if claimed:
                 self.awaits_work = False
             else:
                 wait = self._idle_wait()
         else:
-            # busy (a worker's finish wakes it), lingering (its timer does), held back or
-            # not ready (the switch or the poll interval does): new work changes nothing
             if self._flush_wait(wait) == 0.0:
                 self.flush()
         with self._lock:
@@ -375,8 +301,7 @@ class Dispatcher:
         return self._flush_wait(wait)
 
     def _look_at_switch(self) -> None:
-        """While held back, read the switch at every step: an operator on another host (or
-        on SQLite, in another process) may have switched the item on again unannounced."""
+        """While held back, re-read the switch (another process may have turned it on)."""
         target = self.settings.target
         if self.store.item_overrides().get(target, self.settings.enabled):
             self.held_back.clear()
@@ -387,23 +312,17 @@ class Dispatcher:
                 return 0
             if self.settings.pool_size > 1:
                 hold, again_at = self._pool_batch()
-                if self._outstanding > again_at:  # the next batch is claimed meanwhile
+                if self._outstanding > again_at:
                     return 0
                 return min(max(hold - self._outstanding, 0), MAX_BATCH)
-            if self._outstanding > self._refill_at:  # the next batch is claimed meanwhile
+            if self._outstanding > self._refill_at:
                 return 0
             return max(1, min(MAX_BATCH, int(BATCH_WINDOW / max(self._seconds_per_message,
                                                                 1e-6))))
 
     def _pool_batch(self) -> tuple[int, int]:
-        """For ``pool_size > 1``: (messages to hold — in the workers' hands and queued for
-        them —, claim again once no more than this many are left). A fast item claims about
-        :data:`BATCH_WINDOW` of its pool's work at once, and the next batch as big once half
-        of it is done, so its workers take from a local batch instead of waiting for a claim
-        each (one transaction per message would make more workers slower), and a claim costs
-        it no more per message than a ``pool_size = 1`` item's; a slow one, whose batch would
-        be no bigger than its pool, holds one message per worker, claimed as each worker
-        frees. A ticked dispatcher (the virtual clock) keeps to one per worker."""
+        """For ``pool_size > 1``: (messages to hold, claim again at this many left), by the pool's
+        speed."""
         pool = self.settings.pool_size
         if not self.batched:
             return pool, pool - 1
@@ -443,8 +362,7 @@ class Dispatcher:
         return len(claimed)
 
     def _chunks(self, claimed: list[Claimed]) -> Iterator[tuple[Claimed, ...]]:
-        """``claimed`` cut into chunks of about :data:`CHUNK_WORK` of one worker's work (one
-        chunk for a ``pool_size = 1`` item, one message per chunk for a slow item)."""
+        """``claimed`` cut into chunks of about :data:`CHUNK_WORK` of one worker's work."""
         if self.settings.pool_size == 1:
             size = len(claimed)
         else:
@@ -455,10 +373,7 @@ class Dispatcher:
             yield tuple(claimed[start:start + size])
 
     def give_back(self, batch: int, rest: tuple[Claimed, ...]) -> bool:
-        """A worker hands the undelivered ``rest`` of its chunk to the item's workers after
-        a slow answer: one message per hand-off, as a slow item's are. False after the stop,
-        whose last word to the workers is queued already (they would never see ``rest``):
-        the worker keeps ``rest`` and puts it back in the queue itself."""
+        """Hand the rest of a worker's chunk to the others; False after the stop."""
         with self._lock:
             if self._closed:
                 return False
@@ -467,9 +382,7 @@ class Dispatcher:
         return True
 
     def _idle_wait(self) -> float:
-        """Nothing to claim: until the next parked message is due, at most poll_interval
-        (a due message that could not be claimed — held by a claim, the item off — is
-        looked at again after poll_interval)."""
+        """Nothing to claim: wait until the next parked message is due, at most poll_interval."""
         poll = self.settings.poll_interval
         due = self.store.next_due_time(self.settings.target)
         if due is None:
@@ -500,14 +413,13 @@ class Dispatcher:
         try:
             yield pending
         except BaseException:
-            with self._lock:  # keep them for the next try, oldest first
+            with self._lock:
                 self._pending[:0] = pending
                 self._pending_ids.update(c.message_id for c in pending)
             raise
 
     def commit_own(self, completions: list[Completion]) -> None:
-        """A worker's own commit of the successes it kept (:class:`OwnCommits`); if it
-        fails, they wait for the group commit instead."""
+        """A worker's own commit of its kept successes; if it fails, the group commit takes them."""
         failed = True
         try:
             self._committed(completions, self.store.complete_many(completions,
@@ -516,7 +428,7 @@ class Dispatcher:
         except EncoreError as exc:
             log.warning("item %s: %d success(es) are recorded with the next group commit: %s",
                         self.settings.target, len(completions), exc)
-        except Exception:  # the worker must outlive one bad commit
+        except Exception:
             log.exception("item %s: %d success(es) are recorded with the next group commit "
                           "after an unexpected error", self.settings.target, len(completions))
         if failed:
@@ -525,7 +437,7 @@ class Dispatcher:
         with self._lock:
             self._kept -= len(completions)
         if failed or self._closed:
-            self.wakeup.set()  # a group commit to make, or a stop waiting for this one
+            self.wakeup.set()
 
     def _committed(self, pending: list[Completion], done_ids: list[int]) -> None:
         done = set(done_ids)
@@ -548,19 +460,14 @@ class Dispatcher:
 
 
 class OwnCommits:
-    """The successes of one worker of a pool on a server database, committed by the worker
-    itself at the end of each chunk, in one transaction on a connection of its own: a pool's
-    commits then run side by side with each other and with the dispatcher's claims, instead
-    of one after the other on the dispatcher's thread. A success someone waits for is
-    committed at once, as any (:meth:`Dispatcher.defer`), and so are the successes of a
-    chunk of one message (a slow item's): the group commit gathers those of all the workers.
-    Until its commit, a success's claim is held (the heartbeat renews it) and a stop waits
-    for it."""
+    """One worker's successes on a server database, committed by the worker at the end of each chunk
+    on its own connection, so a pool's commits run side by side. Urgent successes and one-message
+    chunks go to the group commit; claims are held until the commit."""
 
     def __init__(self, dispatcher: Dispatcher) -> None:
         self.dispatcher = dispatcher
         self.chunk = 0  # messages in the chunk being delivered
-        self._oldest = 0.0  # monotonic seconds: when the oldest success kept was
+        self._oldest = 0.0
         self._pending: list[Completion] = []
         self._ids: set[int] = set()
 

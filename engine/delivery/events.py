@@ -1,10 +1,4 @@
-"""The events a delivery writes: the event log, trace events and alerts — the middleware
-(:mod:`engine.delivery.middleware`) that each worker binds to its host instance
-(docs/retries.md rule 6).
-
-Events name the hook that wrote them as their ``source_method`` (``on_first_failure``,
-``on_give_up``, ...), so a row of ``event_log`` says which rule wrote it.
-"""
+"""The events a delivery writes (docs/retries.md rule 6): event log, trace events, alerts."""
 from __future__ import annotations
 
 from typing import ClassVar
@@ -72,8 +66,7 @@ class TraceObserver(Middleware):
 
 
 class AlertObserver(Middleware):
-    """``alert_on_error``: one Alert per message, unless a retry may still succeed within
-    ``grace`` seconds of its first failure."""
+    """``alert_on_error``: one Alert per message, after ``grace`` seconds of failing."""
 
     SETTINGS: ClassVar[tuple[Setting, ...]] = _declared("alert_on_error",
                                                          "alert_retry_grace_period")

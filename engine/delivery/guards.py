@@ -1,16 +1,6 @@
-"""The guards an item's settings ask for around its deliveries: its schedule window
-(:mod:`engine.delivery.window`), its rate limit (:mod:`engine.delivery.ratelimit`) and its
-circuit breaker (:mod:`engine.delivery.breaker`).
+"""An item's guards, all middleware: schedule window, rate limit and circuit breaker.
 
-All three are middleware (:mod:`engine.delivery.middleware`). The daemon builds them for each
-item and hands them to its :class:`~engine.delivery.item.ItemRunner`; an item that sets none
-gets none, and pays nothing for them. The window is asked first before a claim; the limiter
-runs first before an attempt: a worker waits for its slot, and only then does the breaker
-decide, on the state of that moment, whether the attempt starts.
-
-Their settings are declared by each of them (``SETTINGS``) and added here to every business
-operation's (:func:`engine.settings.add_settings`): the production loader imports this module
-before it validates an item, and :class:`GuardSettings` is what they read, typed.
+The limiter runs before the breaker, so the breaker decides on the state after the wait.
 """
 from __future__ import annotations
 
@@ -33,15 +23,13 @@ if TYPE_CHECKING:
 
 __all__ = ["GUARD_SETTINGS", "GuardSettings", "ItemGuards"]
 
-# the guards' settings, in the order an item's page lists them, among every operation's
 GUARD_SETTINGS: tuple[Setting, ...] = settings_of((ScheduleWindow, CircuitBreaker, RateLimiter))
 add_settings(OPERATION, GUARD_SETTINGS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GuardSettings(TypedSettings):
-    """The settings of :data:`GUARD_SETTINGS`, typed: ``schedule`` ``{}`` = always open;
-    ``breaker_threshold`` 0 = no breaker; ``rate_limit`` None = no limit."""
+    """The guard settings, typed (``{}``, 0 and None: not set)."""
 
     DECLARED: ClassVar[tuple[Setting, ...]] = GUARD_SETTINGS
 
@@ -66,8 +54,7 @@ class GuardedItem(Protocol):
 
 @dataclass
 class ItemGuards:
-    """The schedule window, rate limiter and circuit breaker of one item in one daemon
-    (None: not set)."""
+    """The window, rate limiter and breaker of one item in one daemon (None: not set)."""
 
     limiter: RateLimiter | None = None
     breaker: CircuitBreaker | None = None
@@ -75,8 +62,7 @@ class ItemGuards:
 
     @classmethod
     def for_item(cls, item: GuardedItem, **options: Any) -> ItemGuards:
-        """The guards of business operation ``item``, as :meth:`from_settings` with its
-        settings and its adapter's response timeout."""
+        """The guards of business operation ``item``."""
         adapter = item.adapter_settings
         return cls.from_settings(
             item.name, GuardSettings.from_validated(item.settings),
@@ -89,11 +75,8 @@ class ItemGuards:
                       events: EventSink | None = None, metrics: GuardMetrics | None = None,
                       stop: threading.Event | None = None, lease_seconds: float = 0.0,
                       listener: Transition | None = None) -> ItemGuards:
-        """The guards ``settings`` (an item's) ask for. ``response_timeout``: seconds an
-        attempt may take (the breaker's probe counts as lost after its open period and
-        that); ``stop``: set when the item stops (a worker waiting for a rate-limit slot
-        then gives up); ``lease_seconds``: the daemon's claim lease (a claim is confirmed
-        after a wait for a slot; 0: not confirmed, one process only)."""
+        """The guards ``settings`` ask for (``lease_seconds`` 0: no claim confirmation after a
+        wait)."""
         limit = RateLimit.from_settings(settings)
         breaker = BreakerSettings.from_settings(settings, response_timeout=response_timeout)
         return cls(

@@ -1,18 +1,9 @@
 """ItemRunner: one item's adapter, host instances, dispatcher and ``pool_size`` workers.
 
-Each item has its own queue, workers and connection pool, so a slow item never delays
-another (seed 004). The item's :class:`~engine.delivery.dispatch.Dispatcher` claims due messages in
-batches and hands them to the workers through memory; a worker delivers one and takes the
-next, and waits on that in-memory queue — never on the database — when there is none. A FIFO
-item shared by several daemons is given a ``lease`` check: its dispatcher claims only while
-its daemon holds the item's lease, and only the head of the queue. A failing dependency (the
-database, a WSDL that will not load) is logged and retried later; it never kills a worker.
-A business process is an item like any other; its hosts are bound to the store, the
-production and the item's stop event, so that they can call other items.
-
-Started with ``threads=False`` a runner starts no thread: :meth:`ItemRunner.tick` runs one
-dispatcher step and delivers what it claimed on the caller's thread — how the virtual-clock
-harness (:class:`engine.testing.VirtualDaemon`) drives the real code deterministically.
+Each item has its own queue, workers and connections, so a slow item never delays another. Workers
+wait on the dispatcher's in-memory queue, never on the database, and a failing dependency is retried
+later rather than killing a worker. With ``threads=False``, :meth:`ItemRunner.tick` runs everything
+on the caller's thread (the virtual-clock harness).
 """
 from __future__ import annotations
 
@@ -52,35 +43,25 @@ if TYPE_CHECKING:  # adapters import the engine; the engine only names their bas
 
 log = logging.getLogger(__name__)
 
-# how a delivery leaves a message whose end its worker committed: the queue is as it was
 ENDED = frozenset({Result.COMPLETED, Result.ERROR, Result.SUSPENDED})
 
 
 @dataclass(frozen=True, kw_only=True)
 class ItemContext:
-    """What an :class:`ItemRunner` runs with: its daemon's store, clock and settings, and
-    what the daemon made for the item.
+    """What an :class:`ItemRunner` runs with: the daemon's store, clock and settings and what it
+    made for the item.
 
-    ``lease``: None — every daemon works this item at once; a callable — the item is FIFO
-    across daemons: a worker claims only while ``lease()`` is True (this daemon holds the
-    item lease), and then only the head of the queue. ``production``: the daemon's current
-    production, which a business process needs to call other items. ``guards``: the item's
-    schedule window, rate limit and circuit breaker (middleware that the window and the
-    breaker ask before every claim, the limiter and the breaker around every attempt;
-    closed with the runner). ``middleware``: the rest of the item's middleware, run after
-    the guards (tracing, metrics: :mod:`engine.delivery.middleware`). ``stop``: the event
-    that stops the item, for middleware that waits. ``adapter``: the adapter to use instead
-    of one built from the item's class; ``rng``: the workers' source of jitter (None: a
-    fresh one each).
+    ``lease``: None, or True while this daemon holds the FIFO lease. ``middleware`` runs after
+    ``guards``; ``adapter`` replaces the one built from the item's class.
     """
 
     store: SqlStore
     clock: Clock
-    owner: str  # the daemon's id: whose claims these are
+    owner: str
     lease_seconds: float
     poll_interval: float
     env: Mapping[str, str] = field(default_factory=dict)
-    events: EventSink | None = None  # None: the store's event log
+    events: EventSink | None = None
     lease: Callable[[], bool] | None = None
     production: Callable[[], ProductionConfig] | None = None
     guards: ItemGuards = field(default_factory=ItemGuards)
@@ -105,14 +86,13 @@ class ItemRunner:
         assert item.retry_settings is not None and item.operation_settings is not None
         self.retry_interval = item.retry_settings.retry_interval
         self.adapter = context.adapter if context.adapter is not None else self._build_adapter()
-        # the item's middleware, guards first: an attempt held back by a guard starts no span
+        # guards first: an attempt held back by a guard starts no span
         self.observers: list[AttemptObserver] = [*self.guards.middleware, *context.middleware]
         self.hooks = Hooks(self.observers)
         self.hosts: list[BusinessOperation] = []
         self.threads: list[threading.Thread] = []
-        # threads=False: the workers tick() delivers with (the first one; None: threads)
         self.inline_workers: list[MessageWorker] | None = None
-        self._ticking = False  # tick() is delivering (a sleep inside may tick the daemon)
+        self._ticking = False
         self._prepared = False
         self._ready = False
         self._ready_lock = threading.Lock()
@@ -125,9 +105,8 @@ class ItemRunner:
             enabled=item.enabled, lease_seconds=context.lease_seconds,
             poll_interval=context.poll_interval),
             store=self.store, clock=self.clock, ready=self._can_claim, stop=self.stop_event)
-        if self.adapter is not None:  # recorded with the attempts its claims begin
+        if self.adapter is not None:
             self.dispatcher.server = self.adapter.next_server
-        # the claims this item holds: its dispatcher takes them, its workers check them
         self.claims: ClaimBook = self.dispatcher.book
 
     @property
@@ -142,8 +121,7 @@ class ItemRunner:
 
     @property
     def wakeup(self) -> threading.Event:
-        """Set it to make the dispatcher look at the queue now (new work is announced to
-        ``dispatcher.announce()``, which sets it only if the dispatcher waits for work)."""
+        """Set it to make the dispatcher look at the queue now."""
         return self.dispatcher.wakeup
 
     def _build_adapter(self) -> OutboundAdapter | None:
@@ -156,20 +134,14 @@ class ItemRunner:
                        pool_size=self.item.pool_size, env=self.context.env, clock=self.clock)
         except EncoreError:
             raise
-        except Exception as exc:  # a user's adapter class: its error, named
+        except Exception as exc:
             raise ConfigurationError(f"{cls.__name__} cannot be created: "
                                      f"{type(exc).__name__}: {exc}", item=self.item.name) from exc
 
-    # -- lifecycle -----------------------------------------------------------------------
     def prepare(self) -> None:
-        """Everything that can fail before the item runs: create the ``pool_size`` host
-        instances, call their ``on_init``, and try to start the adapter once.
-
-        Raises :class:`~engine.errors.ConfigurationError` naming the item (credentials that
-        name nothing set, an ``on_init`` that raised, ...) after undoing what it made
-        (:meth:`discard`). An adapter that is only not ready yet (a WSDL that is down) is no
-        failure: the dispatcher keeps trying it every ``retry_interval``.
-        """
+        """Create the host instances, call their ``on_init`` and try to start the adapter once.
+        Raises :class:`~engine.errors.ConfigurationError` naming the item, after undoing what it
+        made; an adapter only not ready yet is retried later."""
         try:
             for _ in range(self.item.pool_size):
                 self.hosts.append(self._make_host())
@@ -182,7 +154,7 @@ class ItemRunner:
     def _make_host(self) -> BusinessOperation:
         """One host instance, its ``on_init`` called; a user's error becomes the item's."""
         try:
-            cls = cast("type[BusinessOperation]", self.item.cls)  # a runner's item is one
+            cls = cast("type[BusinessOperation]", self.item.cls)
             host = cls(self.item.name, self.item.settings, events=self.events,
                        adapter=self.adapter)
             production = self.context.production
@@ -190,20 +162,18 @@ class ItemRunner:
                 host.bind(ProcessContext(store=self.store, production=production,
                                          clock=self.clock, stop=self.stop_event))
             host.on_init()
-        except Exception as exc:  # user code: its error names the item
+        except Exception as exc:
             raise ConfigurationError(f"{self.item.class_path} failed to start (on_init): "
                                      f"{type(exc).__name__}: {exc}", item=self.item.name) from exc
         return host
 
     def start(self, *, threads: bool = True) -> None:
-        """Start the workers and the dispatcher (after :meth:`prepare`, which it calls if
-        that was not done; it may raise as :meth:`prepare` does). ``threads=False``: start
-        no thread; the caller drives the item with :meth:`tick`."""
+        """Start the workers and the dispatcher (``threads=False``: the caller drives :meth:`tick`).
+        """
         if not self._prepared:
             self.prepare()
         if not threads:
-            # successes go through the group commit, as with threads; tick() commits each
-            # at once, so that its time is exact on a virtual clock
+            # tick() commits each success at once so its time is exact on a virtual clock
             self.inline_workers = [self._worker(host, defer=self.dispatcher.defer)
                                    for host in self.hosts]
             self.dispatcher.linger = 0.0  # and no linger: it would shift a virtual timeline
@@ -216,13 +186,11 @@ class ItemRunner:
             self.threads.append(thread)
             thread.start()
         self.dispatcher.start()
-        # waited-for messages accepted in this process go straight to a free worker
         self.dispatcher.direct = self._can_take_directly
         self.store.add_taker(self.item.name, self.dispatcher)
 
     def discard(self) -> None:
-        """Undo :meth:`prepare` for a runner that will never start: ``on_tear_down`` of
-        every host it made, and the adapter stopped."""
+        """Undo :meth:`prepare`: tear down every host made and stop the adapter."""
         for host in self.hosts:
             _quietly(host.on_tear_down)
         self.hosts.clear()
@@ -231,15 +199,13 @@ class ItemRunner:
         _quietly(self.guards.close)
 
     def request_stop(self) -> None:
-        """Stop intake: workers finish the attempt in hand and claim nothing more; messages
-        claimed and not begun go back to the queue."""
+        """Stop intake: workers finish their attempt and claim nothing more."""
         self.store.remove_taker(self.item.name, self.dispatcher)
         self.stop_event.set()
         self.wakeup.set()
 
     def join(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the workers and the dispatcher's last group
-        commit; True if all stopped."""
+        """Wait up to ``timeout`` seconds for workers and the last commit; True if stopped."""
         deadline = self.clock.monotonic() + timeout
         for thread in self.threads:
             thread.join(max(deadline - self.clock.monotonic(), 0.0))
@@ -259,8 +225,7 @@ class ItemRunner:
         return True
 
     def wait_stopped(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the threads to end after :meth:`request_stop`;
-        True if they have. Unlike :meth:`join`, it tears nothing down."""
+        """Wait up to ``timeout`` seconds for the threads; True if ended. Tears nothing down."""
         deadline = self.clock.monotonic() + timeout
         for thread in self.threads:
             thread.join(max(deadline - self.clock.monotonic(), 0.0))
@@ -268,7 +233,6 @@ class ItemRunner:
             return False
         return self.dispatcher.join(max(deadline - self.clock.monotonic(), 0.0))
 
-    # -- the worker loop -----------------------------------------------------------------
     def _worker(self, host: BusinessOperation,
                 defer: Callable[[Completion], None] | None) -> MessageWorker:
         item = self.item
@@ -297,7 +261,7 @@ class ItemRunner:
                     if (self.item.pool_size > 1 and i + 1 < len(chunk)  # never behind later work
                             and self.clock.monotonic() - started > CHUNK_GIVE_BACK
                             and self.dispatcher.give_back(batch, chunk[i + 1:])):
-                        break  # far slower than the item's usual: the rest went to the others
+                        break
             finally:
                 if own is not None:
                     own.flush()
@@ -313,10 +277,8 @@ class ItemRunner:
                                               ended=result in ENDED)
 
     def tick(self) -> float | None:
-        """A runner started with ``threads=False``: one dispatcher step, then every message
-        it claimed delivered on this thread, one after the other. Returns the seconds until
-        the next step is needed (0: at once), or None while a delivery of this item is in
-        progress below (a sleep inside it ticks the daemon, which must not re-enter it)."""
+        """One dispatcher step, then deliver what it claimed here; seconds to the next (None: busy).
+        """
         assert self.inline_workers is not None, "tick() is for a runner started with threads=False"
         if self._ticking:
             return None
@@ -333,7 +295,7 @@ class ItemRunner:
                     batch, chunk = work
                     for claimed in chunk:
                         self._take(self.inline_workers[0], batch, claimed)
-                        self.dispatcher.flush()  # its success committed at its own time
+                        self.dispatcher.flush()
                     delivered = True
             return 0.0 if delivered else wait
         finally:
@@ -359,7 +321,7 @@ class ItemRunner:
                 for delivery in deliveries:
                     delivery.ended(result.value)
             return result
-        except Interrupted as exc:  # a process was waiting when the stop came
+        except Interrupted as exc:
             self._put_back(row, exc)
         except ClaimLost as exc:
             log.warning("item %s: %s; abandoning message %d", self.item.name, exc, row.id)
@@ -368,16 +330,14 @@ class ItemRunner:
             log.error("item %s: %s; trying again in %.0f s", self.item.name, exc,
                       STORE_RETRY_DELAY)
             self.stop_event.wait(STORE_RETRY_DELAY)
-        except Exception:  # a worker never dies of one message
+        except Exception:
             self.claims.abandon(row, self.dispatcher.claims)
             log.exception("item %s: unexpected error in worker", self.item.name)
             self.stop_event.wait(STORE_RETRY_DELAY)
         return None
 
     def _put_back_unsent(self, claimed: Claimed) -> None:
-        """A claimed message not sent (a stop, the item switched off): back to its queue,
-        and an attempt the batch claim began for it taken back, so that the next delivery
-        does not count it as outcome unknown."""
+        """Put a claimed, unsent message back and take back the attempt its claim began."""
         row = claimed.row
         if claimed.begun is None:
             self.store.release(row.id, token=row.claim_token)
@@ -386,9 +346,7 @@ class ItemRunner:
                             begun=claimed.begun)
 
     def _put_back(self, row: MessageRow, why: Interrupted) -> None:
-        """A process interrupted by the stop: its message goes back to its queue with its
-        attempt open, as after a crash; the next start runs it again (if this fails, the
-        claim expires with its lease)."""
+        """Put an interrupted process's message back with its attempt open, as after a crash."""
         try:
             self.store.release(row.id, token=row.claim_token)
         except EncoreError as exc:
@@ -399,29 +357,21 @@ class ItemRunner:
                  "unknown)", self.item.name, why, row.id)
 
     def _behind_abandoned(self, batch: int) -> bool:
-        """FIFO: messages claimed before one whose delivery was cut short went back to the
-        queue must not overtake it: they go back too (a later claim takes it first)."""
+        """FIFO: messages claimed behind one that went back go back too, so none overtakes it."""
         return self.lease is not None and self.claims.behind_abandoned(batch)
 
     def _can_claim(self) -> bool:
-        """The dispatcher may claim: every middleware's ``may_claim`` allows it (the
-        schedule window is open, the circuit breaker closed), the adapter started and this
-        daemon holds the FIFO item's lease (if any). The operator's switch is read by the
-        claim itself."""
+        """True if the dispatcher may claim (middleware, adapter, FIFO lease)."""
         return (self.hooks.may_claim_now() and self._try_start_adapter()
                 and (self.lease is None or self.lease()))
 
     def _can_take_directly(self) -> bool:
-        """A waited-for message may be claimed by its intake (Dispatcher.reserve): the
-        adapter started, no middleware to ask first (a window or a breaker: their claims
-        stay the dispatcher's), and this daemon holds the FIFO item's lease (if any)."""
+        """True if a waited-for message may be claimed by its intake."""
         return (self.ready and not self.hooks.may_claim
                 and (self.lease is None or self.lease()))
 
     def _try_start_adapter(self) -> bool:
-        """Start the adapter once; if it cannot start, try again every retry_interval, with
-        one Error event at the first failure, a reminder Warning at most every
-        NOT_READY_REMINDER_INTERVAL seconds, and one Info event when it starts."""
+        """Start the adapter once; on failure retry every retry_interval, with events."""
         if self._ready or self.adapter is None:
             return True
         with self._ready_lock:
@@ -449,5 +399,5 @@ class ItemRunner:
 def _quietly(func: object) -> None:
     try:
         func()  # type: ignore[operator]
-    except Exception:  # tear-down must not stop the shutdown
+    except Exception:
         log.exception("error during tear-down")

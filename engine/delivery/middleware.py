@@ -1,32 +1,9 @@
 """The middleware of an item's deliveries: one protocol for everything that acts around them.
 
-The event log, the metrics, the tracing, the circuit breaker, the rate limit and the
-schedule window all work through the same hooks, and each declares the settings it reads
-(``SETTINGS``). A middleware implements the hooks it needs; the others are no-ops:
-
-- ``may_claim()``, before each claim of the item's dispatcher: False keeps messages queued
-  (the window while it is closed, the breaker while it is open);
-- ``delivery(row)``, a context manager around each delivery of a message, which yields an
-  object told how it ``ended(result)`` (tracing's CONSUMER span);
-- ``before_attempt(row, number)``, just before an attempt starts: it may wait (a rate-limit
-  slot), raise :class:`~engine.errors.AttemptHeld` to keep the message unsent (an open
-  breaker), and return headers for the attempt's requests (``traceparent``);
-- ``after_attempt(row, report)``, once an attempt has ended, before anything is decided
-  (the breaker counts it, tracing ends its span, metrics count it, ``trace`` writes its
-  Trace event); a failure here is logged and never fails the delivery;
-- after a delivery's decisions: ``on_start``, ``on_first_failure``, ``on_reply_warning``,
-  ``on_failure``, ``on_complete``, ``on_give_up``, ``on_suspend``, ``on_disable`` and
-  ``on_failure_timeout_response`` (:class:`Middleware` says when each runs). Events they
-  write go in the transaction of the change they report, and name the hook as their
-  ``source_method``.
-
-The kernel's :class:`~engine.attempt.AttemptObserver` holds the two attempt hooks, so that
-what lies below delivery (tracing in :mod:`engine.otel`, metrics in :mod:`engine.observe`)
-implements the protocol without importing this package; the hooks are found by name. The
-runtime composes an item's middleware (its guards, tracing, metrics) and passes it to the
-item's runner; each worker adds the event writers bound to its host instance
-(:mod:`engine.delivery.events`). :class:`Hooks` holds, per hook, only the middleware that
-implements it, so a hook nobody implements costs nothing per message.
+The event log, metrics, tracing, breaker, rate limit and schedule window implement the hooks they
+need (the others are no-ops) and declare the settings they read; docs/architecture.md, "The
+middleware of a delivery", lists the hooks. :class:`Hooks` keeps per hook only the middleware
+implementing it, so an unused hook costs nothing.
 """
 from __future__ import annotations
 
@@ -42,21 +19,19 @@ if TYPE_CHECKING:
 
 __all__ = ["HOOKS", "EndedAttempt", "GuardMetrics", "Hooks", "Middleware", "settings_of"]
 
-# every hook of the protocol, as :class:`Hooks` collects them
 HOOKS = ("may_claim", "delivery", "before_attempt", "after_attempt", "on_start",
          "on_first_failure", "on_reply_warning", "on_failure", "on_complete", "on_give_up",
          "on_suspend", "on_disable", "on_failure_timeout_response")
 
 
 class EndedAttempt(Protocol):
-    """What the decision hooks read of an attempt
-    (:class:`~engine.delivery.attempt_runner.AttemptOutcome` has it)."""
+    """What the decision hooks read of an attempt."""
 
     @property
-    def number(self) -> int: ...  # 1 for the first attempt of the message
+    def number(self) -> int: ...
 
     @property
-    def ended(self) -> float: ...  # monotonic seconds
+    def ended(self) -> float: ...
 
     @property
     def error(self) -> BaseException | None: ...
@@ -71,8 +46,7 @@ class GuardMetrics(Protocol):
 
 
 class Middleware(AttemptObserver):
-    """Acts around the deliveries of one item (see the module docstring); every hook of
-    this base does nothing. ``SETTINGS``: the item settings it reads."""
+    """Acts around the deliveries of one item; every hook here does nothing."""
 
     SETTINGS: ClassVar[tuple[Setting, ...]] = ()
 
@@ -85,13 +59,11 @@ class Middleware(AttemptObserver):
         raise NotImplementedError  # never called: only overriding middleware is asked
 
     def on_start(self, row: MessageRow, first_failure: float | None) -> None:
-        """A delivery of ``row`` begins; ``first_failure``: when (monotonic) its first
-        failed attempt ended, if it has one already (a message retried after a restart)."""
+        """A delivery of ``row`` begins; ``first_failure``: when its first failure ended."""
 
     def on_first_failure(self, row: MessageRow, text: str,
                          error: BaseException | None = None) -> None:
-        """Attempt 1 failed (rule 6: one Error event); ``error`` when the operation's own
-        code raised something unexpected (its stack is worth keeping)."""
+        """Attempt 1 failed; ``error``: an unexpected exception of the operation's code."""
 
     def on_reply_warning(self, row: MessageRow, outcome: EndedAttempt) -> None:
         """A reply code action asked for a warning (``W``)."""
@@ -120,8 +92,7 @@ _NO_OPS = {name: getattr(Middleware, name) for name in HOOKS}
 
 
 class Hooks:
-    """The middleware of one worker (or one item), sorted by hook: each attribute named
-    after a hook is the tuple of the bound methods that implement it, in order."""
+    """Middleware by hook: each attribute is the tuple of methods implementing it."""
 
     may_claim: tuple[Callable[[], bool], ...]
     delivery: tuple[Callable[[MessageRow], AbstractContextManager[Any]], ...]

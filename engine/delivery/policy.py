@@ -1,10 +1,4 @@
-"""What follows an attempt: the second of the worker's three parts (docs/retries.md).
-
-:class:`DeliveryPolicy` turns an :class:`~engine.delivery.attempt_runner.AttemptOutcome` into a
-:class:`Judgement` — complete, retry at T, give up, suspend, or switch the item off — from the
-item's reply code actions, its retry policy and the operation's ``on_failure_timeout`` hook.
-It decides only; the worker acts (writes, waits, parks) and tells the observers.
-"""
+"""What follows an attempt (docs/retries.md): :class:`DeliveryPolicy` decides; the worker acts."""
 from __future__ import annotations
 
 import random
@@ -22,8 +16,7 @@ __all__ = ["DeliveryPolicy", "Judgement"]
 
 @dataclass(frozen=True, kw_only=True)
 class Judgement:
-    """What follows an attempt (an :class:`~engine.retry.Action`, with its reason) and what
-    the worker needs to carry it out and report it."""
+    """What follows an attempt, and what the worker needs to carry it out and report it."""
 
     action: Action
     at: float | None = None  # RETRY: monotonic start of the next attempt
@@ -49,8 +42,7 @@ class DeliveryPolicy:
 
     def judge(self, host: BusinessOperation, request: Any, outcome: AttemptOutcome,
               first_started: float) -> Judgement:
-        """What follows ``outcome`` (``first_started``: s_1 on the monotonic clock). May call
-        ``host.on_failure_timeout(request)`` when the FailureTimeout runs out."""
+        """What follows ``outcome``; may call ``host.on_failure_timeout``."""
         if not outcome.failed:
             return Judgement(action=Action.COMPLETE, response=outcome.response,
                              attempt_open=True)
@@ -97,8 +89,7 @@ class DeliveryPolicy:
     def _failure_timeout_hook(self, host: BusinessOperation, request: Any,
                               state: AttemptState, decision: Decision
                               ) -> tuple[Any, Decision | None]:
-        """``on_failure_timeout``: (its response, None) when it answered; else (None, the
-        decision — a retry if it set ``host.retry``, the give-up otherwise)."""
+        """Run ``on_failure_timeout``: (its response, None), or (None, a retry or the give-up)."""
         host.retry = False
         response = host.on_failure_timeout(request)
         if response is not None:
@@ -115,8 +106,7 @@ class DeliveryPolicy:
 
 
 def _ended(decision: Decision, err: BaseException | None) -> str:
-    """The error text of a message the retry policy gave up or suspended: the reason, then
-    the last error (an interrupted attempt's text leads, as the event of its recovery)."""
+    """The error text of a give-up or suspension: the reason, then the last error."""
     if decision.reason is Reason.INTERRUPTED:
         return f"{err}; {decision.text}"
     last = error_text(err)

@@ -1,19 +1,8 @@
-"""The rate limit of an item (docs/guards.md): at most N attempt starts per period, summed over
-every daemon on the database, with a burst of at most N.
+"""The rate limit of an item (docs/guards.md): at most N attempt starts per period across every
+daemon, in a token bucket in the ``item_rate`` table.
 
-``rate_limit = "5/s"`` (or ``"300/min"``, ``"1000/h"``) gives the item a token bucket of
-capacity N, refilled at N per period, kept in the ``item_rate`` table and shared by every
-daemon. :class:`RateLimiter` is middleware (:mod:`engine.delivery.middleware`): before each
-attempt (first ones and retries alike) it takes a slot with one SQL statement
-(:meth:`~engine.store.ratelimit.SqlRateBuckets.take`) that answers how long to wait for it,
-then the worker sleeps that long — before the attempt starts, so the wait is never part of a
-response timeout. A slot is *reserved*, not polled for: the bucket may go below zero, each
-reservation being the next free slot, so a waiting worker sleeps exactly once and an idle
-item costs nothing.
-
-Over any stretch of ``t`` seconds at most ``N + N·t/period`` attempts start (N at once after
-a quiet spell, then one every ``period/N`` seconds). A slot reserved by a worker that then
-stops is lost, never given twice.
+A slot is reserved by one statement that says how long to wait, and the worker sleeps that long
+once, before the attempt starts (so the wait is never part of a response timeout).
 """
 from __future__ import annotations
 
@@ -43,9 +32,7 @@ EXAMPLE = '"5/s", "300/min" or "1000/h"'
 
 
 class RateLimitField(Protocol):
-    """What the rate limit reads of an item's settings
-    (:class:`engine.delivery.guards.GuardSettings` has it, typed from
-    :data:`RATE_LIMIT_SETTINGS`)."""
+    """What the rate limit reads of an item's settings."""
 
     @property
     def rate_limit(self) -> str | None: ...
@@ -89,7 +76,6 @@ def check_rate_limit(value: str) -> str:
     return RateLimit.parse(value).text
 
 
-# The rate limit's setting, among a business operation's (engine.delivery.guards adds it).
 RATE_LIMIT_SETTINGS: tuple[Setting, ...] = (
     Setting(name="rate_limit", kind=str, default=None, check=check_rate_limit,
             help='at most N attempt starts per period over all daemons, burst ≤ N: "N/s", '
@@ -98,15 +84,8 @@ RATE_LIMIT_SETTINGS: tuple[Setting, ...] = (
 
 
 class RateLimiter(Middleware):
-    """Waits, before every attempt of one item, for a slot of the item's shared bucket.
-
-    ``stop``: set when the daemon stops; a worker waiting for a slot then gives the message
-    back to its queue unsent (:class:`~engine.errors.AttemptHeld`, due at once).
-    ``owner`` and ``lease_seconds``: this daemon's id and claim lease; after a wait, the
-    message's claim is confirmed (renewed by a write conditional on its token) before the
-    attempt starts, so a daemon frozen while it waited sends nothing that another daemon has
-    taken over (:class:`~engine.errors.ClaimLost`). None: no confirmation (one process).
-    """
+    """Waits before every attempt of one item for a slot of its shared bucket (``stop`` ends the
+    wait)."""
 
     SETTINGS = RATE_LIMIT_SETTINGS
 
@@ -141,8 +120,7 @@ class RateLimiter(Middleware):
 
     def _confirm_claim(self, row: MessageRow) -> None:
         """After a wait: the claim on ``row`` is still this daemon's, or ClaimLost."""
-        # imported here: the claim book needs the store, which validating a rate_limit
-        # setting (encore send) must not import
+        # lazy: validating a rate_limit (encore send) must not import the store
         from engine.delivery.claims import confirm_claim
 
         if self.owner is not None:

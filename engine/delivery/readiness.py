@@ -1,12 +1,6 @@
-"""The events of an adapter that cannot start yet (docs/security.md).
-
-A WSDL that is down leaves its item not ready: the item tries again every
-``retry_interval``, and its messages stay queued. Writing an event per try would bury the
-event log (720 an hour at a 5-second interval), so :class:`ReadinessLog` writes one
-``Error`` when the adapter first fails, nothing while it keeps failing but a reminder
-``Warning`` at most every :data:`NOT_READY_REMINDER_INTERVAL` seconds, and one ``Info``
-when it starts.
-"""
+"""The events of an adapter that cannot start yet (docs/security.md): one ``Error`` at the first
+failure, a reminder ``Warning`` at most every :data:`NOT_READY_REMINDER_INTERVAL` seconds, one
+``Info`` when it starts."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -15,16 +9,11 @@ from engine.clock import Clock
 
 NOT_READY_REMINDER_INTERVAL = 600.0  # seconds between reminders while an adapter stays down
 
-EventWriter = Callable[[str, str], None]  # (event type, text)
+EventWriter = Callable[[str, str], None]
 
 
 class ReadinessLog:
-    """Turns the tries of one adapter to start into a few events (see the module doc).
-
-    ``write(type, text)`` writes one event; ``clock.monotonic()`` times the outage;
-    ``retry_interval`` (seconds) is only quoted in the texts. Not thread-safe: the caller
-    holds its own lock around each try.
-    """
+    """Turns one adapter's tries to start into a few events. Not thread-safe."""
 
     def __init__(self, write: EventWriter, clock: Clock, *, retry_interval: float,
                  reminder_interval: float = NOT_READY_REMINDER_INTERVAL) -> None:
@@ -32,8 +21,8 @@ class ReadinessLog:
         self.clock = clock
         self.retry_interval = retry_interval
         self.reminder_interval = reminder_interval
-        self._down_since: float | None = None  # monotonic seconds of the first failure
-        self._last_event = 0.0  # monotonic seconds of the Error or the last reminder
+        self._down_since: float | None = None
+        self._last_event = 0.0
         self._failures = 0
         self.reason: str | None = None  # the last failure's, while down
 

@@ -1,11 +1,6 @@
-"""Schedule windows: an operation item that runs only between cron-given start and stop times.
-
-``schedule = { start = "0 8 * * 1-5", stop = "0 18 * * 1-5" }`` (UTC) opens the item's
-window at each start time and closes it at each stop time; outside the window its messages
-stay queued. The window is open when the most recent start is later than the most recent stop.
-:class:`ScheduleWindow` is middleware (:mod:`engine.delivery.middleware`): it answers the
-dispatcher's ``may_claim`` before each claim.
-"""
+"""Schedule windows: an operation item that runs only between cron-given start and stop times (UTC).
+The window is open when the latest start is after the latest stop; :class:`ScheduleWindow` answers
+``may_claim``."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -40,7 +35,6 @@ def check_window(value: dict[str, Any]) -> dict[str, str]:
     return {"start": " ".join(value["start"].split()), "stop": " ".join(value["stop"].split())}
 
 
-# The window's setting, among a business operation's (engine.delivery.guards adds it).
 WINDOW_SETTINGS: tuple[Setting, ...] = (
     Setting(name="schedule", kind=dict, default={}, check=check_window,
             help='cron start and stop times (UTC) of the item\'s working window, e.g. '
@@ -50,8 +44,7 @@ WINDOW_SETTINGS: tuple[Setting, ...] = (
 
 @dataclass
 class ScheduleWindow(Middleware):
-    """Answers "is the item's window open at ``now``?", cheaply between transitions; as
-    middleware, at ``clock``'s now."""
+    """Answers "is the item's window open at ``now``?", cheaply between transitions."""
 
     SETTINGS = WINDOW_SETTINGS
 
@@ -65,8 +58,7 @@ class ScheduleWindow(Middleware):
     @classmethod
     def from_setting(cls, value: dict[str, str],
                      clock: Clock | None = None) -> ScheduleWindow | None:
-        """The window of a validated ``schedule`` table (on ``clock``, the system's by
-        default); None when there is none."""
+        """The window of a validated ``schedule`` table; None when there is none."""
         if not value:
             return None
         return cls(parse_schedule(value["start"]), parse_schedule(value["stop"]),

@@ -1,16 +1,8 @@
-"""Delivering one message: attempts, the retry-needed flag, and what follows a failure.
+"""Delivering one message: the retry engine's acting half (docs/retries.md).
 
-This is the retry engine's acting half (docs/retries.md), in three parts:
-
-- :class:`~engine.delivery.attempt_runner.AttemptRunner` runs one attempt and returns its outcome;
-- :class:`~engine.delivery.policy.DeliveryPolicy` decides what follows (reply codes, the
-  retry policy, the failure-timeout hook);
-- the :class:`MessageWorker` here acts on the decision — completes, waits (blocking mode) or
-  parks (requeue mode) until the next attempt, gives up, suspends — and tells its
-  middleware (:mod:`engine.delivery.middleware`: the item's guards, tracing and metrics,
-  then its own event log, trace events and alerts).
-
-``encore simulate`` runs this same code on a virtual clock.
+:class:`MessageWorker` runs attempts (:class:`~engine.delivery.attempt_runner.AttemptRunner`), asks
+the :class:`~engine.delivery.policy.DeliveryPolicy` what follows, acts on it and tells its
+middleware.
 """
 from __future__ import annotations
 
@@ -89,10 +81,8 @@ class MessageWorker:
         self.policy = policy
         self.requeue = requeue
         self.stop = stop or threading.Event()
-        # Where successes go: the dispatcher's group commit, else one transaction each.
         self.defer = defer
         self.judge = DeliveryPolicy(policy, reply_codes, rng=rng)
-        # the middleware bound to this host instance, run after the item's
         self.own: tuple[AttemptObserver, ...] = (
             EventLogObserver(host), *([TraceObserver(host)] if trace else []),
             *([AlertObserver(host, grace=alert_grace)] if alert_on_error else []))
@@ -114,8 +104,7 @@ class MessageWorker:
     @classmethod
     def from_settings(cls, host: BusinessOperation, settings: Mapping[str, Any],
                       **options: Any) -> MessageWorker:
-        """A worker for ``host`` configured from its item's validated settings (snake_case
-        keys); ``options`` as :meth:`from_typed` takes them."""
+        """A worker for ``host`` from its item's validated settings."""
         return cls.from_typed(host, RetrySettings.from_validated(settings),
                               OperationSettings.from_validated(settings), **options)
 
@@ -133,30 +122,24 @@ class MessageWorker:
                    alert_grace=operation.alert_retry_grace_period,
                    defer=defer, observers=observers, max_deliveries=operation.max_deliveries)
 
-    # -- the delivery loop ---------------------------------------------------------------
     def deliver(self, row: MessageRow, begun: int | None = None,
                 interrupted: int = 0, *, begun_server: str | None = None) -> Result:
         """Run attempts for the claimed message ``row`` until it ends, parks or is released.
-        ``begun``: the id of attempt 1, already recorded with the claim
-        (:meth:`SqlStore.claim` with ``begin``), going to ``begun_server``.
-        ``interrupted``: its earlier deliveries that never ended (``Claimed.interrupted``);
-        at ``max_deliveries`` the message is suspended before anything is sent. Every write
-        is conditional on the row's claim token: when the claim is gone, ClaimLost ends the
-        delivery and nothing more is sent. The events that report a change (a first
-        failure, a give-up, a completion after failures) are written in the transaction of
-        that change; the operation's own events are written as it writes them."""
+
+        ``begun``: attempt 1 already recorded with the claim, to ``begun_server``. ``interrupted``:
+        earlier deliveries that never ended. Every write is conditional on the claim token;
+        ClaimLost ends the delivery.
+        """
         self.host.message_id, self.host.session_id = row.id, row.session_id
         if interrupted >= self.max_deliveries:
             with self._change():
                 return self._suspend_poison(row, interrupted, begun)
         request = decode_message(row.body_class, row.body)
-        # An attempt 1 begun with the claim starts for real now: s_1 is taken then.
         first_started = None if begun is not None else self._first_started(row)
         self._tell("on_start", row, first_started if row.retry_needed else None)
         number = 0 if begun is not None else row.attempts
-        # attempts > 0 only once an attempt row exists: a fresh message needs no look
         open_attempt = self.store.open_attempt(row.id) if number else None
-        if open_attempt is not None:  # in flight when its daemon died: outcome unknown
+        if open_attempt is not None:
             with self._change():
                 recovered = self._recover_in_flight(row, open_attempt, first_started)
             if isinstance(recovered, Result):
@@ -180,10 +163,7 @@ class MessageWorker:
 
     @contextmanager
     def _change(self) -> Iterator[None]:
-        """A change of the message's state with its events and the end of the attempt that
-        led to it, written together (:meth:`SqlStore.end_attempt` ``defer``). If the
-        database refuses it, none of them is written: the attempt stays open, and the next
-        delivery recovers it as outcome unknown and writes its events then."""
+        """Write a state change, its events and the attempt's end in one transaction."""
         with self.store.events.until_next_change():
             try:
                 yield
@@ -245,10 +225,9 @@ class MessageWorker:
 
     def _recover_in_flight(self, row: MessageRow, open_attempt: AttemptRow,
                            first_started: float | None) -> Result | float:
-        """An attempt left open by a daemon that stopped: outcome unknown, decided by the retry
-        policy as ``interrupted``. Returns s_1, or how the delivery ended."""
+        """Decide an attempt a stopped daemon left open; returns s_1 or the delivery's end."""
         now = self.clock.monotonic()
-        if open_attempt.attempt == 1:  # written with the attempt's end
+        if open_attempt.attempt == 1:
             self._tell("on_first_failure", row, f"attempt 1 failed: {CRASH_TEXT}")
         self.store.end_attempt(open_attempt.id, ended_at=self.clock.now(), outcome="error",
                                server=open_attempt.server, error_text=CRASH_TEXT,
@@ -263,9 +242,7 @@ class MessageWorker:
         return first if result is None else result
 
     def _suspend_poison(self, row: MessageRow, interrupted: int, begun: int | None) -> Result:
-        """``interrupted`` deliveries of ``row`` never ended: suspend it, unsent. The attempt
-        the last of them left open ends as outcome unknown (with the first-failure event if
-        it was attempt 1, as any recovery writes it); one the claim began ends unsent."""
+        """Suspend ``row`` unsent after ``interrupted`` deliveries that never ended."""
         open_attempt = self.store.open_attempt(row.id) if row.attempts else None
         if open_attempt is not None and open_attempt.id != begun:
             if open_attempt.attempt == 1:
@@ -279,18 +256,14 @@ class MessageWorker:
                                    token=row.claim_token, defer=True)
         return self._end(row, Result.SUSPENDED, poison_text(interrupted, self.max_deliveries))
 
-    # -- endings -------------------------------------------------------------------------
     def _complete(self, row: MessageRow, judgement: Judgement,
                   outcome: AttemptOutcome) -> Result:
-        """A success (its attempt still open: ended with the completion, in the dispatcher's
-        group commit when there is one), or an answer from reply code action C or
-        ``on_failure_timeout`` (the attempt was ended already)."""
+        """A success, or an answer from reply code action C or ``on_failure_timeout``."""
         body_class, body = encode_response(judgement.response)
         if judgement.from_hook:
             self._tell("on_failure_timeout_response", row)
         self._tell("on_complete", row, outcome.number)
-        # the group commit takes successes without events; one with events is written
-        # with them, in one transaction
+        # successes with events bypass the group commit
         if (judgement.attempt_open and self.defer is not None
                 and not self.store.events.held()):
             self.defer(Completion(row.id, row.claim_token, outcome.attempt_id,

@@ -1,26 +1,9 @@
-"""Rate-limited logging of repeated failures (docs/security.md: "repeated failures are logged
-once per kind and minute with a count").
+"""Rate-limited logging of repeated failures (docs/security.md, docs/server-limits.md).
 
-A flood (10,000 half-open connections, a database that refuses every write) makes the same
-failure happen thousands of times a second. Logged one by one it fills the disk with
-tracebacks and costs the CPU the daemon needs to recover. :class:`RepeatFilter` lets the
-first record of a kind through, printed as it happens, and counts the rest; when the minute
-is over it logs one line that says what it held back and since when ("N more like this held
-back since T (the last at T'): <the last one>") and, while the failure goes on, one such
-line a minute; the counts still open are logged when the process exits. A held record is
-never printed as if it had just happened: the count line has its own time, and names the
-times of what it counts. A kind
-is the logger and the message *template* (``record.msg``, before its arguments), so "refused a
-connection from %s" is one kind for every address, unless the record names its kind itself
-(``extra={"repeat_kind": ...}``): an event of the event log is of its item and the method that
-reported it, so that one item's flood does not hide another item's event, nor a give-up hide
-behind its first failure. Records below WARNING are never held back.
-
-:func:`limit_repeats` puts one shared filter on the loggers whose failures can repeat per
-connection or per message (uvicorn's, asyncio's, the engine's workers, dispatchers, daemon
-loop and stores) and starts a small thread that writes the counts when a minute ends, even
-if nothing else is logged. The filter takes its clock as an argument, so the unit tests run
-its minutes on a virtual clock.
+:class:`RepeatFilter` lets the first record of a kind through per minute and logs one count line for
+the rest, so a flood neither fills the disk nor starves the daemon. A kind is the logger and the
+message template, or ``extra={"repeat_kind": ...}``; records below WARNING are never held.
+:func:`limit_repeats` installs one shared filter and a thread that flushes the counts.
 """
 from __future__ import annotations
 
@@ -34,14 +17,12 @@ from dataclasses import dataclass
 __all__ = ["REPEATING_LOGGERS", "SERVER_LOGGERS", "RepeatFilter", "limit_repeats", "repeat_filter"]
 
 WINDOW = 60.0  # seconds: one line per kind and window
-FLUSH_INTERVAL = 5.0  # seconds between the background thread's looks at ended windows
+FLUSH_INTERVAL = 5.0
 
-# loggers whose failures can repeat per connection: an HTTP server's
 SERVER_LOGGERS: tuple[str, ...] = (
     "uvicorn", "uvicorn.error", "uvicorn.access", "asyncio",
     "engine.serving.limits", "engine.portal.app", "engine.portal.server",
 )
-# ... and per message or per tick: those of the daemon (``encore run``) too
 REPEATING_LOGGERS: tuple[str, ...] = SERVER_LOGGERS + (
     "engine.runtime.daemon", "engine.delivery.dispatch", "engine.delivery.item",
     "engine.delivery.worker", "engine.delivery.attempt_runner", "engine.runtime.scheduler",
@@ -51,13 +32,12 @@ REPEATING_LOGGERS: tuple[str, ...] = SERVER_LOGGERS + (
 )
 
 _SUMMARY = "%d more like this held back since %s (the last at %s): %s"
-_TIMES = logging.Formatter()  # the times of held records, as the log's own lines show them
+_TIMES = logging.Formatter()
 
 
 @dataclass(slots=True)
 class _Run:
-    """One kind's current window: when it began (the filter's clock), how many records it
-    held back, the first of them and the last record of the kind."""
+    """One kind's current window: its start, the count held back, the first and last records."""
 
     started: float
     held: int
@@ -66,8 +46,7 @@ class _Run:
 
 
 class RepeatFilter(logging.Filter):
-    """Let the first record of a kind through per ``window`` seconds; count the others and
-    log the count when the window ends (:meth:`flush`)."""
+    """Let the first record of a kind through per ``window`` seconds; count the others."""
 
     def __init__(self, *, window: float = WINDOW, clock: Callable[[], float] = time.monotonic,
                  level: int = logging.WARNING) -> None:
@@ -97,8 +76,7 @@ class RepeatFilter(logging.Filter):
         return run is None
 
     def flush(self, *, everything: bool = False) -> int:
-        """Log the count of every window that has ended (``everything``: of every window,
-        as the process exits); return how many lines that was."""
+        """Log the count of every ended window; return how many lines."""
         with self._lock:
             ended = self._take_ended(self._clock(), everything=everything)
         self._emit(ended)
@@ -110,9 +88,7 @@ class RepeatFilter(logging.Filter):
             return sum(run.held for run in self._runs.values())
 
     def _take_ended(self, now: float, *, everything: bool = False) -> list[_Run]:
-        """The ended windows that held records back; a kind that is still failing starts a
-        new window with its count line, one that went quiet is forgotten. ``everything``:
-        end every window and forget every kind."""
+        """Take the ended windows that held records back (``everything``: all)."""
         ended: list[_Run] = []
         for key, run in list(self._runs.items()):
             if not everything and now - run.started < self.window:
@@ -127,8 +103,7 @@ class RepeatFilter(logging.Filter):
 
     @staticmethod
     def _emit(ended: Iterable[_Run]) -> None:
-        """One line per ended window, at the time it is printed, naming what it counts:
-        how many, since when, and the last of them with its own time."""
+        """One line per ended window: how many, since when, and the last record with its time."""
         for run in ended:
             last, first = run.last, run.first_held or run.last
             summary = logging.LogRecord(
@@ -170,5 +145,5 @@ def _flush_forever(shared: RepeatFilter) -> None:
         time.sleep(FLUSH_INTERVAL)
         try:
             shared.flush()
-        except Exception:  # the flusher must outlive a broken handler
+        except Exception:
             pass

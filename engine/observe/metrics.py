@@ -1,10 +1,7 @@
 """Prometheus metrics and a health check, served over HTTP.
 
-:class:`Metrics` is the registry that workers feed (:meth:`Metrics.observe_attempt`,
-:meth:`Metrics.give_up`, ...), on ``prometheus_client`` (its own registry per daemon, so
-several daemons in one process — tests — never mix their counts). :class:`MetricsServer`
-serves it at ``GET /metrics`` (the Prometheus text format 0.0.4) and a health check at
-``GET /healthz`` from a daemon thread, on loopback by default.
+:class:`Metrics` is the registry workers feed (one per daemon, so daemons in one process never mix);
+:class:`MetricsServer` serves ``GET /metrics`` and ``GET /healthz``.
 """
 from __future__ import annotations
 
@@ -36,29 +33,15 @@ DEFAULT_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 6
 
 HealthCheck = Callable[[], tuple[bool, str]]
 
-# No `<name>_created` series beside each counter: Encore's exposition is the plain 0.0.4
-# format its dashboards read.
+# no `<name>_created` series: dashboards read the plain 0.0.4 format
 prometheus_client.disable_created_metrics()
 
 
 class Metrics:
-    """Counters, gauges and a histogram per item, rendered for Prometheus.
-
-    - ``encore_queue_depth{item}`` (gauge): read from the source given to
-      :meth:`set_queue_depth_source` at each scrape;
-    - ``encore_attempts_total{item,outcome}`` (counter): one per attempt, by outcome
-      (``ok``, ``timeout``, ``connect_error``, …);
-    - ``encore_give_ups_total{item}`` (counter): messages that ended in ``Error`` after
-      their retries ran out;
-    - ``encore_attempt_seconds{item}`` (histogram): attempt durations in seconds;
-    - ``encore_breaker_open{item}`` (gauge): 1 while the item's circuit breaker is open or
-      half-open (no attempt starts but its probe), 0 while closed — as this daemon last read
-      it; items without a breaker have no sample;
-    - ``encore_rate_limit_wait_seconds_total{item}`` (counter): seconds workers waited for a
-      slot of the item's ``rate_limit`` (waits that started, counted in full); no sample
-      before the first wait.
-    The last two appear only in a production that has a breaker, or a rate limit.
-    """
+    """Counters, gauges and a histogram per item, rendered for Prometheus: ``encore_queue_depth``
+    (read at each scrape), ``encore_attempts_total{outcome}``, ``encore_give_ups_total`` (retries
+    ran out), ``encore_attempt_seconds``; with a breaker or a rate limit, ``encore_breaker_open``
+    (1 while open or half-open, as last read) and ``encore_rate_limit_wait_seconds_total``."""
 
     def __init__(self, buckets: Iterable[float] = DEFAULT_BUCKETS) -> None:
         self.buckets = tuple(sorted(float(b) for b in buckets if not math.isinf(b)))
@@ -73,18 +56,15 @@ class Metrics:
         self._seconds = Histogram("encore_attempt_seconds", "Duration of attempts in seconds.",
                                   ["item"], buckets=self.buckets, registry=self.registry)
         self._lock = threading.Lock()
-        # the children of the per-attempt metrics, by labels: .labels() costs a lookup
-        # under a lock and a tuple of strings, once per attempt otherwise
+        # cached children: .labels() per attempt would cost a locked lookup
         self._attempt_children: dict[tuple[str, str], tuple[Any, Any]] = {}
-        self._breaker_open: Gauge | None = None  # made at first use: absent otherwise
+        self._breaker_open: Gauge | None = None
         self._rate_waits: Counter | None = None
-        # the console's per-minute counters (engine.store.rollup.RollupCounter), fed beside
-        # these by the same observer; the daemon sets it
+        # the console's per-minute counters, fed by the same observer; set by the daemon
         self.rollup: Any = None
 
     def observe_attempt(self, item: str, outcome: str, seconds: float) -> None:
-        """Count one attempt of ``item`` that ended with ``outcome`` after ``seconds``
-        (negative values count as 0)."""
+        """Count one attempt of ``item`` ending with ``outcome`` after ``seconds``."""
         children = self._attempt_children.get((item, outcome))
         if children is None:
             children = self._attempt_children.setdefault(
@@ -117,8 +97,7 @@ class Metrics:
         self._rate_waits.labels(item).inc(max(float(seconds), 0.0))
 
     def set_queue_depth_source(self, source: Callable[[], Mapping[str, int]] | None) -> None:
-        """``source()`` returns the queue depth per item; it is called at each scrape.
-        None: no queue depth samples."""
+        """``source()`` returns the queue depth per item at each scrape; None: no samples."""
         self._queue_depth = source
 
     def render(self) -> str:
@@ -131,16 +110,13 @@ class Metrics:
             return {}
         try:
             return dict(source())
-        except Exception:  # a scrape still answers when the database is down
+        except Exception:
             log.exception("could not read queue depths for the metrics")
             return {}
 
 
 class ItemMetrics(AttemptObserver):
-    """The metrics of one item's deliveries, as delivery middleware
-    (:mod:`engine.delivery.middleware`): attempts by outcome and duration, and give-ups, for
-    Prometheus — and completions too for the console's per-minute counters, when the daemon
-    keeps them. Shared by the item's workers."""
+    """One item's delivery metrics, as delivery middleware; shared by its workers."""
 
     def __init__(self, metrics: Metrics, item: str) -> None:
         self.metrics = metrics
@@ -148,7 +124,7 @@ class ItemMetrics(AttemptObserver):
 
     def after_attempt(self, row: object, report: AttemptReport) -> None:
         self.metrics.observe_attempt(self.item, report.outcome, report.seconds)
-        if self.metrics.rollup is not None:  # the console's counters (engine.store.rollup)
+        if self.metrics.rollup is not None:
             self.metrics.rollup.attempt(self.item, report.outcome, report.seconds,
                                         report.number)
 
@@ -181,12 +157,8 @@ class _QueueDepthCollector:
 
 
 class MetricsServer:
-    """Serves ``GET /metrics`` (Prometheus text 0.0.4) and ``GET /healthz`` from a daemon
-    thread. ``port=0`` picks a free port (see :attr:`url`); ``host`` defaults to loopback.
-
-    ``health()`` returns ``(ok, reason)``: 200 with ``reason`` (``"ok"`` when empty) when ok,
-    else 503 with the reason; None = always healthy. Anything else answers 404.
-    """
+    """Serves ``GET /metrics`` and ``GET /healthz`` from a daemon thread. ``port=0`` picks a free
+    port; ``host`` defaults to loopback. ``health()`` returns ``(ok, reason)``: 200 or 503."""
 
     def __init__(self, metrics: Metrics, host: str = "127.0.0.1", port: int = 0,
                  health: HealthCheck | None = None) -> None:
@@ -206,8 +178,8 @@ class MetricsServer:
         return f"http://[{host!s}]:{port}" if ":" in str(host) else f"http://{host!s}:{port}"
 
     def start(self) -> None:
-        """Bind and serve in a daemon thread. Raises :class:`ConfigurationError` naming the
-        address when it cannot be bound (the port is taken, the host is not this machine's)."""
+        """Bind and serve in a daemon thread; raises :class:`ConfigurationError` when it cannot
+        bind."""
         if self._server is not None:
             raise RuntimeError("the metrics server is already started")
         try:
@@ -239,9 +211,7 @@ class MetricsServer:
         self.stop()
 
     def exposure_warning(self) -> str | None:
-        """The text of the ``Warning`` event a daemon writes when this endpoint listens
-        beyond loopback (anyone who reaches it reads it: it asks no one who they are);
-        None on loopback."""
+        """The ``Warning`` text for an endpoint listening beyond loopback; None on loopback."""
         if is_loopback(self.host):
             return None
         return (f"the metrics endpoint listens on {self.host}:{self.port}, beyond loopback: "
@@ -250,14 +220,13 @@ class MetricsServer:
                 "restrict the port with a firewall")
 
     def check_health(self) -> tuple[bool, str]:
-        """The health callback's answer; a callback that raises means unhealthy (its
-        error goes to the log: the answer names only its type, for an error's text may
-        hold a driver's details)."""
+        """The health callback's answer; one that raises means unhealthy (only its type is returned,
+        the rest is logged)."""
         if self.health is None:
             return True, "ok"
         try:
             ok, reason = self.health()
-        except Exception as exc:  # a broken check is an unhealthy daemon
+        except Exception as exc:
             log.exception("health check failed")
             return False, f"health check failed: {type(exc).__name__}"
         return bool(ok), str(reason or ("ok" if ok else "unhealthy"))
@@ -298,7 +267,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = "encore-metrics"
 
-    def do_GET(self) -> None:  # http.server's naming
+    def do_GET(self) -> None:
         path = urlsplit(self.path).path
         owner = self.server.owner
         if path == "/metrics":
@@ -325,5 +294,5 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def log_message(self, format: str, *args: Any) -> None:  # stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("metrics %s - %s", self.address_string(), format % args)

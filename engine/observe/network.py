@@ -1,5 +1,4 @@
-"""Where a listening endpoint of Encore (the metrics endpoint, the portal) can be reached
-from: loopback only, or beyond."""
+"""Whether a listening endpoint can be reached from beyond this machine."""
 from __future__ import annotations
 
 import ipaddress
@@ -8,8 +7,7 @@ __all__ = ["is_loopback"]
 
 
 def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and ``localhost``: only this machine can connect. Any
-    other address, ``0.0.0.0`` and ``::`` (every interface) included, is beyond it."""
+    """True for 127.0.0.0/8, ::1 and ``localhost``; ``0.0.0.0`` and ``::`` are beyond."""
     if host == "localhost":
         return True
     try:

@@ -1,24 +1,4 @@
-"""OpenTelemetry tracing (docs/tracing.md), optional: ``pip install 'encore-engine[otel]'``.
-
-Tracing is on when the production file says ``otel = true`` or when one of the standard
-variables that configure an OpenTelemetry SDK is set (``OTEL_SERVICE_NAME``,
-``OTEL_TRACES_EXPORTER`` other than ``none``, ``OTEL_EXPORTER_OTLP_ENDPOINT``,
-``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``); ``OTEL_SDK_DISABLED=true`` turns it off whatever
-else says. Then:
-
-- every send (:mod:`engine.client`) is a PRODUCER span ``send {target}`` whose context is
-  stored with the message (``message_header.trace_context``), so it outlives the daemon;
-- every delivery of a message is a CONSUMER span ``process {target}``, a child of that
-  context and linked to it (:mod:`engine.otel.spans`);
-- every attempt is a CLIENT span following the HTTP client conventions, whose context goes
-  out as the W3C ``traceparent`` header of the attempt's requests
-  (:class:`engine.otel.spans.ItemTracing`, delivery middleware that the runtime gives
-  each item).
-
-This module only decides and hands out; it never imports ``opentelemetry``, so with tracing
-off, or the extra absent, Encore runs exactly as without it. It reads one thing of a
-production: whether tracing is on (:class:`TracingSwitch`).
-"""
+"""Optional OpenTelemetry tracing (docs/tracing.md); never imports ``opentelemetry`` itself."""
 from __future__ import annotations
 
 import logging
@@ -37,14 +17,12 @@ __all__ = ["ENABLING_VARIABLES", "NO_DELIVERY", "NO_PRODUCER", "Delivery", "Prod
 
 log = logging.getLogger(__name__)
 
-# Standard SDK variables whose presence means "this process is meant to be traced".
 ENABLING_VARIABLES = ("OTEL_SERVICE_NAME", "OTEL_TRACES_EXPORTER",
                       "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
 
 def tracing_wanted(setting: bool, env: Mapping[str, str]) -> bool:
-    """True when tracing is on: the production file's ``otel`` ``setting``, or one of
-    :data:`ENABLING_VARIABLES` in ``env`` — unless ``OTEL_SDK_DISABLED`` is ``true``."""
+    """True when ``setting`` or :data:`ENABLING_VARIABLES` say so, unless ``OTEL_SDK_DISABLED``."""
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
     if setting:
@@ -57,25 +35,19 @@ def tracing_wanted(setting: bool, env: Mapping[str, str]) -> bool:
 
 
 class TracingSwitch(Protocol):
-    """What tracing reads of a production: ``otel``, whether it is on (the file's setting
-    or the ``OTEL_*`` variables, :func:`tracing_wanted`) — a
-    :class:`~engine.config.production.ProductionConfig` or ``ProductionOutline``."""
+    """What tracing reads of a production: ``otel``."""
 
     @property
     def otel(self) -> bool: ...
 
 
 _lock = threading.Lock()
-_decided: list[Tracing | None] = []  # the process's tracing, once decided
+_decided: list[Tracing | None] = []
 
 
 def tracing_for(production: TracingSwitch) -> Tracing | None:
-    """The process's :class:`~engine.otel.spans.Tracing` when ``production.otel`` is on and
-    the extra is installed; None otherwise (and then nothing imports ``opentelemetry``).
-
-    The first call sets up the tracer provider: one the application installed already
-    (``opentelemetry-instrument``, a test) is used as it is; otherwise an SDK provider is
-    built from the ``OTEL_*`` variables (:mod:`engine.otel.provider`)."""
+    """The process's :class:`~engine.otel.spans.Tracing` when tracing is on and installed, else
+    None."""
     if not production.otel:
         return None
     with _lock:
@@ -100,9 +72,7 @@ def _start() -> Tracing | None:
 @contextmanager
 def producer_span(production: TracingSwitch, target: str,
                   batch: int | None = None) -> Iterator[Producer]:
-    """The PRODUCER span of a send to ``target`` (``batch``: the number of messages of a
-    batch send), or :data:`NO_PRODUCER` with tracing off. Store ``.context`` with the
-    message(s) and report their ids with ``.sent(ids)``."""
+    """The PRODUCER span of a send to ``target``, or :data:`NO_PRODUCER` with tracing off."""
     tracing = tracing_for(production)
     if tracing is None:
         yield NO_PRODUCER

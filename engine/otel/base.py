@@ -1,10 +1,5 @@
-"""What a send and a delivery are to tracing: :class:`Producer` and :class:`Delivery`.
-
-These bases are what tracing hands out when it is off (:data:`NO_PRODUCER`,
-:data:`NO_DELIVERY`); the spans of :mod:`engine.otel.spans` subclass them. A module of its
-own, importing nothing, so that the spans need not import :mod:`engine.otel`, which imports
-them when tracing starts.
-"""
+"""What a send and a delivery are to tracing when it is off; the spans subclass these. It
+imports nothing, so the spans need not import :mod:`engine.otel`."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -13,8 +8,7 @@ __all__ = ["NO_DELIVERY", "NO_PRODUCER", "Delivery", "Producer"]
 
 
 class Producer:
-    """One send as tracing sees it. This base is what a send gets with tracing off: no
-    context to store, nothing to record."""
+    """One send as tracing sees it; this base stores and records nothing."""
 
     context: str | None = None  # the W3C trace context to store with the message(s)
 

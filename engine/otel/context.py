@@ -1,10 +1,4 @@
-"""The trace context stored with a message, and the ``traceparent`` header of an attempt.
-
-A message's producer context is kept in ``message_header.trace_context`` as W3C Trace Context
-text: the ``traceparent`` value, then — only when there is one — a newline and the
-``tracestate`` value. Operators can find a message by trace id with
-``WHERE trace_context LIKE '00-<trace id>-%'``.
-"""
+"""The W3C trace context stored with a message, and an attempt's ``traceparent`` header."""
 from __future__ import annotations
 
 import hashlib
@@ -22,8 +16,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 __all__ = ["context_of", "derived_context", "from_text", "headers_of", "to_text"]
 
-# W3C Trace Context always, whatever OTEL_PROPAGATORS says: the stored text and the header
-# are part of Encore's interface (docs/tracing.md).
+# always W3C, whatever OTEL_PROPAGATORS says: the stored text is part of the interface
 _W3C = TraceContextTextMapPropagator()
 
 
@@ -57,9 +50,7 @@ def from_text(text: str | None) -> SpanContext | None:
 
 
 def derived_context(key: str) -> SpanContext:
-    """A stand-in producer context for a message stored without one (sent with tracing
-    off): its trace and span ids come from ``key`` (the message's idempotency key), so every
-    attempt of the message still shares one trace id, on any daemon, after any restart."""
+    """A stand-in producer context derived from ``key``, the message's idempotency key."""
     digest = hashlib.sha256(f"encore-trace:{key}".encode()).digest()
     trace_id = int.from_bytes(digest[:16], "big") or 1
     span_id = int.from_bytes(digest[16:24], "big") or 1

@@ -1,20 +1,4 @@
-"""The process's tracer provider: the application's own, or an SDK one built from the
-standard ``OTEL_*`` variables.
-
-Encore does what an OpenTelemetry distribution does, and no more:
-
-- ``OTEL_TRACES_EXPORTER``: a comma-separated list of exporter names, default ``otlp``;
-  ``none`` exports nothing (spans are still made and ``traceparent`` still sent). A name is
-  looked up among the installed exporters (the ``opentelemetry_traces_exporter`` entry
-  points: ``console`` comes with the SDK; ``otlp`` means ``otlp_proto_http``, which the
-  extra installs, or ``otlp_proto_grpc`` when ``OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL`` is
-  ``grpc`` and ``opentelemetry-exporter-otlp-proto-grpc`` is installed).
-- Everything else is read by the SDK itself: ``OTEL_SERVICE_NAME`` (default ``encore``),
-  ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER(_ARG)``, ``OTEL_EXPORTER_OTLP_*``
-  (endpoint, headers, certificates), ``OTEL_BSP_*`` (batching).
-
-Spans are exported in batches; the provider flushes them when the process exits.
-"""
+"""The process's tracer provider: the application's own, or one built from ``OTEL_*``."""
 from __future__ import annotations
 
 import logging
@@ -30,12 +14,11 @@ __all__ = ["DEFAULT_SERVICE_NAME", "exporters", "process_provider"]
 log = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_NAME = "encore"
-EXPORTER_GROUP = "opentelemetry_traces_exporter"  # where exporter packages register
+EXPORTER_GROUP = "opentelemetry_traces_exporter"
 
 
 def process_provider(env: Mapping[str, str] | None = None) -> trace.TracerProvider | None:
-    """The global tracer provider, set up from ``env`` (default: the process environment)
-    if the application has not set one. None when the SDK is not installed."""
+    """The global tracer provider, set up from ``env`` if unset; None without the SDK."""
     current = trace.get_tracer_provider()
     if not isinstance(current, trace.ProxyTracerProvider):
         return current  # the application's (opentelemetry-instrument, a test)
@@ -55,12 +38,11 @@ def process_provider(env: Mapping[str, str] | None = None) -> trace.TracerProvid
     for exporter in exporters(env):
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    return trace.get_tracer_provider()  # ours, or one another thread set first
+    return trace.get_tracer_provider()
 
 
 def exporters(env: Mapping[str, str]) -> Iterator[Any]:
-    """The span exporters ``OTEL_TRACES_EXPORTER`` names that are installed; a warning for
-    each one that is not."""
+    """The installed span exporters ``OTEL_TRACES_EXPORTER`` names (warns of missing ones)."""
     names = env.get("OTEL_TRACES_EXPORTER", "") or "otlp"
     for name in (n.strip().lower() for n in names.split(",")):
         if not name or name == "none":

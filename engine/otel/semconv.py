@@ -1,9 +1,5 @@
-"""Span names and attributes after the OpenTelemetry semantic conventions: messaging for the
-PRODUCER and CONSUMER spans, HTTP client for the CLIENT span of each attempt.
-
-The attribute names are written out here rather than taken from
-``opentelemetry-semantic-conventions``, whose incubating modules move between releases.
-"""
+"""Span names and attributes of the OpenTelemetry semantic conventions, spelled out here
+because the incubating convention modules move between releases."""
 from __future__ import annotations
 
 from typing import Any
@@ -11,7 +7,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 from engine.attempt import AttemptReport, HttpExchange
 
-# messaging (PRODUCER "send {target}", CONSUMER "process {target}")
 MESSAGING_SYSTEM = "messaging.system"
 MESSAGING_OPERATION_NAME = "messaging.operation.name"
 MESSAGING_OPERATION_TYPE = "messaging.operation.type"
@@ -21,7 +16,6 @@ MESSAGING_CONVERSATION_ID = "messaging.message.conversation_id"
 MESSAGING_BATCH_COUNT = "messaging.batch.message_count"
 SYSTEM = "encore"  # messaging.system: Encore's own queue
 
-# HTTP client (CLIENT, one per attempt)
 HTTP_METHOD = "http.request.method"
 HTTP_METHOD_ORIGINAL = "http.request.method_original"
 HTTP_RESEND_COUNT = "http.request.resend_count"
@@ -32,7 +26,6 @@ SERVER_PORT = "server.port"
 ERROR_TYPE = "error.type"
 OTHER = "_OTHER"  # error.type / method when no better value is known
 
-# Encore's own
 ENCORE_MESSAGE_ID = "encore.message.id"
 ENCORE_ITEM = "encore.item"
 ENCORE_OUTCOME = "encore.attempt.outcome"  # message_attempt.outcome
@@ -45,16 +38,14 @@ REDACTED = "REDACTED"
 
 
 def client_span_name(exchange: HttpExchange | None, target: str) -> str:
-    """``{method}`` as the HTTP conventions name a client span (``HTTP`` for a method they
-    do not know); ``attempt {target}`` for an attempt that made no HTTP request."""
+    """The CLIENT span's name: the HTTP method, or ``attempt {target}`` without a request."""
     if exchange is None:
         return f"attempt {target}"
     return exchange.method if exchange.method in KNOWN_METHODS else "HTTP"
 
 
 def http_attributes(exchange: HttpExchange | None, status_code: int | None) -> dict[str, Any]:
-    """``http.request.method``, ``url.full`` (credentials redacted), ``server.address``,
-    ``server.port`` and ``http.response.status_code`` of an attempt's last request."""
+    """The HTTP attributes of an attempt's last request (credentials redacted)."""
     attributes: dict[str, Any] = {}
     if exchange is not None:
         if exchange.method in KNOWN_METHODS:
@@ -76,7 +67,7 @@ def url_attributes(url: str) -> dict[str, Any]:
         attributes[SERVER_ADDRESS] = parts.hostname
     try:
         port = parts.port or DEFAULT_PORTS.get(parts.scheme)
-    except ValueError:  # a malformed port
+    except ValueError:
         port = None
     if port:
         attributes[SERVER_PORT] = port
@@ -92,10 +83,7 @@ def _without_credentials(url: str) -> str:
 
 
 def error_type(report: AttemptReport) -> str | None:
-    """``error.type`` of a failed attempt, None for a success: the status code of an HTTP
-    error response (as the HTTP conventions ask), else the error's qualified class name
-    (``engine.errors.ResponseTimeout``, ``engine.errors.ConnectFailed``,
-    ``engine.errors.RemoteFault``, ...), else ``_OTHER`` (the operation asked for a retry)."""
+    """``error.type`` of a failed attempt: HTTP status, qualified class name, or ``_OTHER``."""
     if report.outcome == "ok":
         return None
     status = report.status_code or (report.exchange.status_code if report.exchange else None)

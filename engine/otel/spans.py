@@ -1,24 +1,6 @@
-"""Encore's spans: PRODUCER at send, CONSUMER per delivery, CLIENT per attempt.
+"""Encore's spans: PRODUCER at send, CONSUMER per delivery, CLIENT per attempt (docs/tracing.md).
 
-Trace structure (one trace per message)::
-
-    send Payments            PRODUCER  (encore send, a service, a process; context stored)
-    └─ process Payments      CONSUMER  one per delivery: child of the stored context, linked to it
-       ├─ POST               CLIENT    attempt 1, http.request.resend_count = 0
-       ├─ POST               CLIENT    attempt 2, resend_count = 1
-       └─ POST               CLIENT    attempt 3, resend_count = 2
-
-The messaging conventions ask a "process" span to *link* to the message's creation context;
-Encore also makes it a *child* of it. A message may be delivered several times — after a
-daemon restart, after a FIFO release, every time a requeue-mode retry comes due — and
-docs/tracing.md asks for the same trace id on every attempt of a message: only the stored producer
-context is the same on all of them. A message stored without a context (sent with tracing off) gets
-a stand-in one derived from its idempotency key (:func:`~engine.otel.context.derived_context`),
-with no link.
-
-Each CLIENT span starts in ``before_attempt``, which returns its ``traceparent`` for every
-request of the attempt (HTTP and SOAP alike), and ends in ``after_attempt`` with the
-attributes of the attempt's last request.
+A CONSUMER span is a child of, and linked to, the message's stored (or derived) producer context.
 """
 from __future__ import annotations
 
@@ -43,7 +25,6 @@ __all__ = ["ItemTracing", "Tracing"]
 
 log = logging.getLogger(__name__)
 
-# deliveries that end the message badly
 FAILED_RESULTS = frozenset({MessageStatus.ERROR, MessageStatus.SUSPENDED})
 
 
@@ -63,8 +44,7 @@ class Tracing:
 
     @contextmanager
     def producer(self, target: str, batch: int | None = None) -> Iterator[Producer]:
-        """The PRODUCER span ``send {target}`` around one send (``batch``: how many
-        messages a batch send commits; they share the span's context)."""
+        """The PRODUCER span ``send {target}`` around one send of ``batch`` messages."""
         attributes: dict[str, Any] = {
             sc.MESSAGING_SYSTEM: sc.SYSTEM, sc.MESSAGING_OPERATION_NAME: "send",
             sc.MESSAGING_OPERATION_TYPE: "send", sc.MESSAGING_DESTINATION: target}
@@ -114,17 +94,13 @@ class ConsumerSpan(Delivery):
 
 
 class ItemTracing(AttemptObserver):
-    """One item's CONSUMER span per delivery and CLIENT span per attempt: the hooks
-    ``delivery``, ``before_attempt`` and ``after_attempt`` of the delivery middleware
-    (:mod:`engine.delivery.middleware`). Shared by the item's workers: what is open belongs
-    to the worker thread that opened it."""
+    """One item's CONSUMER and CLIENT spans, as delivery middleware shared by its workers."""
 
     def __init__(self, tracer: trace.Tracer, target: str) -> None:
         self.tracer = tracer
         self.target = target
         self._local = threading.local()
 
-    # -- CONSUMER ------------------------------------------------------------------------
     @contextmanager
     def delivery(self, row: MessageRow) -> Iterator[Delivery]:
         """The CONSUMER span ``process {target}`` around one delivery of ``row``."""
@@ -155,10 +131,8 @@ class ItemTracing(AttemptObserver):
         """``error.type`` of this thread's last failed attempt, if any."""
         return getattr(self._local, "last_error_type", None)
 
-    # -- CLIENT --------------------------------------------------------------------------
     def before_attempt(self, row: MessageRow, number: int) -> Mapping[str, str] | None:
-        """Start attempt ``number``'s CLIENT span; its ``traceparent`` goes with every
-        request of the attempt. Never raises: tracing must not hold a message back."""
+        """Start attempt ``number``'s CLIENT span and return its ``traceparent``; never raises."""
         try:
             self._end_open(sc.OTHER)  # one whose attempt never ran (its claim was lost)
             span = self.tracer.start_span(
@@ -167,7 +141,7 @@ class ItemTracing(AttemptObserver):
                             sc.ENCORE_MESSAGE_ID: row.id})
             self._local.attempt = span
             return headers_of(span)
-        except Exception:  # never fail a delivery for tracing
+        except Exception:
             log.exception("item %s: could not start the span of an attempt", self.target)
             return None
 
@@ -188,8 +162,7 @@ class ItemTracing(AttemptObserver):
         span.end()
 
     def _parent(self, row: MessageRow) -> Any:
-        """The delivery's CONSUMER span; without one (a worker driven directly), the
-        message's stored context, so the trace id is the same either way."""
+        """The delivery's CONSUMER span, else the message's stored context."""
         delivery = getattr(self._local, "delivery", None)
         if delivery is not None:
             return trace.set_span_in_context(delivery)

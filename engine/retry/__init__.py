@@ -1,6 +1,4 @@
-"""Retry: the policy that decides after a failed attempt, the backoff strategies it uses,
-Ensemble's reply code actions, and the typed retry settings they are built from. Decisions
-only; the worker sleeps or reschedules."""
+"""Retry: the policy, backoff strategies, reply code actions and retry settings (decisions only)."""
 from __future__ import annotations
 
 from engine.retry.backoff import (

@@ -1,11 +1,8 @@
-"""Backoff strategies: when the next attempt starts (docs/retries.md, seed 002).
+"""Backoff strategies: when the next attempt starts (docs/retries.md).
 
-Each strategy is a small frozen dataclass with one method, ``next_start(state, rng)``, that
-returns the monotonic time (seconds) at which attempt *k+1* may start, or ``None`` to give up.
-Strategies only compute; :class:`~engine.retry.policy.RetryPolicy` decides and the worker
-sleeps. :func:`engine.retry.settings.backoff_from_settings` is the one place where
-configuration shorthand (``backoff = "exponential"``, ``"module:function"``, ...) becomes a
-strategy.
+Each strategy is a frozen dataclass whose ``next_start(state, rng)`` returns the monotonic time
+attempt *k+1* may start, or ``None`` to give up; :func:`engine.retry.settings.backoff_from_settings`
+builds them from settings.
 """
 from __future__ import annotations
 
@@ -25,8 +22,6 @@ if TYPE_CHECKING:
     from engine.retry.state import AttemptState
 
 
-# Values of the retry settings' defaults: engine.retry.settings.RETRY_SETTINGS declares the
-# settings with these, and the strategies below default to the same values.
 DEFAULT_RETRY_INTERVAL = 5.0  # seconds between attempt starts (fixed backoff, Ensemble's)
 DEFAULT_BACKOFF_BASE = 1.0  # seconds: the first exponential delay
 DEFAULT_BACKOFF_MULTIPLIER = 2.0  # growth of the exponential delay per attempt
@@ -44,23 +39,19 @@ class Backoff(Protocol):
     """What a backoff strategy offers the retry policy."""
 
     def next_start(self, state: AttemptState, rng: random.Random | None = None) -> float | None:
-        """Monotonic time (seconds) the next attempt starts, never before ``state.ended``;
-        ``None`` = give up. ``rng`` draws the jitter (None: a module-wide generator)."""
+        """Monotonic time the next attempt starts (never before ``state.ended``), or ``None`` to
+        give up."""
 
 
 class DelayFunction(Protocol):
-    """A user's delay function: ``get_delay(attempt, *, elapsed, error, status_code, headers)``.
-
-    It may declare only the keywords it needs. Returns seconds to wait after the failed
-    attempt ends (a number or a ``timedelta``; negative counts as 0), or ``None`` to give up.
-    """
+    """A user's delay function: ``get_delay(attempt, *, elapsed, error, status_code, headers)``
+    returns seconds (or a ``timedelta``) to wait, or ``None`` to give up."""
 
     def __call__(self, attempt: int, /, **context: Any) -> float | timedelta | None: ...
 
 
 def _uniform(rng: random.Random | None, low: float, high: float) -> float:
-    """A draw from [low, high]; no draw at all when the window is empty (keeps rng streams
-    stable)."""
+    """A draw from [low, high]; no draw when the window is empty (keeps rng streams stable)."""
     if high <= low:
         return low
     return (rng or _DEFAULT_RNG).uniform(low, high)
@@ -81,8 +72,8 @@ def _jitter_for(jitter: float | str, delay: float, rng: random.Random | None) ->
 
 @dataclass(frozen=True)
 class FixedBackoff:
-    """Ensemble's RetryInterval: attempt *k+1* starts ``interval`` seconds after attempt *k*
-    *started*, or at once when attempt *k* took longer. ``interval`` 0 = retry at once."""
+    """Ensemble's RetryInterval: attempt *k+1* starts ``interval`` seconds after attempt *k* started
+    (at once if it took longer)."""
 
     interval: float = DEFAULT_RETRY_INTERVAL
 
@@ -96,12 +87,8 @@ class FixedBackoff:
 
 @dataclass(frozen=True)
 class ExponentialBackoff:
-    """Delay ``min(base · multiplier^(k−1), cap)`` after attempt *k* ends, plus jitter.
-
-    ``jitter`` is a window in seconds (0 = none) from which a uniform amount is added, or
-    ``"full"``: the whole delay is drawn from [0, delay] instead. ``cap`` bounds the delay
-    before jitter; ``base`` 0 means no delay.
-    """
+    """Delay ``min(base · multiplier^(k−1), cap)`` after attempt *k* ends, plus jitter (seconds, or
+    ``"full"``: drawn from [0, delay])."""
 
     base: float = DEFAULT_BACKOFF_BASE
     multiplier: float = DEFAULT_BACKOFF_MULTIPLIER
@@ -138,16 +125,8 @@ class ExponentialBackoff:
 
 @dataclass(frozen=True)
 class RetryAfterBackoff:
-    """The server's ``Retry-After`` header, plus jitter; ``fallback`` without the header.
-
-    The header is read case-insensitively from the error's ``headers``: a number (seconds, or
-    milliseconds with ``unit="milliseconds"``) or an HTTP date, measured from ``now()`` (an
-    injectable wall clock, aware UTC). The server's value is data, not a command: the delay
-    is at least ``fallback.base`` (``backoff_base``: a date in the past or a ``0`` never
-    makes a retry loop) and at most ``fallback.cap`` (``backoff_max``: no value parks a
-    message for ever, or overflows a clock). ``jitter`` adds uniform [0, jitter] seconds
-    (0 = none); ``"full"`` widens the window to that delay, so the start lies in [d, 2d].
-    """
+    """The server's ``Retry-After`` header, bounded to [``fallback.base``, ``fallback.cap``], plus
+    jitter; ``fallback`` without the header (docs/retries.md)."""
 
     unit: str = DEFAULT_RETRY_AFTER_UNIT
     jitter: float | str = 0.0
@@ -160,17 +139,15 @@ class RetryAfterBackoff:
         _check_jitter(self.jitter)
 
     def retry_after(self, error: BaseException | None) -> float | None:
-        """The delay the header asks for, in seconds, as the server sent it (finite, ≥ 0,
-        not yet bounded); ``None`` when the error carries no usable ``Retry-After`` (then
-        ``fallback`` applies). Never raises, whatever the value."""
+        """The delay the header asks for, unbounded (finite, ≥ 0); ``None`` without a usable
+        ``Retry-After``. Never raises."""
         value = _header(error, "retry-after")
         if value is None:
             return None
         return parse_retry_after(value, unit=self.unit, now=self.now())
 
     def bounded(self, asked: float) -> float:
-        """The delay waited for a ``Retry-After`` of ``asked`` seconds, before jitter:
-        ``asked`` within [``backoff_base``, ``backoff_max``] (the cap wins a conflict)."""
+        """``asked`` bounded to [``backoff_base``, ``backoff_max``] (the cap wins)."""
         return min(max(asked, self.fallback.base), self.fallback.cap)
 
     def wait(self, error: BaseException | None) -> float | None:
@@ -200,10 +177,8 @@ _NUMBER = re.compile(r"\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z
 
 
 def parse_retry_after(value: str, *, unit: str = "seconds", now: datetime) -> float | None:
-    """Seconds to wait for a ``Retry-After`` value; ``None`` if it is neither a non-negative
-    number nor an HTTP date. A date in the past gives 0; ``unit`` applies to numbers only.
-    The result is finite; any value a server can send (``1e308``, ``99999999999``, a date in
-    the year 9999, garbage) gives a number or ``None``, never an exception."""
+    """Seconds to wait for a ``Retry-After`` value (a number or an HTTP date); ``None`` if unusable.
+    Always finite; never raises."""
     text = value.strip()
     if len(text) > MAX_RETRY_AFTER_CHARS:
         return None
@@ -218,7 +193,7 @@ def parse_retry_after(value: str, *, unit: str = "seconds", now: datetime) -> fl
 
 def _date_delay(text: str, now: datetime) -> float | None:
     try:
-        from email.utils import parsedate_to_datetime  # only for an HTTP-date: not at start
+        from email.utils import parsedate_to_datetime
 
         when = parsedate_to_datetime(text)
         if when is None:  # older Pythons return None instead of raising
@@ -226,19 +201,14 @@ def _date_delay(text: str, now: datetime) -> float | None:
         if when.tzinfo is None:  # "-0000": UTC with no offset information
             when = when.replace(tzinfo=UTC)
         return max((when - now).total_seconds(), 0.0)
-    except Exception:  # a server's header is data: unusable, not a crash
+    except Exception:
         return None
 
 
 @dataclass(frozen=True)
 class FunctionBackoff:
-    """A user's :class:`DelayFunction`: the delay runs from the end of the failed attempt.
-
-    The function gets the attempt number positionally and, of ``elapsed`` (seconds since the
-    first attempt started), ``error``, ``status_code`` and ``headers``, only the keywords its
-    signature accepts. It returns ``None`` to give up. Its delay is capped at ``cap``
-    (``backoff_max``), as every computed delay is.
-    """
+    """A user's :class:`DelayFunction`, called with the keywords its signature accepts; its delay
+    runs from the end of the failed attempt, capped at ``cap``."""
 
     func: DelayFunction
     cap: float = DEFAULT_BACKOFF_MAX
@@ -265,7 +235,7 @@ def _keyword_names(func: Callable[..., Any]) -> frozenset[str] | None:
     """Names ``func`` takes by keyword; ``None`` when it takes ``**kwargs`` (all of them)."""
     try:
         params = inspect.signature(func).parameters.values()
-    except (TypeError, ValueError):  # no introspectable signature: pass the attempt only
+    except (TypeError, ValueError):
         return frozenset()
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return None
@@ -284,8 +254,7 @@ def _seconds(delay: Any, func: Callable[..., Any]) -> float:
 
 
 def resolve_function(spec: str) -> Callable[..., Any]:
-    """Import ``"module:function"`` (the function part may be dotted). ``ValueError`` says
-    which part failed: the form, the import, the attribute, or that it is not callable."""
+    """Import ``"module:function"``; ``ValueError`` says which part failed."""
     module_name, _, attr = spec.partition(":")
     if not module_name.strip() or not attr.strip():
         raise ValueError(f"expected 'module:function', got {spec!r}")
@@ -293,7 +262,7 @@ def resolve_function(spec: str) -> Callable[..., Any]:
         target: Any = importlib.import_module(module_name.strip())
     except ImportError as exc:
         raise ValueError(f"cannot import module {module_name!r} of {spec!r}: {exc}") from exc
-    except Exception as exc:  # a user module that fails while importing
+    except Exception as exc:
         raise ValueError(f"importing module {module_name!r} of {spec!r} failed: "
                          f"{type(exc).__name__}: {exc}") from exc
     for part in attr.strip().split("."):
@@ -307,8 +276,7 @@ def resolve_function(spec: str) -> Callable[..., Any]:
 
 
 def check_backoff(value: str) -> str:
-    """``Setting.check`` for ``backoff``: a strategy name, or a ``module:function`` that
-    resolves now. Returns the value; ``ValueError`` names what failed."""
+    """``Setting.check`` for ``backoff``: a strategy name or a resolvable ``module:function``."""
     text = value.strip()
     if ":" in text:
         resolve_function(text)

@@ -1,9 +1,5 @@
-"""The retry policy: after a failed attempt, retry at T, give up, or suspend (docs/retries.md).
-
-:class:`RetryPolicy` is immutable and only decides; it never sleeps, logs or touches a
-message. The worker (or ``encore simulate``, on a virtual clock) acts on the
-:class:`Decision`. All times are monotonic seconds.
-"""
+"""The retry policy: after a failed attempt, retry at T, give up, or suspend (docs/retries.md). It
+only decides; the worker acts. Times are monotonic seconds."""
 from __future__ import annotations
 
 import dataclasses
@@ -28,21 +24,17 @@ from engine.retry.state import AttemptState
 __all__ = ["FOREVER", "INTERRUPTED_REASON", "UNKNOWN_OUTCOME_CHOICES", "UNKNOWN_OUTCOME_REASON",
            "Action", "Decision", "Reason", "RetryPolicy"]
 
-# No retry waits longer than this, whatever a strategy computes (a retry_interval of 1e300,
-# a user function's answer): every wait stays a date a database can store and a time a
-# thread can sleep. backoff_max caps the computed delays far below it.
-MAX_WAIT = 366 * 24 * 3600.0  # seconds
+# no retry waits longer, whatever a strategy computes: every wait stays storable and sleepable
+MAX_WAIT = 366 * 24 * 3600.0
 
 UNKNOWN_OUTCOME_REASON = ("outcome unknown: the request may have been processed by the server; "
                           "it was not re-sent because the item is not idempotent")
-# after the text of the attempt that was cut short (engine.errors.CRASH_TEXT)
 INTERRUPTED_REASON = ("the request may have been processed, so it is not re-sent (the item is "
                       "not idempotent); resend or discard it")
 
 
 class Action(str, enum.Enum):
-    """What follows an attempt. The retry policy answers RETRY, GIVE_UP or SUSPEND; the
-    delivery policy (engine.delivery.policy) adds COMPLETE and DISABLE."""
+    """What follows an attempt (the delivery policy adds COMPLETE and DISABLE)."""
 
     COMPLETE = "complete"  # a success, or an error that reply code action C accepts
     RETRY = "retry"
@@ -55,8 +47,7 @@ class Action(str, enum.Enum):
 
 
 class Reason(str, enum.Enum):
-    """Why a delivery stops (GIVE_UP, SUSPEND, DISABLE): the value callers test. What the
-    event log says is the decision's ``text``, never matched."""
+    """Why a delivery stops: the value callers test (the event text is never matched)."""
 
     NOT_RETRYABLE = "not_retryable"  # the failure asks for no retry
     MAX_ATTEMPTS = "max_attempts"
@@ -73,9 +64,7 @@ class Reason(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Decision:
-    """The policy's answer. ``at`` is the monotonic time the next attempt starts (RETRY only,
-    else None); ``reason`` says why a GIVE_UP or SUSPEND stops (None for RETRY), and ``text``
-    says it in the words of the give-up or suspension event."""
+    """The policy's answer: ``at`` the next start (RETRY only), or why it stops."""
 
     action: Action
     at: float | None = None
@@ -93,21 +82,7 @@ def _seconds(value: float) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class RetryPolicy:
-    """When to retry a failed message, and when to stop.
-
-    - ``retry_interval``: seconds between attempt starts for the default fixed backoff.
-    - ``failure_timeout``: seconds from the first attempt's start after which a failed attempt
-      is not retried; ``-1`` = retry forever; ``0`` = a single attempt.
-    - ``backoff``: the strategy; ``None`` = ``FixedBackoff(retry_interval)``.
-    - ``max_attempts``: most attempts in all; ``0`` = unlimited.
-    - ``strict``: FailureTimeout is a hard budget (no attempt starts after it and deadlines
-      are clipped to it); off = Ensemble behaviour.
-    - ``idempotent``: False = an outcome-unknown failure is never re-sent.
-    - ``on_unknown_outcome``: for those, ``"error"`` (give up) or ``"suspend"``.
-
-    What is not given takes the declared default of its setting (``RetryPolicy()`` is the
-    policy of an item that sets nothing).
-    """
+    """When to retry a failed message, and when to stop (the item's retry settings)."""
 
     retry_interval: float = RETRY_DEFAULTS.retry_interval
     failure_timeout: float = RETRY_DEFAULTS.failure_timeout
@@ -140,10 +115,7 @@ class RetryPolicy:
         return self.failure_timeout != FOREVER
 
     def deadline(self, *, first_started: float, started: float, response_timeout: float) -> float:
-        """When an attempt started at ``started`` must be over: ``started + response_timeout``
-        (``math.inf`` for a ``response_timeout`` of -1: no limit), clipped to
-        ``first_started + failure_timeout`` when ``strict`` and the budget is not -1
-        (with ``failure_timeout`` 0 the single attempt then gets no time at all)."""
+        """When an attempt started at ``started`` must be over (``math.inf``: no limit)."""
         end = math.inf if response_timeout < 0 else started + response_timeout
         if self.strict and self.bounded:
             end = min(end, first_started + self.failure_timeout)
@@ -151,13 +123,8 @@ class RetryPolicy:
 
     def decide(self, state: AttemptState, *, retry_needed: bool, interrupted: bool = False,
                rng: random.Random | None = None) -> Decision:
-        """Decide after failed attempt ``state`` (rules 4, 5 of docs/retries.md).
-
-        ``retry_needed`` is the message's retry-needed flag; ``interrupted``: the attempt was
-        in flight when its daemon stopped (recovered on the next delivery); ``rng`` draws
-        jitter (None: a module-wide generator). A RETRY's ``at`` is never before
-        ``state.ended``.
-        """
+        """Decide after failed attempt ``state`` (rules 4, 5 of docs/retries.md). ``interrupted``:
+        it was in flight when its daemon stopped; ``rng`` draws jitter."""
         refusal = self._refusal(state, retry_needed, interrupted)
         if refusal is not None:
             return refusal
@@ -179,10 +146,7 @@ class RetryPolicy:
         return None
 
     def _unknown_outcome(self, state: AttemptState, interrupted: bool) -> Decision | None:
-        """The outcome-unknown rule, decided here only: a request that may have been
-        processed is sent again only by an idempotent item. Otherwise the message ends in
-        Error or, with ``on_unknown_outcome = "suspend"``, Suspended; an attempt cut short by
-        its daemon stopping always suspends it, for an operator to find out what happened."""
+        """The outcome-unknown rule: only an idempotent item re-sends."""
         if self.idempotent or getattr(state.error, "delivery", None) != Delivery.UNKNOWN:
             return None
         if interrupted:
@@ -233,8 +197,7 @@ class RetryPolicy:
 
     @classmethod
     def from_settings(cls, settings: RetrySettings | Mapping[str, Any]) -> RetryPolicy:
-        """The policy for an item's retry settings; a mapping (validated settings,
-        snake_case keys) is read as :meth:`RetrySettings.from_validated` reads it."""
+        """The policy for an item's retry settings (a mapping is read as validated settings)."""
         if not isinstance(settings, RetrySettings):
             settings = RetrySettings.from_validated(settings)
         return cls(retry_interval=settings.retry_interval,

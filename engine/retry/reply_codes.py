@@ -1,25 +1,8 @@
 """Ensemble's ReplyCodeActions: map an error to actions (docs/retries.md rule 3).
 
-Syntax: comma-separated rules ``<codes>=<actions>``, e.g.
-``E=R,E#503=W,E*timeout=RF,(E#404,E#410)=F,X=R``.
-
-Codes:
-- ``E``        any error;
-- ``E#<code>`` the error's code (an HTTP status such as ``503``, a SOAP fault code) or the
-  name of the error's class or one of its bases (``E#ResponseTimeout``, ``E#OutcomeUnknown``),
-  case-insensitively. Qualified codes compare by their local name, whatever prefix either
-  side uses (``E#Server``, ``E#soap:Server`` and ``E#{ns}Server`` all match a
-  ``soap11env:Server`` fault); a SOAP 1.1 dotted code is covered by its more generic
-  left-hand part (``E#Client`` matches ``Client.Refused``, not the other way round);
-- ``E*<text>`` errors whose text contains ``<text>``, case-insensitively;
-- ``X``        no reply at all (the request was not sent, or its outcome is unknown);
-- ``(c1,c2)``  any of several codes.
-
-Actions, combinable and case-insensitive: ``C`` complete (treat as success), ``W`` warn,
-``R`` retry, ``S`` suspend, ``D`` disable the item, ``F`` fail.
-
-Rules whose only action is ``W`` are all evaluated (each match adds a warning); then the first
-matching other rule supplies the actions. When none matches, the error fails (``E=F``).
+Comma-separated rules ``<codes>=<actions>``, e.g. ``E=R,E#503=W,(E#404,E#410)=F,X=R``; codes and
+actions are listed in docs/retries.md. All W-only rules that match add warnings, then the first
+other match supplies the actions; none: ``E=F``.
 """
 from __future__ import annotations
 
@@ -58,8 +41,7 @@ _WARN_ONLY = Actions(warn=True)
 
 @dataclass(frozen=True)
 class ReplyCode:
-    """One code: ``kind`` is ``"E"`` (any error), ``"E#"`` (a code or class name), ``"E*"``
-    (text contained) or ``"X"`` (no reply); ``value`` is the code or text ("" for E and X)."""
+    """One code: ``kind`` ``E``, ``E#``, ``E*`` or ``X``; ``value`` the code or text."""
 
     kind: str
     value: str = ""
@@ -76,14 +58,12 @@ class ReplyCode:
 
 
 def local_name(code: str) -> str:
-    """The local part of a qualified code: ``soap11env:Server`` and ``{urn:x}Server`` →
-    ``Server``; an unqualified code is returned as it is."""
+    """The local part of a qualified code (``soap11env:Server`` → ``Server``)."""
     return code.rsplit("}", 1)[-1].rsplit(":", 1)[-1]
 
 
 def _covers(wanted: str, codes: set[str]) -> bool:
-    """True when ``wanted`` (a lower-case local name) is one of ``codes`` or, SOAP 1.1 style,
-    the generic part of a dotted one (``client`` covers ``client.refused``)."""
+    """True when ``wanted`` is one of ``codes`` or the generic part of a dotted one."""
     return any(code == wanted or code.startswith(wanted + ".") for code in codes)
 
 
@@ -116,13 +96,11 @@ class ReplyCodeActions:
 
     @classmethod
     def parse(cls, text: str) -> ReplyCodeActions:
-        """Parse Ensemble syntax. ``ValueError`` gives the 1-based character position of the
-        first error and what was expected there."""
+        """Parse Ensemble syntax; ``ValueError`` gives the 1-based position of the first error."""
         return cls(_Parser(text).rules())
 
     def evaluate(self, error: BaseException) -> Actions:
-        """The actions for ``error``: warnings from every matching W-only rule, plus the first
-        matching other rule's actions; ``Actions(fail=True)`` when no such rule matches."""
+        """The actions for ``error`` (fail when no rule matches)."""
         warned = any(r.actions == _WARN_ONLY and r.matches(error) for r in self.rules)
         chosen = next((r.actions for r in self.rules
                        if r.actions != _WARN_ONLY and r.matches(error)), Actions(fail=True))
@@ -130,8 +108,7 @@ class ReplyCodeActions:
 
 
 def check_reply_code_actions(value: str) -> str:
-    """``Setting.check`` for ``reply_code_actions``: returns ``value`` if it parses, else
-    raises ``ValueError`` with the position of the error."""
+    """``Setting.check`` for ``reply_code_actions``: ``value`` if it parses, else ``ValueError``."""
     ReplyCodeActions.parse(value)
     return value
 

@@ -1,13 +1,6 @@
-"""The retry settings of an item (docs/retries.md and docs/settings.md): their declarations, the
-typed object
-:class:`RetrySettings` built from them, and the one conversion of those settings into a
-backoff strategy (:func:`backoff_from_settings`).
-
-Every default is in its :class:`~engine.settings.Setting` declaration below, and nowhere
-else: :class:`RetrySettings` has no field defaults, and the policy's and strategies' own
-defaults are the same declarations read back (:data:`RETRY_DEFAULTS`) or the named
-constants these declarations use.
-"""
+"""The retry settings of an item (docs/retries.md, docs/settings.md), the typed
+:class:`RetrySettings`, and :func:`backoff_from_settings`. Every default lives in its
+:class:`~engine.settings.Setting` declaration here and nowhere else."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -70,8 +63,7 @@ RETRY_SETTINGS: tuple[Setting, ...] = (
             help="Ensemble reply code actions, e.g. 'E#503=R,E=F'"),
 )
 
-# Declared by outbound adapters (adapters.settings.COMMON_SETTINGS), read by the retry
-# policy: an item without an adapter has their defaults.
+# declared by outbound adapters, read by the retry policy (defaults for an item without one)
 OUTCOME_SETTINGS: tuple[Setting, ...] = (
     Setting(name="idempotent", kind=bool, default=True,
             help="false: a request that may have been processed is never re-sent"),
@@ -82,10 +74,7 @@ OUTCOME_SETTINGS: tuple[Setting, ...] = (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetrySettings(TypedSettings):
-    """An item's retry settings (see :data:`RETRY_SETTINGS` and :data:`OUTCOME_SETTINGS`
-    for what each means, and its default). ``failure_timeout`` -1 = retry forever;
-    ``max_attempts`` 0 = unlimited; ``jitter`` is seconds or ``"full"``; ``backoff`` is a
-    strategy name or ``"module:function"``."""
+    """An item's retry settings (see :data:`RETRY_SETTINGS` and :data:`OUTCOME_SETTINGS`)."""
 
     DECLARED: ClassVar[tuple[Setting, ...]] = (*RETRY_SETTINGS, *OUTCOME_SETTINGS)
 
@@ -104,18 +93,13 @@ class RetrySettings(TypedSettings):
     on_unknown_outcome: str
 
 
-RETRY_DEFAULTS = RetrySettings.defaults()  # the declared defaults, for the policy's own
+RETRY_DEFAULTS = RetrySettings.defaults()
 
 
 def backoff_from_settings(settings: RetrySettings | Mapping[str, Any]) -> Backoff:
-    """The strategy that the retry settings ask for: the one place where configuration
-    shorthand becomes a strategy.
-
-    ``backoff`` is ``"fixed"`` (uses ``retry_interval``), ``"exponential"``,
-    ``"retry_after"``, ``"module:function"``, or already a strategy object. A mapping
-    (validated settings, snake_case keys) is read as :meth:`RetrySettings.from_validated`
-    reads it. Raises :class:`ConfigurationError` naming the ``backoff`` setting.
-    """
+    """The backoff strategy the retry settings ask for: ``"fixed"``, ``"exponential"``,
+    ``"retry_after"``, ``"module:function"`` or a strategy object. A mapping is read as validated
+    settings. Raises :class:`ConfigurationError` naming ``backoff``."""
     if not isinstance(settings, RetrySettings):
         settings = RetrySettings.from_validated(settings)
     kind: Any = settings.backoff

@@ -1,5 +1,4 @@
-"""The state of a delivery after attempt *k*: what the retry policy and backoff strategies
-decide from (tenacity's ``RetryCallState``), in a module of its own so both can import it."""
+"""The state of a delivery after attempt *k* that the retry policy and backoffs decide from."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -10,12 +9,8 @@ __all__ = ["AttemptState"]
 
 @dataclass(frozen=True, kw_only=True)
 class AttemptState:
-    """What happened in attempt *k*. Times are monotonic seconds.
-
-    ``first_started`` is s_1 (FailureTimeout counts from it, across restarts), ``started`` s_k,
-    ``ended`` f_k. ``error`` is what the attempt raised (None: no exception, e.g. the
-    operation asked for a retry); its ``status_code`` and ``headers`` are read when present.
-    """
+    """What happened in attempt *k* (monotonic seconds): ``first_started`` s_1, ``started`` s_k,
+    ``ended`` f_k; ``error`` what it raised, if anything."""
 
     attempt: int
     first_started: float

@@ -1,10 +1,5 @@
-"""Alerts: ``Alert`` events, forwarded to an optional alert item (docs/architecture.md).
-
-Queue alerts fire once per crossing of ``queue_count_alert`` / ``queue_wait_alert`` and re-arm
-when the value falls below 80 % of the threshold. Every ``Alert`` event — from a queue alert,
-``alert_on_error`` or a host's ``log_alert`` — is also sent as a message to the production's
-``alert_item`` when one is set.
-"""
+"""Alerts: ``Alert`` events, also sent to the production's ``alert_item`` when one is set
+(docs/architecture.md)."""
 from __future__ import annotations
 
 import logging

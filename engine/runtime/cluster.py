@@ -1,18 +1,9 @@
-"""Several daemons on one database: who leads, who runs a FIFO item, and whose clock counts
-(docs/architecture.md).
+"""Several daemons on one database: who leads, who runs a FIFO item, and whose clock counts.
 
-- :class:`LeaseKeeper` holds one daemon's leases (``engine.store.leases``): ``leader`` — the
-  daemon whose scheduler runs business services and leader-only housekeeping — and
-  ``item:<name>`` for every FIFO item (``pool_size = 1`` with blocking retries), which only
-  its holder works. The heartbeat renews them; a daemon that dies loses them when they expire,
-  one that stops gives them up at once.
-- :class:`DatabaseClock` is the database's clock carried on this process's monotonic clock,
-  so lease expiry (of messages and of these leases) compares times from one clock, whatever
-  the skew between hosts, and a step of this host's wall clock moves no due time.
-
-A lease counts as held locally until ``lease_seconds`` after the start of its last successful
-renewal, minus a safety margin: a daemon that cannot reach the database stops using a lease
-before anyone else may take it.
+:class:`LeaseKeeper` holds one daemon's leases and :class:`DatabaseClock` carries the database's
+time on the monotonic clock (docs/architecture.md, docs/scale-out.md). A lease counts as held
+locally only until shortly before it could expire, so a daemon cut off from the database stops using
+it before anyone else may take it.
 """
 from __future__ import annotations
 
@@ -23,7 +14,7 @@ from datetime import datetime, timedelta
 
 from engine.clock import Clock, SystemClock
 from engine.config.production import ItemConfig
-from engine.delivery.claims import LEASE_MARGIN  # a lease is given up early, as a claim is
+from engine.delivery.claims import LEASE_MARGIN
 from engine.errors import StoreError
 from engine.runtime.lifecycle import LifecycleLog, LifeStep, leases_text
 from engine.runtime.liveness import boot_id, pid_namespace, why_dead
@@ -35,7 +26,7 @@ __all__ = ["LEADER", "STEP_SECONDS", "DatabaseClock", "LeaseKeeper", "boot_id",
 
 log = logging.getLogger(__name__)
 
-LEADER = "leader"  # name of the scheduler's lease
+LEADER = "leader"
 CLOCK_TOLERANCE = 0.005  # seconds of measured offset change ignored as jitter
 STEP_SECONDS = 1.0  # a larger jump of the database's clock is a step, not drift
 
@@ -46,31 +37,20 @@ def item_lease_name(item: str) -> str:
 
 
 def is_fifo(item: ItemConfig) -> bool:
-    """True for an item whose messages must be delivered one at a time, in order, across
-    every daemon: ``pool_size = 1`` with ``retry_mode = "blocking"`` (an item that is not a
-    business operation has no retry mode, and is never parked)."""
+    """True for an item delivered one at a time, in order, across every daemon."""
     operation = item.operation_settings
     return item.pool_size == 1 and (operation is None or operation.retry_mode == "blocking")
 
 
 class DatabaseClock:
-    """The time every daemon of a production shares, kept on this process's monotonic clock
-    (docs/architecture.md, "Which clock decides what").
-
-    :meth:`sync` (at start and on every heartbeat) reads the database's clock — PostgreSQL's
-    ``clock_timestamp()``; on SQLite, which has no server, this host's wall clock — and
-    anchors this clock on it, within the reading's round trip: :meth:`now` is that
-    reading moved on by the monotonic seconds since. So a step of this host's wall clock (an
-    NTP step, a resumed VM) changes nothing on PostgreSQL, and on SQLite nothing until the
-    next heartbeat, which reports it as a *step* (:meth:`sync`'s return value) for the
-    daemon to carry the stored due times across it. Monotonic time and sleeps are
-    ``base``'s."""
+    """The database's time, kept on this process's monotonic clock (docs/architecture.md, "Which
+    clock decides what"). :meth:`sync` re-anchors it; monotonic time and sleeps are ``base``'s."""
 
     def __init__(self, store: SqlStore, base: Clock | None = None) -> None:
         self.store = store
         self.base: Clock = base or SystemClock()
         self._lock = threading.RLock()
-        self._anchor = (self.base.now(), self.base.monotonic())  # until the first sync
+        self._anchor = (self.base.now(), self.base.monotonic())
         self._synced = False
 
     @property
@@ -79,19 +59,14 @@ class DatabaseClock:
         return (self.now() - self.base.now()).total_seconds()
 
     def sync(self, reading: tuple[datetime, float] | None = None) -> float:
-        """Read the database's clock and anchor this clock on it; return the step — the
-        seconds the database's clock moved against the monotonic clock since the last sync,
-        when that is more than ``STEP_SECONDS`` — or 0.0. Raises StoreError when the
-        database does not answer. ``reading``: on SQLite, the wall and monotonic times
-        the caller already read (the daemon carries the stored times across a step on the
-        same reading, so that this clock never follows a step the stored times have not).
+        """Read the database's clock and anchor this clock on it; return the step (when above
+        ``STEP_SECONDS``) or 0.0. Raises StoreError. ``reading``: on SQLite, the wall and monotonic
+        times the caller already read.
 
-        A reading was taken somewhere within its round trip, so it only bounds the offset
-        of the two clocks: the anchor moves when it falls outside those bounds, and then no
-        further than the nearer bound. A reading delayed for seconds (a network partition,
-        a frozen database, a loaded host) thus cannot move this clock ahead of the
-        database's by half its delay — ahead, this daemon would judge other daemons' leases
-        expired early and take over their live claims."""
+        The anchor moves only when it falls outside the reading's round-trip bounds, and then to the
+        nearer bound: a delayed reading must not put this clock ahead, which would expire other
+        daemons' leases early.
+        """
         if reading is not None and not self.store.is_postgres:
             now, started = reading
             ended = started
@@ -107,7 +82,6 @@ class DatabaseClock:
                 moved = (now - (anchored + timedelta(seconds=(started + ended) / 2 - at))
                          ).total_seconds()
             else:
-                # what this clock read at ``started`` and at ``ended``, against the reading
                 early = anchored + timedelta(seconds=started - at)
                 late = anchored + timedelta(seconds=ended - at)
                 if now > late:
@@ -131,11 +105,8 @@ class DatabaseClock:
         return moved
 
     def holding(self) -> threading.RLock:
-        """The lock :meth:`now` takes: held, no thread reads this clock until it is
-        released (the daemon holds it while it carries SQLite's stored times across a step
-        of the wall clock and re-anchors this clock). Nothing reads this clock inside a
-        database transaction, so no thread waits for it holding the write lock the daemon
-        needs meanwhile."""
+        """The lock :meth:`now` takes; while held no thread reads this clock (the daemon holds it
+        across a clock step). Never taken inside a transaction."""
         return self._lock
 
     def monotonic(self) -> float:
@@ -151,18 +122,12 @@ class DatabaseClock:
 
 
 class LeaseKeeper:
-    """The leases one daemon (``owner``) wants, and which of them it holds.
-
-    :meth:`want` a lease, then :meth:`renew` (every heartbeat) takes it when it is free and
-    keeps it while held; :meth:`hold` also tries to take it, at most every ``retry_seconds``
-    (a FIFO worker asks before each claim). :meth:`holds` answers from memory.
-    """
+    """The leases one daemon (``owner``) wants, and which of them it holds."""
 
     def __init__(self, store: SqlStore, owner: str, *, clock: Clock, lease_seconds: float,
                  retry_seconds: float,
                  on_change: Callable[[str, bool], None] | None = None) -> None:
-        """``on_change(name, took)``: called when this daemon takes a lease it did not hold
-        (``took`` True) or finds one it held taken by another (False)."""
+        """``on_change(name, took)``: called when this daemon takes or loses a lease."""
         self.store = store
         self.on_change = on_change
         self.owner = owner
@@ -170,13 +135,12 @@ class LeaseKeeper:
         self.lease_seconds = lease_seconds
         self.retry_seconds = retry_seconds
         self._wanted: set[str] = set()
-        self._valid_until: dict[str, float] = {}  # monotonic seconds
+        self._valid_until: dict[str, float] = {}
         self._next_try: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def want(self, name: str) -> None:
-        """Take lease ``name`` whenever it is free, from the next :meth:`renew` or
-        :meth:`hold` on."""
+        """Take lease ``name`` whenever it is free, from the next renewal on."""
         with self._lock:
             self._wanted.add(name)
 
@@ -192,8 +156,7 @@ class LeaseKeeper:
         return sorted(n for n in names if self.holds(n))
 
     def hold(self, name: str) -> bool:
-        """True if ``name`` is held; if not, try to take it (at most every
-        ``retry_seconds``)."""
+        """True if ``name`` is held; if not, try to take it (at most every ``retry_seconds``)."""
         if self.holds(name):
             return True
         with self._lock:
@@ -236,7 +199,7 @@ class LeaseKeeper:
             log.warning("could not renew lease %s: %s", name, exc)
             return self.holds(name)
         with self._lock:
-            dropped = ok and name not in self._wanted  # released meanwhile
+            dropped = ok and name not in self._wanted
             ok = ok and not dropped
             had = self.clock.monotonic() < self._valid_until.get(name, float("-inf"))
             if ok:
@@ -255,15 +218,9 @@ class LeaseKeeper:
         return ok
 
 
-# -- daemons that are gone ----------------------------------------------------------------
 def reap_dead_local_daemons(store: SqlStore, host: str, namespace: str | None,
                             lifecycle: LifecycleLog | None = None) -> int:
-    """Forget every daemon registered from ``host`` *in this PID namespace of this boot*
-    (``namespace``, see :func:`pid_namespace`) that is dead — its PID gone, a zombie, or
-    another process's (:func:`~engine.runtime.liveness.why_dead`): its messages go back to
-    their queues and its leases are free at once, not at expiry. A daemon of another
-    namespace — a container with the same host name — is never judged by its PID: only its
-    heartbeat lease expiring can declare it dead. Returns how many were forgotten."""
+    """Forget dead daemons of ``host`` in this PID ``namespace``; returns how many."""
     if namespace is None:
         return 0
     forgotten = 0
@@ -276,19 +233,14 @@ def reap_dead_local_daemons(store: SqlStore, host: str, namespace: str | None,
 
 def forget_silent_daemons(store: SqlStore, *, silent_seconds: float, now: datetime,
                           lifecycle: LifecycleLog | None = None) -> None:
-    """Forget the daemons whose last heartbeat is more than ``silent_seconds`` before
-    ``now``: on another host, nobody can tell a dead daemon from a cut-off one sooner."""
+    """Forget daemons whose last heartbeat is more than ``silent_seconds`` before ``now``."""
     for daemon_id in store.stale_daemons(now - timedelta(seconds=silent_seconds)):
         forget_daemon(store, daemon_id, f"silent for over {silent_seconds:g} s", lifecycle)
 
 
 def forget_daemon(store: SqlStore, daemon_id: str, why: str,
                   lifecycle: LifecycleLog | None = None) -> bool:
-    """Take ``daemon_id`` off the ``daemon`` table, then release its claims and leases, with
-    one ``Warning`` of the production's life (``lifecycle``: the daemon that found it). Only
-    the daemon that took it off does the rest: two that find it dead at once record it
-    once. Attempts it left open stay open: the next delivery treats them as outcome
-    unknown. False when another daemon forgot it first."""
+    """Forget ``daemon_id`` and release its claims and leases; False if already done."""
     if not store.unregister_daemon(daemon_id):
         return False
     released = store.release_claims(daemon_id)

@@ -1,10 +1,5 @@
-"""What a daemon reports for the operator's console (docs/portal.md).
-
-What runs — ``daemon.items`` and ``daemon.item_states``: each item's state, its last
-outcome, its servers' bad marks, and the items a reload refused or a restart could not
-start — is rewritten when it changes and at every reload; the items' per-minute counters
-(:mod:`engine.store.rollup`) are flushed every couple of seconds, and the leader also
-deletes the rows older than :data:`~engine.store.rollup.KEEP_DAYS`.
+"""What a daemon reports for the operator's console (docs/portal.md): ``daemon.items`` and
+``daemon.item_states`` when they change, and the items' per-minute counters every couple of seconds.
 """
 from __future__ import annotations
 
@@ -20,8 +15,7 @@ from engine.store.sql import SqlStore
 
 
 class ReloadState(Protocol):
-    """What the console reports of the daemon's reloader
-    (:class:`engine.runtime.reload.Reloader`)."""
+    """What the console reports of the daemon's reloader."""
 
     @property
     def refused(self) -> Mapping[str, str]: ...
@@ -36,10 +30,7 @@ ROLLUP_PRUNE_INTERVAL = 3600.0  # seconds between the leader's deletions of old 
 
 
 class ConsoleReport:
-    """The console's view of daemon ``daemon_id``: its ``runners`` (by item name) among the
-    production's operation ``items()``, what its ``reloader`` refused or failed to start,
-    and the per-minute counters of :attr:`rollup`; ``leader()``: True while the daemon
-    holds the leader lease; ``inbound()``: the inbound services it serves."""
+    """The console's view of daemon ``daemon_id``: its runners, refusals and counters."""
 
     def __init__(self, store: SqlStore, clock: Clock, daemon_id: str, *,
                  runners: Mapping[str, ItemRunner], reloader: ReloadState,
@@ -54,13 +45,12 @@ class ConsoleReport:
         self.leader = leader
         self.inbound = inbound
         self.rollup = rollup.RollupCounter(clock)
-        self._next_flush = 0.0  # monotonic seconds of the next rollup flush
+        self._next_flush = 0.0
         self._next_prune = 0.0
-        self._reported: str | None = None  # the item states last written
+        self._reported: str | None = None
 
     def tick(self, now: float, *, inline: bool) -> float | None:
-        """The item states when they changed, and the rollup flush when due; the seconds
-        until the next flush (None ``inline``: no wake-up of its own)."""
+        """Report changed states and flush the rollup; seconds until the next flush."""
         self.report_states()
         if now >= self._next_flush:
             self.flush_rollup(now)
@@ -89,9 +79,9 @@ class ConsoleReport:
                 one["servers"] = [{"url": url, "bad": pool.is_bad(url)}
                                   for url in pool.servers]
             if operations := getattr(runner.adapter, "operations", ()):
-                one["operations"] = list(operations)  # a WSDL's: the Testing Service's example
+                one["operations"] = list(operations)
             states[name] = one
-        for name in self.inbound():  # served here, as long as the inbound server runs
+        for name in self.inbound():
             states.setdefault(name, {"state": running.READY, "inbound": True})
         for name, reason in self.reloader.failed.items():
             states.setdefault(name, {"state": running.FAILED})["detail"] = reason

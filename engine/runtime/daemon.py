@@ -1,41 +1,10 @@
 """The daemon: runs a production until told to stop.
 
-Operation items run on their own worker threads (:class:`~engine.delivery.item.ItemRunner`). The
-daemon's own periodic work is one loop: :meth:`Daemon.tick` does what is due — the heartbeat
-and lease renewal, a reload asked for by SIGHUP, the scheduler's jobs (business services,
-queue alerts, forgetting silent daemons, purge for ``retention_days``) — and returns the
-seconds until it is needed again; ``run()`` waits that long on an event that the signal
-handlers set (they only set events). The heartbeat runs on the loop's thread itself, and
-what may be slow (a service, a purge, a reload) on other threads, so it is never late.
-Shutdown stops intake first, then waits for the workers with one overall timeout
-(``shutdown_timeout``), beating the heartbeat until they have joined; messages still in hand
-go back to their queue, and their open attempts count as outcome unknown on the next start.
-
-Started ``inline`` the daemon starts no thread at all: items deliver and jobs run inside
-``tick()`` on the caller's thread. :class:`engine.testing.VirtualDaemon` drives it so on a
-virtual clock, advancing the clock to each wake-up ``tick()`` returns.
-SIGHUP reloads the production file, all or nothing: new and changed items are built first,
-and if one of them cannot start the reload is refused; else changed items restart and the
-others keep running.
-
-Several daemons may share one database (docs/architecture.md, docs/scale-out.md): each claims
-messages under a lease its heartbeat renews; the ``leader`` lease decides which one runs
-business services and leader-only housekeeping; an ``item:<name>`` lease decides which one
-works a FIFO item (:mod:`engine.runtime.cluster`). On PostgreSQL a listener thread wakes the workers
-of an item as soon as any daemon announces work for it.
-
-For the operator's console (docs/portal.md) the loop also writes what runs — ``daemon.items``
-and ``daemon.item_states``, when they change and at every reload — and flushes the items'
-per-minute counters (:mod:`engine.store.rollup`) every couple of seconds; an operator's
-restart of an item and an admin's Reload arrive as announcements and run on the reload
-thread, one at a time.
-
-The :class:`Daemon` is the lifecycle — start, the loop, stop, the heartbeat, the signals —
-and composes what does one thing each: the :class:`~engine.runtime.reload.Reloader` (reloads
-and restarts), the :class:`~engine.runtime.queue_alerts.QueueAlerts`, the
-:class:`~engine.runtime.announcements.AnnouncementRouter` (which announcement goes to which
-item runner) and the :class:`~engine.runtime.console.ConsoleReport`. Each item runner owns
-its guards (:attr:`ItemRunner.guards <engine.delivery.item.ItemRunner.guards>`).
+Items run on their own threads (:class:`~engine.delivery.item.ItemRunner`); the daemon's own
+periodic work is one loop, :meth:`Daemon.tick`, whose heartbeat runs on the loop's thread while slow
+work (services, purges, reloads) runs elsewhere, so the heartbeat is never late. Started ``inline``
+it starts no thread and ``tick()`` also delivers (the virtual-clock harness). Stop, reload and
+leases: docs/architecture.md and docs/scale-out.md.
 """
 from __future__ import annotations
 
@@ -104,12 +73,10 @@ class Daemon:
                  clock: Clock | None = None, env: Mapping[str, str] | None = None,
                  adapters: Mapping[str, OutboundAdapter] | None = None,
                  rng: random.Random | None = None) -> None:
-        """``adapters``: the adapter to use for the item of that name instead of one built
-        from its class (tests, ``encore simulate``); ``rng``: the workers' source of jitter
-        (None: a fresh one each)."""
+        """``adapters``: used instead of building the items' own; ``rng``: jitter source."""
         self.production = production
         self.store = store or SqlStore(production.database)
-        self.file_watch = DatabaseFileWatch(self.store)  # SQLite: the file still at its path?
+        self.file_watch = DatabaseFileWatch(self.store)
         self.clock = clock or DatabaseClock(self.store)
         self.env = os.environ if env is None else env
         self.host = socket.gethostname()
@@ -120,7 +87,7 @@ class Daemon:
         self.runners: dict[str, ItemRunner] = {}
         self.events = AlertingEventLog(self.store.events, self.store, production)
         self.lifecycle = LifecycleLog(self.events, self.id)
-        self.stop_reason = "stopped by its caller"  # a signal or an error says otherwise
+        self.stop_reason = "stopped by its caller"
         self.metrics = Metrics()
         self.leases = LeaseKeeper(self.store, self.id, clock=self.clock,
                                   lease_seconds=production.lease_seconds,
@@ -129,16 +96,15 @@ class Daemon:
         self.scheduler = ProductionScheduler(production, store=self.store, clock=self.clock,
                                              events=self.events, leader=self.is_leader)
         self.metrics_server: MetricsServer | None = None
-        self.portal: Any = None  # engine.portal.server.PortalServer, with [portal]
-        self.inbound: InboundServer | None = None  # with [inbound]
+        self.portal: Any = None
+        self.inbound: InboundServer | None = None
         self.tracing = tracing_for(production)  # None: tracing off (read at start only)
         self.adapters = dict(adapters or {})
         self.rng = rng
-        self.inline = False  # start(inline=True): no threads, tick() does everything
+        self.inline = False
         self._loop_thread: threading.Thread | None = None
-        self._next_beat = 0.0  # monotonic seconds of the next heartbeat
+        self._next_beat = 0.0
         self._beat_lock = threading.Lock()
-        # what does one thing each (the module docstring)
         self.reloader = Reloader(self)
         self.queue_alerts = QueueAlerts(self.store, self.clock, self.events, self._operations)
         self.announcements = AnnouncementRouter(self.store, self.runners,
@@ -150,24 +116,15 @@ class Daemon:
         self.metrics.rollup = self.console.rollup
 
     def _lease_changed(self, name: str, took: bool) -> None:
-        """Leadership changes are the production's life; a FIFO item's lease, the log's."""
         self.lifecycle.lease(name, took, record=name == LEADER)
 
     @property
     def heartbeat_interval(self) -> float:
         return self.production.lease_seconds / 3
 
-    # -- lifecycle -----------------------------------------------------------------------
     def start(self, *, background: bool = True, inline: bool = False) -> None:
-        """Check the schema; build every operation item (adapter, hosts, ``on_init``) and
-        open the metrics endpoint — what can fail, before anything runs; then reclaim the
-        work of dead daemons of this host, register, take the leases that are free, and
-        start the items and the scheduler. A start that fails leaves nothing running and
-        nothing registered: no attempt can have begun.
-
-        ``background``: run the tick loop on a thread of the daemon's own (``run()`` passes
-        False and runs it itself). ``inline``: start no thread at all — the caller drives the
-        daemon with :meth:`tick`, which then also delivers (the virtual-clock harness)."""
+        """Build what can fail, then register, take leases and start items and scheduler.
+        ``background``: loop on a thread; ``inline``: no thread, the caller drives :meth:`tick`."""
         self.inline = inline
         self.store.check_schema()
         self._sync_clock()
@@ -198,18 +155,18 @@ class Daemon:
             self._loop_thread = threading.Thread(target=self._loop, daemon=True,
                                                  name="encore-daemon")
             self._loop_thread.start()
-        if self.production.portal is not None:  # [portal]: the portal on a thread of ours
+        if self.production.portal is not None:
             from engine.portal.server import PortalServer
 
             self.portal = PortalServer(self.store, self.production, self.production.portal,
                                        env=self.env)
             self.portal.start()
-        if self.production.inbound is not None:  # [inbound]: the inbound services, likewise
+        if self.production.inbound is not None:
             from engine.inbound.server import InboundServer
 
             self.inbound = InboundServer(self.store, self.production, self.production.inbound)
             self.inbound.start()
-            self.console.report_states()  # its services run here now
+            self.console.report_states()
         waiting = [f"{r.item.name} ({r.not_ready_reason or 'starting'})"
                    for r in self.runners.values() if not r.ready]
         not_ready = (f"; {len(waiting)} item(s) not ready, their messages stay queued: "
@@ -219,20 +176,18 @@ class Daemon:
             f"{self.id}{' (leader)' if self.is_leader() else ''}{not_ready}"))
 
     def _record_failed_start(self, exc: Exception) -> None:
-        """One ``Error`` of the production's life for a start that fails, not logged:
-        ``encore run`` says it in one line. A database that cannot take it is no matter."""
+        """Record one ``Error`` event for a failed start, if the database takes it."""
         try:
             self.store.events.write(
                 "Error", f"daemon {self.id} could not start production "
                 f"{self.production.name}: {exc}", config_name=getattr(exc, "item", None),
                 job=self.id, source_class=SOURCE_CLASS, source_method=LifeStep.START,
                 echo=False)
-        except Exception as write_error:  # the start's own error goes on
+        except Exception as write_error:
             log.debug("the failed start is not in the event log: %s", write_error)
 
     def _prepare_start(self) -> dict[str, ItemRunner]:
-        """Every operation item's runner, prepared, and the metrics endpoint serving; if
-        one of them fails, nothing of the others is left."""
+        """Prepare every item's runner and serve the metrics endpoint; on failure, undo it all."""
         runners = self.build_runners(self._operations())
         try:
             self._start_metrics()
@@ -243,8 +198,7 @@ class Daemon:
         return runners
 
     def _start_scheduler(self) -> None:
-        """The housekeeping jobs (the heartbeat is the loop's own, see :meth:`tick`); in real
-        time the scheduler runs them, and the services, on its thread pool."""
+        """Start the housekeeping jobs (the heartbeat is the loop's own)."""
         self.queue_alerts.schedule(self.scheduler)
         self.scheduler.add_housekeeping("forget_dead_daemons", self.production.lease_seconds,
                                         self.forget_dead_daemons, leader_only=True)
@@ -254,17 +208,15 @@ class Daemon:
         if self.inline:
             self.scheduler.open()
         else:
-            self.scheduler.start(loop=False)  # the daemon's loop ticks it
+            self.scheduler.start(loop=False)
 
     def guards(self, name: str) -> ItemGuards | None:
-        """The rate limit and circuit breaker of the running item ``name`` (None: no such
-        item running)."""
+        """The guards of the running item ``name`` (None: not running)."""
         runner = self.runners.get(name)
         return None if runner is None else runner.guards
 
     def is_leader(self) -> bool:
-        """True while this daemon holds the leader lease: its scheduler runs business
-        services and leader-only housekeeping."""
+        """True while this daemon holds the leader lease."""
         return self.leases.holds(LEADER)
 
     def _start_metrics(self) -> None:
@@ -287,7 +239,7 @@ class Daemon:
         """(healthy, reason): the database answers and every worker thread is alive."""
         try:
             queries.daemons(self.store)
-        except EncoreError as exc:  # the driver's details to the log, not to the caller
+        except EncoreError as exc:
             log.warning("health check: database unavailable: %s", exc)
             return False, "database unavailable"
         dead = [t.name for r in self.runners.values() for t in r.threads if not t.is_alive()]
@@ -312,8 +264,7 @@ class Daemon:
         return operation_items(self.production)
 
     def build_runners(self, items: list[ItemConfig]) -> dict[str, ItemRunner]:
-        """A prepared runner for each of ``items``; if one fails, tear down the others and
-        raise its error."""
+        """A prepared runner for each of ``items``; if one fails, tear down the others and raise."""
         built: dict[str, ItemRunner] = {}
         try:
             for item in items:
@@ -325,8 +276,7 @@ class Daemon:
         return built
 
     def build_runner(self, item: ItemConfig) -> ItemRunner:
-        """``item``'s runner, prepared — adapter made, hosts made, ``on_init`` called — but
-        not started. Raises :class:`EncoreError` naming the item; nothing of it is left."""
+        """``item``'s runner, prepared but not started; raises :class:`EncoreError`."""
         lease = None
         if is_fifo(item):
             lease = functools.partial(self.leases.hold, item_lease_name(item.name))
@@ -334,7 +284,6 @@ class Daemon:
         guards = ItemGuards.for_item(item, store=self.store, clock=self.clock, owner=self.id,
                                      events=self.events, metrics=self.metrics, stop=stop,
                                      lease_seconds=self.production.lease_seconds)
-        # the item's middleware after its guards: tracing (its spans), then the metrics
         middleware = (*([self.tracing.item(item.name)] if self.tracing is not None else []),
                       ItemMetrics(self.metrics, item.name))
         runner = ItemRunner(item, ItemContext(
@@ -356,22 +305,17 @@ class Daemon:
         runner.start(threads=not self.inline)
 
     def _reap_dead_local_daemons(self) -> None:
-        """A dead daemon of this host (killed: its PID gone, a zombie or recycled) holds
-        claims and leases that would otherwise wait for their expiry: release them now. At
-        start and on every heartbeat: a few reads of ``/proc``."""
+        """Release the claims and leases of dead daemons of this host now."""
         reap_dead_local_daemons(self.store, self.host, self.pid_namespace, self.lifecycle)
 
     def forget_dead_daemons(self) -> None:
-        """Take daemons silent for ``FORGET_AFTER_LEASES`` lease periods off the list (their
-        leases expired long ago; this only tidies ``encore status``)."""
+        """Take daemons silent for ``FORGET_AFTER_LEASES`` lease periods off the list."""
         silent = FORGET_AFTER_LEASES * self.production.lease_seconds
         forget_silent_daemons(self.store, silent_seconds=silent, now=self.clock.now(),
                               lifecycle=self.lifecycle)
 
     def heartbeat(self) -> None:
-        """Mark this daemon alive, renew the leases of the messages it holds, renew its
-        leader and item leases and take those that are free; then forget the dead daemons
-        of this host (:meth:`_reap_dead_local_daemons`)."""
+        """Mark this daemon alive, renew claims and leases, reap dead local daemons."""
         if not self.file_watch.check(self._file_lost, self._stop_soon):
             return
         self._sync_clock()
@@ -393,10 +337,8 @@ class Daemon:
         self.wake.set()
 
     def _sync_clock(self) -> None:
-        """Re-read the database's clock (at start and on every heartbeat). On SQLite, whose
-        clock is this host's wall clock, first carry the stored due times and leases across
-        a step of it, once for every daemon of the file
-        (:func:`~engine.store.clockstep.settle_clock_frame`)."""
+        """Re-read the database's clock; on SQLite, first carry stored times across a step of the
+        wall clock (:func:`~engine.store.clockstep.settle_clock_frame`)."""
         if not isinstance(self.clock, DatabaseClock):
             return
         boot = boot_id()
@@ -407,11 +349,10 @@ class Daemon:
         reading = (base.now(), base.monotonic())
         if frame_settled(self.store, boot=boot, tolerance=STEP_SECONDS,
                          zero_at=reading[0] - timedelta(seconds=reading[1])):
-            self.clock.sync(reading)  # no step: nothing stored to carry
+            self.clock.sync(reading)
             return
-        # One reading for the stored times and this daemon's clock, and no time read by
-        # this daemon's threads until both are across the step: a retry parked between
-        # the two on the clock's old time would stay a whole step early or late.
+        # No thread reads the time until stored times and this clock are both across the step: a
+        # retry parked in between would be a whole step off.
         with self.clock.holding():
             reading = (base.now(), base.monotonic())
             step, moved = settle_clock_frame(
@@ -430,19 +371,18 @@ class Daemon:
         self.queue_alerts.check()
 
     def stop(self) -> bool:
-        """Stop intake (services first, then workers), wait for in-flight attempts with one
-        overall timeout, unregister. Heartbeats go on until the workers have joined, so the
-        claims of attempts still in flight are not taken over meanwhile. Returns True when
-        every worker stopped in time."""
+        """Stop intake, wait for in-flight attempts with one overall timeout, unregister. Heartbeats
+        go on until the workers joined, so their claims are not taken over. True if every worker
+        stopped in time."""
         deadline = self.clock.monotonic() + self.production.shutdown_timeout
         self.stop_requested.set()
         self.wake.set()
         if self._loop_thread is not None and self._loop_thread is not threading.current_thread():
-            self._loop_thread.join()  # it ends after its tick; this thread beats from now on
+            self._loop_thread.join()
         self.reloader.finish()
-        if self.inbound is not None:  # intake first: inbound services take messages in
+        if self.inbound is not None:
             self.inbound.stop()
-        if self.portal is not None:  # intake first: the portal's API takes messages in
+        if self.portal is not None:
             self.portal.stop()
         self.scheduler.stop_services()
         for runner in self.runners.values():
@@ -452,7 +392,7 @@ class Daemon:
         clean = self.scheduler.shutdown(
             wait=True, timeout=max(deadline - self.clock.monotonic(), 0.0)) and clean
         self.announcements.stop_listening(others=not self.inline)
-        for runner in self.runners.values():  # also those that did not stop in time
+        for runner in self.runners.values():
             runner.guards.close()
         if self.metrics_server is not None:
             self.metrics_server.stop()
@@ -473,9 +413,7 @@ class Daemon:
         return clean
 
     def _join_runners(self, runners: list[ItemRunner], deadline: float) -> bool:
-        """Wait for ``runners`` until ``deadline`` (monotonic), beating the heartbeat
-        meanwhile — the loop has ended, and a claim of an attempt still in flight must not
-        expire and be taken over (dramatiq ``Worker.stop``) — then join them."""
+        """Wait for ``runners`` until ``deadline``, beating the heartbeat meanwhile."""
         waiting = list(runners)
         while waiting and (left := deadline - self.clock.monotonic()) > 0:
             beat_in = self._beat_if_due(self.clock.monotonic())
@@ -484,24 +422,18 @@ class Daemon:
         return all([runner.join(max(deadline - self.clock.monotonic(), 0.0))
                     for runner in runners])
 
-    # -- reload and restart (engine.runtime.reload) ----------------------------------------
     def reload(self) -> None:
-        """Re-read the production file, all or nothing (:meth:`Reloader.reload
-        <engine.runtime.reload.Reloader.reload>`)."""
+        """Re-read the production file, all or nothing."""
         self.reloader.reload()
 
     def request_restart(self, name: str) -> None:
         """Restart item ``name`` (as an operator's restart does), on the reload thread."""
         self.reloader.request_restart(name)
 
-    # -- the loop ------------------------------------------------------------------------
     def tick(self, now: float | None = None) -> float:
-        """One pass of the daemon's periodic work at ``now`` (monotonic seconds of its clock;
-        default: the clock's): the heartbeat when due, a reload when asked for, the
-        scheduler's due jobs and, started ``inline``, every item's dispatcher step and its
-        deliveries. Returns the seconds until the next pass is needed (0: at once); a
-        wake-up — a signal, a stop — may come sooner. A step that fails is logged and tried
-        again later; it never ends the loop."""
+        """One pass of the periodic work at ``now`` (monotonic; default: the clock's): heartbeat,
+        reload, scheduler jobs and, ``inline``, the items' steps. Returns the seconds until the next
+        pass; a failed step is logged, never ends the loop."""
         now = self.clock.monotonic() if now is None else now
         beat = self._beat_if_due(now)
         self.reloader.reload_if_asked()
@@ -518,24 +450,21 @@ class Daemon:
                 try:
                     self.heartbeat()
                     self._next_beat = now + self.heartbeat_interval
-                except Exception as exc:  # the loop outlives a failed beat
+                except Exception as exc:
                     log.error("heartbeat failed; trying again in %.0f s: %s",
                               TICK_RETRY_DELAY, exc)
                     self._next_beat = now + min(TICK_RETRY_DELAY, self.heartbeat_interval)
             return self._next_beat - now
 
     def _tick_scheduler(self) -> float | None:
-        """The scheduler's due jobs: on its thread pool in real time (a slow service or
-        purge must not hold up the heartbeat), in this thread inline."""
+        """Run the scheduler's due jobs: on its pool in real time, on this thread inline."""
         if not self.inline:
             return guarded(self.scheduler.tick, "the scheduler")
         guarded(lambda: self.scheduler.run_due(self.clock.now()), "the scheduler")
         return self.scheduler.seconds_until_next(self.clock.now())
 
-    # -- the console (docs/portal.md, engine.runtime.console) ------------------------------
     def _console(self, now: float) -> float | None:
-        """Restarts asked for, then the console's report (:meth:`ConsoleReport.tick
-        <engine.runtime.console.ConsoleReport.tick>`)."""
+        """Run the restarts asked for, then the console's report."""
         self.reloader.restart_if_asked()
         return self.console.tick(now, inline=self.inline)
 
@@ -550,18 +479,17 @@ class Daemon:
     def _loop(self) -> None:
         """Tick until a stop is requested, waiting between ticks on :attr:`wake`."""
         while not self.stop_requested.is_set():
-            self.wake.clear()  # before the tick: a wake-up during it is not lost
+            self.wake.clear()
             try:
                 wait = self.tick()
-            except Exception:  # the loop must outlive one bad tick
+            except Exception:
                 log.exception("unexpected error in the daemon's loop")
                 wait = TICK_RETRY_DELAY
             self.wake.wait(min(wait, SIGNAL_POLL))
 
     def run(self) -> None:
-        """Run until SIGTERM or SIGINT; SIGHUP reloads the production file. The loop of
-        :meth:`tick` runs in this thread; the signal handlers only set events."""
-        limit_repeats()  # a failure that repeats per message is logged once a minute
+        """Run until SIGTERM or SIGINT; SIGHUP reloads the production file."""
+        limit_repeats()
         self._install_signal_handlers()
         self.start(background=False)
         try:
@@ -571,7 +499,7 @@ class Daemon:
             raise
         finally:
             self.stop()
-        self.file_watch.raise_if_lost()  # a non-zero exit, saying why
+        self.file_watch.raise_if_lost()
 
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():

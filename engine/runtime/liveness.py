@@ -1,14 +1,4 @@
-"""Whether a daemon of this host is dead, judged by its process (docs/architecture.md,
-"Fencing").
-
-A daemon registers its PID, its PID namespace of this boot (:func:`pid_namespace`) and its
-process's start time in clock ticks after the boot (:func:`process_start`, field 22 of
-``/proc/PID/stat``). Another daemon of the same host and namespace judges it dead when that
-PID is gone, is a zombie (killed, not yet reaped by its parent: ``kill(pid, 0)`` still
-succeeds on it), or belongs to a process that started at another time (the PID was
-recycled). Ticks after the boot are the kernel's own count: no wall clock, so no step of
-one, enters the comparison.
-"""
+"""Whether a daemon of this host is dead, judged by its process (docs/architecture.md)."""
 from __future__ import annotations
 
 import os
@@ -24,8 +14,7 @@ _START_FIELD = 19  # likewise: field 22, the start time in clock ticks after the
 
 
 def boot_id() -> str | None:
-    """The kernel's boot of this host: its monotonic clock and PIDs are comparable only
-    within one. None where the system does not tell."""
+    """The kernel's boot of this host; None where the system does not tell."""
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
@@ -33,9 +22,7 @@ def boot_id() -> str | None:
 
 
 def pid_namespace() -> str | None:
-    """This process's PID namespace and the kernel's boot: PIDs are comparable only between
-    processes that share both. None where the system does not tell (then no PID is
-    trusted)."""
+    """This process's PID namespace and boot; None: unknown (no PID is trusted)."""
     boot = boot_id()
     try:
         return None if boot is None else f"{boot}/{os.readlink('/proc/self/ns/pid')}"
@@ -44,8 +31,7 @@ def pid_namespace() -> str | None:
 
 
 def _stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` after the command name (which may hold spaces and
-    parentheses); None when there is no such process or no ``/proc``."""
+    """The fields of ``/proc/PID/stat`` after the command name; None if unavailable."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -54,8 +40,7 @@ def _stat(pid: int) -> list[str] | None:
 
 
 def process_start(pid: int | None = None) -> int | None:
-    """The start time of process ``pid`` (None: this one), in clock ticks after the boot;
-    None where the system does not tell."""
+    """The start of process ``pid`` (None: this one) in clock ticks after boot; None if unknown."""
     return _start_of(_stat(os.getpid() if pid is None else pid))
 
 
@@ -67,9 +52,7 @@ def _start_of(fields: list[str] | None) -> int | None:
 
 
 def why_dead(pid: int, started: int | None) -> str | None:
-    """Why the daemon of process ``pid`` that started at ``started`` (ticks after the boot;
-    None: not recorded) is dead — its PID gone, a zombie, or another process's — or None
-    while it lives. Call it only for a PID of this namespace of this boot."""
+    """Why the daemon of process ``pid`` started at ``started`` is dead, or None."""
     fields = _stat(pid)
     if fields is None:
         return None if _signalable(pid) else f"pid {pid} gone"
@@ -82,8 +65,7 @@ def why_dead(pid: int, started: int | None) -> str | None:
 
 
 def _signalable(pid: int) -> bool:
-    """True if a process ``pid`` exists (one we may not signal counts): the judgement where
-    ``/proc`` cannot be read."""
+    """True if a process ``pid`` exists (fallback without ``/proc``)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -94,8 +76,7 @@ def _signalable(pid: int) -> bool:
 
 
 def why_local_daemon_dead(row: Mapping[str, Any]) -> str | None:
-    """:func:`why_dead` for a row of the ``daemon`` table registered from this host in this
-    PID namespace of this boot; None for any other (its heartbeat alone tells)."""
+    """:func:`why_dead` for a ``daemon`` row of this host, namespace and boot, else None."""
     namespace = pid_namespace()
     if namespace is None or row.get("pid_namespace") != namespace:
         return None

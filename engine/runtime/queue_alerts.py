@@ -1,5 +1,5 @@
-"""The queue alerts of a production's items (docs/settings.md): ``queue_count_alert`` and
-``queue_wait_alert``, one ``Alert`` event each time a queue crosses its threshold."""
+"""The queue alerts of a production's items (docs/settings.md): one ``Alert`` per threshold
+crossing."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -13,12 +13,11 @@ from engine.store import queries
 from engine.store.sql import SqlStore
 
 QUEUE_ALERT_INTERVAL = 1.0  # seconds between queue-alert checks
-JOB = "queue_alerts"  # the scheduler's housekeeping job that checks them
+JOB = "queue_alerts"
 
 
 class QueueAlerts:
-    """Watches the queues of ``items()`` (the daemon's current operation items) that set an
-    alert, with one :class:`~engine.runtime.alerts.ThresholdAlarm` per item and kind."""
+    """Watches the queues of ``items()`` that set an alert, one alarm per item and kind."""
 
     def __init__(self, store: SqlStore, clock: Clock, events: EventSink,
                  items: Callable[[], list[ItemConfig]]) -> None:
@@ -33,8 +32,7 @@ class QueueAlerts:
                 and (s.queue_count_alert or s.queue_wait_alert)]
 
     def schedule(self, scheduler: ProductionScheduler) -> None:
-        """Check the queue alerts every QUEUE_ALERT_INTERVAL once an item sets one (not
-        before: an idle daemon — or a virtual one — need not wake every second for it)."""
+        """Check the queue alerts every QUEUE_ALERT_INTERVAL, once an item sets one."""
         if self._watched() and not any(j.name == f"housekeeping:{JOB}"
                                        for j in scheduler.jobs):
             scheduler.add_housekeeping(JOB, QUEUE_ALERT_INTERVAL, self.check,

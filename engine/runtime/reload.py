@@ -1,12 +1,9 @@
-"""The daemon's reloader: SIGHUP, ``encore reload`` and an admin's Reload re-read the
-production file and its system defaults file; an operator's restart tears one item down and
-starts it again.
+"""The daemon's reloader: re-reads the production file (SIGHUP, ``encore reload``, an admin's
+Reload) and restarts single items.
 
-A reload is all or nothing (docs/security.md): new and changed items are built first, and if
-one of them cannot start the reload is refused; else changed and removed items stop, the new
-runners start, and the others keep running throughout. Reloads and restarts run on a thread
-of their own — building an item may load a WSDL for seconds — one at a time, never on the
-daemon's loop, whose heartbeat must not be late; started ``inline``, on the caller's thread.
+A reload is all or nothing (docs/security.md). Reloads and restarts run one at a time on a thread of
+their own, never on the daemon's loop (building an item may take seconds); inline, on the caller's
+thread.
 """
 from __future__ import annotations
 
@@ -34,10 +31,9 @@ from engine.store.sql import SqlStore
 if TYPE_CHECKING:  # the inbound services (Starlette, zeep) load only for a production with them
     from engine.inbound.server import InboundChange, InboundServer
 
-log = logging.getLogger("engine.runtime.daemon")  # the daemon's log, as before the split
+log = logging.getLogger("engine.runtime.daemon")
 
-# Each reload ends in one event of the daemon's (``job``: its id; source Daemon.reload), which
-# `encore reload` waits for: an ``Info`` beginning RELOADED, or an ``Error`` beginning REFUSED.
+# `encore reload` waits for each reload's last event: Info "RELOADED…" or Error "REFUSED…"
 RELOADED = "production reloaded"
 REFUSED = "reload refused"
 
@@ -48,8 +44,7 @@ def _reason(exc: Exception) -> str:
 
 
 class ReloadHost(Protocol):
-    """What the reloader needs of its daemon (:class:`engine.runtime.daemon.Daemon`, which
-    makes it: the reloader names the protocol, not the daemon)."""
+    """What the reloader needs of its daemon (:class:`engine.runtime.daemon.Daemon`)."""
 
     @property
     def production(self) -> ProductionConfig: ...
@@ -99,7 +94,7 @@ class ReloadHost(Protocol):
     @property
     def queue_alerts(self) -> QueueAlerts: ...
 
-    inbound: InboundServer | None  # the inbound services' server, with [inbound]
+    inbound: InboundServer | None
 
     def build_runner(self, item: ItemConfig) -> ItemRunner: ...
 
@@ -109,38 +104,33 @@ class ReloadHost(Protocol):
 
 
 class Reloader:
-    """Reloads the production of ``daemon``, and restarts its items, when asked.
-
-    ``refused``: item (or ``"(production file)"``) → why the last reload was refused;
-    ``failed``: item → why a restart could not start it again; ``file_hash``: of the file
-    last loaded. The console reports all three (``daemon.item_states``)."""
+    """Reloads the production of ``daemon``, and restarts its items, when asked."""
 
     def __init__(self, daemon: ReloadHost) -> None:
         self.daemon = daemon
-        self.requested = threading.Event()  # a reload was asked for and has not begun
+        self.requested = threading.Event()
         self.refused: dict[str, str] = {}
         self.failed: dict[str, str] = {}
-        self.applied_changes = ""  # what the last reload applied changed, said in its event
+        self.applied_changes = ""
         self.file_hash = running.file_hash(*daemon.production.files)
         self._executor: ThreadPoolExecutor | None = None
         self._reloading: Future[None] | None = None
-        self._restarts: set[str] = set()  # items an operator asked to restart
+        self._restarts: set[str] = set()
         self._restarts_lock = threading.Lock()
 
-    # -- asking ----------------------------------------------------------------------------
     def request(self) -> None:
         """Reload at the daemon's next tick (SIGHUP, an admin's Reload)."""
         self.requested.set()
         self.daemon.wake.set()
 
     def request_restart(self, name: str) -> None:
-        """Restart item ``name`` (as an operator's restart does) at the daemon's next tick."""
+        """Restart item ``name`` at the daemon's next tick."""
         with self._restarts_lock:
             self._restarts.add(name)
         self.daemon.wake.set()
 
     def reload_if_asked(self) -> None:
-        """A reload asked for: on the reload thread (inline: here), one reload at a time."""
+        """Run a requested reload on the reload thread (inline: here)."""
         if not self.requested.is_set() or self.daemon.stop_requested.is_set():
             return
         if self.daemon.inline:
@@ -153,7 +143,7 @@ class Reloader:
         self._reloading = self._submit(self.reload)
 
     def restart_if_asked(self) -> None:
-        """The restarts asked for, on the reload thread (inline: here), one at a time."""
+        """Run the requested restarts on the reload thread (inline: here)."""
         with self._restarts_lock:
             names, self._restarts = sorted(self._restarts), set()
         for name in names:
@@ -171,29 +161,22 @@ class Reloader:
         return future
 
     def _done(self, future: Future[None]) -> None:
-        """A reload or restart ended: wake the daemon's loop, and log what it raised (the
-        reload thread's future would keep it to itself)."""
+        """Wake the daemon's loop after a reload or restart, and log what it raised."""
         error = None if future.cancelled() else future.exception()
         if error is not None:
             log.error("unexpected error on the reload thread", exc_info=error)
         self.daemon.wake.set()
 
     def finish(self) -> None:
-        """At a stop: let a reload in progress end first (it may be launching runners)."""
+        """At a stop: let a reload in progress end first."""
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
 
-    # -- reload ----------------------------------------------------------------------------
     def reload(self) -> None:
-        """Re-read the production file, all or nothing (docs/security.md).
-
-        Every new or changed item is built first — adapter, hosts, ``on_init`` — while the
-        running production goes on. If the file or any of those items fails, the reload is
-        refused with one ``Error`` event naming the item and the reason, what was built is
-        torn down, and nothing changes. Otherwise changed and removed items stop, the new
-        runners start, and unchanged items keep running throughout.
-        """
+        """Re-read the production file, all or nothing: build new and changed items first; on any
+        failure refuse with one ``Error`` event and change nothing, else swap the changed and
+        removed runners."""
         daemon = self.daemon
         if daemon.production.path is None:
             log.warning("reload requested, but the production did not come from a file")
@@ -202,14 +185,14 @@ class Reloader:
         try:
             loaded_hash = running.file_hash(*daemon.production.files)
             new = load_production(daemon.production.path, daemon.env)
-            if new.files != daemon.production.files:  # another defaults file
+            if new.files != daemon.production.files:
                 loaded_hash = running.file_hash(*new.files)
             if new.inbound is not None or daemon.inbound is not None:
                 from engine.inbound.server import prepare_inbound
 
                 inbound = prepare_inbound(daemon.inbound, daemon.store, new)
             built = self._build_changed(new)
-        except Exception as exc:  # a refused reload never stops the daemon
+        except Exception as exc:
             if inbound is not None:
                 inbound.discard()
             self._refuse(exc)
@@ -220,8 +203,7 @@ class Reloader:
         self._applied(new, stopped)
 
     def _build_changed(self, new: ProductionConfig) -> dict[str, ItemRunner]:
-        """Prepared runners for the operation items of ``new`` that are not running as they
-        are; if one fails, nothing of the others is left."""
+        """Prepared runners for the new or changed operation items of ``new``."""
         current = {i.name: i for i in operation_items(self.daemon.production)}
         return self.daemon.build_runners([i for i in operation_items(new)
                                           if current.get(i.name) != i])
@@ -257,9 +239,7 @@ class Reloader:
         self.applied_changes = changes
 
     def _reconfigured(self, new: ProductionConfig) -> list[str]:
-        """The items other than operation items (services, processes, routers) and the
-        production's own settings that ``new`` changes: what a reload applies without
-        restarting a runner."""
+        """What ``new`` changes that applies without restarting a runner."""
         old = self.daemon.production
         runs = {i.name for i in operation_items(old) + operation_items(new)}
         current = {i.name: i for i in old.items if i.name not in runs}
@@ -267,8 +247,7 @@ class Reloader:
         return sorted(changed) + sorted(set(current) - {i.name for i in new.items})
 
     def _applied(self, new: ProductionConfig, inbound_stopped: str | None) -> None:
-        """The ``Info`` event of the production's life that ends an applied reload: where
-        from, what changed, what runs (``encore reload`` waits for it)."""
+        """The ``Info`` event ending an applied reload."""
         daemon = self.daemon
         where = new.path.resolve() if new.path is not None else "?"
         text = (f"{RELOADED} from {where} by daemon {daemon.id}: {self.applied_changes}; "
@@ -278,15 +257,13 @@ class Reloader:
         daemon.lifecycle.write("Info", LifeStep.RELOAD, text)
 
     def _switch_inbound(self, change: InboundChange) -> str | None:
-        """The inbound services of the new production (docs/inbound.md); a new server that
-        cannot listen leaves them stopped, with one ``Error`` event, until the next reload:
-        then why (else None)."""
+        """Switch inbound services; return why a new server cannot listen (else None)."""
         daemon = self.daemon
         try:
             daemon.inbound = change.apply(daemon.inbound)
         except ConfigurationError as exc:
             daemon.inbound = None
-            change.discard()  # the services the new server had started
+            change.discard()
             daemon.lifecycle.write("Error", LifeStep.RELOAD, f"the inbound services are "
                                    f"stopped: {exc}; fix [inbound] and reload",
                                    item="[inbound]")
@@ -294,8 +271,7 @@ class Reloader:
         return None
 
     def _stop(self, runners: Iterable[ItemRunner], timeout: float) -> None:
-        """Stop ``runners`` — their workers finish the attempt in hand, within ``timeout``
-        seconds for all — and give up the leases of the FIFO items among them."""
+        """Stop ``runners`` within ``timeout`` seconds and give up their FIFO leases."""
         stopping = list(runners)
         for runner in stopping:
             runner.request_stop()
@@ -306,12 +282,8 @@ class Reloader:
             if runner.lease is not None:
                 self.daemon.leases.release(item_lease_name(runner.item.name))
 
-    # -- restart ---------------------------------------------------------------------------
     def restart(self, name: str) -> None:
-        """Tear item ``name`` down and start it again: its workers finish the attempt in
-        hand, ``on_tear_down`` of every host and the adapter stopped; then a new adapter,
-        new hosts and their ``on_init``. An item that cannot start again is left stopped,
-        with one ``Error`` event saying why (its messages stay queued)."""
+        """Tear item ``name`` down and start it again (left stopped if it cannot)."""
         daemon = self.daemon
         old = daemon.runners.pop(name, None)
         if old is None or daemon.stop_requested.is_set():
@@ -322,7 +294,7 @@ class Reloader:
         try:
             item = daemon.production.item(name)
             runner = daemon.build_runner(item)
-        except Exception as exc:  # a failed restart never stops the daemon
+        except Exception as exc:
             reason = _reason(exc)
             self.failed[name] = reason
             daemon.lifecycle.write("Error", LifeStep.RESTART,
@@ -337,8 +309,7 @@ class Reloader:
 
 def _changes(running: set[str], names: set[str], built: set[str],
              others: list[str]) -> str:
-    """What a reload changed, as its event says it: the operation items it started, those
-    it restarted with new settings, those it stopped, and the other items it changed."""
+    """What a reload changed: items started, restarted, stopped, and other items changed."""
     parts = [(label, sorted(found)) for label, found in (
         ("started", built - running), ("restarted", built & running),
         ("stopped", running - names), ("other items changed", set(others)))]

@@ -1,24 +1,10 @@
 """The production's scheduler: business-service polls and the daemon's housekeeping.
 
-APScheduler triggers decide *when* a job fires — an ``IntervalTrigger`` for a service's
-``call_interval``, a ``CronTrigger`` for its ``schedule``, an ``IntervalTrigger`` for each
-housekeeping job — through ``trigger.get_next_fire_time(prev, now)``, on the scheduler's
-clock. The same jobs run two ways:
-
-- on any clock, :meth:`ProductionScheduler.run_due` runs what is due at a given time in the
-  calling thread, so tests advance a :class:`~engine.clock.VirtualClock` and assert exact
-  fire times;
-- in real time, after :meth:`ProductionScheduler.start`, :meth:`ProductionScheduler.tick`
-  hands what is due to a small thread pool and returns the seconds until the next fire. The
-  daemon calls it from its own loop (:meth:`engine.runtime.daemon.Daemon.tick`); ``start()`` without
-  ``loop=False`` also runs that loop on a thread of its own (a scheduler used alone).
-  Jobs run off the caller's thread because a service or a purge may be slow, and the
-  daemon's loop must beat its heartbeat on time.
-
-Use one way or the other for a given scheduler, not both. A job never overlaps itself (a
-fire that comes while it still runs is skipped), and fire times missed meanwhile collapse
-into one run. An exception in a job is written to the event log as an ``Error`` event (with
-the stack) and never stops the scheduler.
+APScheduler triggers decide when a job fires, on the scheduler's clock.
+:meth:`ProductionScheduler.run_due` runs due jobs on the calling thread (any clock, for tests);
+:meth:`ProductionScheduler.tick` hands them to a thread pool in real time, so a slow job never
+delays the daemon's heartbeat. Use one way per scheduler. A job never overlaps itself, missed fires
+collapse into one run, and a job's exception becomes an ``Error`` event.
 """
 from __future__ import annotations
 
@@ -53,12 +39,7 @@ IDLE_WAIT = 60.0  # seconds the scheduler's own loop sleeps when no job will fir
 
 @dataclass(eq=False)
 class ScheduledJob:
-    """One job: what runs (``action``), how its trigger is made, and its run state.
-
-    ``item`` is the service's config name (None for housekeeping). ``next_run_time`` and
-    ``last_run_time`` are aware UTC; ``runs`` counts executions, ``failures`` those that
-    raised.
-    """
+    """One job: what runs, how its trigger is made, and its run state."""
 
     name: str
     action: Callable[[], object]
@@ -75,12 +56,8 @@ class ScheduledJob:
 class ProductionScheduler:
     """Runs every business service of ``production`` on its schedule, plus housekeeping.
 
-    A :class:`BusinessService` instance is built for every service item (with ``store``,
-    ``production`` and ``clock``); items disabled in the file or by an operator
-    (``item_state``) are skipped when they fire, as operations' workers skip them.
-    ``leader``, when given, is asked before each service job (and each housekeeping job added
-    with ``leader_only=True``): False skips that fire — daemons sharing one database can pass
-    a lease check so that scheduled work runs once across them.
+    Disabled items are skipped when they fire. ``leader``, when given, is asked before each service
+    job and leader-only housekeeping job; False skips that fire.
     """
 
     def __init__(self, production: ProductionConfig | None = None, *,
@@ -97,21 +74,20 @@ class ProductionScheduler:
         self._jobs: dict[str, ScheduledJob] = {}
         self._lock = threading.RLock()
         self._opened = False
-        self._executor: ThreadPoolExecutor | None = None  # set by start(): real time
-        self._loop: threading.Thread | None = None  # start()'s own loop, if any
+        self._executor: ThreadPoolExecutor | None = None
+        self._loop: threading.Thread | None = None
         self._loop_stop = threading.Event()
         self._nudge = threading.Event()  # wakes the own loop: a job was added, or a stop
         self._idle = threading.Condition()
-        self._active: set[str] = set()  # names of the jobs running now
-        self._stopping = False  # set by shutdown(): no job starts any more
-        self._services_stopped = False  # set by stop_services(): only housekeeping runs
+        self._active: set[str] = set()
+        self._stopping = False
+        self._services_stopped = False
         for item in production.items if production is not None else ():
             if issubclass(item.cls, BusinessService):
                 service = item.cls(item.name, item.settings, events=self.events, store=store,
                                    production=production, clock=self.clock)
                 self.add_service(service, enabled=item.enabled)
 
-    # -- jobs ----------------------------------------------------------------------------
     @property
     def jobs(self) -> list[ScheduledJob]:
         """Every job, in the order they were added."""
@@ -124,10 +100,7 @@ class ProductionScheduler:
             return self._jobs[name]
 
     def add_service(self, service: BusinessService, *, enabled: bool = True) -> ScheduledJob:
-        """Poll ``service`` every ``call_interval`` seconds, or on its cron ``schedule``.
-
-        ``enabled`` is the production file's flag; an operator override in the store wins.
-        """
+        """Poll ``service`` every ``call_interval`` seconds, or on its cron ``schedule``."""
         schedule = service.service_settings.schedule
         make_trigger: Callable[[datetime], BaseTrigger]
         if schedule:
@@ -144,11 +117,7 @@ class ProductionScheduler:
 
     def add_housekeeping(self, name: str, seconds: float, func: Callable[[], object], *,
                          leader_only: bool = False) -> ScheduledJob:
-        """Run ``func()`` every ``seconds`` seconds (> 0), first ``seconds`` from now.
-
-        ``leader_only``: run only when the scheduler's ``leader`` check says so (e.g. a purge
-        that one daemon is enough for; a heartbeat runs on every daemon).
-        """
+        """Run ``func()`` every ``seconds`` seconds; ``leader_only``: on the leader only."""
         if seconds <= 0:
             raise ValueError(f"housekeeping job {name!r}: seconds must be > 0, got {seconds!r}")
         return self._add(ScheduledJob(name=f"housekeeping:{name}", action=func,
@@ -163,10 +132,9 @@ class ProductionScheduler:
             job.trigger = job.make_trigger(now)
             job.next_run_time = job.trigger.get_next_fire_time(None, now)
             self._jobs[job.name] = job
-        self._nudge.set()  # the own loop (if any) looks at the fire times again
+        self._nudge.set()
         return job
 
-    # -- running on a given clock ----------------------------------------------------------
     def due_jobs(self, now: datetime) -> list[ScheduledJob]:
         """Jobs whose next fire time is at or before ``now`` (aware), earliest first."""
         with self._lock:
@@ -175,12 +143,7 @@ class ProductionScheduler:
         return sorted(due, key=lambda j: (j.next_run_time, j.name))
 
     def run_due(self, now: datetime) -> int:
-        """Run every job that is due at ``now``, once each however many fire times it missed
-        (coalesce), in the calling thread; return how many ran (skipped fires not counted).
-
-        Calls the services' ``on_init`` first if :meth:`open` has not run yet. Not for a
-        scheduler that was :meth:`start`-ed: that one runs its jobs in real time itself.
-        """
+        """Run every job due at ``now`` once on this thread; return how many ran."""
         with self._lock:
             if self._executor is not None:
                 raise EncoreError("this scheduler runs in real time (start() was called); "
@@ -189,9 +152,7 @@ class ProductionScheduler:
             return sum(self._execute(job) for job in self._take_due(now))
 
     def tick(self, now: datetime | None = None) -> float | None:
-        """Real time (after :meth:`start`): hand every job due at ``now`` (default: the
-        clock's) to the thread pool — a job still running from its last fire is skipped —
-        and return the seconds until the next fire (None: no job will fire again)."""
+        """Hand jobs due at ``now`` to the pool; return seconds until the next fire."""
         now = self.clock.now() if now is None else now
         with self._lock:
             executor = self._executor
@@ -206,8 +167,7 @@ class ProductionScheduler:
         return self.seconds_until_next(now)
 
     def _take_due(self, now: datetime) -> list[ScheduledJob]:
-        """The jobs due at ``now``, each moved on to its next fire time after ``now``
-        (coalesce: however many fire times it missed, it runs once)."""
+        """The jobs due at ``now``, each moved on to its next fire time after ``now``."""
         due = self.due_jobs(now)
         for job in due:
             assert job.trigger is not None and job.next_run_time is not None
@@ -232,15 +192,13 @@ class ProductionScheduler:
         nxt = self.next_run_time()
         return None if nxt is None else max((nxt - now).total_seconds(), 0.0)
 
-    # -- lifecycle -----------------------------------------------------------------------
     @property
     def running(self) -> bool:
         """True between :meth:`start` and :meth:`shutdown`."""
         return self._executor is not None
 
     def open(self) -> None:
-        """Call every service's ``on_init`` (once). :meth:`start` and :meth:`run_due` call it;
-        an exception from ``on_init`` propagates, as it does for operations."""
+        """Call every service's ``on_init`` once; its exception propagates."""
         with self._lock:
             if self._opened:
                 return
@@ -253,10 +211,7 @@ class ProductionScheduler:
             self._opened = True
 
     def start(self, *, loop: bool = True) -> None:
-        """Call ``on_init`` and run the jobs in real time on a thread pool (one thread per
-        job, so a slow job never delays another). ``loop``: also call :meth:`tick` on a
-        thread of the scheduler's own; ``loop=False`` leaves that to the caller (the
-        daemon's loop)."""
+        """Run the jobs in real time on a thread pool; ``loop``: also tick on a thread."""
         with self._lock:
             if self._executor is not None:
                 raise EncoreError("the scheduler is already running")
@@ -274,14 +229,13 @@ class ProductionScheduler:
         while not self._loop_stop.is_set():
             try:
                 wait = self.tick()
-            except EncoreError:  # shut down meanwhile
+            except EncoreError:
                 return
             self._nudge.wait(IDLE_WAIT if wait is None else min(wait, IDLE_WAIT))
             self._nudge.clear()
 
     def stop_services(self) -> None:
-        """Stop firing business services (intake stops first at shutdown) while the
-        housekeeping jobs — the heartbeat — go on until :meth:`shutdown`."""
+        """Stop firing business services; housekeeping goes on until :meth:`shutdown`."""
         with self._lock:
             self._services_stopped = True
         for service in self.services.values():
@@ -290,12 +244,8 @@ class ProductionScheduler:
     def shutdown(self, wait: bool = True, timeout: float | None = None) -> bool:
         """Stop firing jobs; return True when no job is still running.
 
-        ``wait=True`` waits for running jobs — at most ``timeout`` seconds (None: as long as
-        they take) — then calls every service's ``on_tear_down``; ``wait=False`` returns at
-        once. ``on_tear_down`` is skipped while a job is still running (call ``shutdown`` again
-        later to run it). Services see
-        :attr:`BusinessService.stop_requested` set, so a long ``on_process_input`` can end
-        early. Safe to call twice, and on a scheduler that was never started.
+        ``wait=True`` waits up to ``timeout`` seconds (None: no limit) for running jobs, then calls
+        every service's ``on_tear_down`` (skipped while a job still runs). Safe to call twice.
         """
         with self._lock:
             executor, self._executor = self._executor, None
@@ -307,7 +257,7 @@ class ProductionScheduler:
         if loop is not None and loop is not threading.current_thread():
             loop.join()
         if executor is not None:
-            executor.shutdown(wait=False)  # running jobs are waited for below, with a timeout
+            executor.shutdown(wait=False)
             log.info("scheduler stopped")
         with self._idle:
             self._stopping = True
@@ -324,14 +274,12 @@ class ProductionScheduler:
             for service in self.services.values():
                 try:
                     service.on_tear_down()
-                except Exception:  # tear-down must not stop the shutdown
+                except Exception:
                     log.exception("service %s: error in on_tear_down", service.name)
         return True
 
-    # -- executing one job ---------------------------------------------------------------
     def _execute(self, job: ScheduledJob, *, claimed: bool = False) -> bool:
-        """Run ``job`` once unless the leader check says no; never raises. ``claimed``: the
-        caller already marked it active (tick(), so that a fire cannot overlap it)."""
+        """Run ``job`` once unless the leader check says no; never raises."""
         if not claimed:
             with self._idle:
                 self._active.add(job.name)
@@ -355,7 +303,7 @@ class ProductionScheduler:
     def _run(self, job: ScheduledJob) -> None:
         try:
             job.action()
-        except Exception as exc:  # a failing job never kills the scheduler
+        except Exception as exc:
             job.failures += 1
             self._report(job, exc)
         finally:
@@ -366,7 +314,7 @@ class ProductionScheduler:
         assert self.leader is not None
         try:
             return bool(self.leader())
-        except Exception:  # no leader check, no scheduled work
+        except Exception:
             log.exception("leader check failed; skipping scheduled work")
             return False
 
@@ -399,7 +347,7 @@ class ProductionScheduler:
             return
         try:
             self.events.write("Error", text, stack=stack, **context)
-        except Exception:  # e.g. the database is down: the log must do
+        except Exception:
             log.exception("could not write an Error event for %s: %s", job.name, text)
             log.error("%s\n%s", text, stack)
 

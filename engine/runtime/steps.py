@@ -1,5 +1,4 @@
-"""What the daemon and its coordinators share: the items that run on worker threads, and a
-step of the daemon's loop that may fail without ending it."""
+"""What the daemon and its coordinators share."""
 from __future__ import annotations
 
 import logging
@@ -9,7 +8,7 @@ from engine.config.production import ItemConfig, ProductionConfig
 from engine.errors import EncoreError
 from engine.host import BusinessOperation
 
-log = logging.getLogger("engine.runtime.daemon")  # the daemon's log, as before the split
+log = logging.getLogger("engine.runtime.daemon")
 
 TICK_RETRY_DELAY = 1.0  # seconds before a tick step that failed (the database) is tried again
 
@@ -20,13 +19,11 @@ def operation_items(production: ProductionConfig) -> list[ItemConfig]:
 
 
 def guarded(step: Callable[[], float | None], what: str) -> float | None:
-    """``step()``, or — when it fails (the database) — the error logged and
-    TICK_RETRY_DELAY, the seconds until it is tried again: a failing step never ends the
-    daemon's loop."""
+    """Run ``step()``; if it fails, log it and return TICK_RETRY_DELAY."""
     try:
         return step()
     except EncoreError as exc:
         log.error("%s: %s; trying again in %.0f s", what, exc, TICK_RETRY_DELAY)
-    except Exception:  # a failing step never kills the loop
+    except Exception:
         log.exception("%s: unexpected error; trying again in %.0f s", what, TICK_RETRY_DELAY)
     return TICK_RETRY_DELAY
