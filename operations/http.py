@@ -45,8 +45,7 @@ class HttpRequest(Message):
 
 @dataclass
 class HttpReply(Message):
-    """``{"status": 200, "headers": {...}, "body": "..."}`` for a text response, else
-    ``{"status": 200, "headers": {...}, "body_base64": "..."}`` with the exact bytes."""
+    """``{"status", "headers", "body"}``, or ``"body_base64"`` for a response that is not text."""
 
     status: int
     headers: dict[str, str]
