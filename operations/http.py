@@ -14,9 +14,8 @@ from engine.message import Message
 
 @dataclass
 class HttpRequest(Message):
-    """``{"method": "POST", "path": "/x", "headers": {}, "json": ... | "body": "..." |
-    "body_base64": "..."}``: at most one of ``json``, ``body`` (text, sent as UTF-8) and
-    ``body_base64`` (exact bytes)."""
+    """``{"method", "path", "headers"}`` and at most one of ``json``, ``body`` (text, sent as
+    UTF-8) and ``body_base64`` (exact bytes)."""
 
     method: str = "POST"
     path: str = "/"

@@ -1,14 +1,6 @@
-"""``encore check``: load a production exactly as ``encore run`` would, and say what would
-fail, without running anything (docs/operating.md); under each item, the settings the
-production file and the system defaults give it, each with its source.
-
-Every item is resolved on its own (its class imported, its settings validated: unknown
-settings, class typos, bad router rules), then the items together (the targets they name);
-each operation's adapter is started (its WSDL fetched and parsed, its credentials and
-certificate files found) and stopped again; each inbound SOAP service's WSDL is loaded, and
-each of its operations looked for in the WSDLs of the SOAP operations its calls reach. The
-ports the daemon would listen on must be free and the database at this Encore's schema.
-One line per check; exit status 1 when any failed.
+"""``encore check``: load a production as ``encore run`` would and say what would fail,
+without running anything (docs/operating.md); each item's settings are shown with their
+source. One line per check; exit status 1 when any failed.
 """
 from __future__ import annotations
 
