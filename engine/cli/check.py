@@ -66,8 +66,7 @@ def check(ctx: object) -> None:
 
 # -- items ---------------------------------------------------------------------------------
 def _resolved_items(outline: ProductionOutline, report: _Report) -> list[ItemConfig]:
-    """Every item that resolves; one line for each item (a problem for each that does not,
-    or that cannot start)."""
+    """Every item that resolves; one line for each item."""
     items: dict[str, ItemConfig] = {}
     failed: dict[str, str] = {}
     for entry in outline.entries:
@@ -100,8 +99,8 @@ def _resolved_items(outline: ProductionOutline, report: _Report) -> list[ItemCon
 
 
 def _operations_of(item: ItemConfig, failed: dict[str, str]) -> list[str] | None:
-    """Start ``item``'s adapter (or load an inbound service's WSDL) and stop it again: the
-    WSDL's operations (None for an item with none); a failure goes into ``failed``."""
+    """Start ``item``'s adapter (or load an inbound service's WSDL) and stop it again; return
+    the WSDL's operations, or None."""
     try:
         adapter_class = getattr(item.cls, "adapter_class", None)
         if adapter_class is not None:
@@ -134,8 +133,7 @@ def _started_adapter(item: ItemConfig, adapter_class: type) -> list[str] | None:
 
 def _inbound_problem(item: ItemConfig, items: dict[str, ItemConfig],
                      offered: dict[str, list[str] | None]) -> str | None:
-    """For an inbound SOAP service: the first of its WSDL's operations that no SOAP
-    operation its calls reach offers (None when they all are, or it reaches none)."""
+    """An inbound SOAP service's first WSDL operation that no SOAP operation it reaches offers."""
     if not getattr(item.cls, "serves_inbound", False) or offered.get(item.name) is None:
         return None
     backends = [name for name in _reached(item, items)
@@ -172,8 +170,7 @@ def _detail(item: ItemConfig, operations: list[str] | None) -> str:
 
 
 def _without_item(text: str, name: str | None) -> str:
-    """``text`` without its leading ``item 'NAME', `` or ``item 'NAME': `` (the line says
-    which item it is)."""
+    """``text`` without its leading ``item 'NAME'``."""
     if name is None:
         return text
     for prefix in (f"item {name!r}, ", f"item {name!r}: "):
