@@ -1,19 +1,8 @@
-"""The outbound adapter contract.
+"""The outbound adapter contract: attempts, failover and error translation.
 
-An adapter belongs to one item and is shared by that item's ``pool_size`` workers. The worker
-opens each attempt with :meth:`OutboundAdapter.begin_attempt`, giving the attempt's deadline
-(monotonic seconds) and the message's idempotency key; the operation then calls the adapter's
-transport method (``HttpAdapter.send``, ``SoapAdapter.invoke``), which must finish — connect,
-send and the whole response — before that deadline or raise
-:class:`~engine.errors.ResponseTimeout`. The attempt's first server is recorded with its start
-(:meth:`next_server`); a change of server is recorded before a request goes to it
-(:meth:`note_server`); :meth:`end_attempt` reports every server it went to. Attempt state is
-thread-local because workers share the adapter.
-
-Those transport methods all go through :meth:`OutboundAdapter.call`, the template method: it
-picks a server (failover, docs/retries.md), opens the deadline scope, turns third-party exceptions
-into Encore's errors (here and nowhere else), and calls the subclass's one transport method,
-:meth:`OutboundAdapter._transmit`, once per server tried.
+Workers share an adapter, so attempt state is thread-local. Every transport method goes through
+:meth:`OutboundAdapter.call`, which picks the server, opens the deadline scope and turns
+third-party exceptions into Encore's errors (here and nowhere else).
 """
 from __future__ import annotations
 
@@ -52,22 +41,16 @@ log = logging.getLogger(__name__)
 
 
 class InvalidRequest(NotSent):
-    """The request cannot be sent as given (unknown SOAP operation, arguments that do not
-    fit the WSDL). Nothing was sent; sending it again would fail the same way."""
+    """The request cannot be sent as given; sending it again would fail the same way."""
 
     outcome = "error"
     retryable = False
 
 
 class OutboundAdapter(ABC):
-    """Base of every outbound adapter. Subclasses declare ``SETTINGS`` and the typed
-    ``settings_class`` built from them.
+    """Base of every outbound adapter; subclasses declare ``SETTINGS`` and ``settings_class``.
 
-    ``settings`` may hold the host's settings too: the adapter keeps and validates only the
-    keys it declares (CamelCase aliases included) and fills in the defaults of the others.
-    :attr:`settings` is that dict (a subclass's own extra settings are read from it);
-    :attr:`adapter_settings` the typed object the adapter reads its declared settings from.
-    """
+    Of ``settings`` it keeps and validates only the keys it declares."""
 
     SETTINGS: ClassVar[tuple[Setting, ...]] = COMMON_SETTINGS
     settings_class: ClassVar[type[AdapterSettings]] = AdapterSettings
@@ -75,7 +58,6 @@ class OutboundAdapter(ABC):
     def __init__(self, settings: Mapping[str, Any], *, item_name: str = "", pool_size: int = 1,
                  env: Mapping[str, str] | None = None, clock: Clock | None = None) -> None:
         own = self._own_settings(settings, item_name)
-        # user:password@ in a URL: out of every URL the adapter shows or stores (docs/security.md)
         self.settings, self.url_credentials, self._url_credential_keys = \
             take_url_credentials(own)
         self.adapter_settings = self.settings_class.from_validated(self.settings)
@@ -90,7 +72,6 @@ class OutboundAdapter(ABC):
     @classmethod
     def _own_settings(cls, settings: Mapping[str, Any], item: str) -> dict[str, Any]:
         names = {n for s in cls.SETTINGS for n in s.names()}
-        # None is "not set": what a loader that already filled in the defaults hands over.
         mine = {k: v for k, v in settings.items() if k in names and v is not None}
         return validate_settings(item, mine, cls.SETTINGS)
 
@@ -114,15 +95,9 @@ class OutboundAdapter(ABC):
         """HTTP statuses for which the adapter asks for a retry."""
         return self.adapter_settings.retry_on_status
 
-    # -- lifecycle ------------------------------------------------------------------------
-
     def start(self) -> list[str]:
-        """Prepare the transport. Returns warnings to record as ``Warning`` events.
-
-        Raises :class:`~engine.errors.AdapterNotReady` when it cannot start yet (a WSDL that
-        cannot be loaded, a certificate file not there yet): the worker tries again later.
-        Raises :class:`~engine.errors.ConfigurationError` when its settings cannot work.
-        """
+        """Prepare the transport; return warnings. Raises AdapterNotReady (try later) or
+        ConfigurationError."""
         options = self.adapter_settings
         if options.credentials:
             self.credentials = resolve_credentials(options.credentials, self.env,
@@ -150,22 +125,18 @@ class OutboundAdapter(ABC):
     def stop(self) -> None:
         """Release connections."""
 
-    # -- attempts -------------------------------------------------------------------------
-
     def next_server(self) -> str | None:
-        """The server the next attempt goes to first (the worker records it with the
-        attempt's start); None before :meth:`start`."""
+        """The server the next attempt goes to first; None before :meth:`start`."""
         return self._servers.pick() if self._servers is not None else None
 
     def begin_attempt(self, ctx: AttemptContext) -> None:
         self._local.ctx = ctx
         self._local.tried = []
-        self._local.recorded = ctx.server  # what message_attempt.server holds now
+        self._local.recorded = ctx.server
         self._local.exchange = None
 
     def end_attempt(self) -> str | None:
-        """Close the attempt; return the servers it went to, in order (for
-        ``message_attempt.server``: :func:`~engine.attempt.servers_text`)."""
+        """Close the attempt; return the servers it went to, in order."""
         server = servers_text(getattr(self._local, "tried", None) or [])
         self._local.ctx = None
         self._local.tried = []
@@ -181,10 +152,8 @@ class OutboundAdapter(ABC):
         return ctx
 
     def note_server(self, server: str) -> None:
-        """A request of the current attempt goes to ``server`` next. When that changes what
-        the store holds for the attempt (a failover, or a pick other than the one recorded
-        with its start), it is recorded first: a request never leaves for a server the
-        attempt's row does not name (so a kill -9 cannot hide it)."""
+        """Record ``server`` for the current attempt before a request leaves for it, so a
+        kill -9 cannot hide where it went."""
         tried: list[str] | None = getattr(self._local, "tried", None)
         if tried is None:
             tried = self._local.tried = []
@@ -199,26 +168,18 @@ class OutboundAdapter(ABC):
         self._local.recorded = text
 
     def exchange(self) -> HttpExchange | None:
-        """The last HTTP request of this thread's current (or just ended) attempt: method,
-        URL and status code, for observers such as tracing. None when it made none."""
+        """The last HTTP request of this thread's current (or just ended) attempt, or None."""
         return getattr(self._local, "exchange", None)
 
     def attempt_headers(self) -> dict[str, str]:
-        """HTTP headers every request of the current attempt carries: the observers' (a
-        trace context) and the idempotency key."""
+        """HTTP headers every request of the current attempt carries."""
         ctx = self.current_attempt()
         header, key = self.adapter_settings.idempotency_header, ctx.idempotency_key
         return {**ctx.headers, header: key} if header and key else dict(ctx.headers)
 
-    # -- the template method --------------------------------------------------------------
-
     def call(self, request: Any) -> Any:
-        """Send ``request`` within the current attempt's deadline and return the answer.
-
-        Goes to the first healthy server; a *not sent* failure moves on to the next server at
-        once while time is left; any other failure ends the attempt. Every
-        :class:`~engine.errors.AdapterError` raised names its ``server``.
-        """
+        """Send ``request`` within the attempt's deadline, failing over on *not sent*
+        errors while time is left; return the answer."""
         if self._servers is None:
             raise AdapterNotReady(f"item {self.item_name!r}: the adapter is not started")
         ctx = self.current_attempt()
@@ -272,14 +233,11 @@ class OutboundAdapter(ABC):
                 and ctx.deadline > self.clock.monotonic())
 
     def redact(self, text: str) -> str:
-        """``text`` (an error, perhaps quoting the server) without a secret of this item in
-        any form: its credentials, those written in its URLs, any URL's user and password."""
+        """``text`` without any secret of this item or any URL's user and password."""
         for secret in (self.credentials, *self.url_credentials.values()):
             if secret is not None:
                 text = secret.redact(text)
         return redact_userinfo(text)
-
-    # -- what subclasses provide ----------------------------------------------------------
 
     @abstractmethod
     def _open(self) -> None:
@@ -291,11 +249,7 @@ class OutboundAdapter(ABC):
 
     @abstractmethod
     def _transmit(self, server: str, request: Any, scope: TryScope) -> Any:
-        """Send ``request`` to ``server`` once, under ``scope``'s deadline; return the answer.
-
-        May raise :class:`~engine.errors.AdapterError` itself (a status, a fault) or let
-        third-party exceptions out for :meth:`_classify`.
-        """
+        """Send ``request`` to ``server`` once under ``scope``'s deadline; return the answer."""
 
     @abstractmethod
     def _classify(self, exc: Exception, scope: TryScope, server: str) -> AdapterError | None:

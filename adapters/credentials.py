@@ -1,10 +1,5 @@
-"""Credentials by name, never stored in the production file (docs/settings.md, docs/security.md).
-
-``credentials = "payments"`` is resolved from the injected environment
-(``ENCORE_CREDENTIALS_PAYMENTS_USERNAME`` / ``ENCORE_CREDENTIALS_PAYMENTS_PASSWORD``), else
-from the TOML file named by ``ENCORE_CREDENTIALS_FILE`` (a ``[payments]`` table with
-``username`` and ``password``). The password never appears in an error, a repr or a log line.
-"""
+"""Credentials by name, from the environment or the ``ENCORE_CREDENTIALS_FILE`` TOML file
+(docs/security.md); the password never appears in an error, a repr or a log line."""
 from __future__ import annotations
 
 import base64
@@ -26,13 +21,11 @@ class Credentials:
 
     username: str
     password: str = field(repr=False)
-    name: str = ""  # the credentials name they were resolved from
+    name: str = ""
 
     def redact(self, text: str) -> str:
-        """``text`` with the password replaced by ``***`` in every form it takes on the
-        wire: as it is, URL-encoded, and inside the Basic ``base64(user:password)`` value
-        (with or without its padding) — a server that echoes the ``Authorization`` header
-        back in an error page must not put the secret in the event log."""
+        """``text`` with the password replaced by ``***`` in every form it takes on the wire
+        (a server may echo the ``Authorization`` header in an error page)."""
         for secret in self.secret_forms():
             text = text.replace(secret, "***")
         return text
@@ -53,10 +46,7 @@ def variable_prefix(name: str) -> str:
 
 
 def resolve_credentials(name: str, env: Mapping[str, str], *, item: str = "") -> Credentials:
-    """Find credentials ``name`` in ``env``, then in the credentials file.
-
-    Raises :class:`ConfigurationError` naming ``name`` and the places looked in.
-    """
+    """Find credentials ``name`` in ``env``, then in the credentials file."""
     found = _from_env(name, env, item) or _from_file(name, env, item)
     if found is None:
         prefix = variable_prefix(name)
@@ -105,7 +95,6 @@ def _read_table(path: str, name: str, item: str) -> dict[str, Any] | None:
             f"credentials {name!r}: cannot read {FILE_VARIABLE} file {path!r}: {exc.strerror}",
             item=item or None, key="credentials") from None
     except tomllib.TOMLDecodeError as exc:
-        # The decoder's text names a line and column, never the file's content.
         raise ConfigurationError(
             f"credentials {name!r}: {FILE_VARIABLE} file {path!r} is not valid TOML: {exc}",
             item=item or None, key="credentials") from None

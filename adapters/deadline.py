@@ -1,16 +1,9 @@
 """A true deadline for one HTTP exchange (docs/retries.md rule 1).
 
-``requests`` and ``urllib3`` only know per-socket-operation timeouts: a server that sends one
-byte every 0.2 s never trips a 1-second read timeout. Here every socket read and write of a
-request made inside a :func:`try_scope` first sets the socket's timeout to the time left
-before the deadline, and fails at once when none is left. That bounds the status line, the
-headers and the complete body, through any amount of trickling.
-
-The scope also records whether any byte of the request was written (``sent``): the one fact
-that tells a *not sent* failure from an *outcome unknown* one.
-
-The hooks are urllib3 connection and pool subclasses installed into the item's own
-``requests`` adapter (:class:`DeadlineHTTPAdapter`); nothing global is patched.
+urllib3 timeouts are per socket operation, so a trickling server never trips them: inside a
+:func:`try_scope` every socket read and write first sets its timeout to the time left. The
+scope also records whether any byte was written (``sent``), which tells *not sent* from
+*outcome unknown*. Nothing global is patched.
 """
 from __future__ import annotations
 
@@ -30,32 +23,29 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from engine.attempt import HttpExchange
 
-# seconds: the longest single socket wait of an attempt without a deadline (response_timeout
-# -1); about 31 years, as close to for ever as a socket timeout can be set (math.inf cannot)
+# seconds: a socket timeout cannot be math.inf
 MAX_SOCKET_WAIT = 1e9
 
 
 def attempt_deadline(start: float, response_timeout: float) -> float:
-    """The deadline of an attempt begun at ``start`` (monotonic seconds): ``start +
-    response_timeout``; ``math.inf`` for a ``response_timeout`` of -1 (no limit)."""
+    """The deadline of an attempt begun at ``start``; ``math.inf`` for a timeout of -1."""
     return math.inf if response_timeout < 0 else start + response_timeout
 
 
 class DeadlineExceeded(TimeoutError):
-    """No time left before the attempt's deadline. A ``TimeoutError`` (= ``socket.timeout``),
-    so urllib3 reports it as its usual read timeout and closes the connection."""
+    """No time left before the attempt's deadline (urllib3 treats it as a read timeout)."""
 
 
 @dataclass
 class TryScope:
     """One try of one server inside an attempt: its deadline and whether the request left."""
 
-    deadline: float  # monotonic seconds; math.inf: none (response_timeout -1)
+    deadline: float
     monotonic: Callable[[], float]
-    sent: bool = False  # True once any byte of the request was written to the socket
-    status_code: int | None = None  # of the last response received in this try
-    headers: dict[str, str] | None = None  # of the last response received in this try
-    exchange: HttpExchange | None = None  # the last request of this try (for tracing)
+    sent: bool = False
+    status_code: int | None = None
+    headers: dict[str, str] | None = None
+    exchange: HttpExchange | None = None
 
     def remaining(self) -> float:
         """Seconds left before the deadline; ≤ 0 when it has passed."""
@@ -65,8 +55,7 @@ class TryScope:
         return self.remaining() <= 0
 
     def time_left(self) -> float:
-        """Seconds left (at most :data:`MAX_SOCKET_WAIT`, for a scope without a deadline),
-        or raise :class:`DeadlineExceeded` when none are."""
+        """Seconds left (at most :data:`MAX_SOCKET_WAIT`), or raise DeadlineExceeded."""
         left = self.remaining()
         if left <= 0:
             raise DeadlineExceeded("the attempt's deadline has passed")
@@ -107,8 +96,7 @@ class _DeadlineSocketIO(socket.SocketIO):
 
 
 class _DeadlineSocket:
-    """Stands in for the socket handed to ``http.client.HTTPResponse``, which only calls
-    ``makefile``; the file it gets reads under the deadline."""
+    """The socket ``http.client.HTTPResponse`` gets: its ``makefile`` reads under the deadline."""
 
     def __init__(self, sock: socket.socket, scope: TryScope) -> None:
         self._sock = sock
@@ -116,8 +104,7 @@ class _DeadlineSocket:
 
     def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
         raw = _DeadlineSocketIO(self._sock, self._scope)
-        # As socket.makefile does: the open file keeps the descriptor alive when
-        # http.client closes its own reference to the socket ("Connection: close").
+        # as socket.makefile does: the file keeps the descriptor alive
         self._sock._io_refs += 1  # type: ignore[attr-defined]
         return io.BufferedReader(raw)
 
@@ -139,7 +126,6 @@ class _DeadlineConnectionMixin:
     _in_connect = False
 
     def connect(self) -> None:
-        # A proxy tunnel's CONNECT goes through send() too; it is not the request.
         self._in_connect = True
         try:
             super().connect()  # type: ignore[misc]
@@ -173,8 +159,7 @@ class DeadlineHTTPSConnectionPool(HTTPSConnectionPool):
     ConnectionCls = DeadlineHTTPSConnection
 
     def _validate_conn(self, conn: Any) -> None:
-        # urllib3 would warn on every unverified request; an item with ssl_verify = false
-        # reports that once, as a Warning event at start, instead.
+        # no urllib3 warning per unverified request: start() warns once
         HTTPConnectionPool._validate_conn(self, conn)
         if conn.is_closed:
             conn.connect()

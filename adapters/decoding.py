@@ -1,13 +1,8 @@
-"""Undoing a response's ``Content-Encoding`` within the attempt's deadline (docs/retries.md rule 1,
-docs/security.md: "decompression counts against the attempt's deadline").
+"""Undoing a response's ``Content-Encoding`` within the attempt's deadline (docs/security.md).
 
-The deadline bounds every socket read, but a small compressed body can take seconds of CPU
-to inflate: ``Content-Encoding: gzip, gzip`` turns 17 KB into 10 GiB. :class:`BodyDecoder`
-undoes the codings (``gzip``/``x-gzip``, ``deflate``, ``identity``; several in a row) one
-bounded step at a time — each step of each layer yields at most :data:`STEP_BYTES` — and
-calls ``check`` before every step, which raises once the deadline has passed; what it
-yields is counted against ``max_response_bytes`` by the reader. The innermost layer with
-input always goes first, so no layer holds more than a step of its outer layer's output.
+A small body can inflate for seconds (``gzip, gzip``: 17 KB to 10 GiB), so :class:`BodyDecoder`
+works in bounded steps, calling ``check`` before each; the innermost layer with input goes
+first, so no layer holds more than one step of its outer layer's output.
 """
 from __future__ import annotations
 
@@ -20,22 +15,21 @@ from engine.errors import ResponseRejected
 
 __all__ = ["MAX_CODINGS", "STEP_BYTES", "BodyDecoder"]
 
-STEP_BYTES = 64 * 1024  # most bytes one step of one layer yields
+STEP_BYTES = 64 * 1024
 MAX_CODINGS = 5  # codings in one Content-Encoding, as urllib3 allows
 _GZIP = ("gzip", "x-gzip")
 _OURS = (*_GZIP, "deflate")
 
 
 class _Inflate:
-    """One ``gzip`` (concatenated members allowed, trailing garbage after one ignored, as
-    urllib3 does) or ``deflate`` (zlib-wrapped, else raw, as urllib3 does) coding."""
+    """One ``gzip`` or ``deflate`` coding, with urllib3's leniency."""
 
     def __init__(self, coding: str) -> None:
         self.gzip = coding in _GZIP
         self._obj = zlib.decompressobj(16 + zlib.MAX_WBITS if self.gzip else zlib.MAX_WBITS)
-        self._first: bytes | None = b""  # deflate: the input so far, until it decodes
-        self._members = 0  # gzip members ended
-        self.pending = b""  # input not yet consumed
+        self._first: bytes | None = b""
+        self._members = 0
+        self.pending = b""
         self.more = False  # the last step filled its output: zlib may hold more
         self.done = False  # the stream ended: what follows is ignored
 
@@ -76,8 +70,7 @@ class _Inflate:
         raise DecodeError(f"the response's content could not be decoded: {exc}") from exc
 
     def _next_member(self) -> None:
-        """After the end of a stream: gzip may go on with another member (what follows now,
-        or in a later read), deflate ends."""
+        """After the end of a stream: gzip may go on with another member, deflate ends."""
         if self.gzip:
             self._members += 1
             self.pending = self._obj.unused_data
@@ -87,8 +80,7 @@ class _Inflate:
 
 
 class BodyDecoder:
-    """Decodes a body coded with ``codings`` (in the order they were applied), step by
-    step; ``check()`` is called before every step (it raises when time is up)."""
+    """Decodes a body coded with ``codings`` step by step, calling ``check()`` before each."""
 
     def __init__(self, codings: list[str], check: Callable[[], object]) -> None:
         self._layers = [_Inflate(c) for c in reversed(codings) if c != "identity"]
@@ -97,11 +89,8 @@ class BodyDecoder:
     @classmethod
     def for_header(cls, content_encoding: str, check: Callable[[], object]
                    ) -> BodyDecoder | None:
-        """The decoder of a ``Content-Encoding`` value; None when a coding is not one of
-        ours (``br``, ``zstd``, unknown): urllib3 decodes those, or leaves them, as before.
-        More than :data:`MAX_CODINGS` codings are refused: the server answered, with a
-        response refused for safety (:class:`~engine.errors.ResponseRejected`), not a broken
-        connection."""
+        """The decoder of a ``Content-Encoding`` value; None when urllib3 must decode it.
+        More than :data:`MAX_CODINGS` codings raise ResponseRejected."""
         codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
         if len(codings) > MAX_CODINGS:
             raise ResponseRejected(f"response refused: {len(codings)} content codings in its "

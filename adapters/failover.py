@@ -1,9 +1,5 @@
-"""Failover across an item's servers, with "bad" marking (docs/retries.md, seed 003).
-
-Attempts go to the first healthy server in the configured order. A server that fails is
-marked bad for ``cooldown`` seconds and skipped while another is healthy; when all are bad,
-the one whose cooldown ends soonest is used. The state is shared by the item's workers.
-"""
+"""Failover across an item's servers, a failed one skipped for ``cooldown`` seconds
+(docs/retries.md); the state is shared by the item's workers."""
 from __future__ import annotations
 
 import logging
@@ -24,7 +20,7 @@ class ServerPool:
         if not servers:
             raise ValueError("a server pool needs at least one server")
         self.servers = tuple(servers)
-        self.cooldown = cooldown  # seconds; 0 = never mark a server bad
+        self.cooldown = cooldown
         self._clock = clock
         self._item = item_name
         self._bad_until: dict[str, float] = {}
@@ -62,11 +58,7 @@ class ServerPool:
 
 
 def rebase(address: str, server: str) -> str:
-    """``address`` moved to ``server``.
-
-    A server given with a path is used as it is; a bare origin (``http://host:port``) keeps
-    the path and query of ``address``.
-    """
+    """``address`` moved to ``server``; a server with a path is used as it is."""
     parts = urlsplit(server)
     if parts.path not in ("", "/"):
         return server

@@ -38,8 +38,7 @@ HTTP_SETTINGS: tuple[Setting, ...] = (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HttpAdapterSettings(AdapterSettings):
-    """The settings of :data:`HTTP_SETTINGS`, typed. ``url`` None = not set (``servers``
-    then are the endpoints)."""
+    """The settings of :data:`HTTP_SETTINGS`, typed."""
 
     DECLARED: ClassVar[tuple[Setting, ...]] = HTTP_SETTINGS
 
@@ -51,12 +50,7 @@ class HttpAdapterSettings(AdapterSettings):
 
 @dataclass(frozen=True)
 class HttpResponse:
-    """A complete response with a status below 400.
-
-    ``content`` holds the body's exact bytes (after any ``Content-Encoding`` is undone);
-    :attr:`text` is the body decoded for reading, :attr:`exact_text` the body as text only
-    when it is text.
-    """
+    """A complete response with a status below 400; ``content`` is the decoded body."""
 
     status: int
     headers: dict[str, str]
@@ -69,8 +63,7 @@ class HttpResponse:
 
     @property
     def text(self) -> str:
-        """The body decoded with its declared charset (else UTF-8); undecodable bytes are
-        replaced, so use :attr:`content` for binary data."""
+        """The body decoded with its declared charset (else UTF-8), bad bytes replaced."""
         return lossy_text(self.content, self.content_type)
 
     @property
@@ -80,8 +73,7 @@ class HttpResponse:
 
     @property
     def exact_text(self) -> str | None:
-        """The body as text when it is text (a ``text/*``, JSON or XML type, or one with a
-        charset it decodes in without loss); None for binary data."""
+        """The body as text when it is text, else None."""
         return exact_text(self.content, self.content_type)
 
 
@@ -95,14 +87,8 @@ class _Request:
 
 
 class HttpAdapter(OutboundAdapter):
-    """Sends requests to ``url`` (or to each of ``servers`` in turn) + a path.
-
-    A status ≥ 400 raises :class:`~engine.errors.HttpStatusError`, retryable when the status
-    is in ``retry_on_status``; so does a redirect (3xx but 304) that is not followed.
-    ``credentials`` give HTTP Basic authentication, sent only to the configured servers.
-    With ``follow_redirects`` up to ``max_redirects`` hops are followed within the attempt's
-    deadline, to the server's own origin or to a host listed in ``redirect_hosts``.
-    """
+    """Sends requests to ``url`` (or to each of ``servers`` in turn) + a path; a status
+    ≥ 400, or a redirect not followed, raises :class:`~engine.errors.HttpStatusError`."""
 
     SETTINGS = HTTP_SETTINGS
     settings_class = HttpAdapterSettings
@@ -120,16 +106,12 @@ class HttpAdapter(OutboundAdapter):
 
     def send(self, method: str, path: str = "", *, headers: Mapping[str, str] | None = None,
              json: Any = None, body: str | bytes | None = None) -> HttpResponse:
-        """Send ``method`` to the chosen server + ``path`` ("" or "/" = the URL itself).
-
-        ``json`` is serialised as the body; otherwise ``body`` is sent as it is (a ``str``
-        as UTF-8).
-        """
+        """Send ``method`` to the chosen server + ``path`` with a ``json`` or ``body`` body."""
         data = body.encode("utf-8") if isinstance(body, str) else body
         return self.call(_Request(method.upper(), path, dict(headers or {}), json, data))
 
     def _open(self) -> None:
-        self.stop()  # a start() after a failed one
+        self.stop()
         auth = None
         if self.credentials is not None:
             auth = (self.credentials.username, self.credentials.password)
@@ -174,8 +156,7 @@ class HttpAdapter(OutboundAdapter):
 
     def _next_hop(self, response: requests.Response, url: str, request: _Request,
                   server: str, hops: int) -> tuple[str, _Request]:
-        """Where the redirect ``response`` leads and the request to send there; raises
-        :class:`~engine.errors.HttpStatusError` naming the Location when it is not followed."""
+        """Where the redirect ``response`` leads and the request to send there."""
         location = response.headers.get("Location", "")
         target = urljoin(url, location)
         why = self._redirects.refusal(response.status_code, server, target, hops)
@@ -188,9 +169,7 @@ class HttpAdapter(OutboundAdapter):
         return classify_transport_error(exc, scope, server, self.response_timeout)
 
 
-# -- redirects ------------------------------------------------------------------------------
-
-FOLLOWABLE = (301, 302, 303, 307, 308)  # redirect statuses that name a place to go to
+FOLLOWABLE = (301, 302, 303, 307, 308)
 
 
 def is_redirect(status: int) -> bool:
@@ -200,12 +179,11 @@ def is_redirect(status: int) -> bool:
 
 @dataclass(frozen=True)
 class RedirectPolicy:
-    """Which redirects an item follows (settings ``follow_redirects``, ``max_redirects``,
-    ``redirect_hosts``)."""
+    """Which redirects an item follows."""
 
     follow: bool
-    max_hops: int  # redirects followed in one attempt; 0 = none
-    hosts: tuple[str, ...]  # "host" (any port) or "host:port" beyond the server's origin
+    max_hops: int
+    hosts: tuple[str, ...]
 
     @classmethod
     def from_settings(cls, settings: HttpAdapterSettings) -> RedirectPolicy:
@@ -214,10 +192,7 @@ class RedirectPolicy:
                    hosts=settings.redirect_hosts)
 
     def refusal(self, status: int, server: str, target: str, hops: int) -> str | None:
-        """Why a redirect from ``server``'s request to ``target`` is not followed, or None.
-
-        Followed: the same scheme, host and port as ``server``, or a host in ``hosts`` —
-        never from https down to http."""
+        """Why a redirect from ``server`` to ``target`` is not followed, or None."""
         if not self.follow:
             return "not followed (follow_redirects = false)"
         if status not in FOLLOWABLE:
@@ -246,9 +221,8 @@ class RedirectPolicy:
 
 
 def redirected(request: _Request, status: int) -> _Request:
-    """The request to send to a redirect's target. As browsers and ``requests`` do, a 303
-    (but for HEAD) and a 301/302 answering a POST continue as a GET without the body;
-    307 and 308 repeat the request as it was."""
+    """The request to send to a redirect's target (a GET without body after 303, or 301/302
+    answering a POST, as browsers do)."""
     if (status == 303 and request.method != "HEAD") or (status in (301, 302)
                                                        and request.method == "POST"):
         headers = {k: v for k, v in request.headers.items() if k.lower() != "content-type"}
@@ -258,8 +232,7 @@ def redirected(request: _Request, status: int) -> _Request:
 
 def redirect_error(response: requests.Response, url: str, location: str, why: str,
                    retry_on_status: Collection[int]) -> HttpStatusError:
-    """The error of a redirect that ends the attempt: outcome ``http_status``, retryable only
-    when its status is in ``retry_on_status``."""
+    """The error of a redirect that ends the attempt."""
     status = response.status_code
     text = f"HTTP {status} {response.reason or ''} from {url}".replace("  ", " ")
     text += retry_after_note(response.headers)

@@ -1,7 +1,5 @@
-"""The item's own HTTP client: one ``requests.Session`` and connection pool per item (seed
-004), requests bounded by the attempt's deadline, bodies read in full under a size limit,
-and the one table that turns ``requests``/``urllib3`` exceptions into Encore's classification.
-"""
+"""The item's own HTTP client: one session per item, requests bounded by the attempt's
+deadline and a size limit, and the one mapping of transport exceptions to Encore's errors."""
 from __future__ import annotations
 
 import http.client
@@ -31,27 +29,23 @@ from engine.errors import (
 if TYPE_CHECKING:
     from adapters.settings import AdapterSettings
 
-CHUNK_BYTES = 16 * 1024  # bytes read per step while streaming a body
-SNIPPET_CHARS = 200  # characters of an error body quoted in an HttpStatusError
+CHUNK_BYTES = 16 * 1024
+SNIPPET_CHARS = 200
 
 _CHARSET = re.compile(r'charset\s*=\s*"?([^";\s]+)', re.IGNORECASE)
 
 
 class ItemSession:
-    """One item's connections, TLS and proxy settings.
-
-    ``pool_size`` connections per host are kept (one per worker); a request never waits for a
-    free connection, since that wait would count against the attempt's deadline.
-    """
+    """One item's connections, TLS and proxy settings; a request never waits for a free
+    connection (the wait would count against the deadline)."""
 
     def __init__(self, *, pool_size: int, hosts: int = 1, connect_timeout: float,
                  max_response_bytes: int, ssl_verify: bool, ca_bundle: str | None = None,
                  client_cert: str | None = None, client_key: str | None = None,
                  proxy: str | None = None, auth: tuple[str, str] | None = None,
                  url_auth: UrlCredentials | None = None) -> None:
-        self.connect_timeout = connect_timeout  # seconds, connect phase only
-        # credentials written in a configured URL, by its origin: HTTP Basic to it when
-        # ``auth`` (the item's credentials setting) gives none, as requests would send them
+        self.connect_timeout = connect_timeout
+        # URL credentials by origin: sent when ``auth`` gives none, as requests would
         self.url_auth = {o: (c.username, c.password) for o, c in (url_auth or {}).items()}
         self.max_response_bytes = max_response_bytes
         self.requests = requests.Session()
@@ -84,12 +78,8 @@ class ItemSession:
                 allow_redirects: bool = False, credentials: bool = True) -> requests.Response:
         """Send a request and read the whole body before ``scope``'s deadline.
 
-        ``credentials=False`` sends no ``Authorization`` and no ``Cookie`` header, whether
-        the session or ``headers`` would add one (a host that is not a configured server).
-        Returns the response with ``content`` filled in. Raises :class:`ResponseRejected`
-        when the body exceeds ``max_response_bytes``; transport failures come out as the
-        ``requests``/``urllib3`` exceptions, for :func:`classify_transport_error`.
-        """
+        ``credentials=False`` strips ``Authorization`` and ``Cookie``. Raises
+        :class:`ResponseRejected` past ``max_response_bytes``."""
         connect = min(self.connect_timeout, scope.time_left())
         scope.exchange = HttpExchange(method, url)
         session = self.requests
@@ -103,17 +93,14 @@ class ItemSession:
             body = read_body(response, self.max_response_bytes, scope.time_left)
         finally:
             response.close()
-        response._content = body  # what .content / .text return from now on
+        response._content = body
         response._content_consumed = True
         return response
 
     def _prepare(self, method: str, url: str, headers: Mapping[str, str] | None, data: Any,
                  json: Any, credentials: bool) -> requests.PreparedRequest:
-        """The request ``requests.Session.request`` would prepare, made directly: the session
-        never reads the environment (``trust_env`` off) and has no query parameters or
-        hooks, so its general merging of every setting (a ``typing.Protocol`` check per
-        value, a copy of the cookie jar per request: a tenth of a SOAP call's CPU) is left
-        out. The session's headers, auth and cookies apply as they would there."""
+        """The request ``requests.Session.request`` would prepare, without its general
+        setting merge (a tenth of a SOAP call's CPU)."""
         session = self.requests
         merged = CaseInsensitiveDict(session.headers)
         merged.update(headers or {})
@@ -131,8 +118,7 @@ class ItemSession:
 
 
 class _WithoutCredentials(requests.auth.AuthBase):
-    """Takes the credentials out of a prepared request. ``requests`` applies auth after
-    headers and cookies, and a request's auth replaces the session's."""
+    """Takes the credentials out of a prepared request (auth runs after headers and cookies)."""
 
     def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
         for name in ("Authorization", "Cookie"):
@@ -145,10 +131,8 @@ _WITHOUT_CREDENTIALS = _WithoutCredentials()
 
 def read_body(response: requests.Response, limit: int,
               check: Callable[[], object] = lambda: None) -> bytes:
-    """The decoded body, read chunk by chunk (each socket read bounded by the deadline) and
-    decoded step by step, ``check()`` before each step (the deadline's ``time_left``, which
-    raises when it has passed): decompression counts against the deadline, at every layer
-    of a ``Content-Encoding`` such as ``gzip, gzip``."""
+    """The decoded body, at most ``limit`` bytes, calling ``check()`` (the deadline) before
+    each step so decompression counts against it."""
     declared = response.headers.get("Content-Length", "")
     has_body = response.request.method != "HEAD"
     if has_body and declared.isdigit() and int(declared) > limit:
@@ -166,8 +150,7 @@ def read_body(response: requests.Response, limit: int,
 
 
 def _decoded(response: requests.Response, check: Callable[[], object]) -> Iterator[bytes]:
-    """The body's bytes with its ``Content-Encoding`` undone: by :class:`BodyDecoder` for
-    gzip and deflate; codings it does not know are left to urllib3, chunk by chunk."""
+    """The body's bytes with its ``Content-Encoding`` undone."""
     decoder = BodyDecoder.for_header(response.headers.get("Content-Encoding", ""), check)
     if decoder is None:
         for chunk in response.raw.stream(CHUNK_BYTES, decode_content=True):
@@ -192,10 +175,7 @@ def status_error(response: requests.Response, retry_on_status: Collection[int],
 
 
 def retry_after_note(headers: Mapping[str, str] | None) -> str:
-    """`` (Retry-After: V)`` with the value ``V`` as the server sent it (at most
-    :data:`SNIPPET_CHARS` characters), for an error's text; "" without the header. What the
-    retry policy makes of it (bounded by ``backoff_base`` and ``backoff_max``) shows in
-    the next attempt's time."""
+    """`` (Retry-After: V)`` for an error's text, or "" without the header."""
     for name, value in (headers or {}).items():
         if str(name).lower() == "retry-after":
             shown = str(value).strip()
@@ -211,8 +191,7 @@ def text_of(response: requests.Response) -> str:
 
 
 def lossy_text(content: bytes, content_type: str) -> str:
-    """``content`` decoded with the charset ``content_type`` declares (UTF-8 when it declares
-    none, or one Python does not know); undecodable bytes replaced."""
+    """``content`` decoded with its declared charset (else UTF-8), bad bytes replaced."""
     charset = declared_charset(content_type) or "utf-8"
     try:
         return content.decode(charset, errors="replace")
@@ -221,12 +200,8 @@ def lossy_text(content: bytes, content_type: str) -> str:
 
 
 def exact_text(content: bytes, content_type: str) -> str | None:
-    """``content`` as text if the response is text, else None (keep the bytes).
-
-    Text: an empty body, or a ``text/*``, JSON or XML media type, or any media type with a
-    declared charset — provided the bytes decode in that charset (UTF-8 when none is
-    declared) without a single replacement.
-    """
+    """``content`` as text if it is textual (or declares a charset) and decodes cleanly,
+    else None."""
     if not content:
         return ""
     charset = declared_charset(content_type)
@@ -257,12 +232,8 @@ _TRANSPORT_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError,
 
 def classify_transport_error(exc: BaseException, scope: TryScope, url: str,
                              response_timeout: float) -> AdapterError | None:
-    """Encore's error for a transport exception, or None if ``exc`` is not one.
-
-    Nothing written yet → :class:`ConnectFailed` (not sent); written and the deadline passed
-    or a read timed out → :class:`ResponseTimeout`; written and the connection broke →
-    :class:`ConnectionReset` (both *outcome unknown*).
-    """
+    """Encore's error for a transport exception (ConnectFailed before anything was sent,
+    else ResponseTimeout or ConnectionReset), or None if ``exc`` is not one."""
     if not isinstance(exc, _TRANSPORT_ERRORS):
         return None
     reason = describe(exc)
@@ -292,8 +263,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def _is_tls_refusal(exc: BaseException) -> bool:
-    """A TLS alert: the server's TLS layer refused us before any HTTP was processed. With
-    TLS 1.3 a refused client certificate shows only on the first read, after the send."""
+    """A TLS alert (with TLS 1.3 a refused client certificate shows only after the send)."""
     return any(isinstance(e, ssl.SSLError) and "ALERT" in str(getattr(e, "reason", ""))
                for e in _chain(exc))
 

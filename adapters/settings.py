@@ -1,10 +1,5 @@
-"""The settings every outbound adapter accepts (docs/settings.md), their validators, and the typed
-object :class:`AdapterSettings` that adapters read them from.
-
-Each validator returns the cleaned value or raises ``ValueError`` with what is allowed;
-:class:`engine.settings.Setting` turns that into a :class:`ConfigurationError` naming the item
-and the key. Each default is in its declaration and nowhere else.
-"""
+"""The settings every outbound adapter accepts (docs/settings.md), their validators (each
+returns the cleaned value or raises ``ValueError``), and :class:`AdapterSettings`."""
 from __future__ import annotations
 
 import re
@@ -16,13 +11,13 @@ from adapters.urls import redact_userinfo
 from engine.retry.settings import OUTCOME_SETTINGS
 from engine.settings import Setting, TypedSettings
 
-DEFAULT_RESPONSE_TIMEOUT = 30.0  # seconds, whole attempt
+DEFAULT_RESPONSE_TIMEOUT = 30.0
 WAIT_FOREVER = -1  # response_timeout: no deadline (Ensemble's ResponseTimeout = -1)
-DEFAULT_CONNECT_TIMEOUT = 5.0  # seconds, connect phase only
-DEFAULT_BAD_SERVER_COOLDOWN = 60.0  # seconds a failed server is skipped
-DEFAULT_RETRY_ON_STATUS = (429, 502, 503, 504)  # HTTP statuses that ask for a retry
-DEFAULT_MAX_RESPONSE_BYTES = 10 * 1024 * 1024  # bytes, decoded body
-DEFAULT_MAX_REDIRECTS = 5  # redirects followed in one attempt (with follow_redirects)
+DEFAULT_CONNECT_TIMEOUT = 5.0
+DEFAULT_BAD_SERVER_COOLDOWN = 60.0
+DEFAULT_RETRY_ON_STATUS = (429, 502, 503, 504)
+DEFAULT_MAX_RESPONSE_BYTES = 10 * 1024 * 1024
+DEFAULT_MAX_REDIRECTS = 5
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110)
 
@@ -61,7 +56,7 @@ def _host(value: Any) -> str:
         raise ValueError(f"{value!r} is not allowed; {hint}")
     parts = urlsplit("//" + value)
     try:
-        _ = parts.port  # raises ValueError for a bad port
+        _ = parts.port
     except ValueError:
         raise ValueError(f"{value!r} has a bad port; {hint}") from None
     if not parts.hostname or parts.path or parts.query or parts.username or "/" in value:
@@ -142,18 +137,16 @@ REDIRECT_SETTINGS: tuple[Setting, ...] = (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AdapterSettings(TypedSettings):
-    """The settings of :data:`COMMON_SETTINGS`, typed: what every outbound adapter reads.
-    ``None`` = not set, for ``credentials``, ``ca_bundle``, ``client_cert``, ``client_key``
-    and ``proxy``; ``servers`` ``()`` = the adapter's own address only."""
+    """The settings of :data:`COMMON_SETTINGS`, typed; ``None`` = not set."""
 
     DECLARED: ClassVar[tuple[Setting, ...]] = COMMON_SETTINGS
 
-    response_timeout: float  # seconds for a whole attempt; -1 = no limit
-    connect_timeout: float  # seconds for the connect phase
+    response_timeout: float
+    connect_timeout: float
     servers: tuple[str, ...]
-    bad_server_cooldown: float  # seconds; 0 = never skip
+    bad_server_cooldown: float
     idempotent: bool
-    idempotency_header: str  # "" = none
+    idempotency_header: str
     on_unknown_outcome: str
     retry_on_status: tuple[int, ...]
     credentials: str | None

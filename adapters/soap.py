@@ -1,18 +1,7 @@
 """SoapAdapter: WSDL operations through zeep, on the item's own deadline-bounded session.
 
-The zeep client is built once, in :meth:`SoapAdapter.start`, from ``wsdl`` (fetched within
-``response_timeout``); a WSDL that cannot be loaded raises
-:class:`~engine.errors.AdapterNotReady` and the worker tries again later. The WSDL and what it
-imports are read only as :class:`~adapters.soap_transport.DocumentPolicy` allows (its own
-host, or files beside a local WSDL; each document size-limited). Responses are parsed with
-DTDs, entities and external references forbidden (no XXE, no billion laughs), after one
-linear pass held them to the item's XML limits (``xml_max_*``, :mod:`adapters.xml_guard`):
-a response past them fails the attempt as answered, naming the limit.
-
-Credentials go only to the configured hosts: the WSDL's own scheme, host and port, each of
-``servers``, and (a local WSDL file being the operator's own) the service address it names.
-A service address the WSDL puts on another host is called without them, with a ``Warning``
-at start.
+The WSDL is loaded at start; responses are parsed with DTDs, entities and external references
+forbidden. Where documents may come from and where credentials may go: docs/security.md.
 """
 from __future__ import annotations
 
@@ -91,18 +80,17 @@ SOAP_SETTINGS: tuple[Setting, ...] = (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SoapAdapterSettings(AdapterSettings):
-    """The settings of :data:`SOAP_SETTINGS`, typed. ``wsdl`` None = not set (refused by
-    :class:`SoapAdapter`)."""
+    """The settings of :data:`SOAP_SETTINGS`, typed."""
 
     DECLARED: ClassVar[tuple[Setting, ...]] = SOAP_SETTINGS
 
     wsdl: str | None
-    auth: str  # "wsse" or "basic"
-    xml_max_attributes: int  # attributes and namespace declarations on one element
-    xml_max_elements: int  # elements in one response
-    xml_max_depth: int  # elements nested in one another
-    xml_max_children: int  # child elements of one element
-    xml_max_text_chars: int  # characters of one text node or attribute value
+    auth: str
+    xml_max_attributes: int
+    xml_max_elements: int
+    xml_max_depth: int
+    xml_max_children: int
+    xml_max_text_chars: int
 
 
 @dataclass(frozen=True)
@@ -113,11 +101,7 @@ class _Call:
 
 class SoapAdapter(OutboundAdapter):
     """Invokes operations of the WSDL's first service port, or of the same binding at each of
-    ``servers`` (a bare ``http://host:port`` keeps the WSDL address's path).
-
-    ``credentials`` are sent as a WS-Security UsernameToken (``auth = "wsse"``, the default)
-    or as HTTP Basic authentication (``auth = "basic"``).
-    """
+    ``servers``; credentials go as a WS-Security token or HTTP Basic (``auth``)."""
 
     SETTINGS = SOAP_SETTINGS
     settings_class = SoapAdapterSettings
@@ -128,12 +112,12 @@ class SoapAdapter(OutboundAdapter):
         if not self.adapter_settings.wsdl:
             raise ConfigurationError("a SOAP item needs wsdl, the URL or path of its WSDL",
                                      item=self.item_name or None, key="wsdl")
-        self.wsdl_location: str = self.adapter_settings.wsdl  # the URL or path of the WSDL
+        self.wsdl_location: str = self.adapter_settings.wsdl
         self._session: ItemSession | None = None
         self._client: zeep.Client | None = None
         self._services: dict[str, ServiceProxy] = {}
         self._operations: tuple[str, ...] = ()
-        self._warnings: list[str] = []  # for start() to return
+        self._warnings: list[str] = []
 
     @property
     def operations(self) -> tuple[str, ...]:
@@ -141,10 +125,7 @@ class SoapAdapter(OutboundAdapter):
         return self._operations
 
     def invoke(self, operation: str, args: Mapping[str, Any] | None = None) -> Any:
-        """Call ``operation`` with ``args`` as keyword arguments; return zeep's result.
-
-        Callers turn the result into plain data with ``zeep.helpers.serialize_object``.
-        """
+        """Call ``operation`` with ``args`` as keyword arguments; return zeep's result."""
         if self._client is None:
             raise AdapterNotReady(f"item {self.item_name!r}: the WSDL is not loaded yet")
         if operation not in self._operations:
@@ -153,8 +134,8 @@ class SoapAdapter(OutboundAdapter):
         return self.call(_Call(operation, dict(args or {})))
 
     def check_call(self, operation: str, args: Mapping[str, Any] | None = None) -> None:
-        """Raise :class:`InvalidRequest` if the WSDL has no ``operation`` or ``args`` do not
-        fit its input; the request is built, never sent (after :meth:`start`)."""
+        """Raise :class:`InvalidRequest` unless ``operation`` exists and ``args`` fit it;
+        nothing is sent."""
         if self._client is None or not self._services:
             raise AdapterNotReady(f"item {self.item_name!r}: the WSDL is not loaded yet")
         if operation not in self._operations:
@@ -168,15 +149,12 @@ class SoapAdapter(OutboundAdapter):
                                  code="InvalidArguments") from exc
 
     def start(self) -> list[str]:
-        """As :meth:`OutboundAdapter.start`; also warns when the WSDL's service address is on
-        another host than the configured ones, where calls go without credentials."""
+        """As :meth:`OutboundAdapter.start`, plus a warning for an untrusted service address."""
         warnings = super().start()
         return self._warnings + warnings
 
-    # -- transport ------------------------------------------------------------------------
-
     def _open(self) -> None:
-        self.stop()  # a start() after a failed one
+        self.stop()
         hosts = max(len(self.adapter_settings.servers), 1) + 1  # the WSDL's host too
         self._session = ItemSession.from_settings(self.adapter_settings, pool_size=self.pool_size,
                                                   hosts=hosts, url_auth=self.url_credentials)
@@ -198,9 +176,8 @@ class SoapAdapter(OutboundAdapter):
             wsse = UsernameToken(self.credentials.username, self.credentials.password)
         wsdl = self.wsdl_location
         policy = DocumentPolicy.for_wsdl(wsdl, options.max_response_bytes)
-        # forbid_external=False: DeadlineTransport.load decides which documents may be read.
-        # force_https only for an http(s) WSDL: beside a local one it turns file:///x into
-        # https:///x.
+        # DeadlineTransport.load decides which documents may be read; force_https would turn
+        # a local WSDL's file:///x into https:///x.
         settings = zeep.Settings(strict=True, xml_huge_tree=False, forbid_dtd=True,
                                  forbid_entities=True, forbid_external=False,
                                  force_https=policy.origin is not None)
@@ -226,8 +203,7 @@ class SoapAdapter(OutboundAdapter):
         return {o for o in map(origin_of, urls) if o is not None}
 
     def _trusted_origins(self, address: str | None) -> set[Origin]:
-        """Where credentials may go: the configured origins, and the service address of a
-        local WSDL file (the operator's own file, as trusted as the production file)."""
+        """Where credentials may go: the configured origins, plus a local WSDL's address."""
         trusted = self._configured_origins()
         local_wsdl = origin_of(self.wsdl_location) is None
         if local_wsdl and address and (origin := origin_of(address)) is not None:
@@ -253,8 +229,7 @@ class SoapAdapter(OutboundAdapter):
         return [address]
 
     def _service(self, binding_name: str, target: str, trusted: set[Origin]) -> ServiceProxy:
-        """A proxy for ``target``; without the WS-Security token when ``target`` is not on a
-        configured host (HTTP Basic is kept off such hosts by :class:`HostBoundBasicAuth`)."""
+        """A proxy for ``target``, without the WS-Security token when it is not trusted."""
         assert self._client is not None
         client = self._client
         if origin_of(target) not in trusted:
@@ -268,8 +243,7 @@ class SoapAdapter(OutboundAdapter):
         return client.create_service(binding_name, target)
 
     def _default_binding(self, client: zeep.Client) -> tuple[Any, str | None]:
-        """The binding and address of the first port of the first service, as zeep's
-        ``client.service`` picks them; without a service, the first binding and no address."""
+        """The binding and address of the first service's first port (else the first binding)."""
         for service in client.wsdl.services.values():
             for port in service.ports.values():
                 return port.binding, port.binding_options.get("address")
@@ -289,8 +263,6 @@ class SoapAdapter(OutboundAdapter):
 
     def _transmit(self, server: str, request: _Call, scope: TryScope) -> Any:
         return self._services[server][request.operation](**request.args)
-
-    # -- classification -------------------------------------------------------------------
 
     def _classify(self, exc: Exception, scope: TryScope, server: str) -> AdapterError | None:
         if isinstance(exc, zeep.exceptions.Fault):
@@ -323,9 +295,7 @@ class SoapAdapter(OutboundAdapter):
 
 
 def _fault_error(exc: zeep.exceptions.Fault, server: str) -> RemoteFault:
-    """A fault whose ``code`` is the local name (``Server``, ``Client.Refused``) that
-    ``E#<code>`` rules match, whatever prefix the server bound; the text keeps the code as
-    the server sent it (``soap11env:Server``)."""
+    """A fault whose ``code`` is the local name that ``E#<code>`` rules match."""
     qualified = str(exc.code) if exc.code is not None else None
     local = local_name(qualified) if qualified else None
     return RemoteFault(f"SOAP fault {qualified or '(no code)'} from {server}: {exc.message}",

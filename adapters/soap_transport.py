@@ -1,18 +1,8 @@
-"""The zeep transport of a :class:`~adapters.soap.SoapAdapter`, and where its WSDL documents
+"""The zeep transport of a :class:`~adapters.soap.SoapAdapter` and where its WSDL documents
 may come from.
 
-zeep's own transport reads responses with per-socket-read timeouts, logs whole envelopes
-(credentials included) at DEBUG, and reads any ``file:`` URL or path a WSDL names (an
-``xsd:import`` of ``file:///dev/zero`` reads until memory runs out). This one sends every
-POST through the item's session (deadline-bounded, size-limited, the idempotency header
-added) and loads the WSDL and every document it imports only as its
-:class:`DocumentPolicy` allows: over http(s) from the WSDL's own scheme, host and port, or,
-for a local WSDL file, regular files under that file's directory. Each document is at most
-``max_response_bytes``; redirects are followed on the WSDL's own host only. Every response and
-document is held to the item's XML limits (:mod:`adapters.xml_guard`) before zeep parses it:
-a response past them fails the attempt as answered (the request reached the server), a
-document past them leaves the WSDL unloaded. A schema document's elements are not counted
-(its size bounds them: a large contract is not hostile).
+Every POST goes through the item's session; the WSDL and its imports load only as
+:class:`DocumentPolicy` allows, each held to the item's XML limits (docs/security.md).
 """
 from __future__ import annotations
 
@@ -39,7 +29,7 @@ from engine.errors import DocumentRefused, ResponseRejected
 __all__ = ["AttemptHooks", "DeadlineTransport", "DocumentPolicy", "HostBoundBasicAuth", "Origin",
            "local_path", "origin_of"]
 
-MAX_WSDL_REDIRECTS = 5  # redirects followed per WSDL document, on the WSDL's own host only
+MAX_WSDL_REDIRECTS = 5
 WSDL_TOTAL_BYTES = 64 * 1024 * 1024  # bytes: all documents of one WSDL load together
 NEVER_READ = ("/dev", "/proc", "/sys")  # directories no WSDL document is read from
 
@@ -66,16 +56,11 @@ def _origin_text(origin: Origin) -> str:
 
 @dataclass(frozen=True)
 class DocumentPolicy:
-    """Where the documents of one WSDL (the WSDL, its ``wsdl:import``\\s and
-    ``xsd:import``/``include``\\s) may be read from.
+    """Where the documents of one WSDL may be read from: its own scheme, host and port, or
+    regular files under a local WSDL's directory."""
 
-    An http(s) WSDL: http(s) URLs on its own scheme, host and port, nothing else. A local
-    WSDL file (a path or a ``file:`` URL): the file itself and regular files under its
-    directory, never under ``/dev``, ``/proc`` or ``/sys``, and no URL at all.
-    """
-
-    origin: Origin | None  # the WSDL's own, None for a local WSDL
-    wsdl_file: str | None  # real path of a local WSDL, None for an http(s) one
+    origin: Origin | None
+    wsdl_file: str | None
     limit: int  # bytes, one document
 
     @classmethod
@@ -102,8 +87,7 @@ class DocumentPolicy:
                                        "only from the WSDL's own scheme, host and port")
 
     def check_redirect(self, url: str, location: str) -> str:
-        """The absolute target of a redirect from ``url``; :class:`DocumentRefused` when it
-        leaves the WSDL's own scheme, host and port."""
+        """The absolute target of a redirect from ``url``, if it stays on the WSDL's origin."""
         target = urljoin(url, location)
         if origin_of(target) != self.origin:
             raise DocumentRefused(url, f"it redirects to {target}, off the WSDL's own scheme, "
@@ -112,8 +96,7 @@ class DocumentPolicy:
         return target
 
     def check_local(self, url: str) -> str:
-        """The real path of a local document ``url`` may be read from, after checking it is
-        the WSDL file or a regular file under its directory; else :class:`DocumentRefused`."""
+        """The real path of the local document ``url``, if the policy allows reading it."""
         path = local_path(url)
         scheme = urlsplit(url).scheme.lower()
         if path is None and scheme in _DEFAULT_PORTS:
@@ -165,8 +148,7 @@ def read_local(url: str, path: str, limit: int) -> bytes:
 
 
 class HostBoundBasicAuth(requests.auth.HTTPBasicAuth):
-    """HTTP Basic credentials that go only to ``origins`` (the configured hosts); a request
-    to any other host leaves without them."""
+    """HTTP Basic credentials sent only to ``origins``."""
 
     def __init__(self, username: str, password: str, origins: Collection[Origin]) -> None:
         super().__init__(username, password)
@@ -180,9 +162,7 @@ class HostBoundBasicAuth(requests.auth.HTTPBasicAuth):
 
 @dataclass(frozen=True)
 class AttemptHooks:
-    """What the transport needs of its adapter, as callables: the current attempt's
-    deadline (monotonic seconds) and headers, the statuses to retry, and the clock; and
-    the XML limits of its responses and documents."""
+    """What the transport needs of its adapter."""
 
     deadline: Callable[[], float]
     headers: Callable[[], Mapping[str, str]]
@@ -204,14 +184,10 @@ class DeadlineTransport(zeep.Transport):
         self._hooks = hooks
         self._item_session = session
         self._policy = policy
-        self._loaded_bytes = 0  # all documents of this load so far
+        self._loaded_bytes = 0
 
     def post(self, address: str, message: Any, headers: Mapping[str, str]) -> requests.Response:
-        """One SOAP call: the idempotency header added, the body read under the deadline.
-
-        A status ≥ 400 that cannot carry a SOAP fault raises
-        :class:`~engine.errors.HttpStatusError` here, with the response's headers.
-        """
+        """One SOAP call under the deadline; a status ≥ 400 that cannot be a fault raises."""
         with self._scope() as scope:
             response = self._item_session.request(
                 "POST", address, scope, data=message,
@@ -226,8 +202,7 @@ class DeadlineTransport(zeep.Transport):
         return self._checked(address, response)
 
     def _checked(self, address: str, response: requests.Response) -> requests.Response:
-        """``response``, unless its XML passes the item's limits: then
-        :class:`~engine.errors.ResponseRejected` (answered: the server has the request)."""
+        """``response``, or ResponseRejected when its XML exceeds the item's limits."""
         try:
             check_xml(response.content, self._hooks.xml_limits)
         except XmlLimitExceeded as exc:
@@ -236,10 +211,7 @@ class DeadlineTransport(zeep.Transport):
         return response
 
     def load(self, url: str) -> bytes:
-        """A WSDL or schema document, checked against the policy before anything is read.
-
-        Raises :class:`~engine.errors.DocumentRefused` naming ``url`` and why.
-        """
+        """A WSDL or schema document, checked against the policy before anything is read."""
         if origin_of(url) is not None:
             self._policy.check_remote(url)
             content = self._fetch(url)
@@ -272,8 +244,7 @@ class DeadlineTransport(zeep.Transport):
         raise DocumentRefused(url, f"more than {MAX_WSDL_REDIRECTS} redirects")
 
     def _scope(self) -> Any:
-        """The scope in force (start()'s, an attempt's), else one ending at the deadline of
-        the current attempt (zeep used directly, outside ``invoke``)."""
+        """The scope in force, else one ending at the current attempt's deadline."""
         scope = current_scope()
         if scope is not None:
             return nullcontext(scope)

@@ -1,9 +1,6 @@
-"""Credentials written in an item's URL (``https://user:pw@host/...``; docs/security.md): taken out
-of the URL when the adapter is made, so that the URL the adapter shows and stores everywhere —
-``message_attempt.server``, error texts, events, logs — has none, and sent as HTTP Basic
-authentication to that URL's origin only (as ``requests`` would have sent them), unless the
-item's ``credentials`` setting gives credentials of its own. A ``Warning`` at start says to
-use ``credentials`` instead.
+"""Credentials written in an item's URL (docs/security.md): taken out of the URL when the
+adapter is made, so no URL it shows or stores has them, and sent as HTTP Basic to that URL's
+origin only.
 """
 from __future__ import annotations
 
@@ -17,13 +14,12 @@ from adapters.credentials import Credentials
 __all__ = ["URL_KEYS", "Origin", "UrlCredentials", "origin", "redact_userinfo",
            "split_userinfo", "take_url_credentials", "url_credentials_warning"]
 
-URL_KEYS = ("url", "wsdl", "servers")  # the settings whose URLs may carry credentials
+URL_KEYS = ("url", "wsdl", "servers")
 URL_CREDENTIALS_NAME = "(written in the URL)"
 
 Origin = tuple[str, str, int | None]
 UrlCredentials = dict[Origin, Credentials]
 
-# scheme://userinfo@ in any text: what an error or a Location header may quote
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/?#@\"'<>]*@")
 
 
@@ -32,7 +28,7 @@ def origin(url: str) -> Origin:
     parts = urlsplit(url)
     try:
         port = parts.port
-    except ValueError:  # a malformed port in a Location header
+    except ValueError:
         port = -1
     default = {"http": 80, "https": 443}.get(parts.scheme)
     return parts.scheme, (parts.hostname or "").lower(), port if port is not None else default
@@ -44,8 +40,7 @@ def redact_userinfo(text: str) -> str:
 
 
 def split_userinfo(url: str) -> tuple[str, Credentials | None]:
-    """``url`` without its ``user:password@``, and those credentials (None: it had none).
-    Only http(s) URLs are looked at."""
+    """An http(s) ``url`` without its ``user:password@``, and those credentials or None."""
     parts = urlsplit(url)
     if parts.scheme.lower() not in ("http", "https") or "@" not in parts.netloc:
         return url, None
@@ -58,8 +53,8 @@ def split_userinfo(url: str) -> tuple[str, Credentials | None]:
 
 def take_url_credentials(settings: Mapping[str, Any]
                          ) -> tuple[dict[str, Any], UrlCredentials, list[str]]:
-    """``settings`` with the credentials taken out of the URLs of :data:`URL_KEYS`; those
-    credentials by the origin of the URL they were in; the keys that had some."""
+    """``settings`` with URL credentials taken out; those credentials by origin; the keys
+    that had some."""
     clean, found, keys = dict(settings), UrlCredentials(), []
     for key in URL_KEYS:
         value = settings.get(key)

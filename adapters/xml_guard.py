@@ -1,19 +1,6 @@
-"""XML limits: one linear pass over a document before zeep (or anything else) reads it
-(docs/security.md, "XML limits").
-
-zeep's work on an element is not always linear in its size: ``ComplexType.parse_xmlelement``
-copies an element's attribute map, and lxml finds each attribute's value by name, one walk
-of the attribute list per attribute — 60,000 attributes on one element (650 KB) cost 15 s in
-a single C call that holds the interpreter, stalling every thread of the daemon. lxml itself
-parses that document in 0.02 s. A repeated ``xsd:choice`` copies an element's remaining
-children once per child it reads (40,000 children: 10 s). :func:`check_xml` runs lxml's
-parser with a target that sees each element's attributes once, as its parser reports them,
-and refuses a document past any of :class:`XmlLimits` before zeep sees it; nothing here
-looks an attribute up by name.
-
-Both edges use it: an inbound SOAP request (:mod:`engine.inbound.wsdl`) and an outbound SOAP
-response or WSDL document (:mod:`adapters.soap_transport`). What is not well-formed XML, or
-has a DTD, passes: the parser that reads the document next refuses it, with its own words.
+"""XML limits: one linear pass over a document before zeep reads it (docs/security.md, "XML
+limits", says why zeep needs it). Used for inbound SOAP requests and outbound responses and
+WSDL documents; what is not well-formed or has a DTD passes, for the next parser to refuse.
 """
 from __future__ import annotations
 
@@ -27,11 +14,11 @@ from engine.settings import Setting, TypedSettings
 
 __all__ = ["XML_LIMIT_SETTINGS", "XmlLimitExceeded", "XmlLimits", "check_xml"]
 
-DEFAULT_MAX_ATTRIBUTES = 256  # attributes and namespace declarations on one element
-DEFAULT_MAX_ELEMENTS = 100_000  # elements in one document
-DEFAULT_MAX_DEPTH = 100  # elements nested in one another, the root counting 1
-DEFAULT_MAX_CHILDREN = 10_000  # child elements of one element (zeep's choice: quadratic)
-DEFAULT_MAX_TEXT_CHARS = 8 * 1024 * 1024  # characters of one text node or attribute value
+DEFAULT_MAX_ATTRIBUTES = 256
+DEFAULT_MAX_ELEMENTS = 100_000
+DEFAULT_MAX_DEPTH = 100
+DEFAULT_MAX_CHILDREN = 10_000
+DEFAULT_MAX_TEXT_CHARS = 8 * 1024 * 1024
 
 XML_LIMIT_SETTINGS: tuple[Setting, ...] = (
     Setting(name="xml_max_attributes", kind=int, default=DEFAULT_MAX_ATTRIBUTES, minimum=1,
@@ -48,8 +35,7 @@ XML_LIMIT_SETTINGS: tuple[Setting, ...] = (
 
 
 class XmlLimitExceeded(ValueError):
-    """A document past one of its :class:`XmlLimits`: ``setting`` names the limit (the
-    setting that raises it), ``limit`` its value; the text says where it was passed."""
+    """A document past the limit ``setting`` (of value ``limit``)."""
 
     def __init__(self, text: str, *, setting: str, limit: int) -> None:
         super().__init__(text)
@@ -59,7 +45,7 @@ class XmlLimitExceeded(ValueError):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class XmlLimits(TypedSettings):
-    """The limits of :data:`XML_LIMIT_SETTINGS`, typed. Every one is at least 1."""
+    """The limits of :data:`XML_LIMIT_SETTINGS`, typed."""
 
     DECLARED: ClassVar[tuple[Setting, ...]] = XML_LIMIT_SETTINGS
 
@@ -71,11 +57,11 @@ class XmlLimits(TypedSettings):
 
     @classmethod
     def of(cls, settings: Mapping[str, Any]) -> XmlLimits:
-        """The limits in validated ``settings`` (snake_case keys), defaults for those absent."""
+        """The limits in validated ``settings``, defaults for those absent."""
         return cls.from_validated(settings)
 
 
-class _Doctype(Exception):  # control flow: the caller's parser refuses DTDs
+class _Doctype(Exception):
     """The document has a DTD: left to the parser that refuses it."""
 
 
@@ -86,9 +72,9 @@ class _Counter:
         self.limits = limits
         self.elements = 0
         self.depth = 0
-        self.children = [0]  # child elements so far of each open element (and the document)
-        self.declared = 0  # namespace declarations seen since the last start tag
-        self.text = 0  # characters of the text node being read
+        self.children = [0]
+        self.declared = 0
+        self.text = 0
 
     def _exceeded(self, setting: str, what: str) -> XmlLimitExceeded:
         limit = getattr(self.limits, setting)
@@ -145,9 +131,8 @@ class _Counter:
 
 
 def check_xml(content: bytes, limits: XmlLimits) -> None:
-    """Raise :class:`XmlLimitExceeded` if ``content`` passes one of ``limits``; return for
-    any other document — within them, not XML, or with a DTD (the caller's own parser
-    refuses those). Time and memory linear in ``len(content)``; no tree is built."""
+    """Raise :class:`XmlLimitExceeded` if ``content`` passes one of ``limits``, in linear
+    time and without building a tree."""
     parser = lxml.etree.XMLParser(target=_Counter(limits), resolve_entities=False,
                                   no_network=True, load_dtd=False, huge_tree=False)
     try:

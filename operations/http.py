@@ -14,9 +14,8 @@ from engine.message import Message
 
 @dataclass
 class HttpRequest(Message):
-    """``{"method": "POST", "path": "/x", "headers": {}, "json": ... | "body": "..." |
-    "body_base64": "..."}``: at most one of ``json``, ``body`` (text, sent as UTF-8) and
-    ``body_base64`` (exact bytes)."""
+    """``{"method", "path", "headers"}`` and at most one of ``json``, ``body`` (text, sent as
+    UTF-8) and ``body_base64`` (exact bytes)."""
 
     method: str = "POST"
     path: str = "/"
@@ -45,8 +44,7 @@ class HttpRequest(Message):
 
 @dataclass
 class HttpReply(Message):
-    """``{"status": 200, "headers": {...}, "body": "..."}`` for a text response, else
-    ``{"status": 200, "headers": {...}, "body_base64": "..."}`` with the exact bytes."""
+    """``{"status", "headers", "body"}``, or ``"body_base64"`` for a response that is not text."""
 
     status: int
     headers: dict[str, str]

@@ -37,8 +37,7 @@ class SoapOperation(BusinessOperation):
 
     @classmethod
     def check_request(cls, request: Message, *, name: str, settings: Mapping[str, Any]) -> None:
-        """Refuse a request whose operation or arguments the item's WSDL does not have
-        (:mod:`operations.soap_intake`)."""
+        """Refuse a request that does not fit the item's WSDL."""
         if isinstance(request, SoapRequest):
             check_soap_call(name, settings, request.operation, request.args)
 

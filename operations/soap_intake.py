@@ -1,13 +1,6 @@
-"""The WSDLs that a :class:`~operations.soap.SoapOperation` item's requests are checked
-against where they come in (``encore send``, the intake API, the Testing Service, processes):
-a request whose operation or arguments the item's WSDL does not have is refused before
-anything is created, instead of being queued to fail at its first attempt.
-
-Each process loads an item's WSDL once, as the item's adapter would (same settings, same
-document policy), within at most :data:`LOAD_TIMEOUT` seconds, and keeps it
-:data:`KEEP_SECONDS`. A WSDL that cannot be loaded checks nothing: the request is accepted
-and the item's worker refuses it at its attempt if it must (it tries again after
-:data:`KEEP_SECONDS` / 10).
+"""Checks a SOAP item's requests against its WSDL where they come in, so a request that
+cannot fit is refused before anything is created. Each process keeps a loaded WSDL
+:data:`KEEP_SECONDS`; one that cannot be loaded checks nothing (the worker will refuse).
 """
 from __future__ import annotations
 
@@ -28,14 +21,14 @@ __all__ = ["KEEP_SECONDS", "LOAD_TIMEOUT", "check_soap_call"]
 
 log = logging.getLogger(__name__)
 
-LOAD_TIMEOUT = 10.0  # seconds a check may spend loading a WSDL (less if response_timeout is)
-KEEP_SECONDS = 300.0  # seconds a loaded WSDL is used before it is loaded again
+LOAD_TIMEOUT = 10.0
+KEEP_SECONDS = 300.0
 
 
 @dataclass
 class _Loaded:
-    adapter: SoapAdapter | None  # None: it could not be loaded
-    until: float  # monotonic seconds
+    adapter: SoapAdapter | None
+    until: float
 
 
 _loaded: dict[str, _Loaded] = {}
@@ -45,8 +38,7 @@ _locks_lock = threading.Lock()
 
 def check_soap_call(name: str, settings: Mapping[str, Any], operation: str,
                     args: Mapping[str, Any]) -> None:
-    """MessageError naming item ``name`` and what its WSDL offers if ``operation`` or
-    ``args`` do not fit it; nothing if they do, or if the WSDL cannot be loaded now."""
+    """Raise MessageError if ``operation`` or ``args`` do not fit item ``name``'s WSDL."""
     adapter = _adapter(name, settings)
     if adapter is None:
         return

@@ -1,14 +1,6 @@
-"""``encore check``: load a production exactly as ``encore run`` would, and say what would
-fail, without running anything (docs/operating.md); under each item, the settings the
-production file and the system defaults give it, each with its source.
-
-Every item is resolved on its own (its class imported, its settings validated: unknown
-settings, class typos, bad router rules), then the items together (the targets they name);
-each operation's adapter is started (its WSDL fetched and parsed, its credentials and
-certificate files found) and stopped again; each inbound SOAP service's WSDL is loaded, and
-each of its operations looked for in the WSDLs of the SOAP operations its calls reach. The
-ports the daemon would listen on must be free and the database at this Encore's schema.
-One line per check; exit status 1 when any failed.
+"""``encore check``: load a production as ``encore run`` would and say what would fail,
+without running anything (docs/operating.md); each item's settings are shown with their
+source. One line per check; exit status 1 when any failed.
 """
 from __future__ import annotations
 
@@ -74,8 +66,7 @@ def check(ctx: object) -> None:
 
 # -- items ---------------------------------------------------------------------------------
 def _resolved_items(outline: ProductionOutline, report: _Report) -> list[ItemConfig]:
-    """Every item that resolves; one line for each item (a problem for each that does not,
-    or that cannot start)."""
+    """Every item that resolves; one line for each item."""
     items: dict[str, ItemConfig] = {}
     failed: dict[str, str] = {}
     for entry in outline.entries:
@@ -108,8 +99,8 @@ def _resolved_items(outline: ProductionOutline, report: _Report) -> list[ItemCon
 
 
 def _operations_of(item: ItemConfig, failed: dict[str, str]) -> list[str] | None:
-    """Start ``item``'s adapter (or load an inbound service's WSDL) and stop it again: the
-    WSDL's operations (None for an item with none); a failure goes into ``failed``."""
+    """Start ``item``'s adapter (or load an inbound service's WSDL) and stop it again; return
+    the WSDL's operations, or None."""
     try:
         adapter_class = getattr(item.cls, "adapter_class", None)
         if adapter_class is not None:
@@ -142,8 +133,7 @@ def _started_adapter(item: ItemConfig, adapter_class: type) -> list[str] | None:
 
 def _inbound_problem(item: ItemConfig, items: dict[str, ItemConfig],
                      offered: dict[str, list[str] | None]) -> str | None:
-    """For an inbound SOAP service: the first of its WSDL's operations that no SOAP
-    operation its calls reach offers (None when they all are, or it reaches none)."""
+    """An inbound SOAP service's first WSDL operation that no SOAP operation it reaches offers."""
     if not getattr(item.cls, "serves_inbound", False) or offered.get(item.name) is None:
         return None
     backends = [name for name in _reached(item, items)
@@ -180,8 +170,7 @@ def _detail(item: ItemConfig, operations: list[str] | None) -> str:
 
 
 def _without_item(text: str, name: str | None) -> str:
-    """``text`` without its leading ``item 'NAME', `` or ``item 'NAME': `` (the line says
-    which item it is)."""
+    """``text`` without its leading ``item 'NAME'``."""
     if name is None:
         return text
     for prefix in (f"item {name!r}, ", f"item {name!r}: "):

@@ -23,11 +23,8 @@ if TYPE_CHECKING:
 
 
 class Context:
-    """Lazily reads the production file and opens the store for a command.
-
-    ``outline`` imports none of the classes the items name (enough for the commands that
-    only read the database); ``production`` imports them all (``encore run``).
-    """
+    """Lazily reads the production file and opens the store for a command; ``outline``
+    imports none of the items' classes, ``production`` imports them all."""
 
     def __init__(self, production_option: str | None) -> None:
         self.option = production_option
@@ -48,10 +45,8 @@ class Context:
         return self._production
 
     def database_url(self) -> str:
-        """The production's database (a relative SQLite path read from the file is the
-        file's directory's); without a production file, $ENCORE_DATABASE_URL, else the
-        default — relative to the current directory. SQLite paths come back absolute, so
-        that every message naming the database says which file it is."""
+        """The production's database URL, SQLite paths made absolute (relative to the file's
+        directory, or without a file to the current one)."""
         path = find_production_file(self.option, os.environ)
         if path.exists() or self.option:
             return self.outline.database
@@ -60,18 +55,15 @@ class Context:
 
     @property
     def store(self) -> SqlStore:
-        """The production's store, refused with one plain sentence when its database is
-        missing, unreachable or not upgraded to this Encore's schema."""
+        """The production's store, refused in one sentence when its database is not usable."""
         if self._store is None:
             self._store = open_store(self.database_url())
         return self._store
 
     @property
     def intake(self) -> Any:
-        """Where ``encore send`` puts messages: the hot path's statements on a bare driver
-        connection (:class:`~engine.store.lite.LiteIntake`: no SQLAlchemy to import) when
-        the database is a plain one at this Encore's schema, else :attr:`store`, whose
-        checks say what is wrong."""
+        """Where ``encore send`` puts messages: a :class:`~engine.store.lite.LiteIntake`
+        (no SQLAlchemy to import) when it can, else :attr:`store`."""
         if self._store is not None:
             return self._store
         from engine.store.lite import LiteIntake, NotLite

@@ -1,12 +1,5 @@
-"""``encore db copy --to URL``: the production's whole database copied into another, SQLite
-to PostgreSQL and back (docs/scale-out.md, "Outgrowing SQLite"); the copy itself is
-:mod:`engine.store.copy`'s.
-
-It refuses while a daemon is alive on the source (its heartbeat younger than the
-production's ``lease_seconds``): a daemon would go on changing rows already copied. The
-target is named as an environment value is: a relative SQLite path from the current
-directory.
-"""
+"""``encore db copy --to URL`` (docs/scale-out.md); refused while a daemon is alive on the
+source, which would go on changing rows already copied."""
 from __future__ import annotations
 
 import sys

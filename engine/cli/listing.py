@@ -103,8 +103,7 @@ def _print_events(rows: list[dict[str, Any]], as_json: bool, *, header: bool,
 
 
 def _row_limit(limit: int | None, show_all: bool) -> int | None:
-    """The rows a listing shows: ``--limit N``, every one with ``--all`` (None), else the
-    newest :data:`DEFAULT_LIMIT`."""
+    """The rows a listing shows: ``--limit N``, None for ``--all``, else :data:`DEFAULT_LIMIT`."""
     if show_all and limit is not None:
         raise click.UsageError("give either --limit N or --all, not both")
     return None if show_all else limit or DEFAULT_LIMIT
@@ -112,8 +111,7 @@ def _row_limit(limit: int | None, show_all: bool) -> int | None:
 
 def _left_out(rows: list[dict[str, Any]], limit: int | None,
               older: Callable[[int], int]) -> int:
-    """How many rows a limited listing left out: ``older(id)`` of the oldest of ``rows``
-    (the newest ``limit``), 0 when the listing was not full."""
+    """How many rows a limited listing left out (0 when it was not full)."""
     if limit is None or len(rows) < limit:
         return 0
     return older(rows[0]["id"])
@@ -130,8 +128,7 @@ def _say_left_out(left_out: int, shown: int, noun: str) -> None:
 
 
 def _json_bodies(row: dict[str, Any]) -> dict[str, Any]:
-    """``row`` with its ``body`` as the JSON value it holds, not as a string of JSON text
-    (a body that is somehow not JSON stays the text it is)."""
+    """``row`` with its ``body`` as the JSON value it holds (else the text as it is)."""
     if row.get("body") is None:
         return row
     try:
@@ -201,11 +198,9 @@ def _stream(every: Callable[[int | None], Iterator[dict[str, Any]]], headers: tu
             cells: Callable[[dict[str, Any]], tuple[Any, ...]], as_json: bool,
             as_row: Callable[[dict[str, Any]], dict[str, Any]] = lambda r: r, *,
             empty_header: bool = False) -> int:
-    """Print every row ``every(up_to)`` reads (oldest first, a chunk at a time), as JSON
-    lines or as a table (``empty_header``: its headers even without rows); return the last id
-    printed (0: none). A table's columns are as
-    wide as its widest cell: its rows are read twice, once for the widths, then up to the
-    last id of that read to print them, so that they are never all in memory."""
+    """Print every row ``every(up_to)`` reads, as JSON lines or a table; return the last id
+    printed (0: none). A table's rows are read twice (widths, then printing), so they are
+    never all in memory."""
     last = 0
     if as_json:
         for row in every(None):

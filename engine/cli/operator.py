@@ -1,9 +1,5 @@
-"""Operator commands: resend, suspend, discard, suspended, enable, disable, purge.
-
-``register(main)`` adds them to the ``encore`` group. They reach the production and the store
-through the group's context object (``.outline``, ``.store``); every refusal is an
-:class:`~engine.errors.OperatorError`, which the group prints as ``error: …`` with exit 1.
-"""
+"""Operator commands: resend, suspend, discard, suspended, enable, disable, purge;
+``register(main)`` adds them to the ``encore`` group."""
 from __future__ import annotations
 
 import re

@@ -1,13 +1,6 @@
-"""``encore reload``: the production's daemons on this host reload the production file, and
-the command says what each did (docs/operating.md).
-
-It signals each live daemon of the production on this host (same host name and PID
-namespace, as the ``daemon`` table records them) with SIGHUP, as ``systemctl reload`` does,
-then waits for the event that ends each one's reload (:data:`engine.runtime.reload.RELOADED`
-or :data:`~engine.runtime.reload.REFUSED`, logged with the daemon's id as its ``job``): the
-first such event after the signal is its answer. Daemons on other hosts are named, not
-signalled (the portal's Reload reaches every daemon).
-"""
+"""``encore reload`` (docs/operating.md): SIGHUP to each live daemon of the production on this
+host, then each one's answer is its first reload event after the signal. Daemons on other
+hosts are named, not signalled."""
 from __future__ import annotations
 
 import os

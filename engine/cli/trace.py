@@ -1,20 +1,6 @@
-"""The visual trace of a session, as text: every message and every attempt on a time line.
-
-Offsets are seconds from the session's first message, laid out the way the seed article lays
-out its timeline: sent, timeout, retry, give-up, with the event-log rows in between.
-
-A session of several hops — a message from the command line to a router, the router's
-request to an operation, the responses back — is one time line too: each hop is indented
-under the message whose handling sent it, and when the session holds more than one request
-every attempt and event line names its message.
-
-A session an inbound service started (docs/inbound.md) begins with its caller — the
-client's address and, when it authenticated, its user or token — and what it asked, and
-ends with what the caller was answered, as the Visual Trace draws them.
-
-As in the Visual Trace (:mod:`engine.portal.trace_attempts`), an attempt is "sent to" a server
-only when one is recorded; one without is the item's own work ("began on Router"), and one
-its daemon's death cut short says so, with no duration and no invented outcome.
+"""The trace of a session as text: every message, attempt and event on one time line, each hop
+indented under the message that sent it. Attempts are told as in the Visual Trace
+(:mod:`engine.portal.trace_attempts`).
 """
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The management portal and JSON API (docs/portal.md): :func:`create_app` builds the ASGI
-application; :mod:`engine.portal.server` serves it; :mod:`engine.portal.cli` holds
-``encore portal``, ``encore user`` and ``encore token``.
-
-Starlette, Jinja2 and uvicorn are imported only when the portal is used, not by every
-``encore`` command."""
+"""The management portal and JSON API (docs/portal.md); Starlette, Jinja2 and uvicorn are
+imported only when the portal is used."""
 from __future__ import annotations
 
 from typing import Any

@@ -1,12 +1,5 @@
-"""Operator actions from the portal and the API, each with one ``Info`` event naming who.
-
-The actions themselves are :mod:`engine.store.operator`'s — the same checks and the same
-events as ``encore resend|suspend|discard|enable|disable`` — called with ``by=`` naming the
-user (or token) and the way in, so that the event they write in the action's own transaction
-is its audit record (docs/security.md: every operator action names the user). Nothing writes a
-second one: an action leaves exactly one ``Info`` event. A bulk resend is one action per
-message resent (each original names the user) and one event for the whole.
-"""
+"""Operator actions from the portal and the API: :mod:`engine.store.operator`'s, called with
+``by=`` naming the user, so the one ``Info`` event they write is the audit record."""
 from __future__ import annotations
 
 from collections.abc import Sequence

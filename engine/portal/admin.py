@@ -1,13 +1,6 @@
-"""The portal's administration (docs/portal.md): users, API tokens and the purge, for admins;
-each user's own account page (the time zone they read times in) for everyone.
-
-What the command line does (``encore user``, ``encore token``, ``encore purge``) with the
-same store functions, behind the portal's rules: a POST with the session's CSRF token
-(checked before the role, so a forged post learns nothing), the admin role, a confirmation,
-and exactly one ``Info`` event naming the admin and what was done. A password must have
-``[portal] password_min_length`` characters (12 by default), here and in ``encore user
-add``. A token is shown once, on the page that answers its creation; only its hash is kept.
-"""
+"""The portal's administration (docs/portal.md): users, API tokens and the purge, for admins,
+and each user's own account page. The CSRF token is checked before the role, so a forged
+post learns nothing."""
 from __future__ import annotations
 
 from datetime import timedelta

@@ -1,11 +1,5 @@
-"""The JSON API under ``/api/v1`` (docs/portal.md): the portal's data and actions for scripts.
-
-Every call needs ``Authorization: Bearer TOKEN`` (``encore token create``): 401 without a
-valid token, 403 when its role is too low (viewer to read, operator to act). Errors are
-``{"error": "..."}``. Lists are keyset-paged like the Message Viewer: a response names the
-``older`` cursor, to pass as ``before=`` for the next page. Intake is in
-:mod:`engine.portal.intake`.
-"""
+"""The JSON API under ``/api/v1`` (docs/portal.md): the portal's data and actions for scripts,
+behind a bearer token."""
 from __future__ import annotations
 
 import json

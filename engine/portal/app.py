@@ -1,13 +1,7 @@
 """The portal's ASGI application: :func:`create_app` over a store and a production.
 
-Pages (:mod:`engine.portal.pages`) and the JSON API (:mod:`engine.portal.api`,
-:mod:`engine.portal.intake`) share one :class:`~engine.portal.context.Portal` — the store,
-the production, the authenticator and the templates — kept in ``app.state.portal``. This
-module builds the application from the route modules; they never import it (they reach the
-shared context through :mod:`engine.portal.context`). Refusals are exceptions turned into
-responses in one place: JSON ``{"error": …}`` under ``/api/``, a page elsewhere (a missing
-session there is a redirect to ``/login``). Every response carries a strict
-Content-Security-Policy: the pages load nothing but their own CSS and JavaScript.
+Route modules never import this one (they reach the shared context through
+:mod:`engine.portal.context`); refusals become responses here, JSON under ``/api/``.
 """
 from __future__ import annotations
 

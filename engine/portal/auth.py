@@ -1,14 +1,8 @@
-"""The portal's sessions, CSRF tokens and password policy, over the shared checks of
-passwords and tokens (:mod:`engine.serving.auth`).
+"""The portal's sessions, CSRF tokens and password policy (docs/security.md).
 
-- A portal session is a cookie signed with the portal's secret (``itsdangerous``) that names
-  the user, the user's session generation and the session's CSRF token. The user is read
-  again on every request, so removing a user ends their sessions, and so does a logout (a
-  CSRF-checked POST), which moves the user's generation on: every session of theirs ends, on
-  every portal of the database. The cookie is HttpOnly, SameSite=Strict, and Secure when the
-  portal serves TLS.
-- Every form carries the CSRF token; the login form, sent before there is a session, carries
-  one paired with a short-lived signed cookie instead.
+A session is a signed cookie naming the user, their session generation and its CSRF token;
+the user is read again on every request, and a logout moves the generation on, ending every
+session of theirs on every portal.
 """
 from __future__ import annotations
 

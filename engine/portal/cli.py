@@ -1,9 +1,4 @@
-"""``encore portal``, ``encore user …`` and ``encore token …`` (docs/operating.md and
-docs/portal.md).
-
-``register(main)`` adds them to the ``encore`` group; they reach the store (and, for
-``portal``, the production) through the group's context object.
-"""
+"""``encore portal``, ``encore user …`` and ``encore token …``; ``register(main)`` adds them."""
 from __future__ import annotations
 
 import os

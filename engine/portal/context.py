@@ -1,11 +1,5 @@
-"""What every route of the portal shares: the :class:`Portal` (the store, the production,
-the authenticator, the templates, the intake's waiters) and :func:`portal_of`, which finds
-it from a request.
-
-A module of its own, so that the route modules (pages, API, intake, ...) reach the shared
-context without importing :mod:`engine.portal.app`, which builds the application from them:
-routing never imports the application.
-"""
+"""What every route of the portal shares: the :class:`Portal` and :func:`portal_of`. A module
+of its own so that routing never imports :mod:`engine.portal.app`."""
 from __future__ import annotations
 
 import threading

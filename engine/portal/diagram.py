@@ -1,12 +1,5 @@
-"""The production as a diagram (docs/portal.md): services, processes and operations in three
-columns, an arrow for every declared target, each item a box with its status light.
-
-Only the layout is computed here — boxes in their column in the file's order, arrows as SVG
-paths from the right edge of the sender to the left edge of the target (or curving out to
-the right, for a target in the same column or to the left) — from the view that
-:func:`engine.portal.status.production_view` made; the template draws them as one inline
-``<svg>`` that the page's script replaces every couple of seconds.
-"""
+"""The layout of the production diagram (docs/portal.md): services, processes and operations
+in three columns, an arrow for every declared target; the template draws it."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,10 +1,5 @@
-"""The example body the Testing Service offers for an item (docs/portal.md): built from the
-item's request class — each field with its default, a required one with an empty value of
-its type, a field that defaults to None left out — and, for a SOAP operation, the first
-operation its WSDL offers as the daemons running it report them. A router (an open JSON
-body) is offered a body its first rule that can be satisfied by a plain value routes
-(checked with the rule itself), else ``{}``.
-"""
+"""The example body the Testing Service offers for an item (docs/portal.md), built from its
+request class, its WSDL's first operation, or a router's first satisfiable rule."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,13 +1,5 @@
-"""Export of the Message Viewer and the event log, as CSV or JSON lines (docs/portal.md).
-
-``/messages.csv?…`` and ``/events.csv?…`` (or ``.jsonl``) for a person,
-``/api/v1/messages?…&format=csv|jsonl`` and ``/api/v1/events?…&format=…`` for scripts:
-every row the filter selects, in the list's order, whatever its size. The rows are read in
-keyset chunks (:func:`engine.store.viewer.export_rows`, ``iter_events``) and written to a
-Starlette :class:`~starlette.responses.StreamingResponse` as they come: the result is never
-in memory and no transaction stays open while the client reads. ``body=1`` adds each
-message's body (a JSON text) to the export.
-"""
+"""Export of the Message Viewer and the event log as CSV or JSON lines (docs/portal.md),
+streamed in keyset chunks: never in memory, no transaction open while the client reads."""
 from __future__ import annotations
 
 import csv

@@ -1,13 +1,5 @@
-"""Query parameters of the Message Viewer and the event log, for pages and API alike.
-
-Parameters are the interface (docs/portal.md): ``target``, ``status``, ``session``,
-``since``, ``until``, ``q``, ``errors=1``, ``source``, ``prop.PATH=V`` (``prop.PATH.gt``,
-``.lt``: ranges), ``body.PATH=V``, ``sort=time|target|status|duration`` and
-``order=asc|desc`` for messages; ``type``, ``item``, ``message``, ``since``,
-``lifecycle=1`` for events; ``before``/``after`` (ids) and ``limit`` for paging. A value
-that does not parse is a :class:`FilterError` that names the parameter; an empty value
-counts as absent.
-"""
+"""Query parameters of the Message Viewer and the event log, for pages and API alike
+(docs/portal.md); a value that does not parse is a :class:`FilterError`, an empty one absent."""
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping

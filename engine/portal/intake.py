@@ -1,20 +1,8 @@
 """Intake through the API: ``POST /api/v1/messages/{target}`` (docs/processes.md).
 
-A token of role ``sender`` or higher; the body is checked exactly as ``encore send`` checks
-it (:func:`engine.client.accept_message`) and committed before the answer,
-``202 {"id", "session_id"}``. An ``Idempotency-Key`` header makes a retry of the same call
-return the first message and create nothing (``Idempotent-Replayed: true``, with or without
-``?wait``) — decided by the database's unique index on (target, caller, key), so it holds
-for racing calls on any number of portals; the caller is the token's holder, so another
-holder's key is another message, and the same key again with another body is refused with
-``422``. ``?wait=S`` waits up to S seconds for the message to finish: ``200`` with its status
-and response, or ``504`` (the message goes on); at most ``[portal] max_waiters`` calls wait at
-once, the next is refused with ``503`` before anything is created. Refusals create nothing:
-``400`` (not JSON, not UTF-8, a lone surrogate, a body that does not fit the target's
-message class, a bad key or wait), ``404`` (no such target), ``413`` (over
-:data:`MAX_BODY_BYTES`).
-
-A ``?wait`` call waits as :func:`engine.serving.intake.accept_and_wait` does.
+The body is checked as ``encore send`` checks it and committed before the answer; an
+``Idempotency-Key`` replay is decided by the database's unique index, so it holds for racing
+calls on any number of portals.
 """
 from __future__ import annotations
 

@@ -1,19 +1,7 @@
-"""One item in the operator's console (docs/portal.md): ``/items/{name}`` and
-``GET /api/v1/items/{name}``, with its actions — restart, the Testing Service — and the
-admins' Reload of the production file.
-
-The page reads what it shows from three places, none of them ``message_header`` at large:
-the production file (settings and where each came from), what the daemons report of the
-item (:mod:`engine.store.running`: which daemons run it, ready or not, its servers with
-their bad marks) and the per-minute rollup the daemons write (:mod:`engine.store.rollup`:
-counters of the last hour and day, percentiles, the charts). A page costs the same with a
-million messages as with ten.
-
-The Testing Service sends a body as ``encore send`` would — the same checks — with source
-``test:<user>``, and waits up to :data:`TEST_WAIT` seconds for the commit that ends it
-(woken by the completion, :mod:`engine.store.completions`; no poll but the safety net). It
-refuses a disabled item at once (409: its message would only wait in the queue), and offers
-an example body (:mod:`engine.portal.example_body`).
+"""One item in the operator's console (docs/portal.md): its page and API, restart, the
+Testing Service and the admins' Reload. The page reads the production file, what the daemons
+report and the per-minute rollup, never ``message_header`` at large, so its cost does not
+grow with the messages.
 """
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The portal's pages (docs/portal.md): server-rendered, readable without JavaScript.
-
-Reads are plain ``def`` endpoints (Starlette runs them in its thread pool, where the store's
-blocking calls belong). Every POST is a form with the session's CSRF token; an action also
-asks for confirmation — the page's script asks in a dialog, and without it the server shows
-a confirmation page — and is refused (403) below the operator role.
-"""
+"""The portal's pages (docs/portal.md): server-rendered, readable without JavaScript. Reads are
+plain ``def`` endpoints so the store's blocking calls run in the thread pool."""
 from __future__ import annotations
 
 import math

@@ -1,12 +1,5 @@
-"""The queues in the operator's console (docs/portal.md): ``/queues`` — every item's queue
-depth, messages in flight and oldest wait — and ``/queues/{name}`` — the queued messages of
-one item in delivery order, paged, each with suspend and discard.
-
-Delivery order is the order the dispatcher claims in: by id among the messages due now; a
-message parked until its next retry (``next_attempt_at`` in the future) comes when due, so
-it is listed with its due time. Pages are keyset-paged by id (``?after=ID``,
-:func:`engine.store.listings.queued_page`).
-"""
+"""The queues in the operator's console (docs/portal.md): every item's queue and one item's
+queued messages in delivery order, keyset-paged by id."""
 from __future__ import annotations
 
 from starlette.concurrency import run_in_threadpool

@@ -1,10 +1,5 @@
-"""Saved searches of the Message Viewer (docs/portal.md): each user's named queries.
-
-A saved search is a name and the viewer's query string (its filters, sort and order, not
-its cursor); the viewer lists the user's own beside its filters, each a link, and each can be
-deleted. Saving one is not an operator action: any user may, for themselves, with the
-session's CSRF token; it writes no event.
-"""
+"""Saved searches of the Message Viewer (docs/portal.md): each user's named query strings.
+Saving one is not an operator action and writes no event."""
 from __future__ import annotations
 
 from urllib.parse import parse_qsl, urlencode

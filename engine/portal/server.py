@@ -1,14 +1,7 @@
-"""Serving the portal with uvicorn: in the foreground (``encore portal``) or on a thread of
-``encore run`` (``[portal]`` in the production file).
+"""Serving the portal with uvicorn, in the foreground or on a thread of ``encore run``.
 
-Loopback by default. A portal that listens beyond loopback without TLS sends passwords,
-session cookies and tokens in clear: it still starts (a proxy in front may add TLS) but
-writes a ``Warning`` event saying so.
-
-Either way the server holds the ``[portal]`` caps (``engine.serving.limited_server``): open
-connections in total and per client address, the time to send a request, idle keep-alive
-time, concurrent ``?wait`` callers — so a flood of connections can never take the
-descriptors the daemon's deliveries need.
+Beyond loopback without TLS it still starts but warns; either way the ``[portal]`` caps hold,
+so a flood of connections cannot take the descriptors deliveries need.
 """
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""The production as the portal's front page and ``GET /api/v1/status`` show it: per item
-enabled, pool, queued, in flight, retrying, oldest queued wait, last error, breaker state
-and the daemon holding its FIFO lease; every daemon with host, PID and heartbeat age.
-
-Beside what the file says, each item carries what *runs* (docs/portal.md): the daemons
-running it as they report it (``daemon.item_states``, :mod:`engine.store.running`), ready or
-not, refused by the last reload — and its status light, :func:`light`, computed from that,
-never from the file alone. ``file_changed`` tells whether the production file differs from
-the one the daemons loaded last.
-"""
+"""The production as the front page and ``GET /api/v1/status`` show it (docs/portal.md).
+Each item's status light comes from what the daemons report running, never from the file
+alone."""
 from __future__ import annotations
 
 from datetime import timedelta

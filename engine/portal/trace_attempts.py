@@ -1,15 +1,5 @@
-"""What an attempt was, as both traces (the portal's picture and ``encore trace``) tell it.
-
-An attempt went to a remote server only when the store names one (``message_attempt.server``,
-which the item's adapter reports). An attempt without a server is the item's own work: a
-business process, a router, an operation without an adapter — drawn on the item's own
-lifeline, never as a call to a server nobody named.
-
-An attempt *cut short* is one its daemon's death interrupted: still open while its message is
-no longer being delivered (taken back, not yet delivered again), or ended by the next delivery
-as outcome unknown (:data:`engine.errors.CRASH_TEXTS`). Its recorded end is when it was taken
-back, not when it stopped, so it has no duration.
-"""
+"""What an attempt was, as both traces tell it: a call to a server only when the store names
+one, else the item's own work; one *cut short* by its daemon's death has no duration."""
 from __future__ import annotations
 
 from engine.attempt import servers_of

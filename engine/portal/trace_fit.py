@@ -1,11 +1,5 @@
-"""Room for every text of the Visual Trace: a text's width estimated from its length, the
-legend wrapped into rows, and the picture widened (and shifted right) to hold whatever text
-still reaches past an edge.
-
-The estimate errs wide: :data:`EM_NORMAL` and :data:`EM_BOLD` are a little above the mean
-advance of the sans-serif fonts browsers use (DejaVu Sans, Liberation Sans, Arial), so a text
-may leave a margin, never run out of the picture.
-"""
+"""Room for every text of the Visual Trace: widths estimated from length (erring wide), the
+legend wrapped, the picture widened for text past an edge."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET

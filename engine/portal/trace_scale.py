@@ -1,15 +1,6 @@
-"""The Visual Trace's time axis: linear, except where nothing happens for long, and never
-so tight that two things drawn overprint.
-
-A session may span minutes or days (a resend long after the first try) while its attempts
-last milliseconds; one linear scale would crush them into one line. So every stretch longer
-than :data:`BREAK_SECONDS` in which no attempt is in flight and nothing is logged is cut out
-and drawn as a *break* of :data:`BREAK_HEIGHT` pixels labelled with its length; the rest of
-the time line keeps one linear scale, fitted to :data:`TARGET_HEIGHT` (and never stretched
-past :data:`MAX_SCALE`). Consecutive instants stand at least :data:`MIN_STEP` pixels apart
-(:data:`ROW` before an instant that carries a label, a message's arrow), so a burst of
-messages a millisecond apart still reads as a list; the axis is then linear between those
-instants.
+"""The Visual Trace's time axis: linear, but every idle stretch over :data:`BREAK_SECONDS` is
+cut out as a labelled break (a session may span days while attempts last milliseconds), and
+consecutive instants stand at least :data:`MIN_STEP` pixels apart.
 """
 from __future__ import annotations
 

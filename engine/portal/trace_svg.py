@@ -1,34 +1,8 @@
-"""The Visual Trace of a session as one inline SVG (docs/portal.md).
+"""The Visual Trace of a session as one inline SVG (docs/portal.md describes the picture).
 
-A column per participant — each sender (CLI, API, a service or process, an operator's
-resend), each item, each server an attempt went to — with time flowing down on one linear
-scale. One arrow per message between hosts (``data-message="ID"``, a link to
-``/messages/ID``); one group per attempt (``data-attempt="K"``, ``data-outcome="…"``). An
-attempt that went to a server (``message_attempt.server``) is an arrow from the item to it at
-its start and the answer (or the timeout) back at its end; one without a server is the item's
-own work (a process, a router), a bar on the item's own lifeline (``class="… own-work"``).
-Either is labelled with the attempt number, outcome and duration, green for ``ok`` and red
-otherwise. An attempt its daemon's death cut short (:mod:`engine.portal.trace_attempts`) is
-marked ✕ where it was cut (``data-cut-short="true"``), at the server when one is recorded,
-and has no duration.
-A timed-out attempt's return is drawn in a style of its own, dotted, marked "late reply
-discarded" (the engine never hands it on); the wait before the next attempt is a dashed line
-with its length. A long stretch in which nothing happens is a break labelled with its length
-(:mod:`engine.portal.trace_scale`), not empty height. Servers are named in full (scheme,
-host and port, wrapped; the whole address in a tooltip). A legend under the time line shows
-each style as it is drawn (:data:`STYLES`), in as many rows as the picture's width needs. The
-session's events stand in a column on the right, each at its time, with a dot on its item's
-line; the column is as wide as its longest text, and the picture widens for any text that
-would run past an edge (:mod:`engine.portal.trace_fit`).
-
-A session that an inbound service started (docs/inbound.md) has its caller — the client's
-address — as the first participant: the request arrives from it, and the answer the service
-gave goes back to it as the last arrow (``class="inbound-answer"``).
-
-Every text goes through ElementTree, which escapes it: a body or an error holding markup is
-shown as text. This module lays the picture out and draws its columns, messages, breaks and
-events; an attempt is drawn by :mod:`engine.portal.trace_attempt_marks`, the legend by
-:mod:`engine.portal.trace_legend`, with the marks of :mod:`engine.portal.trace_marks`.
+This module lays it out and draws the columns, messages, breaks and events; attempts and
+the legend are drawn by their own modules. Every text goes through ElementTree, which
+escapes it.
 """
 from __future__ import annotations
 

@@ -1,19 +1,7 @@
 """A portal follows the production it serves (docs/portal.md, "what runs is what is shown").
 
-Intake, the item pages and the diagram read ``Portal.production``. A standalone ``encore
-portal`` loads the production file once at its start; without this module it would refuse
-intake for an item that a SIGHUP added to the daemons (404) and accept it for one removed.
-:class:`ProductionFollower` loads the file again
-
-- when a daemon announces that it reloaded (``Kind.RELOADED``: NOTIFY on PostgreSQL, the
-  doorbell on SQLite — within milliseconds), on every portal, and
-- for a standalone portal (``poll_file``), when the file itself (or its system defaults
-  file) changes: their modification times and sizes are looked at every
-  :data:`WATCH_INTERVAL` seconds (a ``stat``, nothing more), their SHA-256 only when they
-  moved.
-
-A file that no longer loads (a typo being edited) is not taken: the portal keeps what it has
-and logs why, once per version of the file.
+:class:`ProductionFollower` reloads the file when a daemon announces a reload, and for a
+standalone portal when the file changes; a file that no longer loads is not taken.
 """
 from __future__ import annotations
 
