@@ -11,7 +11,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import timedelta
 from typing import Any
 
@@ -206,9 +206,13 @@ class MessageWorker:
     def _wait_for(self, row: MessageRow, at: float) -> Result | None:
         """Persist the retry state, then wait for ``at`` (blocking) or park (requeue)."""
         delay = max(at - self.clock.monotonic(), 0.0)
-        next_at = self.clock.now() + timedelta(seconds=delay)
-        self.store.schedule_retry(row.id, next_attempt_at=next_at, release=self.requeue,
-                                  token=row.claim_token)
+        # A daemon's clock is held while a wall-clock step moves the stored due times: the
+        # due time is read and written under it, or it could land after the move, a step off.
+        holding = getattr(self.clock, "holding", None)
+        with holding() if holding is not None else nullcontext():
+            next_at = self.clock.now() + timedelta(seconds=delay)
+            self.store.schedule_retry(row.id, next_attempt_at=next_at, release=self.requeue,
+                                      token=row.claim_token)
         if self.requeue:
             return Result.PARKED
         if self.clock.sleep(delay, self.stop):
