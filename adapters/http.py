@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import requests
@@ -19,33 +19,42 @@ from adapters.session import (
     retry_after_note,
     status_error,
 )
-from adapters.settings import COMMON_SETTINGS, REDIRECT_SETTINGS, AdapterSettings, http_url
+from adapters.settings import (
+    COMMON_SETTINGS,
+    DEFAULT_MAX_REDIRECTS,
+    AdapterSettings,
+    host_list,
+    http_url,
+)
 from adapters.urls import origin
 from engine.clock import Clock
 from engine.errors import AdapterError, AdapterNotReady, ConfigurationError, HttpStatusError
-from engine.settings import Setting
+from engine.settings import Setting, declared_in, setting
 
 __all__ = ["HTTP_SETTINGS", "HttpAdapter", "HttpAdapterSettings", "HttpResponse",
            "RedirectPolicy"]
 
-HTTP_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="url", kind=str, default=None, check=http_url,
-            help="the endpoint; with servers, their origins replace its own"),
-    *COMMON_SETTINGS,
-    *REDIRECT_SETTINGS,
-)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HttpAdapterSettings(AdapterSettings):
-    """The settings of :data:`HTTP_SETTINGS`, typed."""
+    """The settings of :data:`HTTP_SETTINGS`, typed: the common ones, url and redirects."""
 
-    DECLARED: ClassVar[tuple[Setting, ...]] = HTTP_SETTINGS
+    url: str | None = setting(kind=str, default=None, check=http_url,
+                              help="the endpoint; with servers, their origins replace its own")
+    follow_redirects: bool = setting(
+        kind=bool, default=False,
+        help="follow 3xx redirects; false: a redirect ends the attempt as http_status")
+    max_redirects: int = setting(
+        kind=int, default=DEFAULT_MAX_REDIRECTS, minimum=0,
+        help="redirects followed in one attempt (with follow_redirects)")
+    redirect_hosts: tuple[str, ...] = setting(
+        kind=(list, tuple), default=(), check=host_list,
+        help="hosts ('host' or 'host:port') a redirect may lead to besides the "
+             "server's own scheme, host and port; credentials go only to configured servers")
 
-    url: str | None
-    follow_redirects: bool
-    max_redirects: int
-    redirect_hosts: tuple[str, ...]
+
+HTTP_SETTINGS: tuple[Setting, ...] = (
+    *declared_in(HttpAdapterSettings, "url"), *COMMON_SETTINGS,
+    *declared_in(HttpAdapterSettings, "follow_redirects", "max_redirects", "redirect_hosts"))
 
 
 @dataclass(frozen=True)

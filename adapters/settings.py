@@ -1,15 +1,16 @@
-"""The settings every outbound adapter accepts (docs/settings.md), their validators (each
-returns the cleaned value or raises ``ValueError``), and :class:`AdapterSettings`."""
+"""The settings every outbound adapter accepts (docs/settings.md), declared by
+:class:`AdapterSettings`, and their validators (each returns the cleaned value or raises
+``ValueError``)."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import urlsplit
 
 from adapters.urls import redact_userinfo
 from engine.retry.settings import OUTCOME_SETTINGS
-from engine.settings import Setting, TypedSettings
+from engine.settings import Setting, TypedSettings, setting, shared
 
 DEFAULT_RESPONSE_TIMEOUT = 30.0
 WAIT_FOREVER = -1  # response_timeout: no deadline (Ensemble's ResponseTimeout = -1)
@@ -92,67 +93,51 @@ def not_empty(value: str) -> str:
     return value
 
 
-COMMON_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="response_timeout", kind=float, default=DEFAULT_RESPONSE_TIMEOUT, minimum=0,
-            allow=(WAIT_FOREVER,), check=attempt_seconds,
-            help="seconds for a whole attempt: connect, send and the complete response; "
-                 "-1 = no limit (an attempt to a server that never answers holds its worker "
-                 "until the daemon stops)"),
-    Setting(name="connect_timeout", kind=float, default=DEFAULT_CONNECT_TIMEOUT,
-            check=positive, help="seconds for the connect phase (never past the deadline)"),
-    Setting(name="servers", kind=(list, tuple), default=(), check=url_list,
-            help="base URLs to fail over across, in order of preference"),
-    Setting(name="bad_server_cooldown", kind=float, default=DEFAULT_BAD_SERVER_COOLDOWN,
-            minimum=0, help="seconds a failed server is skipped; 0 = never skip"),
-    *OUTCOME_SETTINGS,  # idempotent, on_unknown_outcome: the retry policy reads them too
-    Setting(name="idempotency_header", kind=str, default="", check=header_name,
-            help='HTTP header carrying the message\'s stable key; "" = none'),
-    Setting(name="retry_on_status", kind=(list, tuple), default=DEFAULT_RETRY_ON_STATUS,
-            check=status_list, help="HTTP statuses that ask for a retry"),
-    Setting(name="credentials", kind=str, default=None, check=not_empty,
-            help="a credentials name, resolved from the environment or the credentials file"),
-    Setting(name="ssl_verify", kind=bool, default=True, help="verify TLS certificates"),
-    Setting(name="ca_bundle", kind=str, default=None, check=not_empty, path=True,
-            help="path of a PEM file of CA certificates to trust"),
-    Setting(name="client_cert", kind=str, default=None, check=not_empty, path=True,
-            help="path of a PEM client certificate (may include its key)"),
-    Setting(name="client_key", kind=str, default=None, check=not_empty, path=True,
-            help="path of the client certificate's PEM key"),
-    Setting(name="max_response_bytes", kind=int, default=DEFAULT_MAX_RESPONSE_BYTES, minimum=1,
-            help="bytes; a larger (decoded) response body is refused"),
-    Setting(name="proxy", kind=str, default=None, check=http_url,
-            help="URL of an HTTP proxy for every request"),
-)
-
-REDIRECT_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="follow_redirects", kind=bool, default=False,
-            help="follow 3xx redirects; false: a redirect ends the attempt as http_status"),
-    Setting(name="max_redirects", kind=int, default=DEFAULT_MAX_REDIRECTS, minimum=0,
-            help="redirects followed in one attempt (with follow_redirects)"),
-    Setting(name="redirect_hosts", kind=(list, tuple), default=(), check=host_list,
-            help="hosts ('host' or 'host:port') a redirect may lead to besides the "
-                 "server's own scheme, host and port; credentials go only to configured servers"),
-)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AdapterSettings(TypedSettings):
-    """The settings of :data:`COMMON_SETTINGS`, typed; ``None`` = not set."""
+    """The settings every outbound adapter accepts: :data:`COMMON_SETTINGS`; ``None`` = not
+    set."""
 
-    DECLARED: ClassVar[tuple[Setting, ...]] = COMMON_SETTINGS
+    response_timeout: float = setting(
+        kind=float, default=DEFAULT_RESPONSE_TIMEOUT, minimum=0, allow=(WAIT_FOREVER,),
+        check=attempt_seconds,
+        help="seconds for a whole attempt: connect, send and the complete response; "
+             "-1 = no limit (an attempt to a server that never answers holds its worker "
+             "until the daemon stops)")
+    connect_timeout: float = setting(
+        kind=float, default=DEFAULT_CONNECT_TIMEOUT, check=positive,
+        help="seconds for the connect phase (never past the deadline)")
+    servers: tuple[str, ...] = setting(
+        kind=(list, tuple), default=(), check=url_list,
+        help="base URLs to fail over across, in order of preference")
+    bad_server_cooldown: float = setting(
+        kind=float, default=DEFAULT_BAD_SERVER_COOLDOWN, minimum=0,
+        help="seconds a failed server is skipped; 0 = never skip")
+    # declared by the retry settings, which read them too
+    idempotent: bool = shared(OUTCOME_SETTINGS[0])
+    on_unknown_outcome: str = shared(OUTCOME_SETTINGS[1])
+    idempotency_header: str = setting(
+        kind=str, default="", check=header_name,
+        help='HTTP header carrying the message\'s stable key; "" = none')
+    retry_on_status: tuple[int, ...] = setting(
+        kind=(list, tuple), default=DEFAULT_RETRY_ON_STATUS, check=status_list,
+        help="HTTP statuses that ask for a retry")
+    credentials: str | None = setting(
+        kind=str, default=None, check=not_empty,
+        help="a credentials name, resolved from the environment or the credentials file")
+    ssl_verify: bool = setting(kind=bool, default=True, help="verify TLS certificates")
+    ca_bundle: str | None = setting(kind=str, default=None, check=not_empty, path=True,
+                                    help="path of a PEM file of CA certificates to trust")
+    client_cert: str | None = setting(
+        kind=str, default=None, check=not_empty, path=True,
+        help="path of a PEM client certificate (may include its key)")
+    client_key: str | None = setting(kind=str, default=None, check=not_empty, path=True,
+                                     help="path of the client certificate's PEM key")
+    max_response_bytes: int = setting(
+        kind=int, default=DEFAULT_MAX_RESPONSE_BYTES, minimum=1,
+        help="bytes; a larger (decoded) response body is refused")
+    proxy: str | None = setting(kind=str, default=None, check=http_url,
+                                help="URL of an HTTP proxy for every request")
 
-    response_timeout: float
-    connect_timeout: float
-    servers: tuple[str, ...]
-    bad_server_cooldown: float
-    idempotent: bool
-    idempotency_header: str
-    on_unknown_outcome: str
-    retry_on_status: tuple[int, ...]
-    credentials: str | None
-    ssl_verify: bool
-    ca_bundle: str | None
-    client_cert: str | None
-    client_key: str | None
-    max_response_bytes: int
-    proxy: str | None
+
+COMMON_SETTINGS: tuple[Setting, ...] = AdapterSettings.DECLARED

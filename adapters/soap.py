@@ -10,7 +10,7 @@ import http.client
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import lxml.etree
 import requests
@@ -46,7 +46,7 @@ from engine.errors import (
     ResponseRejected,
 )
 from engine.retry.reply_codes import local_name
-from engine.settings import Setting
+from engine.settings import Setting, declared_in, setting
 
 __all__ = ["SOAP_SETTINGS", "SoapAdapter", "SoapAdapterSettings"]
 
@@ -68,29 +68,19 @@ def _wsdl_location(value: str) -> str:
     return value
 
 
-SOAP_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="wsdl", kind=str, default=None, check=_wsdl_location, path=True,
-            help="http(s) URL or local path of the WSDL, loaded once at start"),
-    Setting(name="auth", kind=str, default="wsse", choices=("wsse", "basic"),
-            help="how credentials are sent"),
-    *COMMON_SETTINGS,
-    *XML_LIMIT_SETTINGS,
-)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SoapAdapterSettings(AdapterSettings):
-    """The settings of :data:`SOAP_SETTINGS`, typed."""
+class SoapAdapterSettings(AdapterSettings, XmlLimits):
+    """The settings of :data:`SOAP_SETTINGS`, typed: the common ones, the XML limits, wsdl
+    and auth."""
 
-    DECLARED: ClassVar[tuple[Setting, ...]] = SOAP_SETTINGS
+    wsdl: str | None = setting(kind=str, default=None, check=_wsdl_location, path=True,
+                               help="http(s) URL or local path of the WSDL, loaded once at start")
+    auth: str = setting(kind=str, default="wsse", choices=("wsse", "basic"),
+                        help="how credentials are sent")
 
-    wsdl: str | None
-    auth: str
-    xml_max_attributes: int
-    xml_max_elements: int
-    xml_max_depth: int
-    xml_max_children: int
-    xml_max_text_chars: int
+
+SOAP_SETTINGS: tuple[Setting, ...] = (*declared_in(SoapAdapterSettings, "wsdl", "auth"),
+                                      *COMMON_SETTINGS, *XML_LIMIT_SETTINGS)
 
 
 @dataclass(frozen=True)

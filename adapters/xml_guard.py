@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import lxml.etree
 
-from engine.settings import Setting, TypedSettings
+from engine.settings import Setting, TypedSettings, setting
 
 __all__ = ["XML_LIMIT_SETTINGS", "XmlLimitExceeded", "XmlLimits", "check_xml"]
 
@@ -19,20 +19,6 @@ DEFAULT_MAX_ELEMENTS = 100_000
 DEFAULT_MAX_DEPTH = 100
 DEFAULT_MAX_CHILDREN = 10_000
 DEFAULT_MAX_TEXT_CHARS = 8 * 1024 * 1024
-
-XML_LIMIT_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="xml_max_attributes", kind=int, default=DEFAULT_MAX_ATTRIBUTES, minimum=1,
-            help="attributes and namespace declarations one XML element may carry"),
-    Setting(name="xml_max_elements", kind=int, default=DEFAULT_MAX_ELEMENTS, minimum=1,
-            help="elements one XML document may hold"),
-    Setting(name="xml_max_depth", kind=int, default=DEFAULT_MAX_DEPTH, minimum=1,
-            help="how deep XML elements may nest (the root element is depth 1)"),
-    Setting(name="xml_max_children", kind=int, default=DEFAULT_MAX_CHILDREN, minimum=1,
-            help="child elements one XML element may hold (a list of more items needs more)"),
-    Setting(name="xml_max_text_chars", kind=int, default=DEFAULT_MAX_TEXT_CHARS, minimum=1,
-            help="characters of one XML text node or attribute value"),
-)
-
 
 class XmlLimitExceeded(ValueError):
     """A document past the limit ``setting`` (of value ``limit``)."""
@@ -43,22 +29,32 @@ class XmlLimitExceeded(ValueError):
         self.limit = limit
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class XmlLimits(TypedSettings):
-    """The limits of :data:`XML_LIMIT_SETTINGS`, typed."""
+    """The XML limits of an inbound SOAP service or a SOAP adapter: :data:`XML_LIMIT_SETTINGS`."""
 
-    DECLARED: ClassVar[tuple[Setting, ...]] = XML_LIMIT_SETTINGS
-
-    xml_max_attributes: int
-    xml_max_elements: int
-    xml_max_depth: int
-    xml_max_children: int
-    xml_max_text_chars: int
+    xml_max_attributes: int = setting(
+        kind=int, default=DEFAULT_MAX_ATTRIBUTES, minimum=1,
+        help="attributes and namespace declarations one XML element may carry")
+    xml_max_elements: int = setting(kind=int, default=DEFAULT_MAX_ELEMENTS, minimum=1,
+                                    help="elements one XML document may hold")
+    xml_max_depth: int = setting(
+        kind=int, default=DEFAULT_MAX_DEPTH, minimum=1,
+        help="how deep XML elements may nest (the root element is depth 1)")
+    xml_max_children: int = setting(
+        kind=int, default=DEFAULT_MAX_CHILDREN, minimum=1,
+        help="child elements one XML element may hold (a list of more items needs more)")
+    xml_max_text_chars: int = setting(
+        kind=int, default=DEFAULT_MAX_TEXT_CHARS, minimum=1,
+        help="characters of one XML text node or attribute value")
 
     @classmethod
     def of(cls, settings: Mapping[str, Any]) -> XmlLimits:
         """The limits in validated ``settings``, defaults for those absent."""
         return cls.from_validated(settings)
+
+
+XML_LIMIT_SETTINGS: tuple[Setting, ...] = XmlLimits.DECLARED
 
 
 class _Doctype(Exception):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from engine.eventsink import EventSink
 from engine.message import JsonMessage, Message
 from engine.retry import RETRY_SETTINGS, RetrySettings
-from engine.settings import OPERATION, Setting, TypedSettings, added_settings
+from engine.settings import OPERATION, Setting, TypedSettings, added_settings, setting
 from engine.store.properties import check_paths
 
 if TYPE_CHECKING:
@@ -20,49 +20,43 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_DELIVERIES = 5
 
-# the guards' settings are declared by engine.delivery.guards, added by declared_settings
-OPERATION_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="trace", kind=bool, default=False, help="write a Trace event per attempt"),
-    Setting(name="retry_mode", kind=str, default="blocking", choices=("blocking", "requeue"),
-            help="blocking: a retrying message holds its worker (FIFO); "
-                 "requeue: park it until its next attempt and serve others"),
-    Setting(name="alert_on_error", kind=bool, default=False,
-            help="write an Alert event when a message fails"),
-    Setting(name="alert_retry_grace_period", kind=float, default=0.0, minimum=0,
-            help="seconds after a first failure during which no alert is raised if a retry "
-                 "may still succeed; 0 = alert at the first failure"),
-    Setting(name="queue_count_alert", kind=int, default=0, minimum=0,
-            help="Alert when this many messages are queued; 0 = never"),
-    Setting(name="queue_wait_alert", kind=float, default=0.0, minimum=0,
-            help="Alert when the oldest queued message has waited this many seconds; 0 = never"),
-    Setting(name="max_deliveries", kind=int, default=DEFAULT_MAX_DELIVERIES, minimum=1,
-            maximum=1000,
-            help="deliveries of a message that never end (its daemon died, froze past its "
-                 "lease or was killed during it) after which it is Suspended, whatever its "
-                 "failure_timeout: a message that crashes or freezes its daemon is not passed "
-                 "from daemon to daemon for ever"),
-    Setting(name="search_properties", kind=(list, tuple), default=(), check=check_paths,
-            help='dotted paths into the JSON body indexed when a message is accepted, for '
-                 'the Message Viewer\'s prop.PATH filters, e.g. ["order", "customer.id"]'),
-)
-
-HOST_SETTINGS: tuple[Setting, ...] = (*RETRY_SETTINGS, *OPERATION_SETTINGS)
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OperationSettings(TypedSettings):
-    """The settings of :data:`OPERATION_SETTINGS`, typed."""
+    """A business operation's settings besides its retries' (the guards' are declared by
+    engine.delivery.guards and added by :meth:`BusinessOperation.declared_settings`)."""
 
-    DECLARED: ClassVar[tuple[Setting, ...]] = OPERATION_SETTINGS
+    trace: bool = setting(kind=bool, default=False, help="write a Trace event per attempt")
+    retry_mode: str = setting(
+        kind=str, default="blocking", choices=("blocking", "requeue"),
+        help="blocking: a retrying message holds its worker (FIFO); "
+             "requeue: park it until its next attempt and serve others")
+    alert_on_error: bool = setting(kind=bool, default=False,
+                                   help="write an Alert event when a message fails")
+    alert_retry_grace_period: float = setting(
+        kind=float, default=0.0, minimum=0,
+        help="seconds after a first failure during which no alert is raised if a retry "
+             "may still succeed; 0 = alert at the first failure")
+    queue_count_alert: int = setting(
+        kind=int, default=0, minimum=0,
+        help="Alert when this many messages are queued; 0 = never")
+    queue_wait_alert: float = setting(
+        kind=float, default=0.0, minimum=0,
+        help="Alert when the oldest queued message has waited this many seconds; 0 = never")
+    max_deliveries: int = setting(
+        kind=int, default=DEFAULT_MAX_DELIVERIES, minimum=1, maximum=1000,
+        help="deliveries of a message that never end (its daemon died, froze past its "
+             "lease or was killed during it) after which it is Suspended, whatever its "
+             "failure_timeout: a message that crashes or freezes its daemon is not passed "
+             "from daemon to daemon for ever")
+    search_properties: tuple[str, ...] = setting(
+        kind=(list, tuple), default=(), check=check_paths,
+        help='dotted paths into the JSON body indexed when a message is accepted, for '
+             'the Message Viewer\'s prop.PATH filters, e.g. ["order", "customer.id"]')
 
-    trace: bool
-    retry_mode: str
-    alert_on_error: bool
-    alert_retry_grace_period: float
-    queue_count_alert: int
-    queue_wait_alert: float
-    max_deliveries: int
-    search_properties: tuple[str, ...]
+
+OPERATION_SETTINGS: tuple[Setting, ...] = OperationSettings.DECLARED
+HOST_SETTINGS: tuple[Setting, ...] = (*RETRY_SETTINGS, *OPERATION_SETTINGS)
 
 
 @dataclass(frozen=True)

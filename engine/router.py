@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from engine.config.rules import check_rules, first_match, parse_rules
 from engine.errors import NoRoute
@@ -13,32 +13,28 @@ from engine.eventsink import EventSink
 from engine.host import TargetRef
 from engine.message import JsonMessage
 from engine.process import PROCESS_SETTINGS, BusinessProcess
-from engine.settings import Setting, TypedSettings
-
-ROUTING_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="rules", kind=list, default=[], check=check_rules,
-            help='routing rules, first match wins: [{field = "country", equals = "PT", '
-                 'target = "PaymentsPT"}, ...]; operators: equals, not_equals, in, '
-                 "greater_than, less_than, matches, exists"),
-    Setting(name="default_target", kind=str, default="",
-            help='the item that gets requests no rule matches; "" = none: such a request '
-                 "ends in Error"),
-    Setting(name="timeout", kind=float, default=0.0, minimum=0,
-            help="seconds to wait for the target's response; 0 = no limit"),
-)
-
-ROUTER_SETTINGS: tuple[Setting, ...] = (*PROCESS_SETTINGS, *ROUTING_SETTINGS)
+from engine.settings import Setting, TypedSettings, setting
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RoutingSettings(TypedSettings):
-    """The settings of :data:`ROUTING_SETTINGS`, typed."""
+    """A router's own settings, besides a process's: :data:`ROUTING_SETTINGS`."""
 
-    DECLARED: ClassVar[tuple[Setting, ...]] = ROUTING_SETTINGS
+    rules: tuple[Any, ...] = setting(  # the tables as given, read by parse_rules
+        kind=list, default=[], check=check_rules,
+        help='routing rules, first match wins: [{field = "country", equals = "PT", '
+             'target = "PaymentsPT"}, ...]; operators: equals, not_equals, in, '
+             "greater_than, less_than, matches, exists")
+    default_target: str = setting(
+        kind=str, default="",
+        help='the item that gets requests no rule matches; "" = none: such a request '
+             "ends in Error")
+    timeout: float = setting(kind=float, default=0.0, minimum=0,
+                             help="seconds to wait for the target's response; 0 = no limit")
 
-    rules: tuple[Any, ...]  # the tables as given, read by parse_rules
-    default_target: str
-    timeout: float
+
+ROUTING_SETTINGS: tuple[Setting, ...] = RoutingSettings.DECLARED
+ROUTER_SETTINGS: tuple[Setting, ...] = (*PROCESS_SETTINGS, *ROUTING_SETTINGS)
 
 
 class Router(BusinessProcess):

@@ -15,7 +15,7 @@ from engine.errors import CallFailed, CallTimedOut, ConfigurationError, EncoreEr
 from engine.eventsink import EventSink
 from engine.host import BusinessHost
 from engine.message import Message
-from engine.settings import Setting, TypedSettings
+from engine.settings import Setting, TypedSettings, setting
 from engine.store.sql import SqlStore
 
 __all__ = ["SERVICE_SETTINGS", "BusinessService", "CallFailed", "CallTimedOut",
@@ -53,26 +53,21 @@ def _check_targets(value: list[Any]) -> list[str]:
     return list(value)
 
 
-SERVICE_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="call_interval", kind=float, default=DEFAULT_CALL_INTERVAL,
-            check=_check_interval,
-            help="seconds between calls of on_process_input (when there is no schedule)"),
-    Setting(name="schedule", kind=str, default="", check=_check_schedule,
-            help="cron expression 'min hour day month dow' in UTC; \"\" = use call_interval"),
-    Setting(name="targets", kind=list, default=[], check=_check_targets,
-            help="items this service may send to; [] = any"),
-)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServiceSettings(TypedSettings):
-    """The settings of :data:`SERVICE_SETTINGS`, typed."""
+    """A business service's settings: :data:`SERVICE_SETTINGS`."""
 
-    DECLARED: ClassVar[tuple[Setting, ...]] = SERVICE_SETTINGS
+    call_interval: float = setting(
+        kind=float, default=DEFAULT_CALL_INTERVAL, check=_check_interval,
+        help="seconds between calls of on_process_input (when there is no schedule)")
+    schedule: str = setting(
+        kind=str, default="", check=_check_schedule,
+        help="cron expression 'min hour day month dow' in UTC; \"\" = use call_interval")
+    targets: tuple[str, ...] = setting(kind=list, default=[], check=_check_targets,
+                                       help="items this service may send to; [] = any")
 
-    call_interval: float
-    schedule: str
-    targets: tuple[str, ...]
+
+SERVICE_SETTINGS: tuple[Setting, ...] = ServiceSettings.DECLARED
 
 
 class BusinessService(BusinessHost):

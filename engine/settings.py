@@ -1,27 +1,30 @@
 """Declared settings, their validation at load time, and the typed objects built from them.
 
-A :class:`Setting` declaration is the one home of a setting's default, type, bounds and
-help: :class:`TypedSettings` fields carry no defaults.
+A setting is declared once, as a field of a :class:`TypedSettings` class:
+``response_timeout: float = setting(kind=float, default=30, minimum=0, help="...")``. The
+field's :class:`Setting` is the one home of its default, type, bounds and help; the field has
+no default of its own, and the class's ``DECLARED`` lists its fields' settings in order. What
+has no typed object (a user's host class) declares plain :class:`Setting` tuples.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
 import difflib
+import functools
 import math
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 from engine.errors import ConfigurationError
 
-_MISSING: Any = object()
-
 OPERATION = "operation"
+_KEY = "encore.setting"  # the field metadata that holds a field's declaration
 
 _ADDED: dict[str, dict[str, Setting]] = {}
 
@@ -187,24 +190,75 @@ def _unknown_key_text(key: str, by_name: Mapping[str, Setting]) -> str:
     return f"unknown setting.{hint} Allowed: {', '.join(canonical)}"
 
 
+class _Declaration:
+    """What :func:`setting` puts in a field: the Setting's attributes, made a Setting named
+    after the field the first time the field is read."""
+
+    def __init__(self, options: dict[str, Any], bound: Setting | None = None) -> None:
+        self.options = options
+        self.bound = bound
+
+    def named(self, name: str) -> Setting:
+        if self.bound is None:
+            self.bound = Setting(name=name, **self.options)
+        return self.bound
+
+
+def setting(**options: Any) -> Any:
+    """A :class:`TypedSettings` field declaring the setting of its name; ``options`` are
+    :class:`Setting`'s (``kind``, ``default``, ``help``, ``minimum``, ...). The field itself
+    has no default: :meth:`TypedSettings.from_validated` fills it in."""
+    return field(metadata={_KEY: _Declaration(options)})
+
+
+def shared(declared: Setting) -> Any:
+    """A field for a setting declared in another class's field, that two typed objects read."""
+    return field(metadata={_KEY: _Declaration({}, declared)})
+
+
+def field_setting(of: dataclasses.Field[Any]) -> Setting | None:
+    """The setting the dataclass field ``of`` declares; None for a field that is no setting."""
+    declaration = of.metadata.get(_KEY)
+    return None if declaration is None else declaration.named(of.name)
+
+
+def declared_in(cls: type, *names: str) -> tuple[Setting, ...]:
+    """The settings named ``names`` of the fields of typed settings class ``cls``, in order."""
+    found = {s.name: s for s in _declared(cls)}
+    return tuple(found[name] for name in names)
+
+
+@functools.cache
+def _declared(cls: type) -> tuple[Setting, ...]:
+    if not dataclasses.is_dataclass(cls):
+        return ()
+    found = (field_setting(f) for f in dataclasses.fields(cls))
+    return tuple(s for s in found if s is not None)
+
+
+class _Fields:
+    """``DECLARED``: the settings a typed settings class's fields declare, in field order."""
+
+    def __get__(self, instance: object, owner: type) -> tuple[Setting, ...]:
+        return _declared(owner)
+
+
 class TypedSettings:
-    """Base of the typed, frozen settings objects: keyword-only dataclasses whose fields are
-    the settings of ``DECLARED``, without defaults of their own."""
+    """Base of the typed, frozen settings objects: keyword-only dataclasses whose fields
+    declare their settings (:func:`setting`)."""
 
     __slots__ = ()
-    DECLARED: ClassVar[tuple[Setting, ...]] = ()
+    DECLARED = _Fields()
 
     @classmethod
     def from_validated(cls, validated: Mapping[str, Any], **others: Any) -> Self:
         """The object for ``validated`` settings; absent fields take the declared default.
         ``others``: the fields that are not settings."""
-        fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         values = dict(others)
-        for setting in cls.DECLARED:
-            if setting.name in fields:
-                value = (validated[setting.name] if setting.name in validated
-                         else copy.deepcopy(setting.default))
-                values[setting.name] = _typed(value, setting)
+        for declared in cls.DECLARED:
+            value = (validated[declared.name] if declared.name in validated
+                     else copy.deepcopy(declared.default))
+            values[declared.name] = _typed(value, declared)
         return cls(**values)
 
     @classmethod

@@ -15,7 +15,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from engine.config.defaults import SystemDefaults, load_defaults
@@ -24,7 +24,7 @@ from engine.config.user_modules import add_production_directory, resolve_class
 from engine.delivery import guards as _guards  # noqa: F401 - adds the guards' settings
 from engine.errors import ConfigurationError
 from engine.otel import tracing_wanted
-from engine.settings import Setting, TypedSettings, validate_settings
+from engine.settings import Setting, TypedSettings, setting, validate_settings
 from engine.store.database import DEFAULT_DATABASE_URL
 
 if TYPE_CHECKING:
@@ -60,86 +60,115 @@ DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 DEFAULT_METRICS_HOST = "127.0.0.1"
 DEFAULT_PASSWORD_MIN_LENGTH = 12
 
-PRODUCTION_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="name", kind=str, default="Production",
-            check=lambda name: _fits_column(name, MAX_PRODUCTION_NAME)),
-    Setting(name="database", kind=str, default=DEFAULT_DATABASE_URL,
-            help="SQLAlchemy URL; ENCORE_DATABASE_URL overrides it"),
-    Setting(name="lease_seconds", kind=float, default=DEFAULT_LEASE_SECONDS, minimum=1,
-            maximum=MAX_LEASE_SECONDS,
-            help="seconds a claim outlives its daemon's last heartbeat"),
-    Setting(name="poll_interval", kind=float, default=DEFAULT_POLL_INTERVAL, minimum=0.01,
-            maximum=MAX_POLL_INTERVAL,
-            help="seconds an idle item's dispatcher waits before looking at its queue again "
-                 "(work announced in this process, or by NOTIFY on PostgreSQL, wakes it "
-                 "sooner)"),
-    Setting(name="shutdown_timeout", kind=float, default=DEFAULT_SHUTDOWN_TIMEOUT, minimum=0,
-            maximum=MAX_SHUTDOWN_TIMEOUT,
-            help="seconds a stop waits for attempts in flight"),
-    Setting(name="metrics_port", kind=int, default=0, minimum=0, maximum=MAX_PORT,
-            help="port of the Prometheus metrics and /healthz endpoint; 0 = none"),
-    Setting(name="metrics_host", kind=str, default=DEFAULT_METRICS_HOST,
-            help="address the metrics endpoint listens on (loopback by default)"),
-    Setting(name="alert_item", kind=str, default="",
-            help="item that receives every Alert as a message (e.g. an HTTP webhook); '' = none"),
-    Setting(name="retention_days", kind=float, default=0, minimum=0,
-            maximum=MAX_RETENTION_DAYS,
-            help="days finished messages are kept before the scheduler purges them; 0 = forever"),
-    Setting(name="otel", kind=bool, default=False,
-            help="OpenTelemetry tracing (the encore-engine[otel] extra); the standard OTEL_* "
-                 "variables turn it on too, OTEL_SDK_DISABLED=true off"),
-)
+@dataclass(frozen=True, kw_only=True)
+class ProductionSettings(TypedSettings):
+    """The ``[production]`` table, validated, environment overrides applied."""
+
+    name: str = setting(kind=str, default="Production",
+                        check=lambda name: _fits_column(name, MAX_PRODUCTION_NAME))
+    database: str = setting(kind=str, default=DEFAULT_DATABASE_URL,
+                            help="SQLAlchemy URL; ENCORE_DATABASE_URL overrides it")
+    lease_seconds: float = setting(
+        kind=float, default=DEFAULT_LEASE_SECONDS, minimum=1, maximum=MAX_LEASE_SECONDS,
+        help="seconds a claim outlives its daemon's last heartbeat")
+    poll_interval: float = setting(
+        kind=float, default=DEFAULT_POLL_INTERVAL, minimum=0.01, maximum=MAX_POLL_INTERVAL,
+        help="seconds an idle item's dispatcher waits before looking at its queue again "
+             "(work announced in this process, or by NOTIFY on PostgreSQL, wakes it sooner)")
+    shutdown_timeout: float = setting(
+        kind=float, default=DEFAULT_SHUTDOWN_TIMEOUT, minimum=0, maximum=MAX_SHUTDOWN_TIMEOUT,
+        help="seconds a stop waits for attempts in flight")
+    metrics_port: int = setting(
+        kind=int, default=0, minimum=0, maximum=MAX_PORT,
+        help="port of the Prometheus metrics and /healthz endpoint; 0 = none")
+    metrics_host: str = setting(
+        kind=str, default=DEFAULT_METRICS_HOST,
+        help="address the metrics endpoint listens on (loopback by default)")
+    alert_item: str = setting(
+        kind=str, default="",
+        help="item that receives every Alert as a message (e.g. an HTTP webhook); '' = none")
+    retention_days: float = setting(
+        kind=float, default=0, minimum=0, maximum=MAX_RETENTION_DAYS,
+        help="days finished messages are kept before the scheduler purges them; 0 = forever")
+    otel: bool = setting(
+        kind=bool, default=False,
+        help="OpenTelemetry tracing (the encore-engine[otel] extra); the standard OTEL_* "
+             "variables turn it on too, OTEL_SDK_DISABLED=true off")
+
+
+PRODUCTION_SETTINGS: tuple[Setting, ...] = ProductionSettings.DECLARED
 
 # not a field of ProductionSettings: its `defaults()` is the TypedSettings constructor
 DEFAULTS_FILE = Setting(name="defaults", kind=str, default="", path=True,
                         help="the system default settings file (TOML); ENCORE_DEFAULTS "
                              "overrides it; '' = none")
 
-PORTAL_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="host", kind=str, default="127.0.0.1",
-            help="address the management portal listens on (loopback by default)"),
-    Setting(name="port", kind=int, default=8080, minimum=1, maximum=MAX_PORT,
-            help="port of the management portal and JSON API"),
-    Setting(name="tls_cert", kind=str, default="", path=True,
-            help="PEM certificate file; with tls_key, the portal serves HTTPS"),
-    Setting(name="tls_key", kind=str, default="", path=True,
-            help="PEM private key file of tls_cert"),
-    Setting(name="forwarded_allow_ips", kind=(list, tuple), default=(),
-            check=lambda value: _proxy_addresses(value),
-            help="addresses or networks of the proxies whose X-Forwarded-For names the "
-                 "client (login limits count per client address); none by default"),
-    Setting(name="max_waiters", kind=int, default=100, minimum=0, maximum=100_000,
-            help="intake calls with ?wait that may wait at once; the next gets 503"),
-    Setting(name="password_min_length", kind=int, default=DEFAULT_PASSWORD_MIN_LENGTH,
-            minimum=8, maximum=1024,
-            help="characters a portal user's password has at least (the portal's "
-                 "administration and `encore user add` refuse shorter ones)"),
-    Setting(name="max_connections", kind=int, default=0, minimum=0, maximum=MAX_CONNECTIONS,
-            help="connections the portal holds open at once, the next is reset; 0 = sized "
-                 "from the open-file limit (RLIMIT_NOFILE) less a reserve for the daemon's "
-                 "own files"),
-    Setting(name="max_connections_per_client", kind=int, default=0, minimum=0,
-            maximum=MAX_CONNECTIONS,
-            help="connections one client address holds open at once (the proxies of "
-                 "forwarded_allow_ips are spared); 0 = a quarter of max_connections, at "
-                 "most 64"),
-    Setting(name="read_timeout", kind=float, default=10.0, minimum=0.1, maximum=300,
-            help="seconds a client has to send a whole request, headers and body, or to "
-                 "take an answer it stopped reading; then the connection is closed"),
-    Setting(name="keepalive_timeout", kind=float, default=5.0, minimum=0.1, maximum=300,
-            help="seconds an idle keep-alive connection stays open"),
-)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PortalConfig(TypedSettings):
+    """The ``[portal]`` table: where the management portal is served."""
 
-INBOUND_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="host", kind=str, default="127.0.0.1",
-            help="address the inbound services listen on (loopback by default)"),
-    Setting(name="port", kind=int, default=8081, minimum=1, maximum=MAX_PORT,
-            help="port of the inbound services (SOAP and HTTP)"),
-    Setting(name="tls_cert", kind=str, default="", path=True,
-            help="PEM certificate file; with tls_key, the inbound services serve HTTPS"),
-    Setting(name="tls_key", kind=str, default="", path=True,
-            help="PEM private key file of tls_cert"),
-)
+    host: str = setting(kind=str, default="127.0.0.1",
+                        help="address the management portal listens on (loopback by default)")
+    port: int = setting(kind=int, default=8080, minimum=1, maximum=MAX_PORT,
+                        help="port of the management portal and JSON API")
+    tls_cert: str = setting(kind=str, default="", path=True,
+                            help="PEM certificate file; with tls_key, the portal serves HTTPS")
+    tls_key: str = setting(kind=str, default="", path=True,
+                           help="PEM private key file of tls_cert")
+    forwarded_allow_ips: tuple[str, ...] = setting(
+        kind=(list, tuple), default=(), check=lambda value: _proxy_addresses(value),
+        help="addresses or networks of the proxies whose X-Forwarded-For names the "
+             "client (login limits count per client address); none by default")
+    max_waiters: int = setting(
+        kind=int, default=100, minimum=0, maximum=100_000,
+        help="intake calls with ?wait that may wait at once; the next gets 503")
+    password_min_length: int = setting(
+        kind=int, default=DEFAULT_PASSWORD_MIN_LENGTH, minimum=8, maximum=1024,
+        help="characters a portal user's password has at least (the portal's "
+             "administration and `encore user add` refuse shorter ones)")
+    max_connections: int = setting(
+        kind=int, default=0, minimum=0, maximum=MAX_CONNECTIONS,
+        help="connections the portal holds open at once, the next is reset; 0 = sized "
+             "from the open-file limit (RLIMIT_NOFILE) less a reserve for the daemon's "
+             "own files")
+    max_connections_per_client: int = setting(
+        kind=int, default=0, minimum=0, maximum=MAX_CONNECTIONS,
+        help="connections one client address holds open at once (the proxies of "
+             "forwarded_allow_ips are spared); 0 = a quarter of max_connections, at "
+             "most 64")
+    read_timeout: float = setting(
+        kind=float, default=10.0, minimum=0.1, maximum=300,
+        help="seconds a client has to send a whole request, headers and body, or to "
+             "take an answer it stopped reading; then the connection is closed")
+    keepalive_timeout: float = setting(kind=float, default=5.0, minimum=0.1, maximum=300,
+                                       help="seconds an idle keep-alive connection stays open")
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InboundConfig(TypedSettings):
+    """The ``[inbound]`` table: where the inbound services are served."""
+
+    host: str = setting(kind=str, default="127.0.0.1",
+                        help="address the inbound services listen on (loopback by default)")
+    port: int = setting(kind=int, default=8081, minimum=1, maximum=MAX_PORT,
+                        help="port of the inbound services (SOAP and HTTP)")
+    tls_cert: str = setting(
+        kind=str, default="", path=True,
+        help="PEM certificate file; with tls_key, the inbound services serve HTTPS")
+    tls_key: str = setting(kind=str, default="", path=True,
+                           help="PEM private key file of tls_cert")
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert)
+
+
+PORTAL_SETTINGS: tuple[Setting, ...] = PortalConfig.DECLARED
+INBOUND_SETTINGS: tuple[Setting, ...] = InboundConfig.DECLARED
 
 
 ITEM_KEYS: tuple[Setting, ...] = (
@@ -211,69 +240,12 @@ class ItemEntry:
 def _file_sources(raw: Mapping[str, Any], declared: tuple[Setting, ...]) -> dict[str, str]:
     """``file`` or ``alias`` for each declared setting the file gives."""
     sources: dict[str, str] = {}
-    for setting in declared:
-        if setting.name in raw:
-            sources[setting.name] = "file"
-        elif any(name in raw for name in setting.names()):
-            sources[setting.name] = "alias"
+    for s in declared:
+        if s.name in raw:
+            sources[s.name] = "file"
+        elif any(name in raw for name in s.names()):
+            sources[s.name] = "alias"
     return sources
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PortalConfig(TypedSettings):
-    """The ``[portal]`` table: where the management portal is served."""
-
-    DECLARED: ClassVar[tuple[Setting, ...]] = PORTAL_SETTINGS
-
-    host: str
-    port: int
-    tls_cert: str
-    tls_key: str
-    forwarded_allow_ips: tuple[str, ...]
-    max_waiters: int
-    password_min_length: int
-    max_connections: int
-    max_connections_per_client: int
-    read_timeout: float
-    keepalive_timeout: float
-
-    @property
-    def tls(self) -> bool:
-        return bool(self.tls_cert)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class InboundConfig(TypedSettings):
-    """The ``[inbound]`` table: where the inbound services are served."""
-
-    DECLARED: ClassVar[tuple[Setting, ...]] = INBOUND_SETTINGS
-
-    host: str
-    port: int
-    tls_cert: str
-    tls_key: str
-
-    @property
-    def tls(self) -> bool:
-        return bool(self.tls_cert)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProductionSettings(TypedSettings):
-    """The ``[production]`` table, validated, environment overrides applied."""
-
-    DECLARED: ClassVar[tuple[Setting, ...]] = PRODUCTION_SETTINGS
-
-    name: str
-    database: str
-    lease_seconds: float
-    poll_interval: float
-    shutdown_timeout: float
-    metrics_port: int
-    metrics_host: str
-    alert_item: str
-    retention_days: float
-    otel: bool
 
 
 @dataclass(frozen=True, kw_only=True)

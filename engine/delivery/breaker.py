@@ -14,13 +14,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, NoReturn, Protocol
+from typing import TYPE_CHECKING, NoReturn
 
 from engine.attempt import AttemptReport
 from engine.clock import Clock
 from engine.delivery.middleware import GuardMetrics, Middleware
 from engine.errors import AttemptHeld
-from engine.settings import Setting
+from engine.settings import Setting, TypedSettings, setting
 from engine.store.breaker_row import CLOSED, HALF_OPEN, OPEN, BreakerRow
 
 if TYPE_CHECKING:
@@ -48,24 +48,20 @@ def check_open_seconds(value: float) -> float:
     return float(value)
 
 
-BREAKER_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="breaker_threshold", kind=int, default=0, minimum=0,
-            help="consecutive failed attempts (across all daemons) that open the item's "
-                 "circuit breaker; 0 = no breaker"),
-    Setting(name="breaker_open_seconds", kind=float, default=DEFAULT_OPEN_SECONDS,
-            check=check_open_seconds,
-            help="seconds an open breaker lets no attempt start before one probe attempt"),
-)
+@dataclass(frozen=True, kw_only=True)
+class BreakerFields(TypedSettings):
+    """The settings the breaker reads."""
+
+    breaker_threshold: int = setting(  # failed attempts
+        kind=int, default=0, minimum=0,
+        help="consecutive failed attempts (across all daemons) that open the item's "
+             "circuit breaker; 0 = no breaker")
+    breaker_open_seconds: float = setting(
+        kind=float, default=DEFAULT_OPEN_SECONDS, check=check_open_seconds,
+        help="seconds an open breaker lets no attempt start before one probe attempt")
 
 
-class BreakerFields(Protocol):
-    """What the breaker reads of an item's settings."""
-
-    @property
-    def breaker_threshold(self) -> int: ...
-
-    @property
-    def breaker_open_seconds(self) -> float: ...
+BREAKER_SETTINGS: tuple[Setting, ...] = BreakerFields.DECLARED
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,14 +7,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.clock import Clock
-from engine.delivery.breaker import BreakerSettings, CircuitBreaker, Transition
+from engine.delivery.breaker import BreakerFields, BreakerSettings, CircuitBreaker, Transition
 from engine.delivery.middleware import GuardMetrics, Middleware, settings_of
-from engine.delivery.ratelimit import RateLimit, RateLimiter
-from engine.delivery.window import ScheduleWindow
-from engine.settings import OPERATION, Setting, TypedSettings, add_settings
+from engine.delivery.ratelimit import RateLimit, RateLimiter, RateLimitField
+from engine.delivery.window import ScheduleWindow, WindowField
+from engine.settings import OPERATION, Setting, add_settings
 
 if TYPE_CHECKING:
     from adapters.settings import AdapterSettings
@@ -27,16 +27,10 @@ GUARD_SETTINGS: tuple[Setting, ...] = settings_of((ScheduleWindow, CircuitBreake
 add_settings(OPERATION, GUARD_SETTINGS)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GuardSettings(TypedSettings):
-    """The guard settings, typed (``{}``, 0 and None: not set)."""
-
-    DECLARED: ClassVar[tuple[Setting, ...]] = GUARD_SETTINGS
-
-    schedule: Mapping[str, str]  # {"start": cron, "stop": cron}, or {}
-    breaker_threshold: int  # failed attempts
-    breaker_open_seconds: float
-    rate_limit: str | None  # "N/s", "N/min" or "N/h"
+@dataclass(frozen=True, kw_only=True)
+class GuardSettings(RateLimitField, BreakerFields, WindowField):
+    """The guard settings, typed (``{}``, 0 and None: not set): the fields each guard
+    declares, in the order of :data:`GUARD_SETTINGS`."""
 
 
 class GuardedItem(Protocol):

@@ -10,12 +10,12 @@ import logging
 import re
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from engine.clock import Clock
 from engine.delivery.middleware import GuardMetrics, Middleware
 from engine.errors import AttemptHeld
-from engine.settings import Setting
+from engine.settings import Setting, TypedSettings, setting
 
 if TYPE_CHECKING:
     from engine.store.rows import MessageRow
@@ -29,13 +29,6 @@ log = logging.getLogger(__name__)
 PERIODS: dict[str, float] = {"s": 1.0, "min": 60.0, "h": 3600.0}  # unit → seconds
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(s|min|h)\s*$")
 EXAMPLE = '"5/s", "300/min" or "1000/h"'
-
-
-class RateLimitField(Protocol):
-    """What the rate limit reads of an item's settings."""
-
-    @property
-    def rate_limit(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -76,11 +69,17 @@ def check_rate_limit(value: str) -> str:
     return RateLimit.parse(value).text
 
 
-RATE_LIMIT_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="rate_limit", kind=str, default=None, check=check_rate_limit,
-            help='at most N attempt starts per period over all daemons, burst ≤ N: "N/s", '
-                 '"N/min" or "N/h"; not set = no limit'),
-)
+@dataclass(frozen=True, kw_only=True)
+class RateLimitField(TypedSettings):
+    """The setting the rate limit reads."""
+
+    rate_limit: str | None = setting(
+        kind=str, default=None, check=check_rate_limit,
+        help='at most N attempt starts per period over all daemons, burst ≤ N: "N/s", '
+             '"N/min" or "N/h"; not set = no limit')
+
+
+RATE_LIMIT_SETTINGS: tuple[Setting, ...] = RateLimitField.DECLARED
 
 
 class RateLimiter(Middleware):

@@ -3,6 +3,7 @@ The window is open when the latest start is after the latest stop; :class:`Sched
 ``may_claim``."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -13,7 +14,7 @@ if TYPE_CHECKING:  # the triggers come from engine.service, with APScheduler, wh
 from engine.clock import Clock, SystemClock
 from engine.config.cron import parse_schedule
 from engine.delivery.middleware import Middleware
-from engine.settings import Setting
+from engine.settings import Setting, TypedSettings, setting
 
 LOOKBACK = timedelta(days=8)  # how far back the last start/stop is searched (a weekly cron fits)
 EXAMPLE = '{ start = "0 8 * * 1-5", stop = "0 18 * * 1-5" }'
@@ -35,11 +36,17 @@ def check_window(value: dict[str, Any]) -> dict[str, str]:
     return {"start": " ".join(value["start"].split()), "stop": " ".join(value["stop"].split())}
 
 
-WINDOW_SETTINGS: tuple[Setting, ...] = (
-    Setting(name="schedule", kind=dict, default={}, check=check_window,
-            help='cron start and stop times (UTC) of the item\'s working window, e.g. '
-                 '{ start = "0 8 * * 1-5", stop = "0 18 * * 1-5" }; {} = always'),
-)
+@dataclass(frozen=True, kw_only=True)
+class WindowField(TypedSettings):
+    """The setting the schedule window reads."""
+
+    schedule: Mapping[str, str] = setting(  # {"start": cron, "stop": cron}, or {}
+        kind=dict, default={}, check=check_window,
+        help='cron start and stop times (UTC) of the item\'s working window, e.g. '
+             '{ start = "0 8 * * 1-5", stop = "0 18 * * 1-5" }; {} = always')
+
+
+WINDOW_SETTINGS: tuple[Setting, ...] = WindowField.DECLARED
 
 
 @dataclass
