@@ -23,8 +23,11 @@ DEFAULT_MAX_DELIVERIES = 5
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OperationSettings(TypedSettings):
-    """A business operation's settings besides its retries' (the guards' are declared by
-    engine.delivery.guards and added by :meth:`BusinessOperation.declared_settings`)."""
+    """A business operation's settings besides its retries'. The guards' are declared in
+    engine.delivery and added by :meth:`BusinessOperation.declared_settings`; the trace and
+    alert settings stay here, though middleware acts on them: a process reads ``trace``
+    itself, the loader, the portal and the daemon read the queue alerts, and the item pages
+    list them all in this order, before the added settings."""
 
     trace: bool = setting(kind=bool, default=False, help="write a Trace event per attempt")
     retry_mode: str = setting(
