@@ -267,9 +267,9 @@ class TypedSettings:
         return cls.from_validated({})
 
 
-def _typed(value: Any, setting: Setting) -> Any:
+def _typed(value: Any, declared: Setting) -> Any:
     """``value`` as its field holds it (an int as a float, a list as a tuple)."""
-    if setting.kind is float and isinstance(value, int) and not isinstance(value, bool):
+    if declared.kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, list):
         return tuple(value)
