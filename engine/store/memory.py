@@ -30,5 +30,5 @@ def memory_store() -> SqlStore:
             copied = source.connection.driver_connection
             copy = target.connection.driver_connection
             assert copied is not None and copy is not None
-            copied.backup(copy)  # type: ignore[attr-defined]
+            copied.backup(copy)
     return store
