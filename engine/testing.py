@@ -18,6 +18,7 @@ from engine.errors import AdapterError, HttpStatusError, ResponseTimeout
 from engine.host import BusinessOperation
 from engine.settings import validate_settings
 from engine.store import queries
+from engine.store.memory import memory_store
 from engine.store.sql import SqlStore
 
 AdapterSource = OutboundAdapter | Callable[[Clock], OutboundAdapter]
@@ -160,8 +161,7 @@ class VirtualDaemon:
         self.production = production
         self.own_store = store is None
         if store is None:
-            store = SqlStore("sqlite://")
-            store.upgrade()
+            store = memory_store()
         self.store = store
         self.clock = _TickingClock(self, start)
         made = {name: a(self.clock) if callable(a) and not isinstance(a, OutboundAdapter) else a

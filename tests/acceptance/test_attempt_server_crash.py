@@ -16,6 +16,8 @@ from tests.acceptance.daemon import RunningDaemon, encore
 from tests.servers import HttpTestServer, respond, sequence
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.cli_in_process  # the daemons are processes; the commands need not be
+
 HELD = 60.0  # seconds the server holds the first request: far longer than the test runs
 
 

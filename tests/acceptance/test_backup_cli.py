@@ -9,6 +9,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
 from sqlalchemy import make_url
 
 from engine.store.sql import SqlStore
@@ -16,6 +17,8 @@ from tests.acceptance.daemon import RunningDaemon, encore
 from tests.conftest import postgres_url
 from tests.unit.sample_ops import EchoOperation, Ping
 from tests.waiting import wait_until
+
+pytestmark = pytest.mark.cli_in_process  # the daemon is a process; the commands need not be
 
 PRODUCTION = """
 [production]

@@ -21,6 +21,8 @@ from tests.acceptance.test_crash_and_isolation import done, http_item, productio
 from tests.servers import HttpTestServer, Route, respond, sequence
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.cli_in_process  # the daemons are processes; the commands need not be
+
 HELD = 30.0  # seconds the server holds the request in flight at the kill (never reached)
 FAST = 5  # requests answered at once before that one
 

@@ -19,6 +19,8 @@ from tests.conftest import postgres_url, reset_postgres
 from tests.servers import HttpTestServer, Recorded, _Handler, respond
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.cli_in_process  # the daemon is a process; the commands need not be
+
 OUTAGE = 3.0  # seconds the server answers 503
 OPEN_SECONDS = 4.0  # breaker_open_seconds: the probe comes after the outage
 RACING_GRACE = 0.5  # seconds after the opening in which another daemon may still start one

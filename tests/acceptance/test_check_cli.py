@@ -16,6 +16,8 @@ from tests.acceptance.daemon import encore
 from tests.integration.inbound_support import EXAMPLE, free_port
 from tests.servers import SoapTestServer
 
+pytestmark = pytest.mark.cli_in_process  # what the commands print and store
+
 # The demo's production, its response timeout (which also bounds the WSDL's load) 10 s: the
 # demo's 0.7 s is the seed's timeline, too tight for a WSDL fetched on a loaded machine.
 DEMO = PRODUCTION.replace("response_timeout = 0.7", "response_timeout = 10")

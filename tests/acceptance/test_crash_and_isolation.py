@@ -13,6 +13,8 @@ from tests.acceptance.daemon import RunningDaemon, encore
 from tests.servers import HttpTestServer, respond, sequence
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.cli_in_process  # the daemons are processes; the commands need not be
+
 FINAL = ("Completed", "Error", "Suspended")
 
 

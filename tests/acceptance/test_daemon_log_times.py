@@ -10,11 +10,15 @@ import re
 from datetime import datetime
 from pathlib import Path
 
+import pytest
+
 from engine.store import queries
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import RunningDaemon, encore
 from tests.servers import HttpTestServer, respond
 from tests.waiting import wait_until
+
+pytestmark = pytest.mark.cli_in_process  # the daemons are processes; the commands need not be
 
 BURST = 6  # messages of Orders that fail at once
 LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) engine\.store\.eventlog: "

@@ -22,6 +22,8 @@ from tests.integration.inbound_support import EXAMPLE, free_port
 from tests.servers import SoapTestServer
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.cli_in_process  # the daemons are processes; the commands need not be
+
 START = 60  # seconds a daemon may take to start on a loaded machine
 
 

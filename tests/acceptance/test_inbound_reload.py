@@ -8,6 +8,7 @@ import signal
 import socket
 from pathlib import Path
 
+import pytest
 import requests
 
 from engine.store import queries
@@ -15,6 +16,8 @@ from engine.store.sql import SqlStore
 from tests.acceptance.daemon import RunningDaemon, encore
 from tests.integration.inbound_support import WSDL, free_port
 from tests.waiting import wait_until
+
+pytestmark = pytest.mark.cli_in_process  # the daemons are processes; the commands need not be
 
 START = 60  # seconds a daemon may take to start, or to reload, on a loaded machine
 HEAD = ('[production]\nname = "InboundReload"\ndatabase = "sqlite:///e.db"\n'

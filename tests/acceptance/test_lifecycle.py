@@ -21,6 +21,8 @@ from tests.acceptance.daemon import RunningDaemon, encore
 from tests.servers import HttpTestServer, respond, sequence
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.cli_in_process  # the daemons are processes; the commands need not be
+
 LEASE = 30  # seconds: lease_seconds, so that a recovery at lease expiry could not pass
 RECOVERY_BOUND = 10.0  # seconds from the restart's spawn: well under LEASE, generous on load
 SLOW = 60.0  # seconds the first call hangs: the killed daemon holds it

@@ -26,6 +26,8 @@ from engine.store.sql import SqlStore
 from tests.acceptance.daemon import RunningDaemon, encore
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.cli_in_process  # the daemons are processes; the commands need not be
+
 LEASE = 2  # seconds
 MAX_DELIVERIES = 2
 TEXT = (f"delivery interrupted {MAX_DELIVERIES} times: the message may crash or freeze its "

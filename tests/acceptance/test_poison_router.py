@@ -8,9 +8,13 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.acceptance.daemon import RunningDaemon, encore
 from tests.servers import HttpTestServer, respond
 from tests.waiting import wait_until
+
+pytestmark = pytest.mark.cli_in_process  # the daemon is a process; the commands need not be
 
 PRODUCTION = """
 [production]

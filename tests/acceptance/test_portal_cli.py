@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from argon2 import PasswordHasher
 from sqlalchemy import select
 
@@ -10,6 +11,8 @@ from engine.serving.auth import token_digest
 from engine.store.models import api_token, portal_user
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import encore
+
+pytestmark = pytest.mark.cli_in_process  # what the commands print and store
 
 PRODUCTION = """
 [production]

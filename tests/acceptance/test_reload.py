@@ -6,10 +6,14 @@ import json
 import signal
 from pathlib import Path
 
+import pytest
+
 from engine.store import queries
 from engine.store.sql import SqlStore
 from tests.acceptance.daemon import RunningDaemon, encore
 from tests.waiting import wait_until
+
+pytestmark = pytest.mark.cli_in_process  # the daemons are processes; the commands need not be
 
 HEAD = '[production]\nname = "Reload"\ndatabase = "{url}"\npoll_interval = 0.05\n'
 ECHO = '\n[[items]]\nname = "{name}"\nclass = "tests.unit.sample_ops:EchoOperation"\n'

@@ -13,6 +13,8 @@ from tests.acceptance.daemon import RunningDaemon, encore
 from tests.conftest import postgres_url, reset_postgres
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.cli_in_process  # the daemon is a process; the commands need not be
+
 START = 60  # seconds a daemon may take to start on a loaded machine
 HEAD = '[production]\nname = "ReloadCli"\ndatabase = "{url}"\npoll_interval = 0.05\n'
 ECHO = '\n[[items]]\nname = "{name}"\nclass = "tests.unit.sample_ops:EchoOperation"\n'

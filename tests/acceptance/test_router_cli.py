@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.acceptance.daemon import RunningDaemon, encore
 from tests.servers import HttpTestServer, respond
+
+pytestmark = pytest.mark.cli_in_process  # the daemons are processes; the commands need not be
 
 PRODUCTION = """
 [production]

@@ -26,7 +26,7 @@ from tests.conftest import postgres_url, reset_postgres
 from tests.servers import HttpTestServer, respond, sequence
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.cli_in_process]  # the daemons are processes
 
 LEASE = 2  # seconds: lease_seconds of these productions, so a dead daemon is noticed fast
 MESSAGES = 500

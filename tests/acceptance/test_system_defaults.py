@@ -8,6 +8,7 @@ import json
 import signal
 from pathlib import Path
 
+import pytest
 import requests
 
 from engine.store.sql import SqlStore
@@ -16,6 +17,8 @@ from tests.integration.inbound_support import free_port
 from tests.portal_support import PASSWORD, form_token
 from tests.servers import HttpTestServer, respond
 from tests.waiting import answers, wait_until
+
+pytestmark = pytest.mark.cli_in_process  # the daemon is a process; the commands need not be
 
 PRODUCTION = """
 [production]

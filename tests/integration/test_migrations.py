@@ -7,6 +7,7 @@ from sqlalchemy import inspect
 
 import migrations
 from engine.store import migrate
+from engine.store.memory import memory_store
 from engine.store.models import metadata
 from engine.store.sql import SqlStore
 
@@ -55,3 +56,36 @@ def test_the_revision_is_read_without_alembic_as_alembic_reads_it(database_url: 
         assert migrate.current_revision(store.engine) == expected == migrations.HEAD
     finally:
         store.dispose()
+
+
+def _whole_database(store: SqlStore) -> tuple[list[tuple[object, ...]], dict[str, object]]:
+    """Every schema object's definition (tables with their columns, indexes, triggers) and
+    every table's rows (``alembic_version`` among them)."""
+    with store.engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        schema = raw.execute("SELECT type, name, tbl_name, sql FROM sqlite_master "
+                             "ORDER BY type, name").fetchall()
+        rows = {name: raw.execute(f'SELECT * FROM "{name}" ORDER BY 1').fetchall()
+                for kind, name, _table, _sql in schema if kind == "table"}
+        rows["user_version"] = raw.execute("PRAGMA user_version").fetchall()
+    return schema, rows
+
+
+def test_a_copied_memory_store_is_a_migrated_one() -> None:
+    """memory_store() copies one migrated template: each copy is what a migration makes, and
+    a write to one copy is in no other."""
+    migrated = SqlStore("sqlite://")
+    migrated.upgrade()
+    first, second = memory_store(), memory_store()
+    try:
+        schema, rows = _whole_database(migrated)
+        assert any(kind == "index" for kind, *_ in schema)
+        assert rows["alembic_version"] == [(migrations.HEAD,)]
+        assert _whole_database(first) == _whole_database(second) == (schema, rows)
+        first.events.write("Info", "only in the first copy")
+        assert _whole_database(first)[1]["event_log"] != rows["event_log"]
+        assert _whole_database(second) == (schema, rows)
+    finally:
+        for store in (migrated, first, second):
+            store.dispose()

@@ -27,7 +27,7 @@ from tests.integration.pg_cluster import PgCluster, pg_cluster  # noqa: F401 - t
 from tests.servers import HttpTestServer, respond
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.cli_in_process]  # the daemon is a process
 
 LEASE = 2  # seconds: a claim whose completion was lost in the failover expires fast
 RESUME_WITHIN = 10.0  # seconds from the promotion to the first delivery (docs/architecture.md)

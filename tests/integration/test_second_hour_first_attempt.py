@@ -13,12 +13,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from engine import BusinessOperation, Retry
 from engine.message import JsonMessage
 from engine.store.sql import SqlStore
 from engine.testing import VirtualDaemon
 from tests.acceptance.daemon import RunningDaemon, encore
 from tests.waiting import wait_until
+
+pytestmark = pytest.mark.cli_in_process  # the daemons are processes; the commands need not be
 
 HEAD_FAILS = 3  # the head of the queue is retried three times
 BEHIND = 6  # messages queued behind it, each failing its first attempt once

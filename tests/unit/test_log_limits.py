@@ -177,10 +177,9 @@ def test_events_are_of_their_item_and_reporting_method_not_of_one_shared_templat
     each names its kind, so a flood of one item's first failures is held back while another
     item's event, and the same item's give-up, still reach the log at once."""
     from engine.store.eventlog import SqlEventLog
-    from engine.store.sql import SqlStore
+    from engine.store.memory import memory_store
 
-    store = SqlStore("sqlite://")
-    store.upgrade()
+    store = memory_store()
     handler = Lines()
     repeats = RepeatFilter(window=60.0, clock=clock)
     logger = logging.getLogger("engine.store.eventlog")
@@ -213,10 +212,9 @@ def test_events_are_of_their_item_and_reporting_method_not_of_one_shared_templat
 def test_an_event_is_printed_with_its_own_time_not_the_time_it_reached_the_log() -> None:
     from datetime import UTC, datetime
 
-    from engine.store.sql import SqlStore
+    from engine.store.memory import memory_store
 
-    store = SqlStore("sqlite://")
-    store.upgrade()
+    store = memory_store()
     records: list[logging.LogRecord] = []
     keeper = logging.Handler()
     keeper.emit = records.append  # type: ignore[method-assign]
