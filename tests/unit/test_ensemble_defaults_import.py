@@ -25,6 +25,17 @@ EXPORT = DATA / "defaults" / "Ens.Config.DefaultSettings.xml"
 CARDS = {"ENCORE_CREDENTIALS_CARDS_USERNAME": "shop", "ENCORE_CREDENTIALS_CARDS_PASSWORD": "x"}
 
 
+@pytest.fixture(autouse=True)
+def _no_skeleton_of_another_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The skeleton package is named ``demo_production`` only while Python finds no other of
+    that name: forget those that tests run earlier in this process imported or put on the
+    path, so the names below do not depend on the order of the tests."""
+    for name in [m for m in sys.modules if m.split(".")[0] == "demo_production"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "path", [entry for entry in sys.path
+                                      if not (Path(entry or ".") / "demo_production").is_dir()])
+
+
 def _import(tmp_path: Path) -> tuple[Path, ImportResult]:
     output = tmp_path / "production.toml"
     result = import_production(SOURCE, output=output, defaults=EXPORT)
