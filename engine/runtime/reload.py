@@ -118,12 +118,12 @@ class Reloader:
         self._restarts_lock = threading.Lock()
 
     def request(self) -> None:
-        """Reload at the daemon's next tick (SIGHUP, an admin's Reload)."""
+        """Reload at the daemon's next step (SIGHUP, an admin's Reload)."""
         self.requested.set()
         self.daemon.wake.set()
 
     def request_restart(self, name: str) -> None:
-        """Restart item ``name`` at the daemon's next tick."""
+        """Restart item ``name`` at the daemon's next step."""
         with self._restarts_lock:
             self._restarts.add(name)
         self.daemon.wake.set()
