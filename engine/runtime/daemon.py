@@ -117,7 +117,6 @@ class Daemon:
         try:
             runners = self._prepare_start()
         except Exception as exc:
-            # the store's own event log: an alert about it could fail the same way
             record_failed_start(self.store.events, self.id, self.production.name, exc)
             raise
         self.membership.join(self._operations())
