@@ -30,13 +30,14 @@ STEPPED_DISPATCH = DispatchTuning(linger=0.0, batched=False, urgent_here=False)
 
 
 class RunHere(Executor):
-    """An executor that runs each call at once on the caller's thread."""
+    """An executor that runs each call at once on the caller's thread; an ``Exception`` is held
+    by the future, as a pool's would be, anything else (an interrupt) goes to the caller."""
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         future: Future[T] = Future()
         try:
             future.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # the future holds it, as a pool's would
+        except Exception as exc:
             future.set_exception(exc)
         return future
 
@@ -59,7 +60,7 @@ class Runtime(ABC):
         """Do the items' due work; seconds until they need a step again (None: they run alone)."""
 
     @abstractmethod
-    def upkeep_wait(self, seconds: float | None) -> float | None:
+    def upkeep_wait(self, seconds: float) -> float | None:
         """The wake-up asked for by upkeep nobody waits for (the console's counters)."""
 
     @abstractmethod
@@ -87,7 +88,7 @@ class ThreadedRuntime(Runtime):
     def step_items(self, runners: Iterable[ItemRunner]) -> float | None:
         return None
 
-    def upkeep_wait(self, seconds: float | None) -> float | None:
+    def upkeep_wait(self, seconds: float) -> float | None:
         return seconds
 
     def listen(self, router: AnnouncementRouter) -> None:
@@ -120,7 +121,7 @@ class SteppedRuntime(Runtime):
         found = [w for w in waits if w is not None]
         return min(found) if found else None
 
-    def upkeep_wait(self, seconds: float | None) -> float | None:
+    def upkeep_wait(self, seconds: float) -> float | None:
         return None
 
     def listen(self, router: AnnouncementRouter) -> None:
