@@ -3,7 +3,8 @@ simulate a server, and :class:`VirtualDaemon`, the real daemon on a virtual cloc
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Self
@@ -13,12 +14,14 @@ from adapters.deadline import TryScope
 from engine.client import send_message
 from engine.clock import Clock, VirtualClock
 from engine.config.production import ITEM_KEYS, ItemConfig, ProductionConfig
+from engine.delivery.middleware import Middleware
 from engine.delivery.worker import Result
 from engine.errors import AdapterError, HttpStatusError, ResponseTimeout
 from engine.host import BusinessOperation
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.store.memory import memory_store
+from engine.store.rows import MessageRow
 from engine.store.sql import SqlStore
 
 AdapterSource = OutboundAdapter | Callable[[Clock], OutboundAdapter]
@@ -144,6 +147,26 @@ class SimulatedOperation(BusinessOperation):
         return {"result": self.adapter.invoke()}
 
 
+class _DeliveryLog(Middleware):
+    """Records ``(message id, result)`` of each delivery that ended, in ``deliveries``."""
+
+    def __init__(self, deliveries: list[tuple[int, Result]]) -> None:
+        self.deliveries = deliveries
+
+    @contextmanager
+    def delivery(self, row: MessageRow) -> Iterator[_Ended]:
+        yield _Ended(self.deliveries, row.id)
+
+
+@dataclass
+class _Ended:
+    deliveries: list[tuple[int, Result]]
+    message_id: int
+
+    def ended(self, result: str) -> None:
+        self.deliveries.append((self.message_id, Result(result)))
+
+
 class VirtualDaemon:
     """The real daemon of ``production`` on a virtual clock, driven by ``tick()``: no
     thread, no real sleep, the same result on every run.
@@ -157,6 +180,7 @@ class VirtualDaemon:
                  adapters: Mapping[str, AdapterSource] | None = None,
                  start: datetime | None = None, rng: Any = None) -> None:
         from engine.runtime.daemon import Daemon
+        from engine.runtime.execution import SteppedRuntime
 
         self.production = production
         self.own_store = store is None
@@ -166,14 +190,12 @@ class VirtualDaemon:
         self.clock = _TickingClock(self, start)
         made = {name: a(self.clock) if callable(a) and not isinstance(a, OutboundAdapter) else a
                 for name, a in (adapters or {}).items()}
-        self.daemon = Daemon(production, store=store, clock=self.clock, env={}, adapters=made,
-                             rng=rng)
-        self.daemon.start(inline=True)
-        self.ticks = 0
         self.deliveries: list[tuple[int, Result]] = []
-        for runner in self.daemon.runners.values():
-            for worker in runner.inline_workers or ():
-                worker.deliver = self._recording(worker.deliver)  # type: ignore[method-assign]
+        log = _DeliveryLog(self.deliveries)
+        self.daemon = Daemon(production, store=store, clock=self.clock, env={}, adapters=made,
+                             rng=rng, runtime=SteppedRuntime(), middleware=(lambda _item: log,))
+        self.daemon.start(background=False)
+        self.ticks = 0
 
     @classmethod
     def for_item(cls, name: str, host_class: type[BusinessOperation],
@@ -206,9 +228,9 @@ class VirtualDaemon:
         return None if moment is None else (moment - self.clock.start).total_seconds()
 
     def tick(self) -> float:
-        """One ``tick()`` of the daemon now; the seconds until the next one is needed."""
+        """One step of the daemon now; the seconds until the next one is needed."""
         self.ticks += 1
-        return self.daemon.tick()
+        return self.daemon.step(self.clock.monotonic())
 
     def run_until(self, t: float) -> None:
         """Tick and move the clock on until virtual time ``t`` (seconds)."""
@@ -249,13 +271,6 @@ class VirtualDaemon:
         self.stop()
 
     # -- inside -------------------------------------------------------------------------
-    def _recording(self, deliver: Callable[..., Result]) -> Callable[..., Result]:
-        def recorded(row: Any, *args: Any, **kwargs: Any) -> Result:
-            result = deliver(row, *args, **kwargs)
-            self.deliveries.append((row.id, result))
-            return result
-        return recorded
-
     def _next_wake(self, wait: float) -> float:
         """When to tick next: after ``wait`` seconds, or when a parked message falls due."""
         now = self.clock.monotonic()

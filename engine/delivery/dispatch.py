@@ -1,8 +1,10 @@
 """The dispatcher of one item: batch claims in, group-committed successes out.
 
 One thread per item claims due messages for the idle workers, hands them over in chunks and
-writes their successes in one transaction (docs/architecture.md, "Throughput"; a suspect is
-claimed only while the item holds nothing else: "Poison messages").
+writes their successes in one transaction (:mod:`engine.delivery.commits`; docs/architecture.md,
+"Throughput"; a suspect is claimed only while the item holds nothing else: "Poison messages").
+How it claims and commits is fixed when it is made (:class:`DispatchTuning`): a dispatcher that
+is stepped on a virtual clock neither lingers nor sizes batches by the clock's speed.
 """
 from __future__ import annotations
 
@@ -10,11 +12,11 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from engine.clock import Clock
 from engine.delivery.claims import ClaimBook
+from engine.delivery.commits import FLUSH_WINDOW, GroupCommit
 from engine.errors import EncoreError
 from engine.store.hotpath import Claimed, Completion, Grant
 from engine.store.sql import SqlStore
@@ -24,7 +26,6 @@ log = logging.getLogger(__name__)
 BATCH_WINDOW = 0.05  # seconds of work a pool_size = 1 item claims at once
 MAX_BATCH = 100  # messages one claim takes at most
 FIRST_BATCH = 4  # a pool_size = 1 item's first claim, before it knows how long work takes
-FLUSH_WINDOW = 0.02  # seconds a success may wait for the group commit
 # seconds to wait after a claim that emptied the queue: messages arriving one by one are then
 # claimed a few at a time
 CLAIM_LINGER = 0.005
@@ -33,7 +34,6 @@ CHUNK_WORK = 0.005
 CHUNK_GIVE_BACK = 2 * CHUNK_WORK
 # the fastest recent delivery rises by this factor per delivery, to follow a service that slows
 FASTEST_DRIFT = 1.05
-MAX_PENDING = 500  # successes that force a group commit
 EXPIRY_SCAN = 1.0  # seconds between looks for claims whose lease expired
 STORE_RETRY_DELAY = 1.0  # seconds the dispatcher and the workers wait after a database error
 
@@ -52,19 +52,43 @@ class DispatchSettings:
     poll_interval: float
 
 
+@dataclass(frozen=True, kw_only=True)
+class DispatchTuning:
+    """How a dispatcher claims and commits, as the runtime that runs it wants.
+
+    ``linger``: seconds to wait after a claim that emptied the queue. ``batched``: a pool claims
+    by its speed (False: one message per idle worker). ``urgent_here``: an urgent success is
+    written on its worker's thread (False: at the dispatcher's next step).
+    """
+
+    linger: float = CLAIM_LINGER
+    batched: bool = True
+    urgent_here: bool = True
+
+
 class Dispatcher:
-    """Feeds one item's workers; ``ready()`` is asked before each claim."""
+    """Feeds one item's workers; ``ready()`` is asked before each claim, ``direct()`` before each
+    direct take (None: none), ``server()`` names the server an attempt begun with a claim goes to.
+    """
 
     def __init__(self, settings: DispatchSettings, *, store: SqlStore, clock: Clock,
-                 ready: Callable[[], bool], stop: threading.Event) -> None:
+                 ready: Callable[[], bool], stop: threading.Event,
+                 tuning: DispatchTuning = DispatchTuning(),
+                 direct: Callable[[], bool] | None = None,
+                 server: Callable[[], str | None] = lambda: None) -> None:
         self.settings = settings
+        self.tuning = tuning
         self.book = ClaimBook(store, clock, target=settings.target, owner=settings.owner,
                               lease_seconds=settings.lease_seconds)
         self.store = store
         self.clock = clock
         self.ready = ready
+        self.direct = direct
+        self.server = server
         self.stop = stop
         self.wakeup = threading.Event()
+        self.commits = GroupCommit(store, clock, self.book, target=settings.target,
+                                   urgent_here=tuning.urgent_here, wakeup=self.wakeup)
         # (claim number, messages in delivery order) for the workers; None tells one to stop
         self.work: queue.SimpleQueue[tuple[int, tuple[Claimed, ...]] | None] = \
             queue.SimpleQueue()
@@ -75,23 +99,10 @@ class Dispatcher:
         self._kept = 0  # successes finished and waiting for their worker's own commit
         self._suspect: int | None = None  # a suspect being delivered: claim nothing more
         self._looked_alone = True  # the last claim was made with nothing in hand
-        self._pending: list[Completion] = []
-        self._pending_ids: set[int] = set()
-        self._oldest_pending = 0.0
         self._seconds_per_message = BATCH_WINDOW / FIRST_BATCH
         self._fastest = BATCH_WINDOW / FIRST_BATCH  # seconds: see FASTEST_DRIFT
         self._refill_at = 1  # pool_size = 1: claim again when this many are left to work
         self._next_expiry_scan = 0.0
-        # 0 on a ticked dispatcher: on a virtual clock a linger would only shift the times
-        self.linger = CLAIM_LINGER
-        # False: one message per idle worker (a ticked dispatcher)
-        self.batched = True
-        # False: a ticked dispatcher commits urgent successes at its own step
-        self.urgent_here = True
-        # asked before each direct take (:meth:`reserve`); set by the item
-        self.direct: Callable[[], bool] | None = None
-        # the server an attempt begun with a claim goes to (set by the item)
-        self.server: Callable[[], str | None] = lambda: None
         self._closed = False  # the workers were told to stop: no direct take any more
         self._linger_until = 0.0
         # set before a claim looks at the queue, so a message committed after the look wakes it
@@ -100,25 +111,7 @@ class Dispatcher:
 
     def defer(self, completion: Completion) -> None:
         """Record a success with the next group commit (an ``urgent`` one at once)."""
-        if completion.urgent and self.urgent_here:
-            try:
-                done = self.store.complete_many([completion], now=self.clock.now())
-            except EncoreError as exc:
-                log.warning("item %s: the success of message %d is recorded with the next "
-                            "group commit: %s", self.settings.target, completion.message_id,
-                            exc)
-            else:
-                self._committed([completion], done)
-                return
-        with self._lock:
-            if not self._pending or completion.urgent:
-                self._oldest_pending = (self.clock.monotonic() - FLUSH_WINDOW
-                                        if completion.urgent else self.clock.monotonic())
-            self._pending.append(completion)
-            self._pending_ids.add(completion.message_id)
-            full = len(self._pending) >= MAX_PENDING
-        if full or completion.urgent:
-            self.wakeup.set()
+        self.commits.defer(completion)
 
     def commit_now(self, completion: Completion) -> None:
         """Commit one success on the caller's thread before returning (a FIFO item's next message
@@ -130,24 +123,25 @@ class Dispatcher:
             log.warning("item %s: the success of message %d waits for the group commit: %s",
                         self.settings.target, completion.message_id, exc)
         else:
-            self._committed([completion], done)
+            self.commits.committed([completion], done)
             return
-        self.defer(completion)
+        self.commits.defer(completion)
         self.wakeup.set()
-        while self.urgent_here and not self._closed and completion.message_id in self.book.ids():
+        waits = self.tuning.urgent_here  # else the next step writes it: nothing to wait for here
+        while waits and not self._closed and completion.message_id in self.book.ids():
             self.clock.sleep(FLUSH_WINDOW)  # the claim book lets it go once it is written
 
     def finished(self, message_id: int, seconds: float, *, ended: bool = False,
                  kept: bool = False) -> None:
         """A worker is done with ``message_id`` after ``seconds``. ``ended``: the worker committed
         the message's end itself. ``kept``: its success waits for the worker's own commit
-        (:class:`OwnCommits`)."""
+        (:class:`~engine.delivery.commits.OwnCommits`)."""
         with self._lock:
             self._outstanding -= 1
             suspect = message_id == self._suspect
             if suspect:
                 self._suspect = None
-            pending = message_id in self._pending_ids
+            pending = self.commits.is_pending(message_id)
             self.book.let_go(message_id, pending=pending or kept)
             if kept:
                 self._kept += 1
@@ -190,7 +184,7 @@ class Dispatcher:
                 self.book.took([claimed], self.clock.monotonic())
                 self.claims += 1
                 self.work.put((self.claims, (claimed,)))
-                self._linger_until = self.clock.monotonic() + self.linger
+                self._linger_until = self.clock.monotonic() + self.tuning.linger
                 return
             self._outstanding -= 1
         row = claimed.row
@@ -262,7 +256,7 @@ class Dispatcher:
         while True:
             with self._lock:
                 busy = self._outstanding > 0 or self._kept > 0
-            self._flush_quietly()
+            self.commits.flush_quietly()
             if not busy:
                 return
             self.wakeup.clear()
@@ -291,14 +285,13 @@ class Dispatcher:
                 self.awaits_work = False
             else:
                 wait = self._idle_wait()
-        else:
-            if self._flush_wait(wait) == 0.0:
-                self.flush()
+        elif self.commits.wait(wait) == 0.0:
+            self.commits.flush()
         with self._lock:
             linger = self._linger_until - self.clock.monotonic()
         if 0 < linger < wait:
             wait = linger
-        return self._flush_wait(wait)
+        return self.commits.wait(wait)
 
     def _look_at_switch(self) -> None:
         """While held back, re-read the switch (another process may have turned it on)."""
@@ -324,7 +317,7 @@ class Dispatcher:
         """For ``pool_size > 1``: (messages to hold, claim again at this many left), by the pool's
         speed."""
         pool = self.settings.pool_size
-        if not self.batched:
+        if not self.tuning.batched:
             return pool, pool - 1
         batch = min(MAX_BATCH, int(BATCH_WINDOW * pool / max(self._seconds_per_message, 1e-6)))
         if batch <= pool:
@@ -339,13 +332,13 @@ class Dispatcher:
             held = self.book.ids() if s.fifo else []
             alone = self._outstanding == 0  # a suspect may be claimed (delivered alone)
             self._looked_alone = alone
-        with self._committing() as pending:
+        with self.commits.taking() as pending:
             done, claimed = self.store.complete_and_claim(
                 pending, now=self.clock.now(), target=s.target, owner=s.owner,
                 lease_seconds=s.lease_seconds, limit=limit, fifo=s.fifo, begin=s.begin,
                 enabled=s.enabled, held=held, alone=alone,
                 server=self.server() if s.begin else None)
-            self._committed(pending, done)
+            self.commits.committed(pending, done)
         with self._lock:
             self.book.took(claimed, started)
             for c in claimed:
@@ -356,7 +349,7 @@ class Dispatcher:
                 self.claims += 1
                 self._refill_at = max(1, len(claimed) // 2)
             if 0 < len(claimed) < limit:  # the queue ran dry: let a few arrive
-                self._linger_until = self.clock.monotonic() + self.linger
+                self._linger_until = self.clock.monotonic() + self.tuning.linger
         for chunk in self._chunks(claimed):
             self.work.put((self.claims, chunk))
         return len(claimed)
@@ -390,40 +383,16 @@ class Dispatcher:
         seconds = (due - self.clock.now()).total_seconds()
         return poll if seconds <= 0 else min(seconds, poll)
 
-    def _flush_wait(self, wait: float) -> float:
-        with self._lock:
-            if not self._pending:
-                return wait
-            left = FLUSH_WINDOW - (self.clock.monotonic() - self._oldest_pending)
-        return max(min(wait, left), 0.0)
-
     def flush(self) -> None:
         """Write the pending successes in one transaction (a group commit)."""
-        with self._committing() as pending:
-            if pending:
-                self._committed(pending, self.store.complete_many(pending,
-                                                                  now=self.clock.now()))
-
-    @contextmanager
-    def _committing(self) -> Iterator[list[Completion]]:
-        """The pending successes, taken for a commit; given back if it fails."""
-        with self._lock:
-            pending, self._pending = self._pending, []
-            self._pending_ids = set()
-        try:
-            yield pending
-        except BaseException:
-            with self._lock:
-                self._pending[:0] = pending
-                self._pending_ids.update(c.message_id for c in pending)
-            raise
+        self.commits.flush()
 
     def commit_own(self, completions: list[Completion]) -> None:
         """A worker's own commit of its kept successes; if it fails, the group commit takes them."""
         failed = True
         try:
-            self._committed(completions, self.store.complete_many(completions,
-                                                                  now=self.clock.now()))
+            self.commits.committed(completions, self.store.complete_many(completions,
+                                                                         now=self.clock.now()))
             failed = False
         except EncoreError as exc:
             log.warning("item %s: %d success(es) are recorded with the next group commit: %s",
@@ -433,66 +402,8 @@ class Dispatcher:
                           "after an unexpected error", self.settings.target, len(completions))
         if failed:
             for completion in completions:
-                self.defer(completion)
+                self.commits.defer(completion)
         with self._lock:
             self._kept -= len(completions)
         if failed or self._closed:
             self.wakeup.set()
-
-    def _committed(self, pending: list[Completion], done_ids: list[int]) -> None:
-        done = set(done_ids)
-        lost = [c.message_id for c in pending if c.message_id not in done]
-        if lost:
-            log.warning("item %s: message(s) %s were taken over by another daemon before "
-                        "their success was recorded; that daemon's delivery counts",
-                        self.settings.target, lost)
-        self.book.committed(pending)
-
-    def _flush_quietly(self) -> None:
-        try:
-            self.flush()
-        except EncoreError as exc:
-            log.error("item %s: could not record successes at stop (their attempts count as "
-                      "outcome unknown): %s", self.settings.target, exc)
-            with self._lock:
-                self._pending.clear()
-                self._pending_ids.clear()
-
-
-class OwnCommits:
-    """One worker's successes on a server database, committed by the worker at the end of each chunk
-    on its own connection, so a pool's commits run side by side. Urgent successes and one-message
-    chunks go to the group commit; claims are held until the commit."""
-
-    def __init__(self, dispatcher: Dispatcher) -> None:
-        self.dispatcher = dispatcher
-        self.chunk = 0  # messages in the chunk being delivered
-        self._oldest = 0.0
-        self._pending: list[Completion] = []
-        self._ids: set[int] = set()
-
-    def defer(self, completion: Completion) -> None:
-        """Where the worker's successes go (its ``defer``)."""
-        if completion.urgent or self.chunk < 2:
-            self.dispatcher.defer(completion)
-        else:
-            if not self._pending:
-                self._oldest = self.dispatcher.clock.monotonic()
-            self._pending.append(completion)
-            self._ids.add(completion.message_id)
-
-    def due(self) -> bool:
-        """A success kept has waited :data:`FLUSH_WINDOW`: commit now, chunk done or not."""
-        return bool(self._pending) and (self.dispatcher.clock.monotonic() - self._oldest
-                                        >= FLUSH_WINDOW)
-
-    def finished(self, message_id: int, seconds: float, *, ended: bool) -> None:
-        """:meth:`Dispatcher.finished`, told whether the success waits here."""
-        self.dispatcher.finished(message_id, seconds, ended=ended,
-                                 kept=message_id in self._ids)
-
-    def flush(self) -> None:
-        """Commit the successes kept (if that fails, the group commit takes them)."""
-        if self._pending:
-            pending, self._pending, self._ids = self._pending, [], set()
-            self.dispatcher.commit_own(pending)

@@ -2,8 +2,9 @@
 
 Each item has its own queue, workers and connections, so a slow item never delays another. Workers
 wait on the dispatcher's in-memory queue, never on the database, and a failing dependency is retried
-later rather than killing a worker. With ``threads=False``, :meth:`ItemRunner.tick` runs everything
-on the caller's thread (the virtual-clock harness).
+later rather than killing a worker. Started with :meth:`ItemRunner.start_stepped` it has no
+thread: each :meth:`ItemRunner.step` claims and delivers on the caller's thread (a daemon on a
+virtual clock).
 """
 from __future__ import annotations
 
@@ -19,12 +20,13 @@ from engine.attempt import AttemptObserver
 from engine.clock import Clock
 from engine.config.production import ItemConfig, ProductionConfig
 from engine.delivery.claims import ClaimBook
+from engine.delivery.commits import OwnCommits
 from engine.delivery.dispatch import (
     CHUNK_GIVE_BACK,
     STORE_RETRY_DELAY,
     Dispatcher,
     DispatchSettings,
-    OwnCommits,
+    DispatchTuning,
 )
 from engine.delivery.guards import ItemGuards
 from engine.delivery.middleware import Hooks
@@ -52,7 +54,8 @@ class ItemContext:
     made for the item.
 
     ``lease``: None, or True while this daemon holds the FIFO lease. ``middleware`` runs after
-    ``guards``; ``adapter`` replaces the one built from the item's class.
+    ``guards``; ``adapter`` replaces the one built from the item's class; ``tuning``: how the
+    dispatcher claims and commits (the runtime's choice).
     """
 
     store: SqlStore
@@ -69,6 +72,7 @@ class ItemContext:
     stop: threading.Event = field(default_factory=threading.Event)
     adapter: OutboundAdapter | None = None
     rng: random.Random | None = None
+    tuning: DispatchTuning = DispatchTuning()
 
 
 class ItemRunner:
@@ -91,8 +95,8 @@ class ItemRunner:
         self.hooks = Hooks(self.observers)
         self.hosts: list[BusinessOperation] = []
         self.threads: list[threading.Thread] = []
-        self.inline_workers: list[MessageWorker] | None = None
-        self._ticking = False
+        self.workers: list[MessageWorker] = []  # a stepped runner's (threads make their own)
+        self._stepping = False
         self._prepared = False
         self._ready = False
         self._ready_lock = threading.Lock()
@@ -104,9 +108,9 @@ class ItemRunner:
             fifo=self.lease is not None, begin=item.retry_settings.idempotent,
             enabled=item.enabled, lease_seconds=context.lease_seconds,
             poll_interval=context.poll_interval),
-            store=self.store, clock=self.clock, ready=self._can_claim, stop=self.stop_event)
-        if self.adapter is not None:
-            self.dispatcher.server = self.adapter.next_server
+            store=self.store, clock=self.clock, ready=self._can_claim, stop=self.stop_event,
+            tuning=context.tuning, direct=self._can_take_directly,
+            server=self.adapter.next_server if self.adapter is not None else lambda: None)
         self.claims: ClaimBook = self.dispatcher.book
 
     @property
@@ -167,27 +171,24 @@ class ItemRunner:
                                      f"{type(exc).__name__}: {exc}", item=self.item.name) from exc
         return host
 
-    def start(self, *, threads: bool = True) -> None:
-        """Start the workers and the dispatcher (``threads=False``: the caller drives :meth:`tick`).
-        """
+    def start(self) -> None:
+        """Start the workers' threads and the dispatcher's: from now on the item claims."""
         if not self._prepared:
             self.prepare()
-        if not threads:
-            # tick() commits each success at once so its time is exact on a virtual clock
-            self.inline_workers = [self._worker(host, defer=self.dispatcher.defer)
-                                   for host in self.hosts]
-            self.dispatcher.linger = 0.0  # and no linger: it would shift a virtual timeline
-            self.dispatcher.batched = False  # nor batches sized by a virtual clock's speed
-            self.dispatcher.urgent_here = False  # and each success at its tick's time
-            return
         for index, host in enumerate(self.hosts):
             thread = threading.Thread(target=self._work, args=(host,), daemon=True,
                                       name=f"{self.item.name}-{index + 1}")
             self.threads.append(thread)
             thread.start()
         self.dispatcher.start()
-        self.dispatcher.direct = self._can_take_directly
         self.store.add_taker(self.item.name, self.dispatcher)
+
+    def start_stepped(self) -> None:
+        """Start without a thread: each :meth:`step` claims and delivers on the caller's thread."""
+        if not self._prepared:
+            self.prepare()
+        self.workers = [self._worker(host, defer=self.dispatcher.commits.defer)
+                        for host in self.hosts]
 
     def discard(self) -> None:
         """Undo :meth:`prepare`: tear down every host made and stop the adapter."""
@@ -247,7 +248,8 @@ class ItemRunner:
     def _work(self, host: BusinessOperation) -> None:
         own = (OwnCommits(self.dispatcher) if self.item.pool_size > 1
                and self.store.db.hot.parallel_commits else None)
-        worker = self._worker(host, defer=self.dispatcher.defer if own is None else own.defer)
+        worker = self._worker(host, defer=self.dispatcher.commits.defer if own is None
+                              else own.defer)
         while (work := self.dispatcher.work.get()) is not None:
             batch, chunk = work
             if own is not None:
@@ -276,13 +278,13 @@ class ItemRunner:
             (own or self.dispatcher).finished(claimed.row.id, self.clock.monotonic() - started,
                                               ended=result in ENDED)
 
-    def tick(self) -> float | None:
+    def step(self) -> float | None:
         """One dispatcher step, then deliver what it claimed here; seconds to the next (None: busy).
-        """
-        assert self.inline_workers is not None, "tick() is for a runner started with threads=False"
-        if self._ticking:
+        Each success is committed at once, so its time is exact on a virtual clock."""
+        assert self.workers, "step() is for a runner started with start_stepped()"
+        if self._stepping:
             return None
-        self._ticking = True
+        self._stepping = True
         try:
             wait = self.dispatcher.tick()
             delivered = False
@@ -294,12 +296,12 @@ class ItemRunner:
                 if work is not None:
                     batch, chunk = work
                     for claimed in chunk:
-                        self._take(self.inline_workers[0], batch, claimed)
+                        self._take(self.workers[0], batch, claimed)
                         self.dispatcher.flush()
                     delivered = True
             return 0.0 if delivered else wait
         finally:
-            self._ticking = False
+            self._stepping = False
 
     def _deliver(self, worker: MessageWorker, claimed: Claimed, batch: int) -> Result | None:
         """Deliver ``claimed``; how it left the message (None: not delivered, or cut short)."""

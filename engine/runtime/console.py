@@ -49,12 +49,12 @@ class ConsoleReport:
         self._next_prune = 0.0
         self._reported: str | None = None
 
-    def tick(self, now: float, *, inline: bool) -> float | None:
+    def tick(self, now: float) -> float:
         """Report changed states and flush the rollup; seconds until the next flush."""
         self.report_states()
         if now >= self._next_flush:
             self.flush_rollup(now)
-        return None if inline else max(self._next_flush - now, 0.0)
+        return max(self._next_flush - now, 0.0)
 
     def flush_rollup(self, now: float | None = None) -> None:
         """Write the per-minute counters that changed; the leader also deletes old rows."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 
 from engine.eventsink import EventSink
-from engine.store.eventlog import LifeStep
+from engine.store.eventlog import LifeStep, SqlEventLog
 
-__all__ = ["LifeStep", "LifecycleLog", "leases_text"]
+__all__ = ["LifeStep", "LifecycleLog", "leases_text", "record_failed_start"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,18 @@ class LifecycleLog:
             self.write("Info" if took else "Warning", LifeStep.LEAD, text)
         else:
             log.log(logging.INFO if took else logging.WARNING, "%s", text)
+
+
+def record_failed_start(events: SqlEventLog, daemon_id: str, production: str,
+                        exc: Exception) -> None:
+    """One ``Error`` event for daemon ``daemon_id``'s failed start, if the database takes it."""
+    try:
+        events.write("Error", f"daemon {daemon_id} could not start production {production}: "
+                     f"{exc}", config_name=getattr(exc, "item", None), job=daemon_id,
+                     source_class=SOURCE_CLASS, source_method=LifeStep.START, echo=False)
+    except Exception as write_error:
+        log.debug("the failed start is not in the event log: %s", write_error)
+
 
 def leases_text(names: list[str]) -> str:
     """``, its leases released: a, b`` (nothing when there were none)."""

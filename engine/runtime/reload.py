@@ -1,27 +1,29 @@
 """The daemon's reloader: re-reads the production file (SIGHUP, ``encore reload``, an admin's
 Reload) and restarts single items.
 
-A reload is all or nothing (docs/security.md). Reloads and restarts run one at a time on a thread of
-their own, never on the daemon's loop (building an item may take seconds); inline, on the caller's
-thread.
+A reload is all or nothing (docs/security.md). Reloads and restarts run one at a time on the
+executor the daemon's runtime gives them: in real time a thread of their own, never the daemon's
+loop (building an item may take seconds).
 """
 from __future__ import annotations
 
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Protocol
 
 from engine.clock import Clock
-from engine.config.production import ItemConfig, ProductionConfig, load_production
+from engine.config.production import ProductionConfig, load_production
 from engine.delivery.item import ItemRunner
 from engine.errors import ConfigurationError, EncoreError
 from engine.runtime.alerts import AlertingEventLog
 from engine.runtime.cluster import LeaseKeeper, item_lease_name
 from engine.runtime.console import ConsoleReport
+from engine.runtime.execution import Runtime
 from engine.runtime.lifecycle import LifecycleLog, LifeStep
 from engine.runtime.queue_alerts import QueueAlerts
+from engine.runtime.roster import ItemRoster
 from engine.runtime.scheduler import ProductionScheduler
 from engine.runtime.steps import guarded, operation_items
 from engine.store import running
@@ -74,7 +76,10 @@ class ReloadHost(Protocol):
     def stop_requested(self) -> threading.Event: ...
 
     @property
-    def inline(self) -> bool: ...
+    def runtime(self) -> Runtime: ...
+
+    @property
+    def roster(self) -> ItemRoster: ...
 
     @property
     def id(self) -> str: ...
@@ -96,12 +101,6 @@ class ReloadHost(Protocol):
 
     inbound: InboundServer | None
 
-    def build_runner(self, item: ItemConfig) -> ItemRunner: ...
-
-    def build_runners(self, items: list[ItemConfig]) -> dict[str, ItemRunner]: ...
-
-    def launch(self, runner: ItemRunner) -> None: ...
-
 
 class Reloader:
     """Reloads the production of ``daemon``, and restarts its items, when asked."""
@@ -113,29 +112,25 @@ class Reloader:
         self.failed: dict[str, str] = {}
         self.applied_changes = ""
         self.file_hash = running.file_hash(*daemon.production.files)
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: Executor | None = None
         self._reloading: Future[None] | None = None
         self._restarts: set[str] = set()
         self._restarts_lock = threading.Lock()
 
     def request(self) -> None:
-        """Reload at the daemon's next tick (SIGHUP, an admin's Reload)."""
+        """Reload at the daemon's next step (SIGHUP, an admin's Reload)."""
         self.requested.set()
         self.daemon.wake.set()
 
     def request_restart(self, name: str) -> None:
-        """Restart item ``name`` at the daemon's next tick."""
+        """Restart item ``name`` at the daemon's next step."""
         with self._restarts_lock:
             self._restarts.add(name)
         self.daemon.wake.set()
 
     def reload_if_asked(self) -> None:
-        """Run a requested reload on the reload thread (inline: here)."""
+        """Hand a requested reload to the reload executor."""
         if not self.requested.is_set() or self.daemon.stop_requested.is_set():
-            return
-        if self.daemon.inline:
-            self.requested.clear()
-            self.reload()
             return
         if self._reloading is not None and not self._reloading.done():
             return  # asked again meanwhile: it runs when this one is done
@@ -143,19 +138,16 @@ class Reloader:
         self._reloading = self._submit(self.reload)
 
     def restart_if_asked(self) -> None:
-        """Run the requested restarts on the reload thread (inline: here)."""
+        """Hand the requested restarts to the reload executor."""
         with self._restarts_lock:
             names, self._restarts = sorted(self._restarts), set()
         for name in names:
-            if self.daemon.inline:
-                self.restart(name)
-            else:
-                self._submit(self.restart, name)
+            self._submit(self.restart, name)
 
     def _submit(self, work: Callable[..., None], *args: str) -> Future[None]:
-        """``work(*args)`` on the reload thread; the daemon's loop is woken when it ends."""
+        """``work(*args)`` on the reload executor; the daemon's loop is woken when it ends."""
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="encore-reload")
+            self._executor = self.daemon.runtime.executor("encore-reload", 1)
         future = self._executor.submit(work, *args)
         future.add_done_callback(self._done)
         return future
@@ -205,8 +197,8 @@ class Reloader:
     def _build_changed(self, new: ProductionConfig) -> dict[str, ItemRunner]:
         """Prepared runners for the new or changed operation items of ``new``."""
         current = {i.name: i for i in operation_items(self.daemon.production)}
-        return self.daemon.build_runners([i for i in operation_items(new)
-                                          if current.get(i.name) != i])
+        return self.daemon.roster.build_runners([i for i in operation_items(new)
+                                                 if current.get(i.name) != i])
 
     def _refuse(self, exc: Exception) -> None:
         """One ``Error`` event naming the item (when known) and the reason."""
@@ -230,7 +222,7 @@ class Reloader:
         daemon.events.production = new
         daemon.queue_alerts.schedule(daemon.scheduler)
         for runner in built.values():
-            daemon.launch(runner)
+            daemon.roster.launch(runner)
         self.refused = {}
         self.failed = {n: r for n, r in self.failed.items() if n not in built}
         guarded(daemon.console.report_states, "the item states")
@@ -293,7 +285,7 @@ class Reloader:
         self._stop([old], daemon.production.shutdown_timeout)
         try:
             item = daemon.production.item(name)
-            runner = daemon.build_runner(item)
+            runner = daemon.roster.build_runner(item)
         except Exception as exc:
             reason = _reason(exc)
             self.failed[name] = reason
@@ -301,7 +293,7 @@ class Reloader:
                                    f"restart failed, the item is stopped: {reason}", item=name)
         else:
             self.failed.pop(name, None)
-            daemon.launch(runner)
+            daemon.roster.launch(runner)
             daemon.lifecycle.write("Info", LifeStep.RESTART,
                                    f"item restarted by daemon {daemon.id}", item=name)
         daemon.console.report_states()

@@ -2,9 +2,9 @@
 
 APScheduler triggers decide when a job fires, on the scheduler's clock.
 :meth:`ProductionScheduler.run_due` runs due jobs on the calling thread (any clock, for tests);
-:meth:`ProductionScheduler.tick` hands them to a thread pool in real time, so a slow job never
-delays the daemon's heartbeat. Use one way per scheduler. A job never overlaps itself, missed fires
-collapse into one run, and a job's exception becomes an ``Error`` event.
+:meth:`ProductionScheduler.tick` hands them to an executor (in real time a thread pool, so a slow
+job never delays the daemon's heartbeat). Use one way per scheduler. A job never overlaps itself,
+missed fires collapse into one run, and a job's exception becomes an ``Error`` event.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import logging
 import threading
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -74,7 +74,7 @@ class ProductionScheduler:
         self._jobs: dict[str, ScheduledJob] = {}
         self._lock = threading.RLock()
         self._opened = False
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: Executor | None = None
         self._loop: threading.Thread | None = None
         self._loop_stop = threading.Event()
         self._nudge = threading.Event()  # wakes the own loop: a job was added, or a stop
@@ -82,6 +82,7 @@ class ProductionScheduler:
         self._active: set[str] = set()
         self._stopping = False
         self._services_stopped = False
+        self._log_level = logging.INFO
         for item in production.items if production is not None else ():
             if issubclass(item.cls, BusinessService):
                 service = item.cls(item.name, item.settings, events=self.events, store=store,
@@ -152,7 +153,9 @@ class ProductionScheduler:
             return sum(self._execute(job) for job in self._take_due(now))
 
     def tick(self, now: datetime | None = None) -> float | None:
-        """Hand jobs due at ``now`` to the pool; return seconds until the next fire."""
+        """Hand jobs due at ``now`` (default: the clock's) to the executor; return seconds until
+        the next fire, from ``now`` or, by default, from the clock's time once they are handed."""
+        given = now
         now = self.clock.now() if now is None else now
         with self._lock:
             executor = self._executor
@@ -164,7 +167,7 @@ class ProductionScheduler:
                         continue  # never overlaps itself; the fire is missed
                     self._active.add(job.name)
                 executor.submit(self._execute, job, claimed=True)
-        return self.seconds_until_next(now)
+        return self.seconds_until_next(self.clock.now() if given is None else now)
 
     def _take_due(self, now: datetime) -> list[ScheduledJob]:
         """The jobs due at ``now``, each moved on to its next fire time after ``now``."""
@@ -210,20 +213,23 @@ class ProductionScheduler:
                 service.on_init()
             self._opened = True
 
-    def start(self, *, loop: bool = True) -> None:
-        """Run the jobs in real time on a thread pool; ``loop``: also tick on a thread."""
+    def start(self, *, loop: bool = True,
+              executor: Callable[[str, int], Executor] | None = None) -> None:
+        """Run the jobs on ``executor("encore-job", workers)`` (default: a thread pool of its own,
+        whose start and stop are logged); ``loop``: also tick on a thread."""
+        self._log_level = logging.INFO if executor is None else logging.DEBUG
+        make = executor or _thread_pool
         with self._lock:
             if self._executor is not None:
                 raise EncoreError("the scheduler is already running")
             self.open()
-            self._executor = ThreadPoolExecutor(len(self._jobs) + SPARE_WORKERS,
-                                                thread_name_prefix="encore-job")
+            self._executor = make("encore-job", len(self._jobs) + SPARE_WORKERS)
             self._loop_stop.clear()
             if loop:
                 self._loop = threading.Thread(target=self._run_loop, daemon=True,
                                               name="encore-scheduler")
                 self._loop.start()
-        log.info("scheduler started: %d job(s)", len(self._jobs))
+        log.log(self._log_level, "scheduler started: %d job(s)", len(self._jobs))
 
     def _run_loop(self) -> None:
         while not self._loop_stop.is_set():
@@ -258,7 +264,7 @@ class ProductionScheduler:
             loop.join()
         if executor is not None:
             executor.shutdown(wait=False)
-            log.info("scheduler stopped")
+            log.log(self._log_level, "scheduler stopped")
         with self._idle:
             self._stopping = True
             if wait:
@@ -350,6 +356,10 @@ class ProductionScheduler:
         except Exception:
             log.exception("could not write an Error event for %s: %s", job.name, text)
             log.error("%s\n%s", text, stack)
+
+
+def _thread_pool(name: str, workers: int) -> Executor:
+    return ThreadPoolExecutor(workers, thread_name_prefix=name)
 
 
 def _interval(seconds: float, now: datetime) -> IntervalTrigger:

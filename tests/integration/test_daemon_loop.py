@@ -49,12 +49,12 @@ def daemon_for(tmp_path: Path, item: str) -> tuple[Daemon, SqlStore, list[float]
         f'poll_interval = 0.05\nshutdown_timeout = {PATIENCE}\n{item}', env={})
     daemon = Daemon(production, store=store, env={})
     beats: list[float] = []
-    beat = daemon.heartbeat
+    beat = daemon.membership.heartbeat
 
     def counted() -> None:
         beat()
         beats.append(time.monotonic())
-    daemon.heartbeat = counted  # type: ignore[method-assign]
+    daemon.membership.heartbeat = counted  # type: ignore[method-assign]
     return daemon, store, beats
 
 

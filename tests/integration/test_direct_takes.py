@@ -10,6 +10,7 @@ The dispatcher is driven by hand on a virtual clock against a real store.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from sqlalchemy import text
 
@@ -22,13 +23,13 @@ from tests.waiting import wait_until
 
 
 def dispatcher(store: SqlStore, clock: VirtualClock, *, owner: str = "d1",
-               pool_size: int = 1, fifo: bool = False, begin: bool = True) -> Dispatcher:
-    d = Dispatcher(DispatchSettings(target="A", owner=owner, pool_size=pool_size, fifo=fifo,
-                                    begin=begin, enabled=True, lease_seconds=60,
-                                    poll_interval=5),
-                   store=store, clock=clock, ready=lambda: True, stop=threading.Event())
-    d.direct = lambda: True
-    return d
+               pool_size: int = 1, fifo: bool = False, begin: bool = True,
+               direct: Callable[[], bool] = lambda: True) -> Dispatcher:
+    return Dispatcher(DispatchSettings(target="A", owner=owner, pool_size=pool_size, fifo=fifo,
+                                       begin=begin, enabled=True, lease_seconds=60,
+                                       poll_interval=5),
+                      store=store, clock=clock, ready=lambda: True, stop=threading.Event(),
+                      direct=direct)
 
 
 def waited(store: SqlStore, clock: VirtualClock) -> int:
@@ -63,7 +64,9 @@ def test_a_waited_message_is_claimed_by_its_intake_and_handed_to_a_free_worker(
 def test_without_a_free_worker_or_switched_off_the_message_is_queued(
         store: SqlStore) -> None:
     clock = VirtualClock()
-    d = dispatcher(store, clock)
+    allowed = threading.Event()
+    allowed.set()
+    d = dispatcher(store, clock, direct=allowed.is_set)
     if not store.add_taker("A", d):
         return  # PostgreSQL: see the test above
     first = waited(store, clock)
@@ -82,7 +85,7 @@ def test_without_a_free_worker_or_switched_off_the_message_is_queued(
     row = store.get_message(held)
     assert row is not None and row.status == "Queued"
     d.held_back.clear()
-    d.direct = lambda: False  # a guard, a window or another daemon's FIFO lease
+    allowed.clear()  # a guard, a window or another daemon's FIFO lease
     refused = waited(store, clock)
     row = store.get_message(refused)
     assert row is not None and row.status == "Queued"

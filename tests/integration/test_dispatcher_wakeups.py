@@ -9,16 +9,23 @@ import threading
 from typing import Any
 
 from engine.clock import VirtualClock
-from engine.delivery.dispatch import CHUNK_WORK, CLAIM_LINGER, Dispatcher, DispatchSettings
+from engine.delivery.dispatch import (
+    CHUNK_WORK,
+    CLAIM_LINGER,
+    Dispatcher,
+    DispatchSettings,
+    DispatchTuning,
+)
 from engine.store.sql import SqlStore
 
 
 def dispatcher(store: SqlStore, clock: VirtualClock, pool_size: int = 1, *,
-               fifo: bool = False) -> Dispatcher:
+               fifo: bool = False, urgent_here: bool = True) -> Dispatcher:
     return Dispatcher(DispatchSettings(target="A", owner="d1", pool_size=pool_size, fifo=fifo,
                                        begin=True, enabled=True, lease_seconds=60,
                                        poll_interval=5),
-                      store=store, clock=clock, ready=lambda: True, stop=threading.Event())
+                      store=store, clock=clock, ready=lambda: True, stop=threading.Event(),
+                      tuning=DispatchTuning(urgent_here=urgent_here))
 
 
 def produce(store: SqlStore, d: Dispatcher, n: int = 1) -> list[int]:
@@ -78,7 +85,6 @@ def test_an_end_its_worker_committed_leaves_a_dispatcher_waiting_for_work_asleep
     for case in ("ended", "back in the queue", "success pending", "fifo"):
         store.engine.dispose()
         d = dispatcher(store, clock, pool_size=2, fifo=case == "fifo")
-        d.urgent_here = True
         produce(store, d, 2)
         d.tick()  # claims both, fewer than it asked for: it lingers
         claimed = [c for _ in range(2) for c in d.work.get()[1]]  # type: ignore[index]
@@ -200,8 +206,7 @@ def test_a_success_someone_waits_for_is_committed_on_the_workers_thread(
 
     clock = VirtualClock()
     for here in (True, False):
-        d = dispatcher(store, clock, pool_size=2)
-        d.urgent_here = here
+        d = dispatcher(store, clock, pool_size=2, urgent_here=here)
         (mid,) = produce(store, d, 1)
         d.tick()
         (claimed,) = d.work.get()[1]  # type: ignore[index]

@@ -22,7 +22,8 @@ from engine import BusinessOperation
 from engine.client import send_messages
 from engine.clock import VirtualClock, utcnow
 from engine.config.production import parse_production
-from engine.delivery.dispatch import FLUSH_WINDOW, Dispatcher, DispatchSettings, OwnCommits
+from engine.delivery.commits import FLUSH_WINDOW, OwnCommits
+from engine.delivery.dispatch import Dispatcher, DispatchSettings
 from engine.errors import StoreError
 from engine.runtime.daemon import Daemon
 from engine.store.hotpath import Completion
@@ -248,5 +249,5 @@ def test_a_kept_success_waits_no_longer_than_the_flush_window(tmp_path: Path) ->
     # a chunk of one message goes to the group commit
     own.chunk = 1
     own.defer(success)
-    assert len(dispatcher._pending) == 1
+    assert len(dispatcher.commits._pending) == 1
     store.dispose()

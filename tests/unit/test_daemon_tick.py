@@ -1,4 +1,5 @@
-"""Daemon.tick() on a virtual clock: what it does when, and the wake-up it returns."""
+"""Daemon.step() on a virtual clock (VirtualDaemon.tick): what it does when, and the wake-up
+it returns."""
 from __future__ import annotations
 
 from typing import Any

@@ -99,7 +99,7 @@ def test_every_hop_carries_the_session_and_names_its_source(store: SqlStore) -> 
 def test_async_calls_enqueue_and_return_the_ids_without_waiting(store: SqlStore) -> None:
     vd = shop(store, "FireAndForget")
     mid = vd.send("Shop", {"item": "lamp"})
-    vd.daemon.runners["Shop"].tick()  # the process alone
+    vd.daemon.runners["Shop"].step()  # the process alone
     assert [m for m, _ in vd.deliveries] == [mid]
     response = store.get_message(store.get_message(mid).corresponding_id)
     ids = queries.messages(store, session_id=mid)

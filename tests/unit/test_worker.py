@@ -45,7 +45,7 @@ class Harness:
                                              store=store)
         self.clock = self.daemon.clock
         self.host = self.daemon.hosts["Item"]
-        (self.worker,) = self.daemon.daemon.runners["Item"].inline_workers
+        (self.worker,) = self.daemon.daemon.runners["Item"].workers
 
     def send(self, body: str = '{"text": "hi"}') -> int:
         return self.store.enqueue(target="Item", body_class=None, body=body, now=self.clock.now())
