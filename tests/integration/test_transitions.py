@@ -14,6 +14,7 @@ from engine.store import queries
 from engine.store.connector import Database
 from engine.store.eventlog import Event, SqlEventLog, event
 from engine.store.sql import SqlStore
+from engine.store.statements import postgres, sqlite
 from engine.store.transition import (
     AttemptEnd,
     Complete,
@@ -105,3 +106,12 @@ def test_a_transition_whose_claim_is_lost_writes_nothing(store: SqlStore, then: 
     with pytest.raises(ClaimLost):
         store.apply(Transition(mid, token + 1, then, ended, (_report(mid, "lost"),)))
     _unchanged(store, mid, token)
+
+
+def test_completed_is_written_by_one_statement_per_dialect() -> None:
+    for dialect in (sqlite, postgres):
+        writers = [name for name in dialect.__all__
+                   if "status = 'Completed'" in str(getattr(dialect, name))]
+        assert writers == ["COMPLETE"], dialect.__name__
+    with pytest.raises(ValueError):
+        Finish("Completed", "", utcnow())
