@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from engine.store.statuses import Status
-
 if TYPE_CHECKING:
     from engine.store.eventlog import Event
 
@@ -75,10 +73,6 @@ class Finish:
     status: str
     error_text: str
     now: datetime
-
-    def __post_init__(self) -> None:
-        if self.status == Status.COMPLETED:  # one statement writes it, under one guard
-            raise ValueError("a message is Completed by Complete, not Finish")
 
 
 Next = Complete | Requeue | RetryAt | Hold | Finish

@@ -113,5 +113,3 @@ def test_completed_is_written_by_one_statement_per_dialect() -> None:
         writers = [name for name in dialect.__all__
                    if "status = 'Completed'" in str(getattr(dialect, name))]
         assert writers == ["COMPLETE"], dialect.__name__
-    with pytest.raises(ValueError):
-        Finish("Completed", "", utcnow())
