@@ -78,9 +78,9 @@ def _deviation(store: SqlStore, message_id: int) -> tuple[float, bool]:
 # -- 10,000 parked messages -------------------------------------------------------------------
 
 def park(store: SqlStore, target: str, count: int) -> None:
-    """``count`` requests of ``target`` in the state ``schedule_retry(release=True)`` leaves
-    them in — Queued, retry needed, one attempt made, next attempt a day away — inserted in
-    one statement (10,000 separate transactions would only measure the intake)."""
+    """``count`` requests of ``target`` in the state a parked retry leaves them in —
+    Queued, retry needed, one attempt made, next attempt a day away — inserted in one
+    statement (10,000 separate transactions would only measure the intake)."""
     now = utcnow()
     rows = [{"target": target, "source": "bench", "kind": "request",
              "body_class": "engine.message:JsonMessage", "body": '{"n":1}', "status": "Queued",

@@ -14,6 +14,7 @@ from engine.host import BusinessOperation
 from engine.retry import RetryPolicy
 from engine.store.rows import MessageRow
 from engine.store.sql import SqlStore
+from engine.store.transition import AttemptEnd
 
 __all__ = ["AttemptOutcome", "AttemptRunner", "error_text", "idempotency_key", "outcome_of"]
 
@@ -49,6 +50,13 @@ class AttemptOutcome:
     def seconds(self) -> float:
         return self.ended - self.started
 
+    def end(self) -> AttemptEnd:
+        """The attempt's end, as the transition that follows it records it."""
+        failed = self.failed
+        return AttemptEnd(self.attempt_id, self.ended_at, self.server, self.outcome,
+                          getattr(self.error, "status_code", None),
+                          error_text(self.error) if failed else None, self.started_at)
+
 
 def outcome_of(error: BaseException | None) -> str:
     return error.outcome if isinstance(error, AdapterError) else "error"
@@ -69,7 +77,8 @@ class AttemptRunner:
             begun: int | None = None, begun_server: str | None = None) -> AttemptOutcome:
         """Attempt ``number`` of the claimed ``row``. ``first_started``: s_1 (None: first).
         ``begun``: the attempt the batch claim began, to ``begun_server``. Raises AttemptHeld or
-        ClaimLost (nothing sent then)."""
+        ClaimLost (nothing sent then). The attempt's end is written by the transition that
+        follows it (:meth:`AttemptOutcome.end`)."""
         host, adapter = self.host, self.host.adapter
         headers = self._before(row, number)
         host.retry, host.suspend_message, host.retry_count = False, False, number
@@ -98,13 +107,6 @@ class AttemptRunner:
             number=number, attempt_id=attempt_id, started=started, ended=self.clock.monotonic(),
             started_at=started_at, ended_at=self.clock.now(), response=response, error=error,
             server=server, retry_asked=host.retry, suspend_asked=host.suspend_message)
-        if outcome.failed:
-            self.store.end_attempt(attempt_id, ended_at=outcome.ended_at, server=server,
-                                   outcome=outcome.outcome,
-                                   status_code=getattr(error, "status_code", None),
-                                   error_text=error_text(error),
-                                   started_at=started_at if begun is not None else None,
-                                   token=row.claim_token, defer=True)
         self._after(row, outcome)
         return outcome
 

@@ -1,12 +1,14 @@
 """The events a delivery writes (docs/retries.md rule 6): event log, trace events, alerts."""
 from __future__ import annotations
 
+import traceback
 from typing import ClassVar
 
 from engine.attempt import AttemptReport, error_text
 from engine.delivery.middleware import EndedAttempt, Middleware
 from engine.host import OPERATION_SETTINGS, BusinessOperation
 from engine.settings import Setting
+from engine.store.eventlog import Event, event
 from engine.store.rows import MessageRow
 
 __all__ = ["AlertObserver", "EventLogObserver", "TraceObserver"]
@@ -17,38 +19,53 @@ def _declared(*names: str) -> tuple[Setting, ...]:
 
 
 class EventLogObserver(Middleware):
-    """The events of rule 6, and the others a delivery writes, in the item's event log."""
+    """The events of rule 6, and the others reporting a change of the message in hand: made
+    as the worker decides the change, taken (:meth:`take`) into its
+    :class:`~engine.store.transition.Transition`, so they are written with it or not at all."""
 
     def __init__(self, host: BusinessOperation) -> None:
         self.host = host
+        self._events: list[Event] = []
+
+    def take(self) -> tuple[Event, ...]:
+        """The events made since the last take."""
+        events, self._events = tuple(self._events), []
+        return events
+
+    def _write(self, type_: str, text: str, method: str,
+             error: BaseException | None = None) -> None:
+        host = self.host
+        stack = "".join(traceback.format_exception(error)) if error is not None else None
+        self._events.append(event(type_, text, config_name=host.name,
+                                  message_id=host.message_id, session_id=host.session_id,
+                                  source_class=type(host).__qualname__, source_method=method,
+                                  stack=stack))
 
     def on_first_failure(self, row: MessageRow, text: str,
                          error: BaseException | None = None) -> None:
-        self.host.log_event("Error", text, method="on_first_failure", exc=error)
+        self._write("Error", text, "on_first_failure", error)
 
     def on_reply_warning(self, row: MessageRow, outcome: EndedAttempt) -> None:
-        self.host.log_event("Warning", f"attempt {outcome.number} failed: "
-                            f"{error_text(outcome.error)}", method="on_reply_warning")
+        self._write("Warning", f"attempt {outcome.number} failed: {error_text(outcome.error)}",
+                  "on_reply_warning")
 
     def on_complete(self, row: MessageRow, number: int) -> None:
         if number > 1:
-            self.host.log_event("Info", f"completed on attempt {number} after {number - 1} "
-                                f"failed attempt{'s' if number > 2 else ''}",
-                                method="on_complete")
+            self._write("Info", f"completed on attempt {number} after {number - 1} failed "
+                      f"attempt{'s' if number > 2 else ''}", "on_complete")
 
     def on_give_up(self, row: MessageRow, text: str) -> None:
-        self.host.log_event("Error", text, method="on_give_up")
+        self._write("Error", text, "on_give_up")
 
     def on_suspend(self, row: MessageRow, text: str) -> None:
-        self.host.log_event("Warning", text, method="on_suspend")
+        self._write("Warning", text, "on_suspend")
 
     def on_disable(self, row: MessageRow, reason: str) -> None:
-        self.host.log_event("Warning", f"item {reason}; message {row.id} is back at the front "
-                            "of its queue", method="on_disable")
+        self._write("Warning", f"item {reason}; message {row.id} is back at the front of its "
+                  "queue", "on_disable")
 
     def on_failure_timeout_response(self, row: MessageRow) -> None:
-        self.host.log_event("Info", "on_failure_timeout supplied a response",
-                            method="on_failure_timeout")
+        self._write("Info", "on_failure_timeout supplied a response", "on_failure_timeout")
 
 
 class TraceObserver(Middleware):

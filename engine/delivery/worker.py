@@ -10,8 +10,8 @@ import enum
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
 
@@ -27,15 +27,24 @@ from engine.delivery.attempt_runner import (
 from engine.delivery.events import AlertObserver, EventLogObserver, TraceObserver
 from engine.delivery.middleware import Hooks
 from engine.delivery.policy import DeliveryPolicy, Judgement
-from engine.errors import CRASH_TEXT, AttemptHeld, OutcomeUnknown, StoreError
+from engine.errors import CRASH_TEXT, AttemptHeld, OutcomeUnknown
 from engine.host import DEFAULT_MAX_DELIVERIES, BusinessOperation, OperationSettings
 from engine.message import decode_message, encode_response
 from engine.retry import Action, AttemptState, ReplyCodeActions, RetryPolicy, RetrySettings
 from engine.store.hotpath import Completion
-from engine.store.rows import AttemptEnd, AttemptRow
+from engine.store.rows import AttemptRow
 from engine.store.sql import MessageRow, SqlStore
 from engine.store.statuses import Status
 from engine.store.text import storable
+from engine.store.transition import (
+    AttemptEnd,
+    Complete,
+    Finish,
+    Next,
+    Requeue,
+    RetryAt,
+    Transition,
+)
 
 __all__ = ["CRASH_TEXT", "MessageWorker", "Result", "error_text", "idempotency_key",
            "outcome_of", "poison_text"]
@@ -83,8 +92,9 @@ class MessageWorker:
         self.stop = stop or threading.Event()
         self.defer = defer
         self.judge = DeliveryPolicy(policy, reply_codes, rng=rng)
+        self.event_log = EventLogObserver(host)
         self.own: tuple[AttemptObserver, ...] = (
-            EventLogObserver(host), *([TraceObserver(host)] if trace else []),
+            self.event_log, *([TraceObserver(host)] if trace else []),
             *([AlertObserver(host, grace=alert_grace)] if alert_on_error else []))
         self._observers = tuple(observers)
         self.hooks = Hooks((*self._observers, *self.own))
@@ -128,20 +138,21 @@ class MessageWorker:
 
         ``begun``: attempt 1 already recorded with the claim, to ``begun_server``. ``interrupted``:
         earlier deliveries that never ended. Every write is conditional on the claim token;
-        ClaimLost ends the delivery.
+        ClaimLost ends the delivery. Each change after an attempt is one
+        :class:`~engine.store.transition.Transition`: the attempt's end, what follows and the
+        events reporting it.
         """
         self.host.message_id, self.host.session_id = row.id, row.session_id
+        self.event_log.take()  # none of a delivery cut short belongs to this one
         if interrupted >= self.max_deliveries:
-            with self._change():
-                return self._suspend_poison(row, interrupted, begun)
+            return self._suspend_poison(row, interrupted, begun)
         request = decode_message(row.body_class, row.body)
         first_started = None if begun is not None else self._first_started(row)
         self._tell("on_start", row, first_started if row.retry_needed else None)
         number = 0 if begun is not None else row.attempts
         open_attempt = self.store.open_attempt(row.id) if number else None
         if open_attempt is not None:
-            with self._change():
-                recovered = self._recover_in_flight(row, open_attempt, first_started)
+            recovered = self._recover_in_flight(row, open_attempt, first_started)
             if isinstance(recovered, Result):
                 return recovered
             first_started = recovered
@@ -156,22 +167,15 @@ class MessageWorker:
             if first_started is None:
                 first_started = outcome.started
             judgement = self.judge.judge(self.host, request, outcome, first_started)
-            with self._change():
-                result = self._follow(row, outcome, judgement)
+            result = self._follow(row, outcome, judgement)
             if result is not None:
                 return result
 
-    @contextmanager
-    def _change(self) -> Iterator[None]:
-        """Write a state change, its events and the attempt's end in one transaction."""
-        with self.store.events.until_next_change():
-            try:
-                yield
-            except StoreError:
-                self.store.events.discard_held()
-                raise
-            finally:
-                self.store.drop_deferred()
+    def _apply(self, row: MessageRow, then: Next, attempt: AttemptEnd | None) -> None:
+        """Write ``then`` for the claimed ``row`` with ``attempt``'s end and the events made
+        since the last change, in one transaction."""
+        self.store.apply(Transition(row.id, row.claim_token, then, attempt,
+                                    self.event_log.take()))
 
     def _first_started(self, row: MessageRow) -> float | None:
         """s_1 on this process's monotonic clock, from the stored first-attempt time."""
@@ -192,27 +196,30 @@ class MessageWorker:
             self._tell("on_failure", row, outcome, final=judgement.action is not Action.RETRY)
         if judgement.action is Action.COMPLETE:
             return self._complete(row, judgement, outcome)
-        return self._act(row, judgement)
+        return self._act(row, judgement, outcome.end())
 
-    def _act(self, row: MessageRow, judgement: Judgement) -> Result | None:
+    def _act(self, row: MessageRow, judgement: Judgement,
+             attempt: AttemptEnd) -> Result | None:
+        """Carry out ``judgement`` after the failed ``attempt``; None: attempt again."""
         if judgement.action is Action.RETRY:
             assert judgement.at is not None
-            return self._wait_for(row, judgement.at)
+            return self._wait_for(row, judgement.at, attempt)
         if judgement.action is Action.DISABLE:
-            return self._disable(row, judgement.text)
+            return self._disable(row, judgement.text, attempt)
         result = Result.SUSPENDED if judgement.action is Action.SUSPEND else Result.ERROR
-        return self._end(row, result, judgement.text)
+        return self._end(row, result, judgement.text, attempt)
 
-    def _wait_for(self, row: MessageRow, at: float) -> Result | None:
-        """Persist the retry state, then wait for ``at`` (blocking) or park (requeue)."""
+    def _wait_for(self, row: MessageRow, at: float, attempt: AttemptEnd) -> Result | None:
+        """Persist the retry state with ``attempt``'s end, then wait for ``at`` (blocking) or
+        park (requeue)."""
         delay = max(at - self.clock.monotonic(), 0.0)
         # A daemon's clock is held while a wall-clock step moves the stored due times: the
         # due time is read and written under it, or it could land after the move, a step off.
         holding = getattr(self.clock, "holding", None)
         with holding() if holding is not None else nullcontext():
             next_at = self.clock.now() + timedelta(seconds=delay)
-            self.store.schedule_retry(row.id, next_attempt_at=next_at, release=self.requeue,
-                                      token=row.claim_token)
+            self._apply(row, Requeue(next_at, retry=True) if self.requeue else RetryAt(next_at),
+                        attempt)
         if self.requeue:
             return Result.PARKED
         if self.clock.sleep(delay, self.stop):
@@ -233,32 +240,31 @@ class MessageWorker:
         now = self.clock.monotonic()
         if open_attempt.attempt == 1:
             self._tell("on_first_failure", row, f"attempt 1 failed: {CRASH_TEXT}")
-        self.store.end_attempt(open_attempt.id, ended_at=self.clock.now(), outcome="error",
-                               server=open_attempt.server, error_text=CRASH_TEXT,
-                               token=row.claim_token, defer=True)
+        end = AttemptEnd(open_attempt.id, self.clock.now(), open_attempt.server, "error",
+                         error_text=CRASH_TEXT)
         first = now if first_started is None else first_started
         started = min(now, now - (self.clock.now() - open_attempt.started_at).total_seconds())
         state = AttemptState(attempt=open_attempt.attempt, first_started=first, started=started,
                              ended=now, error=OutcomeUnknown(CRASH_TEXT))
         decision = self.policy.decide(state, retry_needed=True, interrupted=True,
                                       rng=self.judge.rng)
-        result = self._act(row, self.judge.carry_out(decision, state))
+        result = self._act(row, self.judge.carry_out(decision, state), end)
         return first if result is None else result
 
     def _suspend_poison(self, row: MessageRow, interrupted: int, begun: int | None) -> Result:
         """Suspend ``row`` unsent after ``interrupted`` deliveries that never ended."""
         open_attempt = self.store.open_attempt(row.id) if row.attempts else None
+        end = None
         if open_attempt is not None and open_attempt.id != begun:
             if open_attempt.attempt == 1:
                 self._tell("on_first_failure", row, f"attempt 1 failed: {CRASH_TEXT}")
-            self.store.end_attempt(open_attempt.id, ended_at=self.clock.now(), outcome="error",
-                                   server=open_attempt.server, error_text=CRASH_TEXT,
-                                   token=row.claim_token, defer=True)
+            end = AttemptEnd(open_attempt.id, self.clock.now(), open_attempt.server, "error",
+                             error_text=CRASH_TEXT)
         elif begun is not None:
-            self.store.end_attempt(begun, ended_at=self.clock.now(), outcome="error",
-                                   error_text="not sent: the message was suspended first",
-                                   token=row.claim_token, defer=True)
-        return self._end(row, Result.SUSPENDED, poison_text(interrupted, self.max_deliveries))
+            end = AttemptEnd(begun, self.clock.now(), outcome="error",
+                             error_text="not sent: the message was suspended first")
+        return self._end(row, Result.SUSPENDED, poison_text(interrupted, self.max_deliveries),
+                         end)
 
     def _complete(self, row: MessageRow, judgement: Judgement,
                   outcome: AttemptOutcome) -> Result:
@@ -267,30 +273,29 @@ class MessageWorker:
         if judgement.from_hook:
             self._tell("on_failure_timeout_response", row)
         self._tell("on_complete", row, outcome.number)
-        # successes with events bypass the group commit
-        if (judgement.attempt_open and self.defer is not None
-                and not self.store.events.held()):
+        events = self.event_log.take()
+        # a plain success goes to the group commit; one with events, or after a failure, not
+        if judgement.attempt_open and self.defer is not None and not events:
             self.defer(Completion(row.id, row.claim_token, outcome.attempt_id,
                                   outcome.started_at, outcome.ended_at, outcome.server,
                                   body_class, body, urgent=row.waited))
         else:
-            end = AttemptEnd(outcome.attempt_id, outcome.ended_at, outcome.server) \
-                if judgement.attempt_open else None
-            self.store.complete(row, response_class=body_class, response_body=body,
-                                now=self.clock.now(), attempt=end)
+            self.store.apply(Transition(row.id, row.claim_token,
+                                        Complete(self.clock.now(), body_class, body),
+                                        outcome.end(), events))
         return Result.COMPLETED
 
-    def _end(self, row: MessageRow, result: Result, text: str) -> Result:
+    def _end(self, row: MessageRow, result: Result, text: str,
+             attempt: AttemptEnd | None) -> Result:
         self._tell("on_give_up" if result is Result.ERROR else "on_suspend", row, text)
-        self.store.finish(row.id, status=result.value, error_text=text, now=self.clock.now(),
-                          token=row.claim_token)
+        self._apply(row, Finish(result.value, text, self.clock.now()), attempt)
         return result
 
-    def _disable(self, row: MessageRow, reason: str) -> Result:
+    def _disable(self, row: MessageRow, reason: str, attempt: AttemptEnd) -> Result:
         self.store.set_item_enabled(self.host.name, False, reason=storable(reason),
                                     now=self.clock.now())
         self._tell("on_disable", row, reason)
-        self.store.release(row.id, token=row.claim_token)
+        self._apply(row, Requeue(), attempt)
         return Result.DISABLED
 
     def _tell(self, hook: str, *args: Any, **kwargs: Any) -> None:

@@ -69,7 +69,7 @@ class StoreClaims:
             # a locked row is being written by its holder: never wait, the next scan looks again
             expired = expired.with_for_update(skip_locked=True)
             count = conn.execute(update(message_header).where(h.id.in_(expired.scalar_subquery()))
-                                 .values(**requeue(delivery_ended=False))).rowcount
+                                 .values(**requeue())).rowcount
         if count:
             self.db.announcer.call_back([Announcement.work(target)])
         return int(count)
@@ -117,7 +117,7 @@ class StoreClaims:
         with self.db.tx() as conn:
             targets = list(conn.execute(update(message_header)
                                         .where(h.claimed_by == owner, h.status == Status.DELIVERED)
-                                        .values(**requeue(delivery_ended=False))
+                                        .values(**requeue())
                                         .returning(h.target)).scalars())
             news = work_announcements(targets)
             self.db.announcer.notify(conn, news)
@@ -131,7 +131,7 @@ class StoreClaims:
         with self.db.tx() as conn:
             target = conn.execute(fenced_update(message_id, token)
                                   .where(h.status == Status.DELIVERED, h.claimed_by == owner)
-                                  .values(**requeue(delivery_ended=False))
+                                  .values(**requeue())
                                   .returning(h.target)).scalar()
             if target is not None:
                 self.db.announcer.notify(conn, [Announcement.work(target)])

@@ -4,9 +4,7 @@ and the announcements made with a commit (``announcer``). Every store module wri
 """
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 from sqlalchemy import Connection, Engine, update
@@ -14,18 +12,17 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql import Update
 
-from engine.errors import ClaimLost, StoreError
+from engine.errors import StoreError
 from engine.store.database import READ_ONLY, reason_of, sqlite_file
 from engine.store.doorbell import Doorbell
 from engine.store.eventlog import SqlEventLog
 from engine.store.hotpath import HotPath, PostgresHotPath, SqliteHotPath
+from engine.store.hotpath.base import check_claim
 from engine.store.models import message_header
 from engine.store.notify import Announcement, QueueAnnouncer, done_announcements
 from engine.store.statuses import Status
 
 __all__ = ["Database", "Transaction", "check_claim", "fenced_update", "work_announcements"]
-
-Write = Callable[[Connection], None]
 
 
 class Database:
@@ -44,20 +41,11 @@ class Database:
         self.hot: HotPath = hot(engine, lambda exc: isinstance(exc, driver_error),
                                 shared=isinstance(engine.pool, StaticPool))
         self.hot.on_waited_done = self.announce_done
-        self._local = threading.local()
 
-    @contextmanager
-    def tx(self, *, durable: bool = True, changes: bool = False) -> Iterator[Connection]:
-        """A write transaction; it also inserts the events this thread holds and, with
-        ``changes``, runs its deferred writes. ``durable=False``: on PostgreSQL the commit
-        does not wait for the WAL flush."""
-        with Transaction(self.engine, durable=durable or not self.is_postgres) as conn:
-            if changes:
-                deferred = self.deferred()
-                while deferred:
-                    deferred.pop(0)(conn)
-            yield conn
-            self.events.insert_held(conn)
+    def tx(self, *, durable: bool = True) -> Transaction:
+        """A write transaction. ``durable=False``: on PostgreSQL the commit does not wait for
+        the WAL flush."""
+        return Transaction(self.engine, durable=durable or not self.is_postgres)
 
     def single(self) -> Transaction:
         """An autocommit connection on PostgreSQL (a write transaction on SQLite), for a
@@ -68,13 +56,6 @@ class Database:
     def read(self) -> Transaction:
         """A read-only connection; on SQLite without the write lock, so it never waits."""
         return Transaction(self.engine, read_only=True)
-
-    def deferred(self) -> list[Write]:
-        """This thread's writes deferred to its next change of a message, in order."""
-        writes: list[Write] | None = getattr(self._local, "writes", None)
-        if writes is None:
-            writes = self._local.writes = []
-        return writes
 
     def announce(self, news: Sequence[Announcement]) -> None:
         """Announce ``news`` to every process, outside any transaction."""
@@ -104,13 +85,6 @@ def fenced_update(message_id: int, token: int | None) -> Update:
     if token is None:
         return stmt
     return stmt.where(h.claim_token == token, h.status == Status.DELIVERED)
-
-
-def check_claim(changed: int, ident: int, token: int | None, what: str = "message") -> None:
-    """Raise ClaimLost when a write conditional on ``token`` changed nothing."""
-    if token is not None and not changed:
-        raise ClaimLost(f"{what} {ident}: its claim (token {token}) is no longer this "
-                        "worker's; another daemon has taken it over")
 
 
 class Transaction:

@@ -1,23 +1,21 @@
 """The event log: append-only rows in ``event_log`` (docs/operating.md).
 
-An event reporting a change of state is written in that change's transaction: a worker holds
-its events and the store's next write on the thread inserts them, so no event outlives or
-precedes the change it reports, and a fenced-off change leaves none.
+An event reporting a change of a message travels in that change's
+:class:`~engine.store.transition.Transition`, written in its transaction, so no event outlives
+or precedes the change it reports, and a fenced-off change leaves none; any other event is
+written at once.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from engine.clock import utcnow
-from engine.errors import ClaimLost
 from engine.store.models import EVENT_TYPES, event_log
 from engine.store.text import storable
 
@@ -44,92 +42,60 @@ _LEVELS = {"Error": logging.ERROR, "Alert": logging.ERROR, "Assert": logging.ERR
            "Warning": logging.WARNING, "Info": logging.INFO, "Trace": logging.DEBUG}
 
 
+@dataclass(frozen=True)
+class Event:
+    """One row of ``event_log``, made by :func:`event`."""
+
+    time_logged: datetime
+    type: str
+    text: str
+    config_name: str | None = None
+    job: str | None = None
+    message_id: int | None = None
+    session_id: int | None = None
+    source_class: str | None = None
+    source_method: str | None = None
+    stack: str | None = None
+
+
+def event(type_: str, text: str, *, config_name: str | None = None,
+          message_id: int | None = None, session_id: int | None = None,
+          source_class: str | None = None, source_method: str | None = None,
+          stack: str | None = None, job: str | None = None, now: datetime | None = None,
+          echo: bool = True) -> Event:
+    """An event of type ``type_``, stamped ``now`` (default: the wall clock); ``echo``: also
+    on the Python log, at once."""
+    if type_ not in EVENT_TYPES:
+        raise ValueError(f"unknown event type {type_!r}; expected one of {EVENT_TYPES}")
+    text, stack = storable(text), storable(stack)
+    logged = now or utcnow()
+    if echo:
+        _mirror(_LEVELS[type_], logged, config_name, message_id, text,
+                ("event", config_name, source_class, source_method))
+    return Event(logged, type_, text, config_name, job, message_id, session_id, source_class,
+                 source_method, stack)
+
+
 class SqlEventLog:
-    """Writes events to SQL and mirrors them to the Python log (stderr for the daemon)."""
+    """Writes events to SQL and mirrors them to the Python log (stderr for the daemon). An
+    event reporting a change of a message goes in that change's
+    :class:`~engine.store.transition.Transition` instead."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._local = threading.local()
-
-    @contextmanager
-    def until_next_change(self) -> Iterator[None]:
-        """Hold this thread's events for the store's next write on it. Leaving, events no
-        write took are written alone, unless ClaimLost ended the block (then none is)."""
-        stack = self._held_stack()
-        stack.append([])
-        try:
-            yield
-        except ClaimLost:
-            stack.pop()
-            raise
-        except BaseException:
-            self._write_left_over(stack.pop(), quietly=True)
-            raise
-        else:
-            self._write_left_over(stack.pop(), quietly=False)
-
-    def held(self) -> int:
-        """How many events this thread holds for its next change."""
-        stack = self._held_stack()
-        return len(stack[-1]) if stack else 0
-
-    def discard_held(self) -> int:
-        """Forget the events this thread holds (their change was refused); how many."""
-        stack = self._held_stack()
-        if not stack:
-            return 0
-        dropped = len(stack[-1])
-        stack[-1].clear()
-        return dropped
-
-    def insert_held(self, conn: Connection) -> None:
-        """Insert this thread's held events in ``conn``'s transaction."""
-        stack = self._held_stack()
-        if stack and stack[-1]:
-            conn.execute(event_log.insert(), list(stack[-1]))
-            stack[-1].clear()
-
-    def _held_stack(self) -> list[list[dict[str, Any]]]:
-        stack: list[list[dict[str, Any]]] | None = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        return stack
-
-    def _write_left_over(self, held: list[dict[str, Any]], *, quietly: bool) -> None:
-        if not held:
-            return
-        try:
-            with self.engine.begin() as conn:
-                conn.execute(event_log.insert(), held)
-        except Exception as exc:
-            if not quietly:
-                raise
-            log.error("%d event(s) could not be written: %s", len(held), exc)
 
     def write(self, type_: str, text: str, *, config_name: str | None = None,
               message_id: int | None = None, session_id: int | None = None,
               source_class: str | None = None, source_method: str | None = None,
               stack: str | None = None, job: str | None = None,
               now: datetime | None = None, echo: bool = True) -> None:
-        """Append one event of type ``type_``; ``echo``: also to the Python log."""
-        if type_ not in EVENT_TYPES:
-            raise ValueError(f"unknown event type {type_!r}; expected one of {EVENT_TYPES}")
-        text, stack = storable(text), storable(stack)
-        logged = now or utcnow()
-        if echo:
-            _mirror(_LEVELS[type_], logged, config_name, message_id, text,
-                    ("event", config_name, source_class, source_method))
-        row: dict[str, Any] = {
-            "time_logged": logged, "type": type_, "config_name": config_name,
-            "job": job, "message_id": message_id, "session_id": session_id,
-            "source_class": source_class, "source_method": source_method, "text": text,
-            "stack": stack}
-        held = self._held_stack()
-        if held:
-            held[-1].append(row)
-            return
+        """Append one event of type ``type_`` in a transaction of its own; ``echo``: also to
+        the Python log."""
+        row = event(type_, text, config_name=config_name, message_id=message_id,
+                    session_id=session_id, source_class=source_class,
+                    source_method=source_method, stack=stack, job=job, now=now, echo=echo)
         with self.engine.begin() as conn:
-            conn.execute(event_log.insert().values(**row))
+            conn.execute(event_log.insert().values(**dataclasses.asdict(row)))
 
 
 def _mirror(level: int, at: datetime, item: str | None, message_id: int | None, text: str,

@@ -67,12 +67,3 @@ class AttemptRow:
         data["started_at"] = as_utc(data["started_at"])
         data["ended_at"] = as_utc(data["ended_at"])
         return cls(**data)
-
-@dataclass(frozen=True)
-class AttemptEnd:
-    """How a successful attempt ended, recorded with the message's completion."""
-
-    attempt_id: int
-    ended_at: datetime
-    server: str | None = None
-    started_at: datetime | None = None  # its true start (None: as its begin recorded it)

@@ -1,20 +1,21 @@
-"""The transitions of a claimed message: attempts begun and ended, a retry scheduled, put back,
-held, ``Completed`` or ended otherwise. Each is one transaction, fenced by the claim's token
-when given."""
+"""The transitions of a claimed message: attempts begun, then each change — an attempt's end,
+what follows it and its events — one :class:`~engine.store.transition.Transition` written by
+:meth:`StoreTransitions.apply` in one transaction, fenced by the claim's token when given."""
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, case, func, select, update
+from sqlalchemy import func, select, update
 
 from engine.store.connector import Database, check_claim, fenced_update
-from engine.store.hotpath import AttemptEnding, Completion
+from engine.store.hotpath import Completion
 from engine.store.models import message_attempt, message_header
-from engine.store.notify import Announcement, done_announcements
-from engine.store.rows import AttemptEnd, AttemptRow, MessageRow
+from engine.store.notify import Announcement
+from engine.store.rows import AttemptRow, MessageRow
 from engine.store.statuses import Status
 from engine.store.text import storable
+from engine.store.transition import AttemptEnd, Complete, Finish, Hold, Requeue, Transition
 
 
 class StoreTransitions:
@@ -49,40 +50,6 @@ class StoreTransitions:
                                    .values(server=storable(server))).rowcount
             check_claim(changed, attempt_id, token, what="attempt")
 
-    def end_attempt(self, attempt_id: int, *, ended_at: datetime, outcome: str,
-                    server: str | None = None, status_code: int | None = None,
-                    error_text: str | None = None, started_at: datetime | None = None,
-                    token: int | None = None, defer: bool = False) -> None:
-        """Record the end of an attempt, and its true start when ``started_at`` is given
-        (also the header's ``first_attempt_at`` for attempt 1). Not durable: lost, the attempt
-        looks unfinished (outcome unknown). ``server``: the servers it went to (None: none).
-
-        ``defer``: written in this thread's next change of a message, never alone, so a
-        failed attempt is never on record as ended without what it led to.
-        :meth:`drop_deferred` forgets what no change took."""
-        a, h = message_attempt.c, message_header.c
-        ending = AttemptEnding(attempt_id, ended_at, outcome, storable(server), status_code,
-                               storable(error_text), started_at, token)
-        def write(conn: Connection) -> None:
-            changed = self.db.hot.end_attempt_in(conn.connection.driver_connection, ending)
-            check_claim(changed, attempt_id, token, what="attempt")
-            if started_at is not None:
-                first = select(a.message_id).where(a.id == attempt_id, a.attempt == 1)
-                conn.execute(update(message_header).where(h.id == first.scalar_subquery())
-                             .values(first_attempt_at=started_at))
-        if defer:
-            self.db.deferred().append(write)
-            return
-        with self.db.tx(durable=False) as conn:
-            write(conn)
-
-    def drop_deferred(self) -> int:
-        """Forget this thread's deferred attempt ends; returns how many."""
-        deferred = self.db.deferred()
-        dropped = len(deferred)
-        deferred.clear()
-        return dropped
-
     def open_attempt(self, message_id: int) -> AttemptRow | None:
         """The attempt of ``message_id`` that never ended, if any."""
         a = message_attempt.c
@@ -99,57 +66,33 @@ class StoreTransitions:
                                 .order_by(a.attempt)).mappings().all()
         return [AttemptRow.from_mapping(r) for r in rows]
 
-    def schedule_retry(self, message_id: int, *, next_attempt_at: datetime, release: bool,
-                       token: int | None = None) -> None:
-        """Persist the retry flag and the next attempt time; ``release`` parks the message
-        back in its queue."""
-        values: dict[str, Any] = (
-            {"retry_needed": True, **requeue(due=next_attempt_at)} if release
-            else {"retry_needed": True, "next_attempt_at": next_attempt_at})
-        self._update(message_id, announce=release, token=token, **values)
+    def apply(self, transition: Transition) -> int | None:
+        """Write ``transition`` — its attempt's end, its next step, its events — in one
+        transaction under its one guard, the claim's token (ClaimLost, nothing written, if the
+        claim is lost), and announce what it queued or ended. Returns the id of a
+        ``Completed`` message's response (None: none)."""
+        applied = self.db.hot.apply(transition)
+        if applied.target is not None and isinstance(transition.then, (Requeue, Hold)):
+            self.db.announcer.call_back([Announcement.work(applied.target)])
+        return applied.response_id
 
     def release(self, message_id: int, token: int | None = None) -> None:
         """Put a claimed message back in its queue as it is (graceful stop)."""
-        self._update(message_id, announce=True, token=token, **requeue())
+        self.apply(Transition(message_id, token, Requeue()))
 
     def hold(self, message_id: int, *, token: int, until: datetime,
              begun: int | None = None) -> None:
         """Put a claimed message back in its queue unsent, due at ``until`` (an open breaker).
         ``begun``: the attempt begun with its claim, taken back."""
-        h, a = message_header.c, message_attempt.c
-        values = requeue(due=until)
-        if begun is not None:
-            values.update(attempts=h.attempts - 1, first_attempt_at=case(
-                (h.attempts == 1, None), else_=h.first_attempt_at))
-        with self.db.tx() as conn:
-            target: str | None = conn.execute(fenced_update(message_id, token)
-                                              .values(**values).returning(h.target)).scalar()
-            check_claim(0 if target is None else 1, message_id, token)
-            assert target is not None
-            if begun is not None:
-                conn.execute(message_attempt.delete().where(a.id == begun,
-                                                            a.message_id == message_id))
-            self.db.announcer.notify(conn, [Announcement.work(target)])
-        self.db.announcer.call_back([Announcement.work(target)])
+        self.apply(Transition(message_id, token, Hold(until, begun)))
 
     def complete(self, request: MessageRow, *, response_class: str | None,
                  response_body: str | None, now: datetime,
                  attempt: AttemptEnd | None = None) -> int | None:
-        """Mark ``request`` ``Completed``, end its ``attempt`` and store its response, in one
-        transaction fenced by its claim token. Returns the response's id (None: none)."""
-        if attempt is None:
-            completion = Completion(request.id, request.claim_token, None, None, None, None,
-                                    response_class, response_body)
-        else:
-            completion = Completion(request.id, request.claim_token, attempt.attempt_id,
-                                    attempt.started_at, attempt.ended_at, attempt.server,
-                                    response_class, response_body)
-        with self.db.tx(durable=False, changes=True) as conn:
-            driver = conn.connection.driver_connection
-            done, waited = self.db.hot.complete_in(driver, [completion], now=now)
-            check_claim(len(done), request.id, request.claim_token)
-        self.db.hot.after_completion([completion], waited)
-        return done[request.id]
+        """Mark ``request`` ``Completed``, end its ``attempt`` and store its response, fenced
+        by its claim token. Returns the response's id (None: none)."""
+        return self.apply(Transition(request.id, request.claim_token,
+                                     Complete(now, response_class, response_body), attempt))
 
     def complete_many(self, completions: list[Completion], *, now: datetime,
                       durable: bool = False) -> list[int]:
@@ -161,28 +104,7 @@ class StoreTransitions:
     def finish(self, message_id: int, *, status: str, error_text: str, now: datetime,
                token: int | None = None) -> None:
         """End a message in ``Error``, ``Suspended``, ``Discarded`` or ``Aborted``."""
-        self._update(message_id, token=token, ends=True,
-                     **ending(status, now, is_error=status == Status.ERROR,
-                              error_text=storable(error_text)))
-
-    def _update(self, message_id: int, *, announce: bool = False, ends: bool = False,
-                token: int | None = None, **values: Any) -> None:
-        """One UPDATE of ``message_id``; ``announce``: it queues work; ``ends``: it ends the
-        message."""
-        h = message_header.c
-        with self.db.tx(changes=True) as conn:
-            found = conn.execute(fenced_update(message_id, token)
-                                 .values(**values).returning(h.target, h.waited)).first()
-            check_claim(0 if found is None else 1, message_id, token)
-            news = []
-            if found is not None and announce:
-                news.append(Announcement.work(found.target))
-            done = ends and found is not None and found.waited
-            if done:
-                news.extend(done_announcements([message_id]))
-            self.db.announcer.notify(conn, news)
-        if news:
-            self.db.announcer.call_back(news)
+        self.apply(Transition(message_id, token, Finish(status, error_text, now)))
 
 
 def _fenced_attempt(attempt_id: int, token: int | None) -> Any:
@@ -195,21 +117,10 @@ def _fenced_attempt(attempt_id: int, token: int | None) -> Any:
     return stmt
 
 
-# the delivery that claimed a message put back ended, so it no longer counts
-_DELIVERY_ENDED = case((message_header.c.deliveries > 0, message_header.c.deliveries - 1),
-                       else_=0)
-
-
-def requeue(*, delivery_ended: bool = True, due: datetime | None = None) -> dict[str, Any]:
-    """The values of a claimed message put back in its queue, due at ``due`` if given.
-    ``delivery_ended``: False when its daemon died, which keeps the delivery counted."""
-    values: dict[str, Any] = {"status": Status.QUEUED, "claimed_by": None,
-                              "lease_expires_at": None}
-    if delivery_ended:
-        values["deliveries"] = _DELIVERY_ENDED
-    if due is not None:
-        values["next_attempt_at"] = due
-    return values
+def requeue() -> dict[str, Any]:
+    """The values of a claimed message put back in its queue by its daemon's death (its
+    delivery still counts: it never ended)."""
+    return {"status": Status.QUEUED, "claimed_by": None, "lease_expires_at": None}
 
 
 def ending(status: str, now: datetime, **values: Any) -> dict[str, Any]:

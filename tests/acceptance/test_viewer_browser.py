@@ -87,6 +87,7 @@ def _long_session(url: str) -> int:
     """A payment that times out twice 10 s apart, then — 15 minutes later — 149 resends
     that each answer in 40 ms: a long gap and two pages of trace."""
     from engine.store.sql import SqlStore
+    from engine.store.transition import AttemptEnd, Transition
 
     store = SqlStore(url)
     try:
@@ -95,8 +96,9 @@ def _long_session(url: str) -> int:
                               source="cli", now=t0)
         for k, start in ((1, 0), (2, 10)):
             attempt = store.begin_attempt(first, k, started_at=t0 + timedelta(seconds=start))
-            store.end_attempt(attempt, ended_at=t0 + timedelta(seconds=start + 7),
-                              outcome="timeout", server=SERVER, error_text="no answer in 7 s")
+            store.apply(Transition(first, None, attempt=AttemptEnd(
+                attempt, t0 + timedelta(seconds=start + 7), SERVER, "timeout",
+                error_text="no answer in 7 s")))
         store.finish(first, status="Error", error_text="FailureTimeout of 15 seconds exceeded",
                      now=t0 + timedelta(seconds=17))
         for n in range(SESSION_MESSAGES - 1):
@@ -104,8 +106,8 @@ def _long_session(url: str) -> int:
             mid = store.enqueue(target="Payments", body_class=None, body='{"order": 1}',
                                 source=f"resend:{first}", session_id=first, now=at)
             attempt = store.begin_attempt(mid, 1, started_at=at)
-            store.end_attempt(attempt, ended_at=at + timedelta(milliseconds=40), outcome="ok",
-                              server=SERVER, status_code=200)
+            store.apply(Transition(mid, None, attempt=AttemptEnd(
+                attempt, at + timedelta(milliseconds=40), SERVER, status_code=200)))
             store.finish(mid, status="Completed", error_text="",
                          now=at + timedelta(milliseconds=45))
         return first

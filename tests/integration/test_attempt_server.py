@@ -10,6 +10,7 @@ from engine.clock import utcnow
 from engine.errors import ClaimLost
 from engine.store.hotpath import Grant
 from engine.store.sql import SqlStore
+from engine.store.transition import AttemptEnd, Transition
 from tests.claiming import claim_one
 
 PAY = "http://pay-a.example:8080/pay"
@@ -56,8 +57,8 @@ def test_a_failover_adds_the_next_server_to_the_open_attempt(store: SqlStore) ->
     aid = store.begin_attempt(mid, 1, started_at=utcnow(), token=row.claim_token, server=PAY)
     store.note_attempt_server(aid, servers_text([PAY, PAY_B]) or "", token=row.claim_token)
     assert servers_of(store.open_attempt(mid).server) == [PAY, PAY_B]
-    store.end_attempt(aid, ended_at=utcnow(), outcome="ok", server=f"{PAY} → {PAY_B}",
-                      token=row.claim_token)
+    store.apply(Transition(mid, row.claim_token,
+                           attempt=AttemptEnd(aid, utcnow(), f"{PAY} → {PAY_B}")))
     (attempt,) = store.attempts(mid)
     assert servers_of(attempt.server) == [PAY, PAY_B] and attempt.outcome == "ok"
 

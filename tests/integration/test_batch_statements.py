@@ -11,6 +11,7 @@ from sqlalchemy import text
 from engine.clock import utcnow
 from engine.store.hotpath import Completion, Intake
 from engine.store.sql import SqlStore
+from engine.store.transition import AttemptEnd, Requeue, Transition
 
 CLAIM = {"owner": "d", "lease_seconds": 30, "fifo": False, "begin": True, "enabled": True}
 
@@ -66,8 +67,8 @@ def test_successes_of_messages_past_their_first_attempt_keep_its_start(store: Sq
     first = _claim(store, "A", 2)
     t0 = utcnow() - timedelta(seconds=10)
     for c in first:  # attempt 1 fails; the message goes back to its queue at once
-        store.end_attempt(c.begun, ended_at=t0, outcome="error", error_text="boom")
-        store.schedule_retry(c.row.id, next_attempt_at=t0, release=True)
+        store.apply(Transition(c.row.id, None, Requeue(t0, retry=True),
+                               AttemptEnd(c.begun, t0, outcome="error", error_text="boom")))
     starts = [store.get_message(mid).first_attempt_at for mid in ids]  # type: ignore[union-attr]
     assert None not in starts
     again = _claim(store, "A", 2)

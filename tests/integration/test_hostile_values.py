@@ -30,6 +30,7 @@ from engine.portal import create_app
 from engine.store import queries
 from engine.store.sql import SqlStore
 from engine.store.text import storable
+from engine.store.transition import AttemptEnd, Finish, Transition
 from tests.acceptance.daemon import encore
 from tests.integration.test_daemon_adapters import running
 from tests.integration.test_processes import http_item
@@ -160,9 +161,8 @@ def test_the_store_writes_of_server_text_escape_nul_and_lone_surrogates(store: S
     (claimed,) = store.claim("T", owner="me", now=now, lease_seconds=60)
     token = claimed.row.claim_token
     aid = store.begin_attempt(mid, 1, started_at=now, token=token)
-    store.end_attempt(aid, ended_at=now, outcome="error", server="http://h/\x00",
-                      error_text="a\x00b\ud800c", token=token)
-    store.finish(mid, status="Error", error_text="x\x00\udbff", now=now, token=token)
+    store.apply(Transition(mid, token, Finish("Error", "x\x00\udbff", now), AttemptEnd(
+        aid, now, "http://h/\x00", "error", error_text="a\x00b\ud800c")))
     (attempt,) = store.attempts(mid)
     assert (attempt.error_text, attempt.server) == ("a\\u0000b\\ud800c", "http://h/\\u0000")
     assert store.get_message(mid).error_text == "x\\u0000\\udbff"

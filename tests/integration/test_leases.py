@@ -25,6 +25,7 @@ from engine.runtime.cluster import (
 from engine.runtime.daemon import Daemon
 from engine.store.notify import Announcement, Kind, QueueListener
 from engine.store.sql import Claimed, Completion, SqlStore
+from engine.store.transition import Requeue, Transition
 from tests.claiming import claim_one
 from tests.servers import HttpTestServer, respond
 from tests.waiting import wait_until
@@ -161,7 +162,7 @@ def test_a_fifo_claim_never_overtakes_a_head_held_by_another_daemon(store: SqlSt
 def test_a_fifo_claim_waits_for_a_parked_head(store: SqlStore) -> None:
     first, _ = enqueue(store, 2)
     claim_one(store, "Fifo", owner="a", now=at(0), lease_seconds=LEASE)
-    store.schedule_retry(first, next_attempt_at=at(30), release=True)  # a stopped mid-wait
+    store.apply(Transition(first, None, Requeue(at(30), retry=True)))  # a stopped mid-wait
     assert claim_one(store, "Fifo", owner="b", now=at(1), lease_seconds=LEASE,
                             fifo=True) is None
     assert claim_one(store, "Fifo", owner="b", now=at(30), lease_seconds=LEASE,
@@ -279,18 +280,20 @@ def test_a_fifo_message_whose_retry_the_database_cut_short_is_not_overtaken(
 
 
 class EndAttemptFailsOnce(SqlStore):
-    """A store that loses the database once, as a failed attempt's end is written: the
-    delivery is cut short with its attempt open and its message still claimed."""
+    """A store that loses the database once, as a failed attempt's end is written (with what
+    it leads to): the delivery is cut short with its attempt open and its message still
+    claimed."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.failed = threading.Event()
 
-    def end_attempt(self, attempt_id: int, **kwargs: Any) -> None:
-        if not self.failed.is_set():
+    def apply(self, transition: Transition) -> int | None:
+        ended = transition.attempt
+        if ended is not None and ended.outcome != "ok" and not self.failed.is_set():
             self.failed.set()
             raise StoreError("database unavailable: connection reset")
-        super().end_attempt(attempt_id, **kwargs)
+        return super().apply(transition)
 
 
 def test_a_graceful_stop_releases_a_delivery_cut_short_by_the_database_at_once(

@@ -16,8 +16,8 @@ from engine.message import encode_response
 from engine.portal import create_app
 from engine.portal.intake import MAX_BODY_BYTES
 from engine.store.models import api_token, event_log, message_header
-from engine.store.rows import AttemptEnd
 from engine.store.sql import SqlStore
+from engine.store.transition import AttemptEnd
 from tests.portal_support import PING, add_token, bearer, production
 from tests.waiting import wait_until
 

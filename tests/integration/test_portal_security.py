@@ -82,7 +82,7 @@ def serve(store: SqlStore) -> Iterator[Callable[..., str]]:
 def complete(store: SqlStore, message_id: int, response: dict[str, Any]) -> None:
     """A stand-in daemon: claim ``message_id`` and answer it with ``response``."""
     from engine.message import encode_response
-    from engine.store.rows import AttemptEnd
+    from engine.store.transition import AttemptEnd
 
     now = store.db_now()
     claimed = store.claim("Echo", owner="test", now=now, lease_seconds=30)

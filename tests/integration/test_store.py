@@ -5,8 +5,8 @@ import threading
 from datetime import timedelta
 
 from engine.clock import utcnow
-from engine.store.rows import AttemptEnd
 from engine.store.sql import SqlStore
+from engine.store.transition import AttemptEnd, Requeue, Transition
 from tests.claiming import claim_one
 
 
@@ -36,7 +36,7 @@ def test_a_parked_message_waits_for_its_next_attempt_time(store: SqlStore) -> No
     (mid,) = enqueue(store, 1)
     now = utcnow()
     assert claim_one(store, "A", owner="d", now=now, lease_seconds=30) is not None
-    store.schedule_retry(mid, next_attempt_at=now + timedelta(seconds=60), release=True)
+    store.apply(Transition(mid, None, Requeue(now + timedelta(seconds=60), retry=True)))
     assert claim_one(store, "A", owner="d", now=now, lease_seconds=30) is None
     assert store.next_due_time("A") == now + timedelta(seconds=60)
     later = claim_one(store, "A", owner="d", now=now + timedelta(seconds=61), lease_seconds=30)

@@ -12,6 +12,7 @@ from engine.errors import CRASH_TEXT
 from engine.portal.trace_attempts import CUT_SHORT
 from engine.portal.trace_view import session_trace
 from engine.store.sql import SqlStore
+from engine.store.transition import AttemptEnd, Transition
 
 SVG = "{http://www.w3.org/2000/svg}"
 LEASE = 30.0  # seconds of the dead daemon's claim
@@ -48,7 +49,8 @@ def test_an_attempt_recovered_as_outcome_unknown_reads_as_cut_short_with_no_dura
         store: SqlStore) -> None:
     mid, attempt = a_delivery_cut_short(store)
     taken_back = store.attempts(mid)[0].started_at + timedelta(seconds=3.71)
-    store.end_attempt(attempt, ended_at=taken_back, outcome="error", error_text=CRASH_TEXT)
+    store.apply(Transition(mid, None, attempt=AttemptEnd(attempt, taken_back, outcome="error",
+                                                         error_text=CRASH_TEXT)))
     lines = trace_lines(store, mid)
     cut = [line for line in lines if CUT_SHORT in line]
     assert len(cut) == 1 and cut[0].endswith("taken back 3.710 s after it began")

@@ -26,6 +26,7 @@ from bench.chaos_checker import (
 )
 from engine.clock import utcnow
 from engine.store.sql import SqlStore
+from engine.store.transition import AttemptEnd, Transition
 
 ROLES = {"Idem": "idempotent", "Once": "once", "Fifo": "fifo"}
 OWNER = "daemon-1"
@@ -77,12 +78,11 @@ class History:
                 error: str | None = None) -> int:
         aid = self.store.begin_attempt(mid, number, started_at=utcnow(), token=token)
         if outcome != "ok":
-            self.store.end_attempt(aid, ended_at=utcnow(), outcome=outcome, error_text=error,
-                                   token=token)
+            self.store.apply(Transition(mid, token, attempt=AttemptEnd(
+                aid, utcnow(), outcome=outcome, error_text=error)))
         return aid
 
     def complete(self, mid: int, aid: int) -> None:
-        from engine.store.rows import AttemptEnd
         row = self.store.get_message(mid)
         assert row is not None
         self.store.complete(row, response_class=None, response_body=None, now=utcnow(),

@@ -16,6 +16,7 @@ from engine.host import BusinessOperation
 from engine.settings import validate_settings
 from engine.store import queries
 from engine.store.sql import SqlStore
+from engine.store.transition import AttemptEnd, Requeue, Transition
 from engine.testing import (
     ServerBehaviour,
     SimulatedOperation,
@@ -276,8 +277,8 @@ def test_failure_timeout_counts_from_the_original_first_attempt_after_a_restart(
     row = claim_one(store, "Item", owner="dead", now=h.clock.now(), lease_seconds=1)
     aid = store.begin_attempt(mid, 1, started_at=h.clock.now())
     h.clock.advance(7)
-    store.end_attempt(aid, ended_at=h.clock.now(), outcome="timeout")
-    store.schedule_retry(mid, next_attempt_at=h.clock.start + timedelta(seconds=10), release=True)
+    store.apply(Transition(mid, None, Requeue(h.clock.start + timedelta(seconds=10), retry=True),
+                           AttemptEnd(aid, h.clock.now(), outcome="timeout")))
     h.clock.advance_to(25)  # the restart comes late: attempts resume at 25 and 35
     h.deliver_next()
     assert [o[0] for o in h.offsets(mid)] == [0, 25]

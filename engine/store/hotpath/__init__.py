@@ -1,12 +1,13 @@
-"""The store's hot path: intake, batch claims and group-committed completions, each one
-prebuilt statement per dialect on a driver connection of its own, skipping SQLAlchemy
-(docs/architecture.md, "Throughput"). Timestamps are aware UTC in and out.
+"""The store's hot path: intake, batch claims, group-committed completions and the
+transitions of a claimed message, each prebuilt statements per dialect on a driver connection
+of its own, skipping SQLAlchemy (docs/architecture.md, "Throughput"). Timestamps are aware
+UTC in and out.
 """
 from __future__ import annotations
 
 from engine.store.hotpath.base import (
     Accepted,
-    AttemptEnding,
+    Applied,
     Claimed,
     Completion,
     Grant,
@@ -18,5 +19,5 @@ from engine.store.hotpath.base import (
 from engine.store.hotpath.postgres import PostgresHotPath
 from engine.store.hotpath.sqlite import SqliteHotPath
 
-__all__ = ["Accepted", "AttemptEnding", "Claimed", "Completion", "Grant", "HotPath", "Intake",
+__all__ = ["Accepted", "Applied", "Claimed", "Completion", "Grant", "HotPath", "Intake",
            "Outcome", "PostgresHotPath", "SqliteHotPath", "Taker"]

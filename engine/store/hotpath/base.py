@@ -1,19 +1,34 @@
-"""What both dialects' hot paths share: the rows a step returns and the driver connection pool."""
+"""What both dialects' hot paths share: the rows a step returns, a transition's parameters and
+the driver connection pool."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from engine.errors import StoreError
+from engine.errors import ClaimLost, StoreError
 from engine.store.database import connection_looks_dead, reason_of
 from engine.store.rows import MessageRow
 from engine.store.statements.shared import COLUMNS
+from engine.store.statuses import Status
 from engine.store.text import storable
+from engine.store.transition import (
+    AttemptEnd,
+    Complete,
+    Finish,
+    Hold,
+    Requeue,
+    RetryAt,
+    Transition,
+)
+
+if TYPE_CHECKING:
+    from engine.store.eventlog import Event
 
 T = TypeVar("T")
 
@@ -113,17 +128,66 @@ class Completion:
 
 
 @dataclass(frozen=True)
-class AttemptEnding:
-    """The end of one failed attempt to record; ``started_at`` None keeps its start."""
+class Applied:
+    """What a transition changed: its message's ``target``, whether someone ``waited`` for it,
+    and the id of a ``Completed`` one's response (None: none)."""
 
-    attempt_id: int
-    ended_at: datetime
-    outcome: str
-    server: str | None = None
-    status_code: int | None = None
-    error_text: str | None = None
-    started_at: datetime | None = None
-    token: int | None = None
+    target: str | None  # None: no message changed (an unfenced transition of none)
+    waited: bool
+    response_id: int | None = None
+
+
+def check_claim(changed: int, ident: int, token: int | None, what: str = "message") -> None:
+    """Raise ClaimLost when a write conditional on ``token`` changed nothing."""
+    if token is not None and not changed:
+        raise ClaimLost(f"{what} {ident}: its claim (token {token}) is no longer this "
+                        "worker's; another daemon has taken it over")
+
+
+def completion_of(t: Transition) -> Completion:
+    """The :class:`Completion` that writes ``t`` (whose next step is :class:`Complete`), with
+    its attempt's end when that was a success (a failure's is written on its own)."""
+    assert isinstance(t.then, Complete) and t.token is not None
+    a, then = t.attempt, t.then
+    if a is None or a.outcome != "ok":
+        return Completion(t.message_id, t.token, None, None if a is None else a.started_at,
+                          None, None, then.response_class, then.response_body)
+    return Completion(t.message_id, t.token, a.attempt_id, a.started_at, a.ended_at, a.server,
+                      then.response_class, then.response_body)
+
+
+def transition_params(t: Transition) -> dict[str, Any]:
+    """The parameters of ``t``'s statement (REQUEUE, RETRY_AT, FINISH or ATTEMPT_ENDED);
+    times as they are (each dialect converts them)."""
+    then = t.then
+    params: dict[str, Any] = {
+        "id": t.message_id, "token": t.token, "taken_back": 0, "due": None, "retry": False,
+        "started_at": t.attempt.started_at if t.attempt is not None else None}
+    if isinstance(then, Requeue):
+        params.update(due=then.due, retry=then.retry)
+    elif isinstance(then, Hold):
+        params.update(due=then.until, taken_back=int(then.begun is not None),
+                      begun=then.begun)
+    elif isinstance(then, RetryAt):
+        params["due"] = then.due
+    elif isinstance(then, Finish):
+        params.update(status=str(then.status), is_error=then.status == Status.ERROR,
+                      error_text=storable(then.error_text), now=then.now)
+    return params
+
+
+def separate_end(t: Transition) -> AttemptEnd | None:
+    """The attempt end ``t`` writes on its own, its texts storable: all but a success's, which
+    COMPLETE writes."""
+    a = t.attempt
+    if a is None or (isinstance(t.then, Complete) and a.outcome == "ok"):
+        return None
+    return dataclasses.replace(a, server=storable(a.server), error_text=storable(a.error_text))
+
+
+def event_params(events: Sequence[Event]) -> list[dict[str, Any]]:
+    """The rows of INSERT_EVENT for ``events``."""
+    return [dataclasses.asdict(e) for e in events]
 
 
 class Connector(Protocol):
@@ -267,14 +331,9 @@ class HotPath:
         """Record ``completions`` in a transaction of its own; the ids completed."""
         raise NotImplementedError
 
-    def complete_in(self, conn: Any, completions: Sequence[Completion], *, now: datetime
-                    ) -> tuple[dict[int, int | None], list[int]]:
-        """Record ``completions`` in the caller's transaction on ``conn``; message id →
-        response id of those completed, and the ids someone waits for."""
-        raise NotImplementedError
-
-    def end_attempt_in(self, conn: Any, ending: AttemptEnding) -> int:
-        """Record ``ending`` in the caller's transaction on ``conn``; attempts ended."""
+    def apply(self, transition: Transition) -> Applied:
+        """Write ``transition`` in one transaction of its own (ClaimLost, nothing written, if
+        its guard fails), then hand over and announce a waited-for end."""
         raise NotImplementedError
 
     @staticmethod

@@ -1,4 +1,5 @@
-"""PostgreSQL: every step one statement on an autocommit connection."""
+"""PostgreSQL: every step one statement on an autocommit connection, a transition one
+transaction."""
 from __future__ import annotations
 
 import json
@@ -9,17 +10,23 @@ from typing import Any
 from engine.store import properties
 from engine.store.hotpath.base import (
     Accepted,
-    AttemptEnding,
+    Applied,
     Claimed,
     Completion,
     HotPath,
     Intake,
     Outcome,
+    check_claim,
+    completion_of,
+    event_params,
+    separate_end,
+    transition_params,
 )
 from engine.store.notify import Announcement
 from engine.store.rows import MessageRow
 from engine.store.statements import postgres as sql
 from engine.store.statements.shared import COLUMNS
+from engine.store.transition import Complete, Finish, Hold, Requeue, RetryAt, Transition
 
 
 def _index(conn: Any, message_id: int, body: str, search_paths: Sequence[str]) -> None:
@@ -152,21 +159,48 @@ class PostgresHotPath(HotPath):
         self.after_completion(completions, [int(r[0]) for r in rows if r[1]])
         return [int(r[0]) for r in rows]
 
-    def complete_in(self, conn: Any, completions: Sequence[Completion], *, now: datetime
-                    ) -> tuple[dict[int, int | None], list[int]]:
-        rows = self._guard(lambda: conn.execute(
-            sql.COMPLETE, self._complete_params(completions, now), prepare=True).fetchall())
-        return ({int(r[0]): None if r[2] is None else int(r[2]) for r in rows},
-                [int(r[0]) for r in rows if r[1]])
+    def apply(self, transition: Transition) -> Applied:
+        t = transition
+        # a success, or an attempt's end alone, is recovered if lost (docs/architecture.md)
+        durable = t.then is not None and not isinstance(t.then, Complete)
+        with self._connection(durable) as conn:
+            def run() -> Applied:
+                with conn.transaction():
+                    return self._apply(conn, t)
+            applied = self._guard(run)
+        # NOTIFY went with the commit; this process's waiters too
+        if isinstance(t.then, Complete):
+            self.after_completion([completion_of(t)], [t.message_id] if applied.waited else [])
+        elif applied.waited and isinstance(t.then, Finish):
+            self.on_waited_done([t.message_id])
+        return applied
 
-    def end_attempt_in(self, conn: Any, ending: AttemptEnding) -> int:
-        e = ending
-        document = json.dumps([{
-            "attempt_id": e.attempt_id, "started_at": _time(e.started_at),
-            "ended_at": _time(e.ended_at), "server": e.server, "outcome": e.outcome,
-            "status_code": e.status_code, "error_text": e.error_text, "token": e.token}])
-        return int(self._guard(lambda: conn.execute(
-            sql.END_ATTEMPTS, {"ends": document}, prepare=True).rowcount))
+    def _apply(self, conn: Any, t: Transition) -> Applied:
+        """Write ``t`` in ``conn``'s transaction, its guard first."""
+        if isinstance(t.then, Complete):
+            rows = conn.execute(sql.COMPLETE, self._complete_params([completion_of(t)], t.then.now),
+                                prepare=True).fetchall()
+            check_claim(len(rows), t.message_id, t.token)
+            applied = (Applied(None, bool(rows[0][1]), None if rows[0][2] is None
+                               else int(rows[0][2])) if rows else Applied(None, False))
+        else:
+            params = transition_params(t)
+            rows = conn.execute(_STATEMENTS[type(t.then)], params, prepare=True).fetchall()
+            check_claim(len(rows), t.message_id, t.token)
+            applied = Applied(rows[0][1], bool(rows[0][2])) if rows else Applied(None, False)
+            if isinstance(t.then, Hold) and t.then.begun is not None:
+                conn.execute(sql.TAKE_BACK, params, prepare=True)
+        end = separate_end(t)
+        if end is not None:
+            conn.execute(sql.END_ATTEMPTS, {"ends": json.dumps([{
+                "attempt_id": end.attempt_id, "started_at": _time(end.started_at),
+                "ended_at": _time(end.ended_at), "server": end.server, "outcome": end.outcome,
+                "status_code": end.status_code, "error_text": end.error_text,
+                "token": None}])}, prepare=True)
+        if t.events:
+            with conn.cursor() as cur:
+                cur.executemany(sql.INSERT_EVENT, event_params(t.events))
+        return applied
 
     @staticmethod
     def _complete_params(completions: Sequence[Completion], now: datetime) -> dict[str, Any]:
@@ -176,3 +210,7 @@ class PostgresHotPath(HotPath):
              "server": c.server, "body_class": c.response_class, "body": c.response_body}
             for c in completions])
         return {"completions": document, "now": now}
+
+
+_STATEMENTS = {type(None): sql.ATTEMPT_ENDED, Requeue: sql.REQUEUE, Hold: sql.REQUEUE,
+               RetryAt: sql.RETRY_AT, Finish: sql.FINISH}

@@ -11,7 +11,7 @@ from typing import Any
 from engine.store import properties
 from engine.store.hotpath.base import (
     Accepted,
-    AttemptEnding,
+    Applied,
     Claimed,
     Completion,
     Connector,
@@ -19,12 +19,18 @@ from engine.store.hotpath.base import (
     HotPath,
     Intake,
     Outcome,
+    check_claim,
+    completion_of,
+    event_params,
     isolate,
+    separate_end,
+    transition_params,
 )
 from engine.store.rows import MessageRow
 from engine.store.statements import sqlite as sql
 from engine.store.statements.shared import COLUMNS, TIMES
 from engine.store.text import storable
+from engine.store.transition import AttemptEnd, Complete, Finish, Hold, Requeue, RetryAt, Transition
 
 
 def _sqlite_time(value: datetime | None) -> str | None:
@@ -223,17 +229,6 @@ class SqliteHotPath(HotPath):
         self.after_completion(completions, waited)
         return list(done)
 
-    def complete_in(self, conn: Any, completions: Sequence[Completion], *, now: datetime
-                    ) -> tuple[dict[int, int | None], list[int]]:
-        waited: list[int] = []
-        cur = conn.cursor()
-        try:
-            done = self._guard(lambda: self._complete(cur, completions, _sqlite_time(now),
-                                                      waited))
-        finally:
-            cur.close()
-        return done, waited
-
     def complete_and_claim(self, completions: Sequence[Completion], *, now: datetime,
                            **claim: Any) -> tuple[list[int], list[Claimed]]:
         """:meth:`complete_many` then :meth:`claim`, in one transaction."""
@@ -271,13 +266,41 @@ class SqliteHotPath(HotPath):
                               "server": params["server"]})}
         return raw, begun, {i: deliveries for i, _, deliveries in picked}
 
-    def end_attempt_in(self, conn: Any, ending: AttemptEnding) -> int:
-        e = ending
-        row = [e.attempt_id, _sqlite_time(e.started_at), _sqlite_time(e.ended_at),
-               sql.json_text(e.server), e.outcome, e.status_code, sql.json_text(e.error_text),
-               e.token]
-        return int(self._guard(lambda: conn.execute(
-            sql.END_ATTEMPTS, {"rows": json.dumps([row])}).rowcount))
+    def apply(self, transition: Transition) -> Applied:
+        waited: list[int] = []
+        with self._transaction() as cur:
+            applied = self._guard(lambda: self._apply(cur, transition, waited))
+        if isinstance(transition.then, Complete):
+            self.after_completion([completion_of(transition)], waited)
+        elif waited:
+            self.on_waited_done(waited)
+        return applied
+
+    def _apply(self, cur: Any, t: Transition, waited: list[int]) -> Applied:
+        """Write ``t`` on ``cur``, its guard first (``waited``: its id, if waited for)."""
+        if isinstance(t.then, Complete):
+            done = self._complete(cur, [completion_of(t)], _sqlite_time(t.then.now), waited)
+            check_claim(len(done), t.message_id, t.token)
+            applied = Applied(None, bool(waited), done.get(t.message_id))
+        else:
+            params = transition_params(t)
+            for name in ("due", "started_at", "now"):
+                params[name] = _sqlite_time(params.get(name))
+            found = cur.execute(_STATEMENTS[type(t.then)], params).fetchone()
+            check_claim(0 if found is None else 1, t.message_id, t.token)
+            applied = Applied(None, False) if found is None else Applied(found[1], bool(found[2]))
+            if applied.waited and isinstance(t.then, Finish):
+                waited.append(t.message_id)
+            if isinstance(t.then, Hold) and t.then.begun is not None:
+                cur.execute(sql.TAKE_BACK, params)
+        end = separate_end(t)
+        if end is not None:
+            cur.execute(sql.END_ATTEMPTS, {"rows": json.dumps([_end_row(end)])})
+        if t.events:
+            cur.executemany(sql.INSERT_EVENT, [
+                {**row, "time_logged": _sqlite_time(row["time_logged"])}
+                for row in event_params(t.events)])
+        return applied
 
     def _complete(self, cur: Any, completions: Sequence[Completion], stamp: str | None,
                   waited: list[int]) -> dict[int, int | None]:
@@ -352,6 +375,17 @@ def _has_nul(*texts: str | None) -> bool:
     """True if one of ``texts`` holds a NUL character (see the set-based statements)."""
     return any(t is not None and "\x00" in t for t in texts)
 
+
+
+def _end_row(end: AttemptEnd) -> list[Any]:
+    """A row of END_ATTEMPTS: unfenced, its transition's guard holds."""
+    return [end.attempt_id, _sqlite_time(end.started_at), _sqlite_time(end.ended_at),
+            sql.json_text(end.server), end.outcome, end.status_code,
+            sql.json_text(end.error_text), None]
+
+
+_STATEMENTS = {type(None): sql.ATTEMPT_ENDED, Requeue: sql.REQUEUE, Hold: sql.REQUEUE,
+               RetryAt: sql.RETRY_AT, Finish: sql.FINISH}
 
 
 def _json_ids(ids: Sequence[int]) -> str:

@@ -1,8 +1,9 @@
-"""PostgreSQL's named statements: intake, claims and a success's transition, each one
-statement (a CTE where a step changes several tables), in psycopg's ``%(name)s`` style."""
+"""PostgreSQL's named statements: intake, claims and the transitions of a claimed message, each
+one statement (a CTE where a step changes several tables), in psycopg's ``%(name)s`` style."""
 from __future__ import annotations
 
 from engine.store import properties
+from engine.store.statements import shared
 from engine.store.statements.shared import (
     CLAIM_SET,
     INSERT_MESSAGE_COLUMNS,
@@ -15,8 +16,9 @@ from engine.store.statements.shared import (
 from engine.store.statements.shared import MESSAGE as _MESSAGE
 from engine.store.statements.shared import OUTCOME as _OUTCOME
 
-__all__ = ["ACCEPT", "CLAIM_ANY", "CLAIM_FIFO", "COMPLETE", "END_ATTEMPTS", "FIND_KEY", "INSERT",
-           "INSERT_PROPERTY", "MESSAGE", "OUTCOME"]
+__all__ = ["ACCEPT", "ATTEMPT_ENDED", "CLAIM_ANY", "CLAIM_FIFO", "COMPLETE", "END_ATTEMPTS",
+           "FIND_KEY", "FINISH", "INSERT", "INSERT_EVENT", "INSERT_PROPERTY", "MESSAGE", "OUTCOME",
+           "REQUEUE", "RETRY_AT", "TAKE_BACK"]
 
 # the caller an idempotency key belongs to, as on SQLite
 _CALLER = "CASE WHEN substr(:source::text, 1, 4) = 'api:' THEN :source::text ELSE '' END"
@@ -111,3 +113,21 @@ COMPLETE = pg(
     "ON req.id = d.id WHERE d.body IS NOT NULL RETURNING id) "
     "SELECT req.id, req.waited, req.corresponding_id, CASE WHEN req.waited THEN "
     "pg_notify('encore_done', '{\"kind\":\"done\",\"ids\":[' || req.id || ']}') END FROM req")
+
+
+# The other transitions of a claimed message (engine/store/statements/shared.py), each NOTIFYing
+# what it announces with its commit: work for a message back in its queue, the end of a
+# waited-for one.
+def _transition(update: str, note: str = "NULL") -> str:
+    return pg(f"WITH m AS ({update.format(time='::timestamptz', ident='::bigint')}) "
+              f"SELECT m.id, m.target, m.waited, {note} FROM m")
+
+
+ATTEMPT_ENDED = _transition(shared.ATTEMPT_ENDED)
+RETRY_AT = _transition(shared.RETRY_AT)
+REQUEUE = _transition(shared.REQUEUE, "pg_notify('encore_queue', "
+                      "'{\"kind\":\"work\",\"item\":' || to_json(m.target)::text || '}')")
+FINISH = _transition(shared.FINISH, "CASE WHEN m.waited THEN pg_notify('encore_done', "
+                     "'{\"kind\":\"done\",\"ids\":[' || m.id || ']}') END")
+TAKE_BACK = pg(shared.TAKE_BACK)
+INSERT_EVENT = pg(shared.INSERT_EVENT)

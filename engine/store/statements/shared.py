@@ -79,3 +79,37 @@ INSERT_MESSAGE_COLUMNS = ("session_id, source, target, kind, body_class, body, s
 MESSAGE = f"SELECT {SELECT_COLUMNS} FROM message_header h WHERE h.id = :id"
 OUTCOME = (f"SELECT {SELECT_COLUMNS}, r.id, r.body_class, r.body FROM message_header h "
            "LEFT JOIN message_header r ON r.id = h.corresponding_id WHERE h.id = :id")
+
+# The transitions of a claimed message other than Completed (each dialect adds the casts of
+# ``{time}`` and ``{ident}`` parameters). Each is one UPDATE of the message under one guard:
+# ``:token``, its claim's token, still on a Delivered row (an expired claim leaves the token on
+# a Queued one); NULL: unfenced. What else the transition writes follows in its transaction.
+GUARD = "id = :id AND (:token{ident} IS NULL OR (claim_token = :token AND status = 'Delivered'))"
+# attempt 1's true start (:started_at; NULL keeps it), or none once attempt 1 is taken back
+_FIRST_ATTEMPT_AT = ("first_attempt_at = CASE WHEN attempts <> 1 THEN first_attempt_at "
+                     "WHEN :taken_back = 1 THEN NULL "
+                     "ELSE coalesce(:started_at{time}, first_attempt_at) END")
+_TRANSITION = f"UPDATE message_header SET {{set}}{_FIRST_ATTEMPT_AT} WHERE {GUARD} " \
+              "RETURNING id, target, waited"
+# an attempt's end alone: the message stays as it is
+ATTEMPT_ENDED = _TRANSITION.replace("{set}", "")
+# back in the queue (a release, a parked retry, a hold): its delivery no longer counts;
+# :taken_back 1: the attempt its claim began is taken back (TAKE_BACK)
+REQUEUE = _TRANSITION.replace("{set}", (
+    "status = 'Queued', claimed_by = NULL, lease_expires_at = NULL, "
+    "deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END, "
+    "next_attempt_at = coalesce(:due{time}, next_attempt_at), "
+    "retry_needed = (retry_needed OR :retry), attempts = attempts - :taken_back, "))
+# a blocking retry: the claim stays
+RETRY_AT = _TRANSITION.replace("{set}", "retry_needed = true, next_attempt_at = :due{time}, ")
+# ended otherwise than Completed
+FINISH = _TRANSITION.replace("{set}", (
+    "status = :status, is_error = :is_error, error_text = :error_text, retry_needed = false, "
+    "next_attempt_at = NULL, time_completed = :now{time}, claimed_by = NULL, "
+    "lease_expires_at = NULL, "))
+TAKE_BACK = "DELETE FROM message_attempt WHERE id = :begun AND message_id = :id"
+# the events a transition reports, one row each
+INSERT_EVENT = ("INSERT INTO event_log (time_logged, type, config_name, job, message_id, "
+                "session_id, source_class, source_method, text, stack) VALUES (:time_logged, "
+                ":type, :config_name, :job, :message_id, :session_id, :source_class, "
+                ":source_method, :text, :stack)")

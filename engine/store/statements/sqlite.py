@@ -1,4 +1,4 @@
-"""SQLite's named statements: intake, claims and a success's transition (``:name``
+"""SQLite's named statements: intake, claims and the transitions of a claimed message (``:name``
 placeholders; times as naive UTC text).
 
 Set-based statements take a batch as one JSON array (``json_each(:rows)``): one driver call per
@@ -7,20 +7,24 @@ batch while the write lock is held. JSON strings end at NUL, so text is escaped 
 """
 from __future__ import annotations
 
+from engine.store.statements import shared
 from engine.store.statements.shared import (
     CLAIM_SET,
     COLUMNS,
+    INSERT_EVENT,
     INSERT_MESSAGE_COLUMNS,
     MESSAGE,
     OUTCOME,
     PICK_ANY,
     PICK_FIFO,
     SELECT_COLUMNS,
+    TAKE_BACK,
 )
 
-__all__ = ["ACCEPT", "ACCEPT_CLAIMED", "ACCEPT_MANY", "BEGIN", "BEGIN_ONE", "CLAIM", "COMPLETE",
-           "END_ATTEMPTS", "FIND_KEY", "INSERT", "MESSAGE", "NEXT_ID", "OUTCOME", "PICK_ANY",
-           "PICK_FIFO_HEAD", "RESPONSE", "json_text"]
+__all__ = ["ACCEPT", "ACCEPT_CLAIMED", "ACCEPT_MANY", "ATTEMPT_ENDED", "BEGIN", "BEGIN_ONE",
+           "CLAIM", "COMPLETE", "END_ATTEMPTS", "FINISH", "FIND_KEY", "INSERT", "INSERT_EVENT",
+           "MESSAGE", "NEXT_ID", "OUTCOME", "PICK_ANY", "PICK_FIFO_HEAD", "REQUEUE", "RESPONSE",
+           "RETRY_AT", "TAKE_BACK", "json_text"]
 
 
 def json_text(text: str | None) -> str | None:
@@ -116,3 +120,8 @@ RESPONSE = ("INSERT INTO message_header (id, session_id, source, target, kind, b
             "corresponding_id, retry_needed, attempts, claim_token) VALUES (:id, "
             ":session_id, :source, :target, 'response', :body_class, :body, 'Completed', "
             "0, :now, :now, :now, :request_id, 0, 0, 0)")
+
+# the other transitions of a claimed message (engine/store/statements/shared.py)
+ATTEMPT_ENDED, REQUEUE, RETRY_AT, FINISH = (
+    s.format(time="", ident="")
+    for s in (shared.ATTEMPT_ENDED, shared.REQUEUE, shared.RETRY_AT, shared.FINISH))
